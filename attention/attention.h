@@ -1,0 +1,127 @@
+/* attnbench attention library: one interface, five variants, CPU (and CUDA).
+ *
+ * Tensors are float32, contiguous, row-major:
+ *   q, k      [B, H, N, D]
+ *   v, out    [B, H, N, M]
+ * Variants are chosen by name from a registry ("softmax", "stateful-softmax",
+ * "linear", "polynomial", "lsh") and configured with "key=value" settings whose names
+ * and defaults `attn_variant_option` lists.
+ *
+ * Contract:
+ * - Every call returns 0 or a negative code (ATTN_E*) and leaves a one-line message
+ *   for attn_error() on the calling thread; nothing exits or aborts on bad input.
+ * - attn_forward saves what its backward needs into a caller-provided buffer of
+ *   attn_saved_bytes(); attn_backward reads only that and the inputs, and overwrites
+ *   dq, dk and dv (it does not accumulate).
+ * - Workspace is owned by the attn object, taken from the tracked allocator on the
+ *   first call for a shape and reused: repeated calls at one shape allocate nothing.
+ *   attn_reserve() does that allocation up front.
+ * - lengths (optional, B ints): positions >= lengths[b] are padding: never attended
+ *   to; their output rows are zero and their gradients are zero.
+ * - Recurrent mode: a state of attn_state_bytes() holds up to `capacity` positions;
+ *   attn_prefill runs a prompt of P positions in one parallel call and leaves the
+ *   state after it; attn_step then advances one position for all B x H at once.
+ *   Steps over t = 0..N-1 equal the causal forward.
+ * - Not thread-safe per object: one attn object is used by one thread at a time
+ *   (it parallelises internally with OpenMP).
+ */
+#ifndef ATTNBENCH_ATTENTION_H
+#define ATTNBENCH_ATTENTION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+    ATTN_OK = 0,
+    ATTN_EINVAL = -1,       /* bad input: shape, option, value */
+    ATTN_ENOMEM = -2,       /* out of memory */
+    ATTN_EUNSUPPORTED = -3, /* valid but not supported by this variant/device */
+    ATTN_EIO = -4,
+    ATTN_EDEVICE = -5, /* device (CUDA) failure or no device */
+};
+
+typedef enum { ATTN_DEVICE_CPU = 0, ATTN_DEVICE_CUDA = 1 } attn_device;
+
+typedef struct {
+    int batch, heads, len, qk_dim, v_dim; /* B, H, N, D, M */
+    bool causal;
+    const int *lengths; /* NULL, or B valid lengths in [0, N] (host memory) */
+} attn_shape;
+
+typedef struct {
+    const char *variant;          /* registry name */
+    attn_device device;           /* ATTN_DEVICE_CPU unless the CUDA backend is built */
+    uint64_t seed;                /* random choices (LSH rotations) derive from it */
+    int n_settings;               /* number of "key=value" strings */
+    const char *const *settings;  /* variant options, see attn_variant_option */
+} attn_options;
+
+typedef struct attn attn;
+
+/* ---- registry ---- */
+
+int attn_variant_count(void);
+const char *attn_variant_name(int i);
+const char *attn_variant_summary(int i);
+bool attn_variant_has_step(int i);
+/* Options of variant i: name, default as text, help (includes the allowed values).
+ * Returns false past the last option. */
+bool attn_variant_option(int i, int j, const char **name, const char **def, const char **help);
+/* Index of a variant by name, or -1. */
+int attn_variant_find(const char *name);
+
+/* ---- lifetime ---- */
+
+int attn_create(const attn_options *opt, attn **out);
+void attn_destroy(attn *a);
+const char *attn_name(const attn *a);
+bool attn_has_step(const attn *a);
+/* The effective value of option `key` as text (defaults resolved for this shape
+ * when s is not NULL, e.g. scale = 1/sqrt(D)); NULL if the variant has no such key. */
+const char *attn_option_value(const attn *a, const attn_shape *s, const char *key, char *buf, size_t cap);
+/* Changes the seed (e.g. fresh LSH rotations per training step). */
+void attn_reseed(attn *a, uint64_t seed);
+
+/* ---- parallel (training) mode ---- */
+
+/* Validates the shape for this variant (sizes, overflow, lengths, chunking). */
+int attn_check_shape(const attn *a, const attn_shape *s);
+size_t attn_saved_bytes(const attn *a, const attn_shape *s);
+/* Allocates the workspace for this shape now (optional; forward does it on demand). */
+int attn_reserve(attn *a, const attn_shape *s);
+/* Bytes of workspace the object holds now. */
+size_t attn_workspace_bytes(const attn *a);
+int attn_forward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v, float *out,
+                 void *saved);
+int attn_backward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,
+                  const float *dout, const void *saved, float *dq, float *dk, float *dv);
+
+/* ---- recurrent (generation) mode; s->len is ignored, s->causal must be true,
+ * s->lengths must be NULL ---- */
+
+size_t attn_state_bytes(const attn *a, const attn_shape *s, int capacity);
+/* Empties a state (position 0 next). */
+int attn_state_init(attn *a, const attn_shape *s, int capacity, void *state);
+/* Runs positions 0..P-1 in one parallel call: q, k [B,H,P,D], v [B,H,P,M] -> out
+ * [B,H,P,M] (may be NULL), and leaves the state at position P. */
+int attn_prefill(attn *a, const attn_shape *s, int capacity, int prompt_len, const float *q, const float *k,
+                 const float *v, float *out, void *state);
+/* Position t (t = number of positions already in the state): q, k [B,H,D],
+ * v [B,H,M] -> out [B,H,M]. */
+int attn_step(attn *a, const attn_shape *s, int capacity, void *state, int t, const float *q, const float *k,
+              const float *v, float *out);
+
+/* ---- errors ---- */
+
+const char *attn_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,3 @@
+/* TEMPORARY skeleton */
+#include "variant.h"
+typedef int fmap_placeholder_t;

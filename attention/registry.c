@@ -1,0 +1,366 @@
+/* The registry of variants, option parsing, and the checked entry points of
+ * attention.h that dispatch to a variant's backend. */
+#include "variant.h"
+
+#include "../harness/error.h"
+#include "../harness/memory.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const attn_variant *const g_variants[] = {
+    &attn_variant_softmax, &attn_variant_stateful_softmax, &attn_variant_linear,
+    &attn_variant_polynomial, &attn_variant_lsh,
+};
+#define N_VARIANTS ((int)(sizeof g_variants / sizeof g_variants[0]))
+
+int attn_variant_count(void) { return N_VARIANTS; }
+const char *attn_variant_name(int i) { return (i >= 0 && i < N_VARIANTS) ? g_variants[i]->name : NULL; }
+const char *attn_variant_summary(int i) { return (i >= 0 && i < N_VARIANTS) ? g_variants[i]->summary : NULL; }
+bool attn_variant_has_step(int i) { return i >= 0 && i < N_VARIANTS && g_variants[i]->cpu->step != NULL; }
+
+bool attn_variant_option(int i, int j, const char **name, const char **def, const char **help) {
+    if (i < 0 || i >= N_VARIANTS || j < 0 || j >= g_variants[i]->n_options) return false;
+    const attn_option_spec *o = &g_variants[i]->options[j];
+    if (name) *name = o->name;
+    if (def) *def = o->def;
+    if (help) *help = o->help;
+    return true;
+}
+
+int attn_variant_find(const char *name) {
+    for (int i = 0; name && i < N_VARIANTS; i++)
+        if (strcmp(g_variants[i]->name, name) == 0) return i;
+    return -1;
+}
+
+const char *attn_error(void) { return ab_error(); }
+
+/* ---- options ---- */
+
+static void option_list(const attn_variant *v, char *buf, size_t cap) {
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int j = 0; j < v->n_options && n < cap; j++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s", j ? ", " : "", v->options[j].name);
+    if (v->n_options == 0) snprintf(buf, cap, "none");
+}
+
+static int parse_setting(const attn_variant *v, attn_params *p, const char *setting) {
+    const char *eq = strchr(setting, '=');
+    if (!eq || eq == setting)
+        return ab_fail(AB_EINVAL, "option '%s' is not of the form KEY=VALUE", setting);
+    size_t klen = (size_t)(eq - setting);
+    const char *val = eq + 1;
+    const attn_option_spec *o = NULL;
+    for (int j = 0; j < v->n_options; j++)
+        if (strlen(v->options[j].name) == klen && strncmp(v->options[j].name, setting, klen) == 0) o = &v->options[j];
+    if (!o) {
+        char list[256];
+        option_list(v, list, sizeof list);
+        return ab_fail(AB_EINVAL, "variant '%s' has no option '%.*s' (its options: %s)", v->name, (int)klen, setting,
+                       list);
+    }
+    char *field = (char *)p + o->offset;
+    if (o->auto_ok && strcmp(val, "auto") == 0) {
+        if (o->type == ATTN_OPT_DOUBLE) *(double *)field = NAN;
+        else *(int *)field = 0;
+        return 0;
+    }
+    switch (o->type) {
+    case ATTN_OPT_DOUBLE: {
+        char *end;
+        errno = 0;
+        double x = strtod(val, &end);
+        if (*val == '\0' || *end != '\0' || errno || !isfinite(x))
+            return ab_fail(AB_EINVAL, "option %s=%s: not a finite number", o->name, val);
+        if (x < o->min || x > o->max)
+            return ab_fail(AB_EINVAL, "option %s=%s: out of range [%g, %g]", o->name, val, o->min, o->max);
+        *(double *)field = x;
+        return 0;
+    }
+    case ATTN_OPT_INT: {
+        char *end;
+        errno = 0;
+        long x = strtol(val, &end, 10);
+        if (*val == '\0' || *end != '\0' || errno)
+            return ab_fail(AB_EINVAL, "option %s=%s: not an integer", o->name, val);
+        if ((double)x < o->min || (double)x > o->max)
+            return ab_fail(AB_EINVAL, "option %s=%s: out of range [%.0f, %.0f]", o->name, val, o->min, o->max);
+        *(int *)field = (int)x;
+        return 0;
+    }
+    case ATTN_OPT_CHOICE:
+        for (int c = 0; o->choices[c]; c++)
+            if (strcmp(o->choices[c], val) == 0) {
+                *(int *)field = c;
+                return 0;
+            }
+        {
+            char list[256];
+            size_t n = 0;
+            list[0] = '\0';
+            for (int c = 0; o->choices[c] && n < sizeof list; c++)
+                n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", c ? ", " : "", o->choices[c]);
+            return ab_fail(AB_EINVAL, "option %s=%s: must be one of %s", o->name, val, list);
+        }
+    }
+    return ab_fail(AB_EINVAL, "option %s: internal type error", o->name);
+}
+
+int attn_create(const attn_options *opt, attn **out) {
+    if (!opt || !out) return ab_fail(AB_EINVAL, "attn_create: NULL argument");
+    *out = NULL;
+    int vi = attn_variant_find(opt->variant);
+    if (vi < 0) {
+        char list[256];
+        size_t n = 0;
+        for (int i = 0; i < N_VARIANTS && n < sizeof list; i++)
+            n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "", g_variants[i]->name);
+        return ab_fail(AB_EINVAL, "unknown attention variant '%s' (known: %s)", opt->variant ? opt->variant : "(null)",
+                       list);
+    }
+    const attn_variant *v = g_variants[vi];
+    const attn_backend *be = NULL;
+    if (opt->device == ATTN_DEVICE_CPU) be = v->cpu;
+    else if (opt->device == ATTN_DEVICE_CUDA) {
+        be = v->cuda;
+        if (!be)
+            return ab_fail(AB_EDEVICE, "variant '%s' has no CUDA implementation in this build (built without CUDA?)",
+                           v->name);
+    } else
+        return ab_fail(AB_EINVAL, "unknown device %d", (int)opt->device);
+
+    attn_params p;
+    memset(&p, 0, sizeof p);
+    v->defaults(&p);
+    if (opt->n_settings < 0 || (opt->n_settings > 0 && !opt->settings))
+        return ab_fail(AB_EINVAL, "attn_create: bad settings list");
+    for (int i = 0; i < opt->n_settings; i++) {
+        int rc = parse_setting(v, &p, opt->settings[i]);
+        if (rc) return rc;
+    }
+    attn *a = calloc(1, sizeof *a);
+    if (!a) return ab_fail(AB_ENOMEM, "out of memory");
+    a->v = v;
+    a->be = be;
+    a->device = opt->device;
+    a->seed = opt->seed;
+    a->p = p;
+    *out = a;
+    return 0;
+}
+
+void attn_destroy(attn *a) {
+    if (!a) return;
+    ab_free(a->ws);
+    free(a);
+}
+
+const char *attn_name(const attn *a) { return a ? a->v->name : NULL; }
+bool attn_has_step(const attn *a) { return a && a->be->step != NULL; }
+void attn_reseed(attn *a, uint64_t seed) {
+    if (a) a->seed = seed;
+}
+
+double attn_scale(const attn *a, int qk_dim) { return isnan(a->p.scale) ? 1.0 / sqrt((double)qk_dim) : a->p.scale; }
+
+const char *attn_option_value(const attn *a, const attn_shape *s, const char *key, char *buf, size_t cap) {
+    if (!a || !key || !buf || cap == 0) return NULL;
+    for (int j = 0; j < a->v->n_options; j++) {
+        const attn_option_spec *o = &a->v->options[j];
+        if (strcmp(o->name, key) != 0) continue;
+        const char *field = (const char *)&a->p + o->offset;
+        switch (o->type) {
+        case ATTN_OPT_DOUBLE: {
+            double x = *(const double *)field;
+            if (isnan(x) && strcmp(o->name, "scale") == 0 && s) x = attn_scale(a, s->qk_dim);
+            if (isnan(x)) snprintf(buf, cap, "%s", o->def);
+            else snprintf(buf, cap, "%.9g", x);
+            break;
+        }
+        case ATTN_OPT_INT: {
+            int x = *(const int *)field;
+            if (x == 0 && o->auto_ok) snprintf(buf, cap, "auto");
+            else snprintf(buf, cap, "%d", x);
+            break;
+        }
+        case ATTN_OPT_CHOICE: snprintf(buf, cap, "%s", o->choices[*(const int *)field]); break;
+        }
+        return buf;
+    }
+    return NULL;
+}
+
+/* ---- workspace ---- */
+
+int attn_ws_ensure(attn *a, size_t bytes) {
+    if (bytes <= a->ws_bytes) return 0;
+    ab_free(a->ws);
+    a->ws = NULL;
+    a->ws_bytes = 0;
+    a->ws = ab_alloc(bytes);
+    if (!a->ws) return ab_fail(AB_ENOMEM, "out of memory for %zu bytes of attention workspace", bytes);
+    a->ws_bytes = bytes;
+    return 0;
+}
+
+size_t attn_workspace_bytes(const attn *a) { return a ? a->ws_bytes : 0; }
+
+/* ---- checked entry points ---- */
+
+static int check_dims(const attn_shape *s) {
+    if (s->batch < 1 || s->heads < 1 || s->len < 1 || s->qk_dim < 1 || s->v_dim < 1)
+        return ab_fail(AB_EINVAL, "shape B=%d H=%d N=%d D=%d M=%d: every size must be >= 1", s->batch, s->heads,
+                       s->len, s->qk_dim, s->v_dim);
+    size_t n, bh;
+    /* Every tensor's element count must fit in size_t and in int64 (CUDA indexing). */
+    int dmax = s->qk_dim > s->v_dim ? s->qk_dim : s->v_dim;
+    if (ab_mul_size((size_t)s->batch, (size_t)s->heads, &bh) || ab_mul_size(bh, (size_t)s->len, &n) ||
+        ab_mul_size(n, (size_t)dmax, &n) || ab_mul_size(n, sizeof(float), &n) || n > (size_t)INT64_MAX)
+        return ab_fail(AB_EINVAL, "shape B=%d H=%d N=%d D=%d M=%d: tensor size overflows", s->batch, s->heads, s->len,
+                       s->qk_dim, s->v_dim);
+    return 0;
+}
+
+int attn_check_shape(const attn *a, const attn_shape *s) {
+    if (!a || !s) return ab_fail(AB_EINVAL, "NULL attention or shape");
+    int rc = check_dims(s);
+    if (rc) return rc;
+    if (s->lengths)
+        for (int b = 0; b < s->batch; b++)
+            if (s->lengths[b] < 0 || s->lengths[b] > s->len)
+                return ab_fail(AB_EINVAL, "lengths[%d] = %d is outside [0, N=%d]", b, s->lengths[b], s->len);
+    return a->be->check_shape ? a->be->check_shape(a, s) : 0;
+}
+
+size_t attn_saved_bytes(const attn *a, const attn_shape *s) {
+    if (attn_check_shape(a, s)) return 0;
+    return a->be->saved_bytes(a, s);
+}
+
+int attn_reserve(attn *a, const attn_shape *s) {
+    int rc = attn_check_shape(a, s);
+    if (rc) return rc;
+    return attn_ws_ensure(a, a->be->workspace_bytes(a, s));
+}
+
+int attn_forward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v, float *out,
+                 void *saved) {
+    int rc = attn_reserve(a, s);
+    if (rc) return rc;
+    if (!q || !k || !v || !out) return ab_fail(AB_EINVAL, "attn_forward: NULL tensor");
+    if (!saved && a->be->saved_bytes(a, s) > 0) return ab_fail(AB_EINVAL, "attn_forward: NULL saved buffer");
+    return a->be->forward(a, s, q, k, v, out, saved);
+}
+
+int attn_backward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v, const float *dout,
+                  const void *saved, float *dq, float *dk, float *dv) {
+    int rc = attn_reserve(a, s);
+    if (rc) return rc;
+    if (!q || !k || !v || !dout || !dq || !dk || !dv) return ab_fail(AB_EINVAL, "attn_backward: NULL tensor");
+    if (!saved && a->be->saved_bytes(a, s) > 0) return ab_fail(AB_EINVAL, "attn_backward: NULL saved buffer");
+    return a->be->backward(a, s, q, k, v, dout, saved, dq, dk, dv);
+}
+
+/* The registry prefixes every recurrent state with this header, so misuse (a state
+ * of another shape, steps out of order, overflow) is caught rather than corrupting
+ * memory. */
+#define STATE_MAGIC 0x7374617465763031ULL /* "statev01" */
+typedef struct {
+    uint64_t magic;
+    int64_t capacity, count;
+    int32_t batch, heads, qk_dim, v_dim;
+    char pad[64 - 40];
+} state_header;
+_Static_assert(sizeof(state_header) == 64, "state header is 64 bytes");
+
+static int check_recurrent(const attn *a, const attn_shape *s, int capacity) {
+    if (!a || !s) return ab_fail(AB_EINVAL, "NULL attention or shape");
+    if (!a->be->step) return ab_fail(AB_EUNSUPPORTED, "variant '%s' has no recurrent mode", a->v->name);
+    if (!s->causal) return ab_fail(AB_EINVAL, "recurrent mode computes causal attention: the shape must be causal");
+    if (s->lengths) return ab_fail(AB_EUNSUPPORTED, "recurrent mode does not take lengths");
+    if (capacity < 1) return ab_fail(AB_EINVAL, "recurrent state capacity %d must be >= 1", capacity);
+    attn_shape t = *s;
+    t.len = capacity;
+    int rc = check_dims(&t);
+    if (rc) return rc;
+    return a->be->check_shape ? a->be->check_shape(a, &t) : 0;
+}
+
+static int check_state(const attn_shape *s, int capacity, const void *state) {
+    const state_header *h = state;
+    if (!h || h->magic != STATE_MAGIC)
+        return ab_fail(AB_EINVAL, "recurrent state is not initialised (call attn_state_init)");
+    if (h->capacity != capacity || h->batch != s->batch || h->heads != s->heads || h->qk_dim != s->qk_dim ||
+        h->v_dim != s->v_dim)
+        return ab_fail(AB_EINVAL, "recurrent state was made for another shape or capacity");
+    return 0;
+}
+
+size_t attn_state_bytes(const attn *a, const attn_shape *s, int capacity) {
+    if (check_recurrent(a, s, capacity)) return 0;
+    return sizeof(state_header) + a->be->state_bytes(a, s, capacity);
+}
+
+static int ensure_step_ws(attn *a, const attn_shape *s, int capacity) {
+    if (!a->be->step_workspace_bytes) return 0;
+    return attn_ws_ensure(a, a->be->step_workspace_bytes(a, s, capacity));
+}
+
+int attn_state_init(attn *a, const attn_shape *s, int capacity, void *state) {
+    int rc = check_recurrent(a, s, capacity);
+    if (rc) return rc;
+    if (!state) return ab_fail(AB_EINVAL, "attn_state_init: NULL state");
+    if ((rc = ensure_step_ws(a, s, capacity))) return rc;
+    state_header *h = state;
+    memset(h, 0, sizeof *h);
+    h->magic = STATE_MAGIC;
+    h->capacity = capacity;
+    h->batch = s->batch;
+    h->heads = s->heads;
+    h->qk_dim = s->qk_dim;
+    h->v_dim = s->v_dim;
+    return a->be->state_init(a, s, capacity, (char *)state + sizeof *h);
+}
+
+int attn_prefill(attn *a, const attn_shape *s, int capacity, int prompt_len, const float *q, const float *k,
+                 const float *v, float *out, void *state) {
+    int rc = check_recurrent(a, s, capacity);
+    if (rc) return rc;
+    if ((rc = check_state(s, capacity, state))) return rc;
+    state_header *h = state;
+    if (prompt_len < 0 || prompt_len > capacity)
+        return ab_fail(AB_EINVAL, "prompt of %d positions does not fit a state of capacity %d", prompt_len, capacity);
+    if (h->count != 0) return ab_fail(AB_EINVAL, "prefill needs an empty state (it holds %lld positions)",
+                                      (long long)h->count);
+    if (prompt_len == 0) return 0;
+    if (!q || !k || !v) return ab_fail(AB_EINVAL, "attn_prefill: NULL tensor");
+    attn_shape ps = *s;
+    ps.len = prompt_len;
+    if ((rc = attn_reserve(a, &ps))) return rc;
+    if ((rc = ensure_step_ws(a, s, capacity))) return rc;
+    rc = a->be->prefill(a, s, capacity, prompt_len, q, k, v, out, (char *)state + sizeof *h);
+    if (rc == 0) h->count = prompt_len;
+    return rc;
+}
+
+int attn_step(attn *a, const attn_shape *s, int capacity, void *state, int t, const float *q, const float *k,
+              const float *v, float *out) {
+    int rc = check_recurrent(a, s, capacity);
+    if (rc) return rc;
+    if ((rc = check_state(s, capacity, state))) return rc;
+    state_header *h = state;
+    if (t != h->count)
+        return ab_fail(AB_EINVAL, "step at position %d, but the state holds %lld positions", t, (long long)h->count);
+    if (t >= capacity) return ab_fail(AB_EINVAL, "recurrent state is full (capacity %d)", capacity);
+    if (!q || !k || !v || !out) return ab_fail(AB_EINVAL, "attn_step: NULL tensor");
+    if ((rc = ensure_step_ws(a, s, capacity))) return rc;
+    rc = a->be->step(a, s, capacity, (char *)state + sizeof *h, t, q, k, v, out);
+    if (rc == 0) h->count = t + 1;
+    return rc;
+}

@@ -1,0 +1,92 @@
+/* Internal: how a variant plugs into the registry. Not installed. */
+#ifndef ATTN_VARIANT_H
+#define ATTN_VARIANT_H
+
+#include "attention.h"
+
+#include <stddef.h>
+
+/* One flat struct of every variant's options; each variant's option table says which
+ * fields it reads. */
+typedef enum { ATTN_FMAP_ELU = 0, ATTN_FMAP_TAYLOR = 1 } attn_feature_map;
+typedef enum { ATTN_COMBINE_MEAN = 0, ATTN_COMBINE_LOGSUMEXP = 1 } attn_combine;
+
+typedef struct {
+    double scale;    /* NaN: 1/sqrt(D) */
+    int feature_map; /* attn_feature_map (linear) */
+    double eps;      /* added to the denominator (linear, polynomial) */
+    int chunk;       /* 0: automatic (linear, polynomial); chunk length (lsh) */
+    double c;        /* polynomial constant */
+    int rounds;      /* lsh hashing rounds */
+    int bits;        /* lsh random rotations: 2*bits buckets */
+    int combine;     /* attn_combine (lsh) */
+} attn_params;
+
+typedef enum { ATTN_OPT_DOUBLE, ATTN_OPT_INT, ATTN_OPT_CHOICE } attn_opt_type;
+
+typedef struct {
+    const char *name;
+    attn_opt_type type;
+    size_t offset;              /* into attn_params */
+    const char *def;            /* default as shown to users */
+    const char *help;
+    const char *const *choices; /* ATTN_OPT_CHOICE: NULL-terminated names, stored as index */
+    double min, max;            /* allowed range, inclusive (ATTN_OPT_DOUBLE, ATTN_OPT_INT) */
+    bool auto_ok;               /* "auto" is accepted and stored as NaN (double) or 0 (int) */
+} attn_option_spec;
+
+/* One backend's implementation of a variant. Shapes arrive validated (generic checks
+ * and the variant's check_shape); pointers are device pointers of that backend. */
+typedef struct {
+    int (*check_shape)(const attn *a, const attn_shape *s); /* variant-specific checks, or NULL */
+    size_t (*saved_bytes)(const attn *a, const attn_shape *s);
+    size_t (*workspace_bytes)(const attn *a, const attn_shape *s);
+    int (*forward)(attn *a, const attn_shape *s, const float *q, const float *k, const float *v, float *out,
+                   void *saved);
+    int (*backward)(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,
+                    const float *dout, const void *saved, float *dq, float *dk, float *dv);
+    /* Recurrent mode; all NULL for variants without one. */
+    size_t (*state_bytes)(const attn *a, const attn_shape *s, int capacity);
+    int (*state_init)(attn *a, const attn_shape *s, int capacity, void *state);
+    int (*prefill)(attn *a, const attn_shape *s, int capacity, int prompt_len, const float *q, const float *k,
+                   const float *v, float *out, void *state);
+    int (*step)(attn *a, const attn_shape *s, int capacity, void *state, int t, const float *q, const float *k,
+                const float *v, float *out);
+    /* Workspace of the recurrent mode for a given capacity (may be NULL: none). */
+    size_t (*step_workspace_bytes)(const attn *a, const attn_shape *s, int capacity);
+} attn_backend;
+
+typedef struct {
+    const char *name;
+    const char *summary;
+    const attn_option_spec *options;
+    int n_options;
+    void (*defaults)(attn_params *p);
+    const attn_backend *cpu;
+    const attn_backend *cuda; /* NULL until the CUDA backend provides it */
+} attn_variant;
+
+struct attn {
+    const attn_variant *v;
+    const attn_backend *be;
+    attn_device device;
+    uint64_t seed;
+    attn_params p;
+    void *ws; /* workspace, tracked allocator */
+    size_t ws_bytes;
+};
+
+/* Ensures a->ws holds at least `bytes`; allocates (tracked) only when it must grow. */
+int attn_ws_ensure(attn *a, size_t bytes);
+
+/* The scale to use for head dimension D (option or 1/sqrt(D)). */
+double attn_scale(const attn *a, int qk_dim);
+
+/* Variants (one per file). */
+extern const attn_variant attn_variant_softmax;
+extern const attn_variant attn_variant_stateful_softmax;
+extern const attn_variant attn_variant_linear;
+extern const attn_variant attn_variant_polynomial;
+extern const attn_variant attn_variant_lsh;
+
+#endif

@@ -1,0 +1,23 @@
+/* Matrix products and thread control. All matrices row-major. */
+#ifndef AB_BLAS_H
+#define AB_BLAS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* C[m x n] = alpha * op(A) op(B) + beta * C, op(X) = X or X^T (row-major, leading
+ * dimensions in elements). Runs on the calling thread alone when called from inside an
+ * OpenMP parallel region (OpenBLAS's OpenMP build does this itself). */
+void ab_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a, int lda,
+              const float *b, int ldb, float beta, float *c, int ldc);
+
+/* Threads used by our OpenMP loops and by OpenBLAS. n <= 0: all cores. */
+void ab_set_threads(int n);
+int ab_threads(void);
+
+/* OpenBLAS's build string and the core type it runs with (e.g. "Haswell"). */
+const char *ab_blas_config(void);
+const char *ab_blas_corename(void);
+int ab_blas_threads(void);
+
+#endif

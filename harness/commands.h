@@ -1,0 +1,8 @@
+/* The CLI's subcommands: each takes the arguments after its name. */
+#ifndef AB_COMMANDS_H
+#define AB_COMMANDS_H
+
+int cmd_list(int argc, char **argv);
+int cmd_op(int argc, char **argv);
+
+#endif

@@ -1,0 +1,57 @@
+/* attnbench: the command-line driver. */
+#include "blas.h"
+#include "cli_util.h"
+#include "commands.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char USAGE[] =
+    "usage: attnbench [--threads N] COMMAND [ARGS]\n"
+    "\n"
+    "Commands:\n"
+    "  list                 every attention variant with its options and defaults\n"
+    "  op                   one attention call on .npy tensors (forward, backward, recurrent)\n"
+    "                       run `attnbench op --help` for its arguments\n"
+    "\n"
+    "Options:\n"
+    "  --threads N          threads for OpenMP loops and OpenBLAS (default: all cores)\n"
+    "  --help               this text\n"
+    "  --version            the version\n";
+
+int main(int argc, char **argv) {
+    int threads = 0, i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(USAGE, stdout);
+            return 0;
+        } else if (strcmp(argv[i], "--version") == 0) {
+            printf("attnbench %s\n", ATTNBENCH_VERSION);
+            return 0;
+        } else if (strcmp(argv[i], "--threads") == 0) {
+            const char *v = cli_value(argc, argv, &i);
+            threads = (int)cli_parse_int("--threads", v, 1, 4096);
+        } else {
+            cli_die(AB_EXIT_USAGE, "unknown option %s (see attnbench --help)", argv[i]);
+        }
+    }
+    if (i >= argc) {
+        fputs(USAGE, stderr);
+        return AB_EXIT_USAGE;
+    }
+    /* --threads may also follow the command name; commands pass it back here. */
+    for (int j = i + 1; j < argc; j++)
+        if (strcmp(argv[j], "--threads") == 0 && j + 1 < argc) threads = (int)cli_parse_int("--threads", argv[j + 1], 1, 4096);
+    ab_set_threads(threads);
+
+    const char *cmd = argv[i];
+    int sub_argc = argc - i - 1;
+    char **sub_argv = argv + i + 1;
+    if (strcmp(cmd, "list") == 0) return cmd_list(sub_argc, sub_argv);
+    if (strcmp(cmd, "op") == 0) return cmd_op(sub_argc, sub_argv);
+    if (strcmp(cmd, "help") == 0) {
+        fputs(USAGE, stdout);
+        return 0;
+    }
+    cli_die(AB_EXIT_USAGE, "unknown command '%s' (commands: list, op; see attnbench --help)", cmd);
+}

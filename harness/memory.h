@@ -1,0 +1,34 @@
+/* Tracked allocator: every large buffer goes through it so that "peak memory" in a
+ * result is the bytes the harness itself asked for, per device. Thread-safe. */
+#ifndef AB_MEMORY_H
+#define AB_MEMORY_H
+
+#include <stddef.h>
+
+typedef enum { AB_DEV_CPU = 0, AB_DEV_CUDA = 1, AB_DEV_COUNT } ab_device;
+
+/* 64-byte aligned host allocation, counted on AB_DEV_CPU. NULL (with a message set)
+ * on failure or on a zero size. */
+void *ab_alloc(size_t bytes);
+/* Same, zero-filled. */
+void *ab_calloc(size_t bytes);
+void ab_free(void *p);
+size_t ab_alloc_size(const void *p);
+
+/* Accounting hooks for other devices' allocators (the CUDA backend). */
+void ab_mem_account(ab_device dev, long long delta_bytes);
+
+size_t ab_mem_current(ab_device dev);
+size_t ab_mem_peak(ab_device dev);
+/* Sets the peak to the current figure. */
+void ab_mem_reset_peak(ab_device dev);
+
+/* Resident set size of this process in bytes (VmRSS), or 0 if unknown; and its
+ * high-water mark (VmHWM). */
+size_t ab_process_rss(void);
+size_t ab_process_peak_rss(void);
+
+/* a * b (* c) with overflow check: returns 0 and sets *out, or -1 on overflow. */
+int ab_mul_size(size_t a, size_t b, size_t *out);
+
+#endif

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what attnbench needs to build, test and plot, with apt-get, when missing.
+# Idempotent: a second run installs nothing. Needs root or sudo on Debian 12.
+set -euo pipefail
+
+pkgs=(meson ninja-build pkg-config gcc libjansson-dev libcriterion-dev
+      libopenblas-openmp-dev libopenblas0-openmp zlib1g-dev gnuplot-nox)
+
+missing=()
+for p in "${pkgs[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+        missing+=("$p")
+    fi
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing ${missing[*]}"
+    sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get update -qq
+    $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Debian's alternatives may point libblas/libcblas at another OpenBLAS build or the
+# reference BLAS; attnbench links the OpenMP build explicitly (see meson.build), so
+# one OpenMP thread pool serves both our loops and OpenBLAS.
+echo "setup: dependencies present"

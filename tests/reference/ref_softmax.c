@@ -1,0 +1,3 @@
+/* placeholder until written */
+#include "reference.h"
+typedef int ref_placeholder_t;

@@ -1,0 +1,31 @@
+/* Plain double-precision references, written for clarity, used only by the tests.
+ * Layout as in attention.h: q, k [B, H, N, D]; v, out [B, H, N, M]; lengths NULL or
+ * B valid lengths (padded query rows give zero output). */
+#ifndef AB_REFERENCE_H
+#define AB_REFERENCE_H
+
+#include <stdbool.h>
+
+typedef struct {
+    int B, H, N, D, M;
+    bool causal;
+    const int *lengths;
+} ref_shape;
+
+/* softmax(scale q.k) attention with causal and lengths masks. */
+void ref_softmax(const ref_shape *s, double scale, const double *q, const double *k, const double *v, double *out);
+
+/* Linear attention with an explicit similarity: out_i = sum_j sim(q_i,k_j) v_j /
+ * (sum_j sim(q_i,k_j) + eps), over allowed j. fmap: 0 elu+1, 1 taylor (1 + cos),
+ * 2 polynomial (c + scale q.k)^2 computed directly (no feature map). */
+typedef enum { REF_SIM_ELU = 0, REF_SIM_TAYLOR = 1, REF_SIM_POLY = 2 } ref_sim;
+void ref_linear(const ref_shape *s, ref_sim sim, double c, double scale, double eps, const double *q,
+                const double *k, const double *v, double *out);
+
+/* LSH attention given explicit buckets: buckets[((r * B + b) * H + h) * N + i] for
+ * round r; keys are the L2-normalised queries; chunk, rounds, combine (0 mean,
+ * 1 logsumexp) as in the lsh variant. */
+void ref_lsh(const ref_shape *s, int rounds, int chunk, int combine, double scale, const int *buckets,
+             const double *q, const double *v, double *out);
+
+#endif

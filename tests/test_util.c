@@ -1,0 +1,57 @@
+#include "test_util.h"
+
+#include "rng.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+void tu_fill_normal(float *x, size_t n, uint64_t seed, uint64_t stream, double sd) {
+    for (size_t i = 0; i < n; i++) x[i] = (float)(sd * ab_rng_normal(seed, stream, i));
+}
+
+void tu_fill_int(int *x, size_t n, uint64_t seed, uint64_t stream, int lo, int hi) {
+    ab_rng r = ab_rng_make(seed, stream);
+    for (size_t i = 0; i < n; i++) x[i] = lo + (int)ab_rng_next_below(&r, (uint32_t)(hi - lo + 1));
+}
+
+double *tu_to_double(const float *x, size_t n) {
+    double *d = malloc(sizeof(double) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) d[i] = x[i];
+    return d;
+}
+
+float *tu_alloc_f(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
+double *tu_alloc_d(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
+
+double tu_max_abs(const double *x, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
+    return m;
+}
+
+double tu_rel_err(const float *got, const double *want, size_t n, double floor) {
+    double scale = fmax(tu_max_abs(want, n), floor), err = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - want[i]);
+        if (isnan(e)) return INFINITY;
+        err = fmax(err, e);
+    }
+    return err / scale;
+}
+
+void tu_fd_grad(tu_forward_fn f, void *ctx, double *x, size_t nx, const double *w, size_t nout, double h,
+                double *grad) {
+    double *out = malloc(sizeof(double) * nout);
+    for (size_t i = 0; i < nx; i++) {
+        double x0 = x[i], lp = 0, lm = 0;
+        x[i] = x0 + h;
+        f(ctx, out);
+        for (size_t j = 0; j < nout; j++) lp += out[j] * w[j];
+        x[i] = x0 - h;
+        f(ctx, out);
+        for (size_t j = 0; j < nout; j++) lm += out[j] * w[j];
+        x[i] = x0;
+        grad[i] = (lp - lm) / (2 * h);
+    }
+    free(out);
+}

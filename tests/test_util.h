@@ -1,0 +1,30 @@
+/* Shared helpers for the Criterion suites: seeded random tensors, float/double
+ * conversion, error norms, and central finite differences. */
+#ifndef AB_TEST_UTIL_H
+#define AB_TEST_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* n normal(0, sd) floats from (seed, stream) (harness RNG, so reproducible). */
+void tu_fill_normal(float *x, size_t n, uint64_t seed, uint64_t stream, double sd);
+/* Uniform integers in [lo, hi] into an int array. */
+void tu_fill_int(int *x, size_t n, uint64_t seed, uint64_t stream, int lo, int hi);
+
+double *tu_to_double(const float *x, size_t n); /* malloc'ed copy */
+float *tu_alloc_f(size_t n);                     /* malloc'ed, zeroed */
+double *tu_alloc_d(size_t n);                    /* malloc'ed, zeroed */
+
+/* max |got - want| / max(max |want|, floor): one relative figure per tensor, so tiny
+ * entries are judged against the tensor's scale rather than themselves. */
+double tu_rel_err(const float *got, const double *want, size_t n, double floor);
+double tu_max_abs(const double *x, size_t n);
+
+/* Central finite differences of L(x) = sum(out(x) * w) with respect to every entry of
+ * x (double precision): grad[i] = (L(x + h e_i) - L(x - h e_i)) / 2h. `f` computes out
+ * from the current contents of the buffers it was given in ctx; x is one of them. */
+typedef void (*tu_forward_fn)(void *ctx, double *out);
+void tu_fd_grad(tu_forward_fn f, void *ctx, double *x, size_t nx, const double *w, size_t nout, double h,
+                double *grad);
+
+#endif
