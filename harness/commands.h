@@ -4,5 +4,6 @@
 
 int cmd_list(int argc, char **argv);
 int cmd_op(int argc, char **argv);
+int cmd_inputs(int argc, char **argv);
 
 #endif

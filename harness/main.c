@@ -12,7 +12,8 @@ static const char USAGE[] =
     "Commands:\n"
     "  list                 every attention variant with its options and defaults\n"
     "  op                   one attention call on .npy tensors (forward, backward, recurrent)\n"
-    "                       run `attnbench op --help` for its arguments\n"
+    "  inputs               write seeded random q, k, v, dout .npy files for op\n"
+    "Run `attnbench COMMAND --help` for a command's arguments.\n"
     "\n"
     "Options:\n"
     "  --threads N          threads for OpenMP loops and OpenBLAS (default: all cores)\n"
@@ -49,9 +50,10 @@ int main(int argc, char **argv) {
     char **sub_argv = argv + i + 1;
     if (strcmp(cmd, "list") == 0) return cmd_list(sub_argc, sub_argv);
     if (strcmp(cmd, "op") == 0) return cmd_op(sub_argc, sub_argv);
+    if (strcmp(cmd, "inputs") == 0) return cmd_inputs(sub_argc, sub_argv);
     if (strcmp(cmd, "help") == 0) {
         fputs(USAGE, stdout);
         return 0;
     }
-    cli_die(AB_EXIT_USAGE, "unknown command '%s' (commands: list, op; see attnbench --help)", cmd);
+    cli_die(AB_EXIT_USAGE, "unknown command '%s' (commands: list, op, inputs; see attnbench --help)", cmd);
 }

@@ -1,0 +1,83 @@
+/* attnbench inputs: writes seeded random q, k, v, dout (and optional lengths) as .npy,
+ * so `attnbench op` can be tried, or cross-checked, without any other tool. */
+#include "cli_util.h"
+#include "commands.h"
+#include "error.h"
+#include "fileio.h"
+#include "memory.h"
+#include "npy.h"
+#include "rng.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char INPUTS_USAGE[] =
+    "usage: attnbench inputs --shape B,H,N,D,M [--seed S] [--lengths L1,L2,...] --out DIR\n"
+    "\n"
+    "Writes DIR/q.npy, DIR/k.npy [B,H,N,D], DIR/v.npy, DIR/dout.npy [B,H,N,M] (float32,\n"
+    "standard normal from the Philox generator with seed S, default 0) and, with\n"
+    "--lengths, DIR/lengths.npy (int32 [B]).\n";
+
+int cmd_inputs(int argc, char **argv) {
+    const char *shape = NULL, *out = NULL, *lens = NULL;
+    uint64_t seed = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0) {
+            fputs(INPUTS_USAGE, stdout);
+            return 0;
+        } else if (strcmp(argv[i], "--shape") == 0) shape = cli_value(argc, argv, &i);
+        else if (strcmp(argv[i], "--seed") == 0) seed = cli_parse_u64("--seed", cli_value(argc, argv, &i));
+        else if (strcmp(argv[i], "--lengths") == 0) lens = cli_value(argc, argv, &i);
+        else if (strcmp(argv[i], "--out") == 0) out = cli_value(argc, argv, &i);
+        else if (strcmp(argv[i], "--threads") == 0) (void)cli_value(argc, argv, &i);
+        else cli_die(AB_EXIT_USAGE, "inputs: unknown argument '%s' (see attnbench inputs --help)", argv[i]);
+    }
+    if (!shape || !out) cli_die(AB_EXIT_USAGE, "inputs: --shape B,H,N,D,M and --out DIR are required");
+    long long d[5];
+    int n = 0;
+    char *copy = strdup(shape), *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (n == 5) cli_die(AB_EXIT_USAGE, "--shape %s: need exactly five sizes B,H,N,D,M", shape);
+        d[n++] = cli_parse_int("--shape", tok, 1, 1 << 30);
+    }
+    free(copy);
+    if (n != 5) cli_die(AB_EXIT_USAGE, "--shape %s: need exactly five sizes B,H,N,D,M", shape);
+    size_t nq, nv;
+    if (ab_mul_size((size_t)(d[0] * d[1]), (size_t)d[2], &nq) || ab_mul_size(nq, (size_t)d[4], &nv) ||
+        ab_mul_size(nq, (size_t)d[3], &nq) || nq > ((size_t)1 << 34) || nv > ((size_t)1 << 34))
+        cli_die(AB_EXIT_USAGE, "--shape %s: too large", shape);
+    int32_t *lv = NULL;
+    if (lens) {
+        lv = malloc(sizeof(int32_t) * (size_t)d[0]);
+        int m = 0;
+        copy = strdup(lens);
+        for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            if (m == d[0]) cli_die(AB_EXIT_USAGE, "--lengths %s: need exactly B = %lld values", lens, d[0]);
+            lv[m++] = (int32_t)cli_parse_int("--lengths", tok, 0, d[2]);
+        }
+        free(copy);
+        if (m != d[0]) cli_die(AB_EXIT_USAGE, "--lengths %s: need exactly B = %lld values", lens, d[0]);
+    }
+    if (ab_mkdir_p(out)) cli_die(AB_EXIT_USAGE, "--out: %s", ab_error());
+    const char *names[4] = {"q.npy", "k.npy", "v.npy", "dout.npy"};
+    for (int t = 0; t < 4; t++) {
+        size_t cnt = t < 2 ? nq : nv;
+        float *x = ab_alloc(cnt * sizeof(float));
+        if (!x) cli_die(AB_EXIT_FAILURE, "%s", ab_error());
+        for (size_t i = 0; i < cnt; i++) x[i] = (float)ab_rng_normal(seed, (uint64_t)t, i);
+        int64_t sh[4] = {d[0], d[1], d[2], t < 2 ? d[3] : d[4]};
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", out, names[t]);
+        if (ab_npy_write(path, AB_F32, 4, sh, x)) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+        ab_free(x);
+    }
+    if (lv) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/lengths.npy", out);
+        int64_t sh[1] = {d[0]};
+        if (ab_npy_write(path, AB_I32, 1, sh, lv)) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+        free(lv);
+    }
+    return 0;
+}
