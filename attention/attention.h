@@ -96,6 +96,9 @@ size_t attn_saved_bytes(const attn *a, const attn_shape *s);
 int attn_reserve(attn *a, const attn_shape *s);
 /* Bytes of workspace the object holds now. */
 size_t attn_workspace_bytes(const attn *a);
+/* Bytes of workspace a parallel call at this shape needs (0 on a bad shape), so a
+ * caller can decide whether a run fits before allocating anything. */
+size_t attn_workspace_need(const attn *a, const attn_shape *s);
 int attn_forward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v, float *out,
                  void *saved);
 int attn_backward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,

@@ -243,6 +243,11 @@ size_t attn_saved_bytes(const attn *a, const attn_shape *s) {
     return a->be->saved_bytes(a, s);
 }
 
+size_t attn_workspace_need(const attn *a, const attn_shape *s) {
+    if (attn_check_shape(a, s)) return 0;
+    return a->be->workspace_bytes(a, s);
+}
+
 int attn_reserve(attn *a, const attn_shape *s) {
     int rc = attn_check_shape(a, s);
     if (rc) return rc;

@@ -5,5 +5,6 @@
 int cmd_list(int argc, char **argv);
 int cmd_op(int argc, char **argv);
 int cmd_inputs(int argc, char **argv);
+int cmd_plot(int argc, char **argv);
 
 #endif

@@ -2,8 +2,10 @@
 #include "blas.h"
 #include "cli_util.h"
 #include "commands.h"
+#include "sweep.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char USAGE[] =
@@ -13,6 +15,8 @@ static const char USAGE[] =
     "  list                 every attention variant with its options and defaults\n"
     "  op                   one attention call on .npy tensors (forward, backward, recurrent)\n"
     "  inputs               write seeded random q, k, v, dout .npy files for op\n"
+    "  bench CONFIG.json    the attention sweep over sequence lengths (Figure 1) -> results/\n"
+    "  plot RESULT.json     draw a sweep's figure (PNG and SVG) with gnuplot\n"
     "Run `attnbench COMMAND --help` for a command's arguments.\n"
     "\n"
     "Options:\n"
@@ -51,9 +55,24 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "list") == 0) return cmd_list(sub_argc, sub_argv);
     if (strcmp(cmd, "op") == 0) return cmd_op(sub_argc, sub_argv);
     if (strcmp(cmd, "inputs") == 0) return cmd_inputs(sub_argc, sub_argv);
+    if (strcmp(cmd, "plot") == 0) return cmd_plot(sub_argc, sub_argv);
+    if (strcmp(cmd, "bench") == 0) {
+        /* The command line, recorded in the result so it can be rerun. */
+        size_t n = 1;
+        for (int j = 0; j < argc; j++) n += strlen(argv[j]) + 1;
+        char *line = malloc(n);
+        line[0] = '\0';
+        for (int j = 0; j < argc; j++) {
+            strcat(line, argv[j]);
+            if (j + 1 < argc) strcat(line, " ");
+        }
+        int rc = sweep_main(sub_argc, sub_argv, line);
+        free(line);
+        return rc;
+    }
     if (strcmp(cmd, "help") == 0) {
         fputs(USAGE, stdout);
         return 0;
     }
-    cli_die(AB_EXIT_USAGE, "unknown command '%s' (commands: list, op, inputs; see attnbench --help)", cmd);
+    cli_die(AB_EXIT_USAGE, "unknown command '%s' (commands: list, op, inputs, bench, plot; see attnbench --help)", cmd);
 }

@@ -1,0 +1,185 @@
+#include "config.h"
+
+#include "error.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+json_t *ab_config_load(const char *path) {
+    json_error_t err;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+    if (!root) {
+        if (err.line <= 0) ab_fail(AB_EINVAL, "cannot read config %s: %s", path, err.text);
+        else ab_fail(AB_EINVAL, "config %s:%d:%d: %s", path, err.line, err.column, err.text);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        json_decref(root);
+        ab_fail(AB_EINVAL, "config %s: the top level must be a JSON object", path);
+        return NULL;
+    }
+    return root;
+}
+
+static bool is_index(const char *s, size_t *idx) {
+    if (!*s) return false;
+    char *end;
+    unsigned long v = strtoul(s, &end, 10);
+    if (*end) return false;
+    *idx = v;
+    return true;
+}
+
+int ab_config_set(json_t *root, const char *assignment, bool allow_new) {
+    const char *eq = strchr(assignment, '=');
+    if (!eq || eq == assignment) return ab_fail(AB_EINVAL, "--set %s: expected KEY=VALUE", assignment);
+    char *path = strndup(assignment, (size_t)(eq - assignment));
+    const char *text = eq + 1;
+    json_error_t err;
+    json_t *val = json_loads(text, JSON_DECODE_ANY, &err);
+    if (!val) val = json_string(text);
+    int rc = 0;
+    json_t *cur = root;
+    char *save = NULL;
+    char *tok = strtok_r(path, ".", &save);
+    while (tok) {
+        char *next = strtok_r(NULL, ".", &save);
+        size_t idx;
+        if (json_is_object(cur)) {
+            json_t *child = json_object_get(cur, tok);
+            if (!next) {
+                if (!child && !allow_new) {
+                    rc = ab_fail(AB_EINVAL, "--set %.*s: the config has no key '%s'", (int)(eq - assignment),
+                                 assignment, tok);
+                    break;
+                }
+                json_object_set(cur, tok, val);
+                break;
+            }
+            if (!child) {
+                if (!allow_new) {
+                    rc = ab_fail(AB_EINVAL, "--set %.*s: the config has no key '%s'", (int)(eq - assignment),
+                                 assignment, tok);
+                    break;
+                }
+                child = json_object();
+                json_object_set_new(cur, tok, child);
+            }
+            cur = child;
+        } else if (json_is_array(cur) && is_index(tok, &idx)) {
+            if (idx >= json_array_size(cur)) {
+                rc = ab_fail(AB_EINVAL, "--set %.*s: index %zu is past the end (%zu elements)", (int)(eq - assignment),
+                             assignment, idx, json_array_size(cur));
+                break;
+            }
+            if (!next) {
+                json_array_set(cur, idx, val);
+                break;
+            }
+            cur = json_array_get(cur, idx);
+        } else {
+            rc = ab_fail(AB_EINVAL, "--set %.*s: '%s' is not inside an object or list", (int)(eq - assignment),
+                         assignment, tok);
+            break;
+        }
+        tok = next;
+    }
+    json_decref(val);
+    free(path);
+    return rc;
+}
+
+int ab_config_only_keys(const json_t *obj, const char *where, const char *const *allowed) {
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)obj, key, v) {
+        bool ok = false;
+        for (int i = 0; allowed[i]; i++)
+            if (strcmp(allowed[i], key) == 0) ok = true;
+        if (!ok) {
+            char list[512];
+            size_t n = 0;
+            for (int i = 0; allowed[i] && n < sizeof list; i++)
+                n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "", allowed[i]);
+            return ab_fail(AB_EINVAL, "config: unknown key '%s%s%s' (allowed here: %s)", where, *where ? "." : "", key,
+                           list);
+        }
+    }
+    return 0;
+}
+
+static json_t *get(const json_t *obj, const char *where, const char *key, bool required, int *rc) {
+    json_t *v = json_object_get(obj, key);
+    *rc = 0;
+    if (!v && required)
+        *rc = ab_fail(AB_EINVAL, "config: missing key '%s%s%s'", where, *where ? "." : "", key);
+    return v;
+}
+
+int ab_config_int(const json_t *obj, const char *where, const char *key, bool required, long long def, long long min,
+                  long long max, long long *out) {
+    int rc;
+    json_t *v = get(obj, where, key, required, &rc);
+    if (rc) return rc;
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    if (!json_is_integer(v))
+        return ab_fail(AB_EINVAL, "config: '%s%s%s' must be an integer", where, *where ? "." : "", key);
+    long long x = json_integer_value(v);
+    if (x < min || x > max)
+        return ab_fail(AB_EINVAL, "config: '%s%s%s' = %lld is outside [%lld, %lld]", where, *where ? "." : "", key, x,
+                       min, max);
+    *out = x;
+    return 0;
+}
+
+int ab_config_num(const json_t *obj, const char *where, const char *key, bool required, double def, double min,
+                  double max, double *out) {
+    int rc;
+    json_t *v = get(obj, where, key, required, &rc);
+    if (rc) return rc;
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    if (!json_is_number(v))
+        return ab_fail(AB_EINVAL, "config: '%s%s%s' must be a number", where, *where ? "." : "", key);
+    double x = json_number_value(v);
+    if (!(x >= min && x <= max))
+        return ab_fail(AB_EINVAL, "config: '%s%s%s' = %g is outside [%g, %g]", where, *where ? "." : "", key, x, min,
+                       max);
+    *out = x;
+    return 0;
+}
+
+int ab_config_bool(const json_t *obj, const char *where, const char *key, bool required, bool def, bool *out) {
+    int rc;
+    json_t *v = get(obj, where, key, required, &rc);
+    if (rc) return rc;
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    if (!json_is_boolean(v))
+        return ab_fail(AB_EINVAL, "config: '%s%s%s' must be true or false", where, *where ? "." : "", key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+int ab_config_str(const json_t *obj, const char *where, const char *key, bool required, const char *def,
+                  const char **out) {
+    int rc;
+    json_t *v = get(obj, where, key, required, &rc);
+    if (rc) return rc;
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    if (!json_is_string(v))
+        return ab_fail(AB_EINVAL, "config: '%s%s%s' must be a string", where, *where ? "." : "", key);
+    *out = json_string_value(v);
+    return 0;
+}

@@ -1,0 +1,40 @@
+/* Run documents (DESIGN.md "Results"): one JSON object per run, schema
+ * "attnbench/run/1", rewritten atomically after every record so a crash loses at most
+ * the record in flight, plus a TSV beside it (same name, .tsv) with chosen columns. */
+#ifndef AB_RESULTS_H
+#define AB_RESULTS_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+typedef struct ab_run ab_run;
+
+/* Starts a run document at PATH (its folder is created). `config` is copied. The TSV
+ * gets one column per entry of `tsv_columns` (NULL-terminated dotted paths into each
+ * record, e.g. "fwd_bwd_ms.median"), or none when NULL. NULL with a message on error. */
+ab_run *ab_run_begin(const char *path, const char *command, const json_t *config, uint64_t seed,
+                     const char *const *tsv_columns);
+/* Sets a top-level key (steals `value`); written with the next save. */
+int ab_run_set(ab_run *r, const char *key, json_t *value);
+/* Appends a record (steals it) and rewrites the JSON and TSV. */
+int ab_run_add(ab_run *r, json_t *record);
+/* Sets status ("ok", "failed", "oom", "timeout", "interrupted"), the finish time,
+ * writes, and frees the run. Returns the write's result. */
+int ab_run_finish(ab_run *r, const char *status);
+/* Writes the current state (status stays "running"). */
+int ab_run_save(ab_run *r);
+const char *ab_run_path(const ab_run *r);
+
+/* A JSON number, or null for NaN and infinities (the record's status says why). */
+json_t *ab_json_num(double x);
+/* Current time as ISO 8601 UTC. */
+void ab_iso_time(char *buf, size_t cap);
+
+/* This machine: CPU model, cores, threads, BLAS build and core type, OPENBLAS_CORETYPE,
+ * OS, compiler, library versions, GPU (none on CPU-only builds). */
+json_t *ab_machine_info(void);
+/* {"commit": ..., "dirty": bool} of the source tree the binary was built from (null
+ * when unknown). */
+json_t *ab_git_info(void);
+
+#endif
