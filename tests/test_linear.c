@@ -363,6 +363,34 @@ static void gather(const attn_shape *s, const float *x, int X, int t, float *dst
         memcpy(dst + (size_t)bh * X, x + ((size_t)bh * s->len + t) * X, sizeof(float) * (size_t)X);
 }
 
+/* sim(q, k) and the sum of |terms| the float feature product adds up to get it
+ * (sum_c |phi(q)_c phi(k)_c|), in double. Their ratio says how much cancellation
+ * the feature dot product has: none for elu+1 (positive features); for polynomial
+ * (c + scale q.k)^2 = c^2 + 2 c scale q.k + scale^2 (q.k)^2 it is large when
+ * c + scale q.k ~ 0. */
+static void sim_terms(const vcfg *v, int D, const float *q, const float *k, double *sim, double *abs_terms) {
+    double dot = 0, adot = 0, qq = 0, kk = 0;
+    for (int a = 0; a < D; a++) {
+        dot += (double)q[a] * k[a];
+        adot += fabs((double)q[a] * k[a]);
+        qq += (double)q[a] * q[a];
+        kk += (double)k[a] * k[a];
+    }
+    if (v->sim == REF_SIM_POLY) {
+        double c = v->c, sc = ref_scale(v, D);
+        *sim = (c + sc * dot) * (c + sc * dot);
+        *abs_terms = (c + sc * adot) * (c + sc * adot);
+    } else if (v->sim == REF_SIM_TAYLOR) {
+        double n = fmax(sqrt(qq), 1e-12) * fmax(sqrt(kk), 1e-12);
+        *sim = 1 + dot / n;
+        *abs_terms = 1 + adot / n;
+    } else {
+        double sm = 0;
+        for (int a = 0; a < D; a++) sm += (q[a] > 0 ? q[a] + 1.0 : exp(q[a])) * (k[a] > 0 ? k[a] + 1.0 : exp(k[a]));
+        *sim = *abs_terms = sm;
+    }
+}
+
 /* Steps from position P (after a prefill of P, out NULL unless with_out) to N-1 give
  * the causal forward's rows. Same sums in another order: relative 2e-5. */
 static void recurrent_check(const vcfg *v, int P, bool with_out) {
@@ -404,17 +432,32 @@ static void recurrent_check(const vcfg *v, int P, bool with_out) {
             memcpy(got + (bh * s.len + t) * s.v_dim, so + bh * s.v_dim, sizeof(float) * s.v_dim);
     }
     /* compare rows that were produced */
+    /* Row t of slice bh is allowed 2e-5 + 1e-7 kappa (relative to max |out|), with
+     * kappa = sum_j |terms of sim_tj| / (den_t + eps): the step forms phi(q) S (sims
+     * never formed) while the chunked forward forms sim_tj first, so where the feature
+     * products cancel (polynomial, c + scale q.k ~ 0, kappa ~4e3 for one row in these
+     * inputs) their float rounding (u = 6e-8 times the sum of |terms|) is amplified
+     * by kappa. Measured: 1.3e-8 kappa on that row, <= 2e-7 elsewhere. */
     int from = with_out ? 0 : P;
     double *w = tu_to_double(want, nv(&s));
-    double scale = tu_max_abs(w, nv(&s)), err = 0;
+    double scale = tu_max_abs(w, nv(&s));
     for (size_t bh = 0; bh < BH; bh++)
-        for (int t = from; t < s.len; t++)
+        for (int t = from; t < s.len; t++) {
+            double den = 0, absum = 0, sm, ab;
+            for (int j = 0; j <= t; j++) {
+                sim_terms(v, s.qk_dim, in.q + (bh * s.len + t) * s.qk_dim, in.k + (bh * s.len + j) * s.qk_dim, &sm,
+                          &ab);
+                den += sm;
+                absum += ab;
+            }
+            double kappa = absum / (den + 1e-6), tol = 2e-5 + 1e-7 * kappa;
             for (int m = 0; m < s.v_dim; m++) {
                 size_t i = (bh * s.len + t) * s.v_dim + m;
-                err = fmax(err, fabs(got[i] - w[i]) / scale);
+                double e = fabs(got[i] - w[i]) / scale;
+                cr_expect_leq(e, tol, "%s prefill %d (out %s) + steps vs forward: row %d of slice %zu err %g (kappa %g)",
+                              v->variant, P, with_out ? "kept" : "NULL", t, bh, e, kappa);
             }
-    cr_expect_lt(err, 2e-5, "%s prefill %d (out %s) + steps vs forward: err %g", v->variant, P,
-                 with_out ? "kept" : "NULL", err);
+        }
     /* the state is full now */
     cr_expect_neq(attn_step(a, &s, cap, state, s.len, sq, sk, sv, so), 0, "step past capacity accepted");
 
