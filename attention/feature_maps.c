@@ -2,6 +2,7 @@
 #include "feature_maps.h"
 
 #include <math.h>
+#include <stdint.h>
 
 size_t fm_dim(fm_kind kind, int D) {
     size_t d = (size_t)D;
@@ -22,6 +23,33 @@ void fm_init(fm_spec *f, fm_kind kind, int D, double c, double scale) {
     f->scale = (float)scale;
 }
 
+/* exp(x) for x <= 0, written to vectorise (libm's expf does not, and was half the
+ * time of the elu forward at D = 64). Range reduction x = n ln2 + r, |r| <= ln2/2
+ * (ln2 split in a 16-bit-exact high part and a low part so n ln2_hi is exact), then
+ * a degree-7 Taylor polynomial for e^r (truncation error |r|^8/8! < 5e-9, below
+ * float rounding) and 2^n from the exponent bits. Accurate to ~2 ulp; inputs below
+ * -87.3 (result under FLT_MIN) give 0. */
+static inline float exp_nonpos(float x) {
+    float xc = x < -87.3f ? -87.3f : x;
+    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
+    float r = xc - n * 0.693145751953125f - n * 1.42860682030941723e-06f;
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    union {
+        int32_t i;
+        float f;
+    } two_n;
+    two_n.i = ((int32_t)n + 127) << 23;
+    float e = p * two_n.f;
+    return x < -87.3f ? 0.0f : e;
+}
+
 /* |x| of one row in double, floored (taylor). */
 static double taylor_norm(const float *x, int D) {
     double s = 0;
@@ -36,7 +64,10 @@ void fm_forward(const fm_spec *f, int n, const float *x, int ldx, float *phi, in
         float *p = phi + (size_t)i * ldphi;
         switch (f->kind) {
         case FM_ELU:
-            for (int a = 0; a < D; a++) p[a] = xi[a] > 0.0f ? xi[a] + 1.0f : expf(xi[a]);
+            for (int a = 0; a < D; a++) {
+                float e = exp_nonpos(xi[a] < 0.0f ? xi[a] : 0.0f);
+                p[a] = xi[a] > 0.0f ? xi[a] + 1.0f : e;
+            }
             break;
         case FM_TAYLOR: {
             double inv = 1.0 / taylor_norm(xi, D);
@@ -68,7 +99,10 @@ void fm_backward(const fm_spec *f, int n, const float *x, int ldx, const float *
         float *o = gx + (size_t)i * ldgx;
         switch (f->kind) {
         case FM_ELU:
-            for (int a = 0; a < D; a++) o[a] = xi[a] > 0.0f ? g[a] : g[a] * expf(xi[a]);
+            for (int a = 0; a < D; a++) {
+                float e = exp_nonpos(xi[a] < 0.0f ? xi[a] : 0.0f);
+                o[a] = xi[a] > 0.0f ? g[a] : g[a] * e;
+            }
             break;
         case FM_TAYLOR: {
             /* u = x / r: du/dx = (I - u u^T) / r above the floor, I / floor below it. */
