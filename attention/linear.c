@@ -109,7 +109,8 @@ static fm_kind kind_of(const attn *a) {
  *   polynomial     D=32, M=64:   76.8 77.2 79.6 91.1 100.2 118.4 167.1  (H=2)
  * Small chunks win: the chunk's own T x T products are the only part whose cost
  * grows with T, and at T = 32 the C x (M+1) state products already run near
- * BLAS speed. 32 is best or within 1% everywhere. */
+ * BLAS speed. 32 is best or within 1% everywhere. At N=16384 (elu, H=8) the host
+ * was noisy (fwd+bwd 134-240 ms between runs); 16 and 32 were within that noise. */
 static int auto_chunk(fm_kind kind, int D) {
     (void)kind;
     (void)D;
