@@ -176,12 +176,36 @@ size_t smx_saved_bytes(const attn *a, const attn_shape *s) {
     return (size_t)s->batch * (size_t)s->heads * (size_t)s->len * (size_t)s->len * sizeof(float);
 }
 
-/* Backward's dP / dS block per thread slot; forward needs none (scores go to saved). */
+/* How backward splits its work. With at least as many slices as threads, each thread
+ * takes whole slices. Otherwise (e.g. B*H = 8 on 16 threads, or one long sequence)
+ * the slices run one after another and the row blocks of a slice are split over the
+ * threads, each adding into its own dK and dV (reduced at the end of the slice): the
+ * per-block GEMMs are too small to give all threads to BLAS. */
+typedef struct {
+    int nt;        /* threads of the parallel loop (slots) */
+    bool by_block; /* parallel over the row blocks of one slice */
+    size_t ds_bytes, part_bytes, slot_bytes; /* per slot: dP / dS block; dK, dV partials */
+} bwd_plan;
+
+static bwd_plan plan_backward(const attn_shape *s) {
+    bwd_plan p;
+    const int N = s->len, nblk = smx_n_blocks(N);
+    const int rb = N < SMX_ROW_BLOCK ? N : SMX_ROW_BLOCK;
+    p.by_block = attn_outer_threads(s->batch * s->heads) == 1 && attn_outer_threads(nblk) > 1;
+    p.nt = p.by_block ? attn_outer_threads(nblk) : attn_outer_threads(s->batch * s->heads);
+    p.ds_bytes = attn_align64((size_t)rb * (size_t)N * sizeof(float));
+    p.part_bytes = p.by_block ? attn_align64((size_t)N * (size_t)s->qk_dim * sizeof(float)) +
+                                    attn_align64((size_t)N * (size_t)s->v_dim * sizeof(float))
+                              : 0;
+    p.slot_bytes = p.ds_bytes + p.part_bytes;
+    return p;
+}
+
+/* Forward needs no workspace (scores go straight into the saved probabilities). */
 size_t smx_workspace_bytes(const attn *a, const attn_shape *s) {
     (void)a;
-    int rb = s->len < SMX_ROW_BLOCK ? s->len : SMX_ROW_BLOCK;
-    size_t slot = attn_align64((size_t)rb * (size_t)s->len * sizeof(float));
-    return (size_t)attn_outer_threads(s->batch * s->heads) * slot;
+    bwd_plan p = plan_backward(s);
+    return (size_t)p.nt * p.slot_bytes;
 }
 
 int smx_forward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v, float *out,
@@ -220,27 +244,80 @@ int smx_backward(attn *a, const attn_shape *s, const float *q, const float *k, c
     const bool causal = s->causal;
     const float scale = (float)attn_scale(a, D);
     const float *P = saved;
-    const int nt = attn_outer_threads(BH);
-    const bool inner = nt == 1 && ab_threads() > 1;
-    const int rbmax = N < SMX_ROW_BLOCK ? N : SMX_ROW_BLOCK;
-    const size_t slot_bytes = attn_align64((size_t)rbmax * (size_t)N * sizeof(float));
+    const bwd_plan pl = plan_backward(s);
+    const int nt = pl.nt;
     char *ws = a->ws;
+
+    if (!pl.by_block) {
+        const bool inner = nt == 1 && ab_threads() > 1;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
+        for (int bh = 0; bh < BH; bh++) {
+            float *ds = (float *)(ws + (size_t)omp_get_thread_num() * pl.slot_bytes);
+            int L = attn_valid_len(s, bh / H);
+            float *dqs = dq + attn_slice(s, bh, D), *dks = dk + attn_slice(s, bh, D), *dvs = dv + attn_slice(s, bh, M);
+            memset(dks, 0, sizeof(float) * (size_t)N * D);
+            memset(dvs, 0, sizeof(float) * (size_t)N * M);
+            memset(dqs + (size_t)L * D, 0, sizeof(float) * (size_t)(N - L) * D);
+            const float *qs = q + attn_slice(s, bh, D), *ks = k + attn_slice(s, bh, D), *vs = v + attn_slice(s, bh, M);
+            const float *dos = dout + attn_slice(s, bh, M), *Ps = P + attn_slice(s, bh, N);
+            for (int blk = 0; blk < nblk; blk++) {
+                int r0 = blk * SMX_ROW_BLOCK, r1 = r0 + SMX_ROW_BLOCK < N ? r0 + SMX_ROW_BLOCK : N;
+                int re = r1 < L ? r1 : L;
+                if (re <= r0) break;
+                smx_block_backward(qs, ks, vs, dos, Ps + (size_t)r0 * N, (size_t)N, ds, dqs, dks, dvs, r0, re,
+                                   causal ? re : L, D, M, causal, scale, inner);
+            }
+        }
+        return 0;
+    }
+
+    /* by_block: slices in turn, blocks of a slice over the threads. The schedule is
+     * static (block -> thread fixed), so the partial sums, and the result, do not
+     * depend on timing. */
     for (int bh = 0; bh < BH; bh++) {
-        float *ds = (float *)(ws + (size_t)omp_get_thread_num() * slot_bytes);
         int L = attn_valid_len(s, bh / H);
         float *dqs = dq + attn_slice(s, bh, D), *dks = dk + attn_slice(s, bh, D), *dvs = dv + attn_slice(s, bh, M);
-        memset(dks, 0, sizeof(float) * (size_t)N * D);
-        memset(dvs, 0, sizeof(float) * (size_t)N * M);
-        memset(dqs + (size_t)L * D, 0, sizeof(float) * (size_t)(N - L) * D);
         const float *qs = q + attn_slice(s, bh, D), *ks = k + attn_slice(s, bh, D), *vs = v + attn_slice(s, bh, M);
         const float *dos = dout + attn_slice(s, bh, M), *Ps = P + attn_slice(s, bh, N);
-        for (int blk = 0; blk < nblk; blk++) {
-            int r0 = blk * SMX_ROW_BLOCK, r1 = r0 + SMX_ROW_BLOCK < N ? r0 + SMX_ROW_BLOCK : N;
-            int re = r1 < L ? r1 : L;
-            if (re <= r0) break;
-            smx_block_backward(qs, ks, vs, dos, Ps + (size_t)r0 * N, (size_t)N, ds, dqs, dks, dvs, r0, re,
-                               causal ? re : L, D, M, causal, scale, inner);
+        const int nb = (L + SMX_ROW_BLOCK - 1) / SMX_ROW_BLOCK; /* blocks holding real queries */
+#pragma omp parallel num_threads(nt)
+        {
+            const int tid = omp_get_thread_num();
+            char *slot = ws + (size_t)tid * pl.slot_bytes;
+            float *ds = (float *)slot;
+            float *dkt = (float *)(slot + pl.ds_bytes);
+            float *dvt = (float *)(slot + pl.ds_bytes + attn_align64((size_t)N * D * sizeof(float)));
+            memset(dkt, 0, sizeof(float) * (size_t)L * D);
+            memset(dvt, 0, sizeof(float) * (size_t)L * M);
+            /* descending blocks, round robin: causal block cost grows with its index */
+#pragma omp for schedule(static, 1)
+            for (int i = 0; i < nb; i++) {
+                int blk = nb - 1 - i;
+                int r0 = blk * SMX_ROW_BLOCK, r1 = r0 + SMX_ROW_BLOCK < N ? r0 + SMX_ROW_BLOCK : N;
+                int re = r1 < L ? r1 : L;
+                smx_block_backward(qs, ks, vs, dos, Ps + (size_t)r0 * N, (size_t)N, ds, dqs, dkt, dvt, r0, re,
+                                   causal ? re : L, D, M, causal, scale, false);
+            }
+            /* (implicit barrier) dK, dV = sum of the partials, in slot order; padding 0 */
+#pragma omp for schedule(static)
+            for (int r = 0; r < N; r++) {
+                float *dkr = dks + (size_t)r * D, *dvr = dvs + (size_t)r * M;
+                for (int c = 0; c < D; c++) dkr[c] = 0.0f;
+                for (int c = 0; c < M; c++) dvr[c] = 0.0f;
+                if (r >= L) {
+                    for (int c = 0; c < D; c++) dqs[(size_t)r * D + c] = 0.0f;
+                    continue;
+                }
+                for (int t = 0; t < nt; t++) {
+                    const char *st = ws + (size_t)t * pl.slot_bytes;
+                    const float *pk = (const float *)(st + pl.ds_bytes) + (size_t)r * D;
+                    const float *pv =
+                        (const float *)(st + pl.ds_bytes + attn_align64((size_t)N * D * sizeof(float))) +
+                        (size_t)r * M;
+                    for (int c = 0; c < D; c++) dkr[c] += pk[c];
+                    for (int c = 0; c < M; c++) dvr[c] += pv[c];
+                }
+            }
         }
     }
     return 0;

@@ -384,6 +384,16 @@ Test(softmax_backward, finite_differences_across_blocks) {
     for (int causal = 0; causal < 2; causal++) check_backward("softmax", NULL, NAN, 2, 1, 300, 5, 3, causal, len, 35, 64);
 }
 
+Test(softmax_backward, finite_differences_one_slice) {
+    /* A single slice (B*H = 1, fewer slices than threads): backward splits the row
+     * blocks of the slice over the threads, each with its own dK/dV partial sums. */
+    const int len[1] = {277};
+    for (int causal = 0; causal < 2; causal++) {
+        check_backward("softmax", NULL, NAN, 1, 1, 300, 5, 3, causal, NULL, 36, 64);
+        check_backward("softmax", NULL, NAN, 1, 1, 300, 5, 3, causal, len, 37, 64);
+    }
+}
+
 /* ---- stateful-softmax == softmax ---- */
 
 Test(stateful_softmax, same_as_softmax_bitwise) {
@@ -391,9 +401,11 @@ Test(stateful_softmax, same_as_softmax_bitwise) {
      * (OpenBLAS partitions a GEMM of given sizes the same way every time). */
     const int len[2] = {300, 173};
     for (int causal = 0; causal < 2; causal++)
-        for (int with_len = 0; with_len < 2; with_len++) {
+        for (int with_len = 0; with_len < 3; with_len++) {
+            /* with_len 2: one slice, so backward takes its split-blocks path */
             problem p;
-            prob_init(&p, 2, 3, 300, 5, 3, causal, with_len ? len : NULL, 41);
+            if (with_len < 2) prob_init(&p, 2, 3, 300, 5, 3, causal, with_len ? len : NULL, 41);
+            else prob_init(&p, 1, 1, 300, 5, 3, causal, &len[1], 42);
             float *o[2], *dq[2], *dk[2], *dv[2];
             for (int vi = 0; vi < 2; vi++) {
                 attn *a = create(variants[vi], NULL);
