@@ -11,11 +11,14 @@
  * Keys at positions >= lengths[b] are never touched; query rows there output zero and
  * get zero gradient. Rows of P that no query reads are left unwritten.
  *
- * Threads: forward blocks are independent, so forward runs over (slice, block) items;
- * backward accumulates dK and dV over the blocks of a slice, so it runs over slices,
- * each thread slot with a SMX_ROW_BLOCK x N buffer for dP / dS. With fewer items than
- * threads the loop runs serially, BLAS gets the threads and the element-wise passes
- * are split over rows. */
+ * Threads: forward blocks are independent, so forward runs over (slice, block) items
+ * (no workspace). Backward accumulates dK and dV over the blocks of a slice: with at
+ * least as many slices as threads it runs over slices, each thread slot with a
+ * SMX_ROW_BLOCK x N buffer for dP / dS; with fewer, it runs the slices in turn and
+ * splits each slice's blocks over the threads, each slot adding into its own dK, dV
+ * (N x (D + M) more per slot), summed at the end of the slice (see plan_backward).
+ * With fewer items than threads a loop runs serially, BLAS gets the threads and the
+ * element-wise passes are split over rows. */
 #include "softmax_cpu.h"
 
 #include "cpu_util.h"
