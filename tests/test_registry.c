@@ -1,1 +1,646 @@
+/* The registry: variant names, options and defaults, option parsing and its errors,
+ * shape checks, recurrent-mode misuse, and workspace reuse. */
+#include "attention.h"
+#include "blas.h"
+#include "error.h"
+#include "memory.h"
+#include "test_util.h"
+
 #include <criterion/criterion.h>
+
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const VARIANTS[] = {"softmax", "stateful-softmax", "linear", "polynomial", "lsh"};
+#define N_VAR 5
+
+/* ---- helpers ---- */
+
+/* attn_option_value that must succeed. */
+static const char *val(const attn *a, const attn_shape *s, const char *key) {
+    static char buf[64];
+    const char *r = attn_option_value(a, s, key, buf, sizeof buf);
+    cr_assert_not_null(r, "%s has no option %s", attn_name(a), key);
+    return r;
+}
+
+static attn *make(const char *variant, int n, const char *const *settings) {
+    attn_options o = {variant, ATTN_DEVICE_CPU, 1, n, settings};
+    attn *a = NULL;
+    int rc = attn_create(&o, &a);
+    cr_assert_eq(rc, 0, "attn_create(%s): %s", variant, attn_error());
+    cr_assert_not_null(a);
+    return a;
+}
+
+/* attn_create must fail with `code`, leave *out NULL, and give a one-line message
+ * that contains every string of `must` (NULL-terminated). */
+static void expect_create_fails(const char *variant, const char *setting, int code, const char *const *must) {
+    const char *settings[1] = {setting};
+    attn_options o = {variant, ATTN_DEVICE_CPU, 1, setting ? 1 : 0, settings};
+    attn *a = (attn *)&o; /* must be reset to NULL */
+    ab_clear_error();
+    int rc = attn_create(&o, &a);
+    cr_assert_eq(rc, code, "attn_create(%s, %s) returned %d, want %d (%s)", variant, setting ? setting : "-", rc,
+                 code, attn_error());
+    cr_assert_null(a, "attn_create leaves *out NULL on failure");
+    const char *msg = attn_error();
+    cr_assert_neq(msg[0], '\0', "no message");
+    cr_assert_null(strchr(msg, '\n'), "message is not one line: %s", msg);
+    for (int i = 0; must && must[i]; i++)
+        cr_assert(strstr(msg, must[i]) != NULL, "attn_create(%s, %s): message '%s' lacks '%s'", variant,
+                  setting ? setting : "-", msg, must[i]);
+}
+
+static attn_shape shape(int B, int H, int N, int D, int M, bool causal, const int *lengths) {
+    attn_shape s = {B, H, N, D, M, causal, lengths};
+    return s;
+}
+
+/* The shape check must fail with a one-line message containing `must`. */
+static void expect_shape_bad(const attn *a, attn_shape s, const char *must) {
+    ab_clear_error();
+    int rc = attn_check_shape(a, &s);
+    cr_assert_lt(rc, 0, "shape B=%d H=%d N=%d D=%d M=%d accepted", s.batch, s.heads, s.len, s.qk_dim, s.v_dim);
+    const char *msg = attn_error();
+    cr_assert(strstr(msg, must) != NULL, "message '%s' lacks '%s'", msg, must);
+    cr_assert_null(strchr(msg, '\n'));
+    cr_assert_eq(attn_saved_bytes(a, &s), 0u, "saved bytes of a rejected shape");
+}
+
+/* ---- names and modes ---- */
+
+Test(registry, names_and_modes) {
+    cr_assert_eq(attn_variant_count(), N_VAR);
+    /* stateful-softmax (key/value cache) and the two linear variants are RNNs; softmax
+     * and lsh have no recurrent step. */
+    static const bool step[N_VAR] = {false, true, true, true, false};
+    for (int v = 0; v < N_VAR; v++) {
+        int i = attn_variant_find(VARIANTS[v]);
+        cr_assert_geq(i, 0, "variant %s is missing", VARIANTS[v]);
+        cr_assert_str_eq(attn_variant_name(i), VARIANTS[v]);
+        cr_assert_not_null(attn_variant_summary(i));
+        cr_assert_neq(attn_variant_summary(i)[0], '\0');
+        cr_assert_eq(attn_variant_has_step(i), step[v], "has_step(%s)", VARIANTS[v]);
+        attn *a = make(VARIANTS[v], 0, NULL);
+        cr_assert_str_eq(attn_name(a), VARIANTS[v]);
+        cr_assert_eq(attn_has_step(a), step[v]);
+        attn_destroy(a);
+    }
+    cr_assert_eq(attn_variant_find("nosuch"), -1);
+    cr_assert_eq(attn_variant_find(NULL), -1);
+    cr_assert_eq(attn_variant_find("Softmax"), -1, "names are case-sensitive");
+    cr_assert_null(attn_variant_name(-1));
+    cr_assert_null(attn_variant_name(N_VAR));
+    cr_assert_not(attn_variant_has_step(N_VAR));
+    cr_assert_not(attn_variant_option(N_VAR, 0, NULL, NULL, NULL));
+    cr_assert_not(attn_variant_option(0, -1, NULL, NULL, NULL));
+    attn_destroy(NULL); /* allowed */
+}
+
+/* ---- options and defaults ---- */
+
+typedef struct {
+    const char *variant, *name, *def;
+    bool numeric;     /* compare defaults as numbers */
+    const char *help; /* a word the help must contain (allowed values), or NULL */
+} opt_expect;
+
+static const opt_expect OPTIONS[] = {
+    {"softmax", "scale", "1/sqrt(D)", false, NULL},
+    {"stateful-softmax", "scale", "1/sqrt(D)", false, NULL},
+    {"linear", "feature_map", "elu", false, "taylor"},
+    {"linear", "eps", "1e-6", true, NULL},
+    {"linear", "chunk", "auto", false, NULL},
+    {"polynomial", "c", "1", true, NULL},
+    {"polynomial", "scale", "1/sqrt(D)", false, NULL},
+    {"polynomial", "eps", "1e-6", true, NULL},
+    {"polynomial", "chunk", "auto", false, NULL},
+    {"lsh", "rounds", "1", true, NULL},
+    {"lsh", "bits", "8", true, NULL},
+    {"lsh", "chunk", "32", true, NULL},
+    {"lsh", "combine", "mean", false, "logsumexp"},
+    {"lsh", "scale", "1/sqrt(D)", false, NULL},
+};
+
+/* Defaults written as "1/sqrt(D)" may be spelt with spaces or another case. */
+static bool same_text_loosely(const char *got, const char *want) {
+    for (;;) {
+        while (*got == ' ') got++;
+        while (*want == ' ') want++;
+        if (!*got || !*want) return *got == *want;
+        if ((*got | 32) != (*want | 32)) return false;
+        got++;
+        want++;
+    }
+}
+
+Test(registry, options_and_defaults) {
+    for (size_t e = 0; e < sizeof OPTIONS / sizeof OPTIONS[0]; e++) {
+        const opt_expect *x = &OPTIONS[e];
+        int i = attn_variant_find(x->variant);
+        cr_assert_geq(i, 0);
+        bool found = false;
+        const char *name, *def, *help;
+        for (int j = 0; attn_variant_option(i, j, &name, &def, &help); j++) {
+            cr_assert_not_null(name);
+            if (strcmp(name, x->name) != 0) continue;
+            found = true;
+            cr_assert_not_null(def);
+            cr_assert_not_null(help);
+            cr_assert_neq(help[0], '\0', "%s.%s has no help", x->variant, x->name);
+            if (x->numeric) {
+                char *end;
+                double got = strtod(def, &end);
+                cr_assert(*def && *end == '\0', "%s.%s default '%s' is not a number", x->variant, x->name, def);
+                /* Defaults are short decimal literals: equal up to the last bit of parsing. */
+                cr_assert(fabs(got - strtod(x->def, NULL)) <= 1e-12 * fabs(got), "%s.%s default %s, want %s",
+                          x->variant, x->name, def, x->def);
+            } else {
+                cr_assert(same_text_loosely(def, x->def), "%s.%s default '%s', want '%s'", x->variant, x->name, def,
+                          x->def);
+            }
+            if (x->help) cr_assert(strstr(help, x->help) != NULL, "%s.%s help '%s' does not list '%s'", x->variant,
+                                   x->name, help, x->help);
+        }
+        cr_assert(found, "variant %s has no option %s", x->variant, x->name);
+    }
+}
+
+Test(registry, every_documented_value_accepted) {
+    static const struct {
+        const char *variant, *setting;
+    } ok[] = {
+        {"softmax", "scale=0.125"},        {"stateful-softmax", "scale=2"},  {"linear", "feature_map=elu"},
+        {"linear", "feature_map=taylor"}, {"linear", "eps=1e-3"},
+        {"linear", "chunk=auto"},         {"linear", "chunk=16"},           {"polynomial", "c=0.5"},
+        {"polynomial", "scale=0.2"},      {"polynomial", "chunk=auto"},     {"polynomial", "eps=1e-6"},
+        {"lsh", "rounds=4"},              {"lsh", "bits=4"},                {"lsh", "chunk=29"},
+        {"lsh", "combine=mean"},          {"lsh", "combine=logsumexp"},     {"lsh", "scale=0.5"},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        const char *s[1] = {ok[i].setting};
+        attn_options o = {ok[i].variant, ATTN_DEVICE_CPU, 0, 1, s};
+        attn *a = NULL;
+        int rc = attn_create(&o, &a);
+        cr_assert_eq(rc, 0, "%s %s: %s", ok[i].variant, ok[i].setting, attn_error());
+        attn_destroy(a);
+    }
+    /* Several settings at once; a later one wins. */
+    const char *many[] = {"feature_map=taylor", "eps=0.01", "chunk=8", "eps=0.02"};
+    attn *a = make("linear", 4, many);
+    cr_assert_str_eq(val(a, NULL, "feature_map"), "taylor");
+    cr_assert_eq(strtod(val(a, NULL, "eps"), NULL), 0.02);
+    cr_assert_eq(strtol(val(a, NULL, "chunk"), NULL, 10), 8);
+    attn_destroy(a);
+}
+
+/* ---- attn_create errors ---- */
+
+Test(registry, create_errors) {
+    /* Unknown variant: the message names it and lists every known one. */
+    {
+        const char *must[] = {"nosuch", "softmax", "stateful-softmax", "linear", "polynomial", "lsh", NULL};
+        expect_create_fails("nosuch", NULL, ATTN_EINVAL, must);
+    }
+    /* Unknown option: named, for every variant. */
+    for (int v = 0; v < N_VAR; v++) {
+        const char *must[] = {"frobnicate", NULL};
+        expect_create_fails(VARIANTS[v], "frobnicate=1", ATTN_EINVAL, must);
+    }
+    /* An option of another variant is unknown here. */
+    {
+        const char *must[] = {"rounds", NULL};
+        expect_create_fails("linear", "rounds=2", ATTN_EINVAL, must);
+    }
+    /* Malformed settings (no '=', empty key). */
+    {
+        const char *must[] = {"scale", NULL};
+        expect_create_fails("softmax", "scale", ATTN_EINVAL, must);
+        const char *must2[] = {"=1", NULL};
+        expect_create_fails("softmax", "=1", ATTN_EINVAL, must2);
+    }
+    /* Non-numeric values. */
+    static const struct {
+        const char *variant, *setting, *name;
+    } bad_value[] = {
+        {"softmax", "scale=abc", "scale"},    {"softmax", "scale=", "scale"},       {"softmax", "scale=nan", "scale"},
+        {"softmax", "scale=inf", "scale"},    {"linear", "eps=1e-6x", "eps"},       {"lsh", "rounds=two", "rounds"},
+        {"lsh", "rounds=1.5", "rounds"},      {"lsh", "bits=", "bits"},             {"polynomial", "c=one", "c"},
+        {"linear", "chunk=fast", "chunk"},
+    };
+    for (size_t i = 0; i < sizeof bad_value / sizeof bad_value[0]; i++) {
+        const char *must[] = {bad_value[i].name, NULL};
+        expect_create_fails(bad_value[i].variant, bad_value[i].setting, ATTN_EINVAL, must);
+    }
+    /* Out of range: zero hashing rounds or rotations, a negative epsilon or chunk. */
+    static const struct {
+        const char *variant, *setting, *name;
+    } out_of_range[] = {
+        {"lsh", "rounds=0", "rounds"},  {"lsh", "bits=0", "bits"},         {"lsh", "chunk=-1", "chunk"},
+        {"linear", "eps=-1", "eps"},    {"polynomial", "eps=-1e-3", "eps"}, {"linear", "chunk=-4", "chunk"},
+        {"lsh", "rounds=99999999999", "rounds"},
+    };
+    for (size_t i = 0; i < sizeof out_of_range / sizeof out_of_range[0]; i++) {
+        const char *must[] = {out_of_range[i].name, NULL};
+        expect_create_fails(out_of_range[i].variant, out_of_range[i].setting, ATTN_EINVAL, must);
+    }
+    /* Unknown choice: the message names the value and the allowed ones. */
+    {
+        const char *must[] = {"relu", "elu", "taylor", NULL};
+        expect_create_fails("linear", "feature_map=relu", ATTN_EINVAL, must);
+        const char *must2[] = {"max", "mean", "logsumexp", NULL};
+        expect_create_fails("lsh", "combine=max", ATTN_EINVAL, must2);
+    }
+    /* NULL arguments and a bad settings list. */
+    attn *a = NULL;
+    cr_assert_eq(attn_create(NULL, &a), ATTN_EINVAL);
+    attn_options o = {"softmax", ATTN_DEVICE_CPU, 0, 0, NULL};
+    cr_assert_eq(attn_create(&o, NULL), ATTN_EINVAL);
+    o.n_settings = 2; /* but no list */
+    cr_assert_eq(attn_create(&o, &a), ATTN_EINVAL);
+    o.n_settings = -1;
+    cr_assert_eq(attn_create(&o, &a), ATTN_EINVAL);
+    o.n_settings = 0;
+    o.device = (attn_device)7;
+    cr_assert_eq(attn_create(&o, &a), ATTN_EINVAL);
+}
+
+Test(registry, cuda_without_backend) {
+    for (int v = 0; v < N_VAR; v++) {
+        attn_options o = {VARIANTS[v], ATTN_DEVICE_CUDA, 0, 0, NULL};
+        attn *a = NULL;
+        ab_clear_error();
+        int rc = attn_create(&o, &a);
+        if (rc == 0) { /* this build has the variant's CUDA backend */
+            cr_assert_not_null(a);
+            attn_destroy(a);
+            continue;
+        }
+        cr_assert_eq(rc, ATTN_EDEVICE, "%s on cuda: %d (%s)", VARIANTS[v], rc, attn_error());
+        cr_assert_null(a);
+        cr_assert(strstr(attn_error(), "CUDA") != NULL, "message '%s' does not mention CUDA", attn_error());
+    }
+}
+
+/* ---- option values ---- */
+
+
+Test(registry, option_values) {
+    char buf[64];
+    attn *a = make("softmax", 0, NULL);
+    attn_shape s16 = shape(1, 1, 4, 16, 3, false, NULL), s5 = shape(1, 1, 4, 5, 3, false, NULL);
+    /* scale resolves to 1/sqrt(D) for a shape; %.9g text keeps float precision. */
+    cr_assert(fabs(strtod(val(a, &s16, "scale"), NULL) - 0.25) < 1e-9);
+    cr_assert(fabs(strtod(val(a, &s5, "scale"), NULL) - 1 / sqrt(5.0)) < 1e-8, "%s",
+              buf);
+    /* Without a shape, the default as text. */
+    cr_assert(same_text_loosely(val(a, NULL, "scale"), "1/sqrt(D)"), "%s", buf);
+    cr_assert_null(attn_option_value(a, NULL, "nosuch", buf, sizeof buf));
+    cr_assert_null(attn_option_value(a, NULL, "eps", buf, sizeof buf), "softmax has no eps");
+    attn_destroy(a);
+
+    const char *set[] = {"scale=0.125"};
+    a = make("softmax", 1, set);
+    cr_assert_eq(strtod(val(a, &s16, "scale"), NULL), 0.125, "explicit scale wins");
+    cr_assert_eq(strtod(val(a, NULL, "scale"), NULL), 0.125);
+    attn_destroy(a);
+
+    a = make("linear", 0, NULL);
+    cr_assert_str_eq(val(a, &s16, "feature_map"), "elu");
+    cr_assert_eq(strtod(val(a, &s16, "eps"), NULL), 1e-6);
+    cr_assert_str_eq(val(a, NULL, "chunk"), "auto");
+    attn_destroy(a);
+
+    const char *lset[] = {"rounds=3", "bits=5", "chunk=29", "combine=logsumexp", "scale=0.3"};
+    a = make("lsh", 5, lset);
+    cr_assert_str_eq(val(a, NULL, "rounds"), "3");
+    cr_assert_str_eq(val(a, NULL, "bits"), "5");
+    cr_assert_str_eq(val(a, NULL, "chunk"), "29");
+    cr_assert_str_eq(val(a, NULL, "combine"), "logsumexp");
+    cr_assert_eq(strtod(val(a, &s5, "scale"), NULL), 0.3);
+    attn_destroy(a);
+
+    a = make("lsh", 0, NULL);
+    cr_assert_str_eq(val(a, NULL, "rounds"), "1");
+    cr_assert_str_eq(val(a, NULL, "bits"), "8");
+    cr_assert_str_eq(val(a, NULL, "chunk"), "32");
+    cr_assert_str_eq(val(a, NULL, "combine"), "mean");
+    attn_destroy(a);
+
+    const char *pset[] = {"c=2.5"};
+    a = make("polynomial", 1, pset);
+    cr_assert_eq(strtod(val(a, NULL, "c"), NULL), 2.5);
+    cr_assert(fabs(strtod(val(a, &s16, "scale"), NULL) - 0.25) < 1e-9);
+    attn_destroy(a);
+}
+
+/* ---- shape checks ---- */
+
+Test(registry, check_shape) {
+    for (int v = 0; v < N_VAR; v++) {
+        attn *a = make(VARIANTS[v], 0, NULL);
+        /* Every size must be >= 1; the message shows the offending size. */
+        expect_shape_bad(a, shape(0, 1, 4, 4, 4, false, NULL), "B=0");
+        expect_shape_bad(a, shape(1, 0, 4, 4, 4, false, NULL), "H=0");
+        expect_shape_bad(a, shape(1, 1, 0, 4, 4, false, NULL), "N=0");
+        expect_shape_bad(a, shape(1, 1, 4, 0, 4, false, NULL), "D=0");
+        expect_shape_bad(a, shape(1, 1, 4, 4, 0, false, NULL), "M=0");
+        expect_shape_bad(a, shape(-2, 1, 4, 4, 4, true, NULL), "B=-2");
+        expect_shape_bad(a, shape(1, -1, 4, 4, 4, true, NULL), "H=-1");
+        expect_shape_bad(a, shape(1, 1, -5, 4, 4, true, NULL), "N=-5");
+        expect_shape_bad(a, shape(1, 1, 4, -3, 4, true, NULL), "D=-3");
+        expect_shape_bad(a, shape(1, 1, 4, 4, INT_MIN, true, NULL), "M=");
+        /* Products that overflow size_t (2^31 each: 2^124 elements). */
+        expect_shape_bad(a, shape(INT_MAX, INT_MAX, INT_MAX, INT_MAX, 1, false, NULL), "overflow");
+        expect_shape_bad(a, shape(1 << 20, 1 << 20, 1 << 20, 1, 1 << 20, true, NULL), "overflow");
+        /* Lengths outside [0, N]. */
+        int bad1[2] = {4, 5}, bad2[2] = {-1, 2};
+        expect_shape_bad(a, shape(2, 1, 4, 4, 4, false, bad1), "lengths");
+        expect_shape_bad(a, shape(2, 1, 4, 4, 4, true, bad2), "lengths");
+        cr_assert_lt(attn_check_shape(a, NULL), 0);
+        cr_assert_lt(attn_check_shape(NULL, &(attn_shape){1, 1, 1, 1, 1, false, NULL}), 0);
+
+        /* Good shapes: N = 1, odd sizes, N not a multiple of any chunk, lengths at both
+         * ends of [0, N], causal and not. */
+        int good_len[3] = {0, 37, 12};
+        attn_shape good[] = {
+            shape(1, 1, 1, 1, 1, false, NULL),  shape(1, 1, 1, 1, 1, true, NULL),
+            shape(2, 3, 37, 5, 3, false, NULL), shape(2, 3, 37, 5, 3, true, NULL),
+            shape(3, 2, 37, 8, 8, true, good_len), shape(3, 2, 37, 8, 8, false, good_len),
+            shape(1, 4, 64, 16, 32, true, NULL),
+        };
+        for (size_t g = 0; g < sizeof good / sizeof good[0]; g++) {
+            int rc = attn_check_shape(a, &good[g]);
+            cr_assert_eq(rc, 0, "%s: shape %zu rejected: %s", VARIANTS[v], g, attn_error());
+        }
+        attn_destroy(a);
+    }
+}
+
+/* ---- recurrent mode misuse ---- */
+
+Test(recurrent, variants_without_step) {
+    static const char *const no_step[] = {"softmax", "lsh"};
+    for (int v = 0; v < 2; v++) {
+        attn *a = make(no_step[v], 0, NULL);
+        attn_shape s = shape(1, 2, 1, 4, 4, true, NULL);
+        cr_assert_eq(attn_state_bytes(a, &s, 8), 0u, "%s has no state", no_step[v]);
+        unsigned char state[256] = {0};
+        float q[8] = {0}, k[8] = {0}, vv[8] = {0}, out[8];
+        ab_clear_error();
+        cr_assert_eq(attn_state_init(a, &s, 8, state), ATTN_EUNSUPPORTED);
+        cr_assert_eq(attn_prefill(a, &s, 8, 1, q, k, vv, out, state), ATTN_EUNSUPPORTED);
+        ab_clear_error();
+        cr_assert_eq(attn_step(a, &s, 8, state, 0, q, k, vv, out), ATTN_EUNSUPPORTED);
+        cr_assert(strstr(attn_error(), no_step[v]) != NULL, "message '%s' does not name the variant", attn_error());
+        attn_destroy(a);
+    }
+}
+
+enum { RB = 2, RH = 3, RD = 5, RM = 3 };
+
+/* A linear object, its recurrent shape and one step's inputs. */
+typedef struct {
+    attn *a;
+    attn_shape s;
+    float q[RB * RH * RD], k[RB * RH * RD], v[RB * RH * RM], out[RB * RH * RM];
+} rec_fixture;
+
+static void rec_make(rec_fixture *f, const char *variant) {
+    f->a = make(variant, 0, NULL);
+    f->s = shape(RB, RH, 1, RD, RM, true, NULL);
+    tu_fill_normal(f->q, RB * RH * RD, 17, 0, 1.0);
+    tu_fill_normal(f->k, RB * RH * RD, 17, 1, 1.0);
+    tu_fill_normal(f->v, RB * RH * RM, 17, 2, 1.0);
+}
+
+static void *rec_state(rec_fixture *f, int capacity) {
+    size_t n = attn_state_bytes(f->a, &f->s, capacity);
+    cr_assert_gt(n, 0u, "state bytes: %s", attn_error());
+    void *st = calloc(1, n);
+    cr_assert_not_null(st);
+    return st;
+}
+
+static void expect_rc_msg(int rc, const char *what) {
+    cr_assert_lt(rc, 0, "%s was accepted", what);
+    cr_assert_neq(attn_error()[0], '\0', "%s: no message", what);
+}
+
+Test(recurrent, linear_shape_misuse) {
+    rec_fixture f;
+    rec_make(&f, "linear");
+    void *st = rec_state(&f, 4);
+
+    attn_shape nc = f.s;
+    nc.causal = false;
+    cr_assert_eq(attn_state_bytes(f.a, &nc, 4), 0u, "non-causal shape has no state");
+    ab_clear_error();
+    expect_rc_msg(attn_state_init(f.a, &nc, 4, st), "non-causal state_init");
+    cr_assert(strstr(attn_error(), "causal") != NULL, "%s", attn_error());
+
+    int lengths[RB] = {1, 1};
+    attn_shape ls = f.s;
+    ls.lengths = lengths;
+    cr_assert_eq(attn_state_bytes(f.a, &ls, 4), 0u);
+    expect_rc_msg(attn_state_init(f.a, &ls, 4, st), "lengths in recurrent mode");
+
+    cr_assert_eq(attn_state_bytes(f.a, &f.s, 0), 0u);
+    expect_rc_msg(attn_state_init(f.a, &f.s, 0, st), "capacity 0");
+    expect_rc_msg(attn_state_init(f.a, &f.s, -3, st), "capacity -3");
+    expect_rc_msg(attn_state_init(f.a, &f.s, 4, NULL), "NULL state");
+
+    attn_shape zero = f.s;
+    zero.qk_dim = 0;
+    expect_rc_msg(attn_state_init(f.a, &zero, 4, st), "D = 0");
+
+    /* A zeroed (never initialised) state. */
+    ab_clear_error();
+    expect_rc_msg(attn_step(f.a, &f.s, 4, st, 0, f.q, f.k, f.v, f.out), "step on an uninitialised state");
+    cr_assert(strstr(attn_error(), "initialised") != NULL, "%s", attn_error());
+    expect_rc_msg(attn_prefill(f.a, &f.s, 4, 1, f.q, f.k, f.v, f.out, st), "prefill on an uninitialised state");
+    free(st);
+    attn_destroy(f.a);
+}
+
+Test(recurrent, linear_step_order_and_capacity) {
+    rec_fixture f;
+    rec_make(&f, "linear");
+    const int cap = 2;
+    void *st = rec_state(&f, cap);
+    cr_assert_eq(attn_state_init(f.a, &f.s, cap, st), 0, "%s", attn_error());
+
+    /* t must equal the number of positions held. */
+    ab_clear_error();
+    expect_rc_msg(attn_step(f.a, &f.s, cap, st, 1, f.q, f.k, f.v, f.out), "step t=1 on an empty state");
+    expect_rc_msg(attn_step(f.a, &f.s, cap, st, -1, f.q, f.k, f.v, f.out), "step t=-1");
+    cr_assert_eq(attn_step(f.a, &f.s, cap, st, 0, f.q, f.k, f.v, f.out), 0, "%s", attn_error());
+    expect_rc_msg(attn_step(f.a, &f.s, cap, st, 0, f.q, f.k, f.v, f.out), "step t=0 again");
+    /* Another capacity or shape than the state was made for. */
+    expect_rc_msg(attn_step(f.a, &f.s, cap + 1, st, 1, f.q, f.k, f.v, f.out), "other capacity");
+    attn_shape other = f.s;
+    other.heads = RH - 1;
+    expect_rc_msg(attn_step(f.a, &other, cap, st, 1, f.q, f.k, f.v, f.out), "other shape");
+    expect_rc_msg(attn_step(f.a, &f.s, cap, st, 1, NULL, f.k, f.v, f.out), "NULL q");
+    /* A failed call leaves the state where it was. */
+    cr_assert_eq(attn_step(f.a, &f.s, cap, st, 1, f.q, f.k, f.v, f.out), 0, "%s", attn_error());
+    /* Full. */
+    ab_clear_error();
+    expect_rc_msg(attn_step(f.a, &f.s, cap, st, 2, f.q, f.k, f.v, f.out), "step past capacity");
+    cr_assert(strstr(attn_error(), "capacity") != NULL, "%s", attn_error());
+    /* Re-initialising empties it. */
+    cr_assert_eq(attn_state_init(f.a, &f.s, cap, st), 0);
+    cr_assert_eq(attn_step(f.a, &f.s, cap, st, 0, f.q, f.k, f.v, f.out), 0, "%s", attn_error());
+    free(st);
+    attn_destroy(f.a);
+}
+
+Test(recurrent, linear_prefill_misuse) {
+    rec_fixture f;
+    rec_make(&f, "linear");
+    const int cap = 3, P = 4;
+    float q[RB * RH * P * RD], k[RB * RH * P * RD], v[RB * RH * P * RM], out[RB * RH * P * RM];
+    tu_fill_normal(q, sizeof q / sizeof q[0], 18, 0, 1.0);
+    tu_fill_normal(k, sizeof k / sizeof k[0], 18, 1, 1.0);
+    tu_fill_normal(v, sizeof v / sizeof v[0], 18, 2, 1.0);
+    void *st = rec_state(&f, cap);
+    cr_assert_eq(attn_state_init(f.a, &f.s, cap, st), 0, "%s", attn_error());
+    ab_clear_error();
+    expect_rc_msg(attn_prefill(f.a, &f.s, cap, P, q, k, v, out, st), "prefill of 4 into capacity 3");
+    expect_rc_msg(attn_prefill(f.a, &f.s, cap, -1, q, k, v, out, st), "prefill of -1");
+    /* The refused prefill left the state empty: a prefill that fits works, with the
+     * prompt's output optional. */
+    cr_assert_eq(attn_prefill(f.a, &f.s, cap, 2, q, k, v, NULL, st), 0, "%s", attn_error());
+    expect_rc_msg(attn_prefill(f.a, &f.s, cap, 1, q, k, v, out, st), "prefill of a non-empty state");
+    expect_rc_msg(attn_step(f.a, &f.s, cap, st, 0, f.q, f.k, f.v, f.out), "step t=0 after a prefill of 2");
+    cr_assert_eq(attn_step(f.a, &f.s, cap, st, 2, f.q, f.k, f.v, f.out), 0, "%s", attn_error());
+    expect_rc_msg(attn_step(f.a, &f.s, cap, st, 3, f.q, f.k, f.v, f.out), "step past capacity after prefill");
+    free(st);
+    attn_destroy(f.a);
+}
+
+Test(recurrent, state_size_by_variant) {
+    attn_shape s = shape(2, 2, 1, 8, 4, true, NULL);
+    /* Linear and polynomial states are (S, Z): constant in the capacity (the paper's
+     * point); the key/value cache of stateful-softmax grows with it. */
+    static const char *const constant[] = {"linear", "polynomial"};
+    for (int v = 0; v < 2; v++) {
+        attn *a = make(constant[v], 0, NULL);
+        size_t small = attn_state_bytes(a, &s, 4), large = attn_state_bytes(a, &s, 4096);
+        cr_assert_gt(small, 0u, "%s: %s", constant[v], attn_error());
+        cr_assert_eq(small, large, "%s state grows with capacity: %zu vs %zu", constant[v], small, large);
+        attn_destroy(a);
+    }
+    attn *a = make("stateful-softmax", 0, NULL);
+    size_t small = attn_state_bytes(a, &s, 4), large = attn_state_bytes(a, &s, 4096);
+    cr_assert_gt(small, 0u, "%s", attn_error());
+    /* A cache of 4096 keys and values of B*H = 4 heads holds at least
+     * 4096 * 4 * (D + M) floats. */
+    cr_assert_geq(large, (size_t)4096 * 4 * (8 + 4) * sizeof(float), "cache of %zu bytes", large);
+    cr_assert_gt(large, small);
+    attn_destroy(a);
+}
+
+/* ---- workspace reuse ---- */
+
+/* Runs forward (and backward) twice at one shape: the second pass must not allocate
+ * (peak unchanged after a reset) nor change the workspace size. */
+static void check_no_realloc(const char *variant, attn_shape s, bool backward) {
+    attn *a = make(variant, 0, NULL);
+    size_t nq = (size_t)s.batch * s.heads * s.len * s.qk_dim, nv = (size_t)s.batch * s.heads * s.len * s.v_dim;
+    float *q = tu_alloc_f(nq), *k = tu_alloc_f(nq), *v = tu_alloc_f(nv), *out = tu_alloc_f(nv);
+    float *dout = tu_alloc_f(nv), *dq = tu_alloc_f(nq), *dk = tu_alloc_f(nq), *dv = tu_alloc_f(nv);
+    tu_fill_normal(q, nq, 21, 0, 1.0);
+    tu_fill_normal(k, nq, 21, 1, 1.0);
+    tu_fill_normal(v, nv, 21, 2, 1.0);
+    tu_fill_normal(dout, nv, 21, 3, 1.0);
+    size_t sb = attn_saved_bytes(a, &s);
+    void *saved = malloc(sb ? sb : 1);
+    for (int pass = 0; pass < 2; pass++) {
+        size_t ws = attn_workspace_bytes(a), cur = ab_mem_current(AB_DEV_CPU);
+        ab_mem_reset_peak(AB_DEV_CPU);
+        int rc = attn_forward(a, &s, q, k, v, out, saved);
+        cr_assert_eq(rc, 0, "%s forward: %s", variant, attn_error());
+        if (backward) {
+            rc = attn_backward(a, &s, q, k, v, dout, saved, dq, dk, dv);
+            cr_assert_eq(rc, 0, "%s backward: %s", variant, attn_error());
+        }
+        if (pass == 1) {
+            cr_assert_eq(ab_mem_peak(AB_DEV_CPU), cur, "%s: repeated call allocated %zu bytes", variant,
+                         ab_mem_peak(AB_DEV_CPU) - cur);
+            cr_assert_eq(attn_workspace_bytes(a), ws, "%s: workspace changed", variant);
+        }
+        cr_assert_eq(ab_mem_current(AB_DEV_CPU), cur + (attn_workspace_bytes(a) - ws),
+                     "%s: a call leaks tracked memory", variant);
+    }
+    free(q), free(k), free(v), free(out), free(dout), free(dq), free(dk), free(dv), free(saved);
+    attn_destroy(a);
+}
+
+Test(workspace, repeated_forward_allocates_nothing) {
+    int lengths[2] = {50, 0};
+    for (int v = 0; v < N_VAR; v++) {
+        check_no_realloc(VARIANTS[v], shape(2, 2, 64, 8, 8, true, NULL), false);
+        check_no_realloc(VARIANTS[v], shape(2, 2, 64, 8, 8, false, lengths), false);
+        check_no_realloc(VARIANTS[v], shape(2, 3, 37, 5, 3, true, NULL), true);
+    }
+}
+
+Test(workspace, reserve_then_calls_allocate_nothing) {
+    attn_shape s = shape(2, 2, 48, 8, 4, true, NULL);
+    size_t nq = (size_t)2 * 2 * 48 * 8, nv = (size_t)2 * 2 * 48 * 4;
+    float *q = tu_alloc_f(nq), *k = tu_alloc_f(nq), *v = tu_alloc_f(nv), *out = tu_alloc_f(nv);
+    float *dq = tu_alloc_f(nq), *dk = tu_alloc_f(nq), *dv = tu_alloc_f(nv);
+    tu_fill_normal(q, nq, 22, 0, 1.0);
+    tu_fill_normal(k, nq, 22, 1, 1.0);
+    tu_fill_normal(v, nv, 22, 2, 1.0);
+    for (int i = 0; i < N_VAR; i++) {
+        attn *a = make(VARIANTS[i], 0, NULL);
+        size_t sb = attn_saved_bytes(a, &s);
+        void *saved = malloc(sb ? sb : 1);
+        cr_assert_eq(attn_reserve(a, &s), 0, "%s: %s", VARIANTS[i], attn_error());
+        size_t cur = ab_mem_current(AB_DEV_CPU), ws = attn_workspace_bytes(a);
+        ab_mem_reset_peak(AB_DEV_CPU);
+        cr_assert_eq(attn_forward(a, &s, q, k, v, out, saved), 0, "%s: %s", VARIANTS[i], attn_error());
+        cr_assert_eq(attn_backward(a, &s, q, k, v, out, saved, dq, dk, dv), 0, "%s: %s", VARIANTS[i], attn_error());
+        cr_assert_eq(ab_mem_peak(AB_DEV_CPU), cur, "%s: forward/backward after reserve allocated", VARIANTS[i]);
+        cr_assert_eq(attn_workspace_bytes(a), ws);
+        /* Reserving a bad shape fails. */
+        attn_shape bad = s;
+        bad.len = 0;
+        cr_assert_lt(attn_reserve(a, &bad), 0);
+        free(saved);
+        attn_destroy(a);
+    }
+    free(q), free(k), free(v), free(out), free(dq), free(dk), free(dv);
+}
+
+Test(workspace, steps_allocate_nothing) {
+    static const char *const with_step[] = {"stateful-softmax", "linear", "polynomial"};
+    enum { B = 2, H = 2, D = 6, M = 3, CAP = 12 };
+    attn_shape s = shape(B, H, 1, D, M, true, NULL);
+    float q[B * H * D], k[B * H * D], v[B * H * M], out[B * H * M];
+    for (int i = 0; i < 3; i++) {
+        attn *a = make(with_step[i], 0, NULL);
+        size_t n = attn_state_bytes(a, &s, CAP);
+        cr_assert_gt(n, 0u, "%s: %s", with_step[i], attn_error());
+        void *st = malloc(n);
+        cr_assert_eq(attn_state_init(a, &s, CAP, st), 0, "%s: %s", with_step[i], attn_error());
+        size_t cur = ab_mem_current(AB_DEV_CPU);
+        ab_mem_reset_peak(AB_DEV_CPU);
+        for (int t = 0; t < CAP; t++) {
+            tu_fill_normal(q, B * H * D, 23, (uint64_t)3 * t, 1.0);
+            tu_fill_normal(k, B * H * D, 23, (uint64_t)3 * t + 1, 1.0);
+            tu_fill_normal(v, B * H * M, 23, (uint64_t)3 * t + 2, 1.0);
+            cr_assert_eq(attn_step(a, &s, CAP, st, t, q, k, v, out), 0, "%s t=%d: %s", with_step[i], t,
+                         attn_error());
+        }
+        cr_assert_eq(ab_mem_peak(AB_DEV_CPU), cur, "%s: steps allocated %zu bytes", with_step[i],
+                     ab_mem_peak(AB_DEV_CPU) - cur);
+        free(st);
+        attn_destroy(a);
+    }
+}
