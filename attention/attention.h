@@ -91,6 +91,8 @@ void attn_reseed(attn *a, uint64_t seed);
 
 /* Validates the shape for this variant (sizes, overflow, lengths, chunking). */
 int attn_check_shape(const attn *a, const attn_shape *s);
+/* Bytes forward saves for backward; 0 (with a message) when the shape is rejected,
+ * and also 0 for variants that save nothing. */
 size_t attn_saved_bytes(const attn *a, const attn_shape *s);
 /* Allocates the workspace for this shape now (optional; forward does it on demand). */
 int attn_reserve(attn *a, const attn_shape *s);
@@ -107,6 +109,8 @@ int attn_backward(attn *a, const attn_shape *s, const float *q, const float *k, 
 /* ---- recurrent (generation) mode; s->len is ignored, s->causal must be true,
  * s->lengths must be NULL ---- */
 
+/* Bytes of a recurrent state for `capacity` positions; 0 (with a message) when the
+ * variant has no recurrent mode or the shape is rejected. */
 size_t attn_state_bytes(const attn *a, const attn_shape *s, int capacity);
 /* Empties a state (position 0 next). */
 int attn_state_init(attn *a, const attn_shape *s, int capacity, void *state);

@@ -220,7 +220,8 @@ static int check_dims(const attn_shape *s) {
     size_t n, bh;
     /* Every tensor's element count must fit in size_t and in int64 (CUDA indexing). */
     int dmax = s->qk_dim > s->v_dim ? s->qk_dim : s->v_dim;
-    if (ab_mul_size((size_t)s->batch, (size_t)s->heads, &bh) || ab_mul_size(bh, (size_t)s->len, &n) ||
+    if (ab_mul_size((size_t)s->batch, (size_t)s->heads, &bh) || bh > (size_t)INT32_MAX ||
+        ab_mul_size(bh, (size_t)s->len, &n) ||
         ab_mul_size(n, (size_t)dmax, &n) || ab_mul_size(n, sizeof(float), &n) || n > (size_t)INT64_MAX)
         return ab_fail(AB_EINVAL, "shape B=%d H=%d N=%d D=%d M=%d: tensor size overflows", s->batch, s->heads, s->len,
                        s->qk_dim, s->v_dim);

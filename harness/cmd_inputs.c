@@ -30,7 +30,6 @@ int cmd_inputs(int argc, char **argv) {
         else if (strcmp(argv[i], "--seed") == 0) seed = cli_parse_u64("--seed", cli_value(argc, argv, &i));
         else if (strcmp(argv[i], "--lengths") == 0) lens = cli_value(argc, argv, &i);
         else if (strcmp(argv[i], "--out") == 0) out = cli_value(argc, argv, &i);
-        else if (strcmp(argv[i], "--threads") == 0) (void)cli_value(argc, argv, &i);
         else cli_die(AB_EXIT_USAGE, "inputs: unknown argument '%s' (see attnbench inputs --help)", argv[i]);
     }
     if (!shape || !out) cli_die(AB_EXIT_USAGE, "inputs: --shape B,H,N,D,M and --out DIR are required");

@@ -66,7 +66,6 @@ static void parse_args(int argc, char **argv, op_args *a) {
         else if (strcmp(o, "--dout") == 0) a->dout = cli_value(argc, argv, &i);
         else if (strcmp(o, "--lengths") == 0) a->lengths = cli_value(argc, argv, &i);
         else if (strcmp(o, "--out") == 0) a->out = cli_value(argc, argv, &i);
-        else if (strcmp(o, "--threads") == 0) (void)cli_value(argc, argv, &i); /* applied by main */
         else cli_die(AB_EXIT_USAGE, "op: unknown argument '%s' (see attnbench op --help)", o);
     }
     if (!a->variant) cli_die(AB_EXIT_USAGE, "op: --variant is required (see attnbench list)");
@@ -121,7 +120,8 @@ int cmd_op(int argc, char **argv) {
     attn_options opt = {a.variant, a.device, a.seed, a.n_settings, a.settings};
     attn *at = NULL;
     int rc = attn_create(&opt, &at);
-    if (rc) cli_die(cli_status_for(rc), "%s", attn_error());
+    /* Every refusal here is about the request (variant, options, device): exit 2. */
+    if (rc) cli_die(rc == AB_ENOMEM ? AB_EXIT_FAILURE : AB_EXIT_USAGE, "%s", attn_error());
 
     ab_array q, k, v, dout = {0}, len = {0};
     load(a.q, "--q", &q);

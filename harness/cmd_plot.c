@@ -59,7 +59,6 @@ int cmd_plot(int argc, char **argv) {
             return 0;
         } else if (strcmp(argv[i], "--out") == 0) prefix = cli_value(argc, argv, &i);
         else if (strcmp(argv[i], "--title") == 0) title = cli_value(argc, argv, &i);
-        else if (strcmp(argv[i], "--threads") == 0) (void)cli_value(argc, argv, &i);
         else if (argv[i][0] == '-') cli_die(AB_EXIT_USAGE, "plot: unknown argument '%s'", argv[i]);
         else if (!in) in = argv[i];
         else cli_die(AB_EXIT_USAGE, "plot: more than one result given");

@@ -4,6 +4,7 @@
 #include "error.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -19,7 +20,9 @@ int ab_atomic_open(ab_atomic_file *af, const char *path) {
         free(af->path);
         return ab_fail(AB_ENOMEM, "out of memory");
     }
-    snprintf(af->tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
+    /* PID and a per-process counter: two threads writing one path do not collide. */
+    static atomic_uint counter;
+    snprintf(af->tmp_path, n, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&counter, 1u));
     af->f = fopen(af->tmp_path, "wb");
     if (!af->f) {
         int e = errno;
@@ -39,8 +42,10 @@ static void release(ab_atomic_file *af) {
 }
 
 int ab_atomic_commit(ab_atomic_file *af) {
-    int bad = ferror(af->f) || fflush(af->f) != 0 || fsync(fileno(af->f)) != 0;
-    int e = errno;
+    errno = 0;
+    int had_error = ferror(af->f);
+    int bad = had_error || fflush(af->f) != 0 || fsync(fileno(af->f)) != 0;
+    int e = errno ? errno : EIO; /* a stream error may leave errno unset */
     if (fclose(af->f) != 0 && !bad) {
         bad = 1;
         e = errno;

@@ -44,14 +44,22 @@ int main(int argc, char **argv) {
         fputs(USAGE, stderr);
         return AB_EXIT_USAGE;
     }
-    /* --threads may also follow the command name; commands pass it back here. */
-    for (int j = i + 1; j < argc; j++)
-        if (strcmp(argv[j], "--threads") == 0 && j + 1 < argc) threads = (int)cli_parse_int("--threads", argv[j + 1], 1, 4096);
+    /* --threads N may also follow the command name: it is taken out here, so the
+     * commands never see it. */
+    const char *cmd = argv[i];
+    char **sub_argv = malloc(sizeof(char *) * (size_t)argc);
+    int sub_argc = 0;
+    for (int j = i + 1; j < argc; j++) {
+        if (strcmp(argv[j], "--threads") == 0) {
+            const char *v = cli_value(argc, argv, &j);
+            threads = (int)cli_parse_int("--threads", v, 1, 4096);
+        } else {
+            sub_argv[sub_argc++] = argv[j];
+        }
+    }
+    sub_argv[sub_argc] = NULL;
     ab_set_threads(threads);
 
-    const char *cmd = argv[i];
-    int sub_argc = argc - i - 1;
-    char **sub_argv = argv + i + 1;
     if (strcmp(cmd, "list") == 0) return cmd_list(sub_argc, sub_argv);
     if (strcmp(cmd, "op") == 0) return cmd_op(sub_argc, sub_argv);
     if (strcmp(cmd, "inputs") == 0) return cmd_inputs(sub_argc, sub_argv);

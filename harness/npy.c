@@ -106,6 +106,14 @@ int ab_npy_read(const char *path, ab_array *out) {
     unsigned char pre[12];
     char *hdr = NULL;
     size_t got = fread(pre, 1, 10, f);
+    if (got == 0) {
+        rc = ab_fail(AB_EINVAL, "%s: empty file, not a .npy file", path);
+        goto done;
+    }
+    if (got < 10 && memcmp(pre, NPY_MAGIC, got < 6 ? got : 6) == 0) {
+        rc = ab_fail(AB_EINVAL, "%s: truncated .npy preamble (%zu bytes)", path, got);
+        goto done;
+    }
     if (got < 10 || memcmp(pre, NPY_MAGIC, 6) != 0) {
         rc = ab_fail(AB_EINVAL, "%s: not a .npy file (bad magic)", path);
         goto done;

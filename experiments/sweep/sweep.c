@@ -571,8 +571,7 @@ int sweep_main(int argc, char **argv, const char *command_line) {
             if (strcmp(d, "cpu") == 0) device = ATTN_DEVICE_CPU;
             else if (strcmp(d, "cuda") == 0) device = ATTN_DEVICE_CUDA;
             else cli_die(AB_EXIT_USAGE, "--device %s: must be cpu or cuda", d);
-        } else if (strcmp(argv[i], "--threads") == 0) (void)cli_value(argc, argv, &i);
-        else if (strcmp(argv[i], "--quiet") == 0) quiet = true;
+        } else if (strcmp(argv[i], "--quiet") == 0) quiet = true;
         else if (argv[i][0] == '-') cli_die(AB_EXIT_USAGE, "bench: unknown argument '%s' (see attnbench bench --help)", argv[i]);
         else if (!config_path) config_path = argv[i];
         else cli_die(AB_EXIT_USAGE, "bench: more than one config given ('%s' and '%s')", config_path, argv[i]);
