@@ -347,7 +347,8 @@ Test(lsh, backward_edge_shapes) {
     lcase cases[] = {
         {1, 1, 1, 3, 2, false, NULL, 2, 4, 32, 1, 1},        /* N = 1: self only */
         {2, 1, 3, 4, 5, true, len0, 1, 2, 1, 0, 2},          /* lengths 0 and 1 */
-        {1, 2, 11, 6, 7, true, NULL, 8, 3, 4, 1, 3},          /* 8 rounds, logsumexp, causal */
+        /* 8 rounds, logsumexp, causal; one slice, so its 3 chunks run on the threads */
+        {1, 1, 11, 6, 7, true, NULL, 8, 3, 4, 1, 3},
         {1, 1, 12, 3, 3, false, NULL, 4, 8, 100, 0, 4},       /* one chunk covers all */
     };
     for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) backward_vs_fd(&cases[t], 500 + t);
