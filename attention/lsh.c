@@ -29,8 +29,11 @@
  * Backward is exact for the sampled hashing (buckets are piecewise constant: no
  * gradient flows through them). With w the round weight (1/R or w_ri):
  *   dS_ij = w P_ij (dout_i . v_j - delta_i), delta_i = dout_i . o_ri (mean) or
- *   dout_i . out_i (logsumexp: the weights' own gradient turns dout_i . o_ri into the
- *   combined output); dq_i += scale sum_j dS_ij k_j; the key side
+ *   dout_i . out_i (logsumexp). Derivation for logsumexp: through o_ri the score
+ *   s_ij gives w P_ij (dout_i . v_j - dout_i . o_ri); through the weights
+ *   (dw_r'/dlse_r = w_r' (1[r = r'] - w_r), dlse_r/ds_ij = P_ij) it gives
+ *   w P_ij (dout_i . o_ri - dout_i . out_i); the o_ri terms cancel in the sum.
+ *   dq_i += scale sum_j dS_ij k_j; the key side
  *   g_j = scale sum_i dS_ij q_i reaches q_j through the normalisation:
  *   dq_j += (g_j - k_j (k_j . g_j)) / |q_j| (g_j / floor where the norm was floored);
  *   dv_j += sum_r w P_ij dout_i.
@@ -39,11 +42,17 @@
  * per-query logsumexp of every round; for logsumexp also the combined logsumexp per
  * query and the combined output. Backward recomputes the chunk scores.
  *
- * Work: OpenMP over the B*H slices; per thread slot a few O(N) vectors and chunk
- * blocks (queries [chunk x D], keys [2 chunk x D], scores [chunk x 2 chunk], ...),
- * all from the workspace; every product (hash, scores, outputs, gradients) is an
- * ab_sgemm. No dense N x N mask and no allocation inside a call. There is no
- * recurrent mode: generation recomputes, as in the paper. */
+ * Work: OpenMP over the B*H slices (attn_outer_threads); with fewer slices than
+ * threads the slices run one after another and the chunks of a slice spread over the
+ * threads instead (chunk products are too small to gain from BLAS threads); backward
+ * then runs even chunks, then odd chunks: chunk c writes the rows of chunks c-1 and c,
+ * so chunks of one parity never share a row. Workspace: the rotations, a few O(N)
+ * vectors per slice in flight, and per thread one set of chunk blocks (queries
+ * [chunk x D], keys [2 chunk x D], scores [chunk x 2 chunk], ...). Every product
+ * (hash, scores, outputs, gradients) is an ab_sgemm. No dense N x N mask, no
+ * allocation inside a call. The rotations are regenerated from the seed by every
+ * forward (rounds * D * bits normals: small next to the attention itself).
+ * There is no recurrent mode: generation recomputes, as in the paper. */
 #include "lsh.h"
 
 #include "cpu_util.h"
@@ -51,7 +60,6 @@
 #include "../harness/error.h"
 #include "../harness/rng.h"
 
-#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
