@@ -24,8 +24,17 @@ void ref_linear(const ref_shape *s, ref_sim sim, double c, double scale, double 
 
 /* LSH attention given explicit buckets: buckets[((r * B + b) * H + h) * N + i] for
  * round r; keys are the L2-normalised queries; chunk, rounds, combine (0 mean,
- * 1 logsumexp) as in the lsh variant. */
+ * 1 logsumexp) as in the lsh variant. Per round: stable sort of the valid positions
+ * by bucket, chunks of `chunk`, a query attends to its chunk and the previous one
+ * (none before chunk 0), causal by original position, itself only when nothing else
+ * is allowed (then o = v_i and the round's logsumexp is the self score). Buckets of
+ * padded positions are not read. */
 void ref_lsh(const ref_shape *s, int rounds, int chunk, int combine, double scale, const int *buckets,
              const double *q, const double *v, double *out);
+
+/* Softmax attention with shared query/key (k = q / max(|q|, 1e-12)) over all valid
+ * positions, with the self rule above: what ref_lsh gives when one chunk covers the
+ * sequence. */
+void ref_shared_qk_softmax(const ref_shape *s, double scale, const double *q, const double *v, double *out);
 
 #endif
