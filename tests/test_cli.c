@@ -254,6 +254,10 @@ Test(cli, list_shows_variants_and_options) {
     }
     const char *must[] = {"extra", NULL};
     expect_usage_error(run("list", "extra", NULL), "list extra", must);
+    /* --threads is a global option, accepted after any command too. */
+    cr_assert_eq(run("list", "--threads", "2", NULL), 0, "list --threads 2: %s", g_stderr);
+    const char *must2[] = {"--threads", NULL};
+    expect_usage_error(run("list", "--threads", NULL), "list --threads (no value)", must2);
 }
 
 Test(cli, global_errors) {
