@@ -34,6 +34,7 @@ typedef struct {
     const char *settings[MAX_SETTINGS];
     char *owned[MAX_SETTINGS];
     int n_settings;
+    bool parallel, recurrent; /* which sides of the sweep run it ("modes") */
 } sweep_variant;
 
 typedef struct {
@@ -69,7 +70,7 @@ static int parse_variants(const json_t *arr, sweep_config *c) {
     if (!json_is_array(arr) || json_array_size(arr) == 0)
         return ab_fail(AB_EINVAL, "config: 'variants' must be a non-empty list");
     if (json_array_size(arr) > MAX_VARIANTS) return ab_fail(AB_EINVAL, "config: at most %d variants", MAX_VARIANTS);
-    static const char *const keys[] = {"label", "variant", "set", NULL};
+    static const char *const keys[] = {"label", "variant", "set", "modes", NULL};
     size_t i;
     json_t *v;
     json_array_foreach(arr, i, v) {
@@ -83,6 +84,22 @@ static int parse_variants(const json_t *arr, sweep_config *c) {
         if ((rc = ab_config_str(v, where, "variant", true, NULL, &sv->variant))) return rc;
         if ((rc = ab_config_str(v, where, "label", false, sv->variant, &label))) return rc;
         snprintf(sv->label, sizeof sv->label, "%s", label);
+        /* "modes": ["parallel", "recurrent"] (default both; recurrent only applies to
+         * variants with a step). */
+        json_t *modes = json_object_get(v, "modes");
+        sv->parallel = sv->recurrent = modes == NULL;
+        if (modes) {
+            size_t mi;
+            json_t *m;
+            if (!json_is_array(modes) || json_array_size(modes) == 0)
+                return ab_fail(AB_EINVAL, "config: '%s.modes' must be a non-empty list of \"parallel\", \"recurrent\"", where);
+            json_array_foreach(modes, mi, m) {
+                const char *ms = json_string_value(m);
+                if (ms && strcmp(ms, "parallel") == 0) sv->parallel = true;
+                else if (ms && strcmp(ms, "recurrent") == 0) sv->recurrent = true;
+                else return ab_fail(AB_EINVAL, "config: '%s.modes.%zu' must be \"parallel\" or \"recurrent\"", where, mi);
+            }
+        }
         json_t *set = json_object_get(v, "set");
         if (set) {
             if (!json_is_object(set)) return ab_fail(AB_EINVAL, "config: '%s.set' must be an object", where);
@@ -618,7 +635,7 @@ int sweep_main(int argc, char **argv, const char *command_line) {
         attn *a;
         if (attn_create(&o, &a)) cli_die(AB_EXIT_USAGE, "%s", attn_error());
         bool stop = false;
-        for (int li = 0; li < c.n_lengths && !g_interrupted; li++) {
+        for (int li = 0; li < c.n_lengths && sv->parallel && !g_interrupted; li++) {
             long long n = c.lengths[li];
             long long b = c.batch_scaled ? c.batch_tokens / n : c.batch_size;
             if (b < 1) b = 1;
@@ -643,7 +660,7 @@ int sweep_main(int argc, char **argv, const char *command_line) {
             }
             if (ab_run_add(run, rec)) cli_die(AB_EXIT_FAILURE, "%s", ab_error());
         }
-        if (attn_has_step(a)) {
+        if (attn_has_step(a) && sv->recurrent) {
             stop = false;
             for (int ci = 0; ci < c.n_contexts && !g_interrupted; ci++) {
                 json_t *rec;
