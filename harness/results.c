@@ -171,6 +171,8 @@ ab_run *ab_run_begin(const char *path, const char *command, const json_t *config
 
 const char *ab_run_path(const ab_run *r) { return r->path; }
 
+json_t *ab_run_records(ab_run *r) { return r->records; }
+
 int ab_run_set(ab_run *r, const char *key, json_t *value) { return json_object_set_new(r->doc, key, value) ? -1 : 0; }
 
 /* Value at a dotted path inside a record, or NULL. */

@@ -24,6 +24,8 @@ int ab_run_finish(ab_run *r, const char *status);
 /* Writes the current state (status stays "running"). */
 int ab_run_save(ab_run *r);
 const char *ab_run_path(const ab_run *r);
+/* The records so far (borrowed reference). */
+json_t *ab_run_records(ab_run *r);
 
 /* A JSON number, or null for NaN and infinities (the record's status says why). */
 json_t *ab_json_num(double x);

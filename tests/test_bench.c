@@ -92,6 +92,12 @@ Test(bench, smoke_sweep_writes_complete_document) {
     }
     cr_assert_eq(parallel, 12);
     cr_assert_eq(recurrent, 8);
+    /* The growth summary: one fitted exponent per variant (two ok lengths each). */
+    json_t *summary = json_object_get(doc, "summary");
+    cr_assert_eq(json_object_size(summary), 6);
+    json_t *lin = json_object_get(summary, "linear");
+    cr_assert(json_is_number(json_object_get(lin, "fwd_bwd_time_exponent")), "no exponent for linear");
+    cr_assert_eq(json_integer_value(json_object_get(lin, "points")), 2);
     json_decref(doc);
     /* The TSV beside it: header + one line per record. */
     FILE *f = fopen(DIR "/smoke.tsv", "r");

@@ -551,6 +551,47 @@ static json_t *run_recurrent(const sweep_config *c, const sweep_variant *sv, att
     return rec;
 }
 
+/* ---- summary: how time grows with N ---- */
+
+/* Least-squares slope of log(per-sample fwd+bwd time) against log(N) over a
+ * variant's ok points: 1 for linear growth, 2 for quadratic. */
+static json_t *growth_summary(json_t *records) {
+    json_t *out = json_object();
+    size_t i;
+    json_t *r;
+    json_array_foreach(records, i, r) {
+        const char *kind = json_string_value(json_object_get(r, "kind"));
+        const char *var = json_string_value(json_object_get(r, "variant"));
+        if (!kind || strcmp(kind, "parallel") != 0 || !var || json_object_get(out, var)) continue;
+        double sx = 0, sy = 0, sxx = 0, sxy = 0;
+        int n = 0;
+        long long lo = 0, hi = 0;
+        size_t j;
+        json_t *q;
+        json_array_foreach(records, j, q) {
+            const char *k2 = json_string_value(json_object_get(q, "kind"));
+            const char *v2 = json_string_value(json_object_get(q, "variant"));
+            const char *st = json_string_value(json_object_get(q, "status"));
+            json_t *t = json_object_get(q, "per_sample_fwd_bwd_ms");
+            if (!k2 || strcmp(k2, "parallel") || !v2 || strcmp(v2, var) || !st || strcmp(st, "ok") || !json_is_number(t))
+                continue;
+            long long len = json_integer_value(json_object_get(q, "len"));
+            double x = log((double)len), y = log(json_number_value(t));
+            sx += x, sy += y, sxx += x * x, sxy += x * y, n++;
+            if (!lo || len < lo) lo = len;
+            if (len > hi) hi = len;
+        }
+        json_t *e = json_object();
+        double den = n * sxx - sx * sx;
+        json_object_set_new(e, "fwd_bwd_time_exponent", n >= 2 && den > 0 ? ab_json_num((n * sxy - sx * sy) / den) : json_null());
+        json_object_set_new(e, "points", json_integer(n));
+        json_object_set_new(e, "len_min", json_integer(lo));
+        json_object_set_new(e, "len_max", json_integer(hi));
+        json_object_set_new(out, var, e);
+    }
+    return out;
+}
+
 /* ---- the command ---- */
 
 static const char BENCH_USAGE[] =
@@ -682,6 +723,19 @@ int sweep_main(int argc, char **argv, const char *command_line) {
         }
         attn_destroy(a);
     }
+    json_t *summary = growth_summary(ab_run_records(run));
+    if (!quiet) {
+        const char *var;
+        json_t *e;
+        json_object_foreach(summary, var, e) {
+            json_t *x = json_object_get(e, "fwd_bwd_time_exponent");
+            if (json_is_number(x))
+                fprintf(stderr, "bench: %-18s time per sample grows as N^%.2f over N = %lld..%lld\n", var,
+                        json_number_value(x), (long long)json_integer_value(json_object_get(e, "len_min")),
+                        (long long)json_integer_value(json_object_get(e, "len_max")));
+        }
+    }
+    ab_run_set(run, "summary", summary);
     const char *final = g_interrupted ? "interrupted" : failed ? "failed" : "ok";
     if (ab_run_finish(run, final)) cli_die(AB_EXIT_FAILURE, "%s", ab_error());
     if (!quiet) fprintf(stderr, "bench: wrote %s (status %s)\n", out_path, final);
