@@ -170,7 +170,7 @@ int ab_optim_config_from_json(const json_t *obj, const char *where, ab_optim_con
         static const char *const skeys[] = {"milestones", "gamma", "warmup", NULL};
         if ((rc = ab_config_only_keys(sched, sw, skeys))) return rc;
         if ((rc = ab_config_num(sched, sw, "gamma", false, c.gamma, -big, big, &c.gamma))) return rc;
-        if ((rc = ab_config_int(sched, sw, "warmup", false, c.warmup, 0, LLONG_MAX, &c.warmup))) return rc;
+        if ((rc = ab_config_int(sched, sw, "warmup", false, c.warmup, LLONG_MIN, LLONG_MAX, &c.warmup))) return rc;
         const json_t *ms = json_object_get(sched, "milestones");
         if (ms) {
             if (!json_is_array(ms))

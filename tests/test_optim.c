@@ -746,7 +746,7 @@ Test(json, bad_configs_name_the_key) {
         {"{\"schedule\": {\"milestones\": [0]}}", "'optim.schedule.milestones' entry 0 = 0"},
         {"{\"schedule\": {\"milestones\": [1.5]}}", "'optim.schedule.milestones' entry 0 must be an integer"},
         {"{\"schedule\": {\"gamma\": 0}}", "'optim.schedule.gamma'"},
-        {"{\"schedule\": {\"warmup\": -5}}", "'optim.schedule.warmup'"},
+        {"{\"schedule\": {\"warmup\": -5}}", "'optim.schedule.warmup' = -5 must be >= 0"},
         {"{\"schedule\": {\"warmup\": 2.5}}", "'optim.schedule.warmup' must be an integer"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
