@@ -232,46 +232,14 @@ void ab_ckpt_close(ab_ckpt_reader *r) {
     free(r);
 }
 
-/* The whole file into r->buf. */
-static int slurp(ab_ckpt_reader *r) {
-    FILE *f = fopen(r->path, "rb");
-    if (!f) {
-        int e = errno;
-        return ab_fail(e == ENOENT ? AB_EINVAL : AB_EIO, "cannot read checkpoint %s: %s", r->path, strerror(e));
-    }
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return ab_fail(AB_EINVAL, "cannot read checkpoint %s: not a regular file", r->path);
-    }
-    if ((unsigned long long)st.st_size > (unsigned long long)SIZE_MAX) {
-        fclose(f);
-        return ab_fail(AB_ENOMEM, "checkpoint %s is too large for this machine", r->path);
-    }
-    r->size = (size_t)st.st_size;
-    if (r->size) {
-        r->buf = ab_alloc(r->size);
-        if (!r->buf) {
-            fclose(f);
-            return ab_fail(AB_ENOMEM, "checkpoint %s: cannot allocate %zu bytes to read it", r->path, r->size);
-        }
-        size_t got = fread(r->buf, 1, r->size, f);
-        if (got != r->size) {
-            int e = ferror(f) ? errno : 0;
-            fclose(f);
-            return ab_fail(AB_EIO, "cannot read checkpoint %s: %s", r->path,
-                           e ? strerror(e) : "the file shrank while being read");
-        }
-    }
-    fclose(f);
-    return 0;
-}
+/* The header's checks, on its first min(size, 64) bytes and the file size, so that a
+ * foreign or damaged file is refused before it is read whole. Fills *hf. */
+typedef struct {
+    uint32_t count, cap, table_crc;
+    uint64_t data_off, file_bytes;
+} header_fields;
 
-/* Every check of the format, in an order that gives the most useful message. */
-static int validate(ab_ckpt_reader *r) {
-    const char *path = r->path;
-    const unsigned char *b = r->buf;
-    const size_t size = r->size;
+static int check_header(const char *path, const unsigned char *b, size_t size, header_fields *hf) {
     if (size == 0) return ab_fail(AB_EINVAL, "%s: empty file, not an attnbench checkpoint", path);
     size_t head = size < 8 ? size : 8;
     if (memcmp(b, MAGIC, head) != 0) {
@@ -299,30 +267,81 @@ static int validate(ab_ckpt_reader *r) {
         return ab_fail(AB_EINVAL, "%s: checkpoint header is corrupt (CRC mismatch)", path);
 
     /* The header is what its writer meant; now check that it makes sense. */
-    uint32_t hbytes = get_u32(b + 16), ebytes = get_u32(b + 20), count = get_u32(b + 24), cap = get_u32(b + 28);
-    uint32_t align = get_u32(b + 32), table_crc = get_u32(b + 56), zero = get_u32(b + 60);
-    uint64_t data_off = get_u64(b + 40), file_bytes = get_u64(b + 48);
+    uint32_t hbytes = get_u32(b + 16), ebytes = get_u32(b + 20), align = get_u32(b + 32), zero = get_u32(b + 60);
+    hf->count = get_u32(b + 24);
+    hf->cap = get_u32(b + 28);
+    hf->table_crc = get_u32(b + 56);
+    hf->data_off = get_u64(b + 40);
+    hf->file_bytes = get_u64(b + 48);
     if (hbytes != HEADER_BYTES || ebytes != ENTRY_BYTES || align != ALIGN || zero != 0)
         return ab_fail(AB_EINVAL, "%s: malformed checkpoint header (sizes %u/%u/%u)", path, hbytes, ebytes, align);
-    if (cap > MAX_CAPACITY || count > cap)
-        return ab_fail(AB_EINVAL, "%s: bad checkpoint table (%u blobs in %u slots, at most %u)", path, count, cap,
-                       MAX_CAPACITY);
-    if (data_off != data_offset_for(cap) || file_bytes < data_off)
+    if (hf->cap > MAX_CAPACITY || hf->count > hf->cap)
+        return ab_fail(AB_EINVAL, "%s: bad checkpoint table (%u blobs in %u slots, at most %u)", path, hf->count,
+                       hf->cap, MAX_CAPACITY);
+    if (hf->data_off != data_offset_for(hf->cap) || hf->file_bytes < hf->data_off)
         return ab_fail(AB_EINVAL, "%s: malformed checkpoint header (data at %llu, file of %llu bytes)", path,
-                       (unsigned long long)data_off, (unsigned long long)file_bytes);
-    if ((uint64_t)size < file_bytes)
+                       (unsigned long long)hf->data_off, (unsigned long long)hf->file_bytes);
+    if ((uint64_t)size < hf->file_bytes)
         return ab_fail(AB_EINVAL, "%s: truncated checkpoint (%zu bytes, its header says %llu)", path, size,
-                       (unsigned long long)file_bytes);
-    if ((uint64_t)size > file_bytes)
+                       (unsigned long long)hf->file_bytes);
+    if ((uint64_t)size > hf->file_bytes)
         return ab_fail(AB_EINVAL, "%s: %llu unexpected bytes after the end of the checkpoint", path,
-                       (unsigned long long)((uint64_t)size - file_bytes));
+                       (unsigned long long)((uint64_t)size - hf->file_bytes));
+    return 0;
+}
+
+/* Reads the first bytes, checks the header, then reads the whole file into r->buf. */
+static int slurp(ab_ckpt_reader *r, header_fields *hf) {
+    FILE *f = fopen(r->path, "rb");
+    if (!f) {
+        int e = errno;
+        return ab_fail(e == ENOENT ? AB_EINVAL : AB_EIO, "cannot read checkpoint %s: %s", r->path, strerror(e));
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        return ab_fail(AB_EINVAL, "cannot read checkpoint %s: not a regular file", r->path);
+    }
+    if ((unsigned long long)st.st_size > (unsigned long long)SIZE_MAX) {
+        fclose(f);
+        return ab_fail(AB_ENOMEM, "checkpoint %s is too large for this machine", r->path);
+    }
+    r->size = (size_t)st.st_size;
+    unsigned char head[HEADER_BYTES];
+    size_t nh = r->size < HEADER_BYTES ? r->size : HEADER_BYTES;
+    int rc = 0;
+    if (fread(head, 1, nh, f) != nh)
+        rc = ab_fail(AB_EIO, "cannot read checkpoint %s: %s", r->path, ferror(f) ? strerror(errno) : "it shrank");
+    if (!rc) rc = check_header(r->path, head, r->size, hf);
+    if (!rc) {
+        r->buf = ab_alloc(r->size); /* size >= 64 here */
+        if (!r->buf)
+            rc = ab_fail(AB_ENOMEM, "checkpoint %s: cannot allocate %zu bytes to read it", r->path, r->size);
+    }
+    if (!rc) {
+        memcpy(r->buf, head, HEADER_BYTES);
+        size_t rest = r->size - HEADER_BYTES;
+        if (fread(r->buf + HEADER_BYTES, 1, rest, f) != rest)
+            rc = ab_fail(AB_EIO, "cannot read checkpoint %s: %s", r->path,
+                         ferror(f) ? strerror(errno) : "the file shrank while being read");
+    }
+    fclose(f);
+    return rc;
+}
+
+/* The table, the layout, the padding and the blobs' CRCs (the header passed). */
+static int validate(ab_ckpt_reader *r, const header_fields *hf) {
+    const char *path = r->path;
+    const unsigned char *b = r->buf;
+    const uint32_t count = hf->count, cap = hf->cap;
+    const uint64_t file_bytes = hf->file_bytes;
     const unsigned char *table = b + HEADER_BYTES;
-    if (crc_of(table, (size_t)cap * ENTRY_BYTES) != table_crc)
+    if (crc_of(table, (size_t)cap * ENTRY_BYTES) != hf->table_crc)
         return ab_fail(AB_EINVAL, "%s: checkpoint table is corrupt (CRC mismatch)", path);
 
     r->entries = calloc(count ? count : 1, sizeof(entry));
     if (!r->entries) return ab_fail(AB_ENOMEM, "out of memory");
-    uint64_t end = data_off; /* where the previous blob ended */
+    uint64_t end = hf->data_off; /* where the previous blob ended */
     for (uint32_t i = 0; i < cap; i++) {
         const unsigned char *t = table + (size_t)i * ENTRY_BYTES;
         if (i >= count) {
@@ -375,8 +394,9 @@ int ab_ckpt_open(const char *path, ab_ckpt_reader **out) {
         free(r);
         return ab_fail(AB_ENOMEM, "out of memory");
     }
-    int rc = slurp(r);
-    if (!rc) rc = validate(r);
+    header_fields hf = {0};
+    int rc = slurp(r, &hf);
+    if (!rc) rc = validate(r, &hf);
     if (rc) {
         ab_ckpt_close(r);
         return rc;

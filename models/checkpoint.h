@@ -76,7 +76,9 @@ void ab_ckpt_abort(ab_ckpt_writer *w);
 typedef struct ab_ckpt_reader ab_ckpt_reader;
 
 /* Reads and validates the whole file (magic, byte order, version, header and table
- * CRCs, layout against the file size, padding, names, every blob's CRC). 0, or
+ * CRCs, layout against the file size, padding, names, every blob's CRC); a file whose
+ * header is wrong is refused before the rest is read. The blobs stay in memory (tracked
+ * allocator) until close. 0, or
  * AB_EINVAL (not a checkpoint, damaged, truncated, other version) / AB_EIO /
  * AB_ENOMEM with a message naming PATH. */
 int ab_ckpt_open(const char *path, ab_ckpt_reader **out);

@@ -511,6 +511,16 @@ Test(checkpoint_bad, foreign_files) {
     expect_refused(p, "empty file", "empty");
     write_bytes(p, "x", 1);
     expect_refused(p, "not an attnbench checkpoint", "one byte");
+    /* A large foreign file is refused from its first bytes, without reading it whole. */
+    const size_t big = 4u << 20;
+    unsigned char *junk = calloc(big, 1);
+    write_bytes(p, junk, big);
+    free(junk);
+    ab_mem_reset_peak(AB_DEV_CPU);
+    size_t base = ab_mem_current(AB_DEV_CPU);
+    expect_refused(p, "not an attnbench checkpoint", "4 MB of zeros");
+    cr_assert_lt(ab_mem_peak(AB_DEV_CPU) - base, 4096u, "refusing a foreign file allocated %zu bytes",
+                 ab_mem_peak(AB_DEV_CPU) - base);
     /* missing file */
     ab_ckpt_reader *r;
     cr_assert_lt(ab_ckpt_open(path_in("missing.ckpt"), &r), 0);
