@@ -400,6 +400,7 @@ static double grad_norm(ab_optim *o, const float *g) {
 }
 
 int ab_optim_step(ab_optim *o, float *params, const float *grad, ab_optim_info *info) {
+    if (!params || !grad) return ab_fail(AB_EINVAL, "optimiser step: NULL %s", params ? "gradient" : "parameters");
     const ab_optim_config *c = &o->cfg;
     double norm = grad_norm(o, grad);
     if (!isfinite(norm))

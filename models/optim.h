@@ -133,8 +133,10 @@ typedef struct {
     bool rectified;    /* RAdam: the rectified adaptive step was taken; Adam: true */
 } ab_optim_info;
 
-/* One step: params (n floats) updated in place from grad (n floats, read only).
- * `info` may be NULL. 0, or AB_EINVAL (non-finite gradient norm: nothing changed). */
+/* One step: params (n floats) updated in place from grad (n floats, read only; the two
+ * must not overlap). `info` may be NULL. 0, or AB_EINVAL (NULL arrays, or a non-finite
+ * gradient norm: nothing changed). One thread at a time per optimiser; the step itself
+ * runs on the OpenMP threads. */
 int ab_optim_step(ab_optim *o, float *params, const float *grad, ab_optim_info *info);
 
 long long ab_optim_steps(const ab_optim *o); /* steps taken so far */

@@ -492,6 +492,9 @@ Test(step, non_finite_gradient_changes_nothing) {
         ab_optim_state(o, &st, &sb);
         cr_assert_eq(memcmp(st, saved, sb), 0);
     }
+    cr_assert_eq(ab_optim_step(o, NULL, g, NULL), AB_EINVAL);
+    cr_assert_eq(ab_optim_step(o, p, NULL, NULL), AB_EINVAL);
+    cr_assert_eq(ab_optim_steps(o), 1);
     free(saved);
     ab_optim_destroy(o);
 }
