@@ -37,4 +37,29 @@ void ref_lsh(const ref_shape *s, int rounds, int chunk, int combine, double scal
  * sequence. */
 void ref_shared_qk_softmax(const ref_shape *s, double scale, const double *q, const double *v, double *out);
 
+/* Adam (Kingma & Ba 2015, Algorithm 1) and RAdam (Liu et al. 2019, as the authors'
+ * radam.py computes it) in double, one step at a time, written from the published
+ * rules with no attention to speed. kind: 0 Adam, 1 RAdam. */
+typedef struct {
+    int kind;
+    double lr, beta1, beta2, eps;
+    double weight_decay;
+    bool decoupled;    /* p -= lr_t * wd * p; else g += wd * p */
+    double clip_norm;  /* 0: none */
+    double threshold;  /* RAdam: rectified step when rho_t >= threshold */
+    int n_milestones;
+    const long long *milestones;
+    double gamma;
+    long long warmup;
+} ref_optim_cfg;
+
+/* lr_t of step t (1-based): lr times gamma for every milestone m < t, times t/warmup
+ * during the warm-up. */
+double ref_optim_lr(const ref_optim_cfg *c, long long t);
+/* Step t on n parameters; decay[i] says whether parameter i is decayed. Updates p, m
+ * and v; returns the gradient norm before clipping; *rectified (may be NULL) tells
+ * whether RAdam took its rectified step (always 1 for Adam). */
+double ref_optim_step(const ref_optim_cfg *c, long long t, int n, double *p, const double *g, double *m, double *v,
+                      const bool *decay, int *rectified);
+
 #endif

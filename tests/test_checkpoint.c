@@ -1,0 +1,945 @@
+/* Checkpoints (models/checkpoint.h): round trips of several blobs (empty, odd-sized,
+ * large), the common blobs (meta, JSON, optimiser), atomic writes that leave an old
+ * file intact on any failure, refusal of foreign, mangled, other-version, truncated,
+ * corrupt and malformed files with messages naming the file, a fuzz pass over every
+ * byte and every length of a valid file, and a bit-identical resume of an optimiser
+ * run through a checkpoint. */
+#include <criterion/criterion.h>
+
+#include "checkpoint.h"
+#include "error.h"
+#include "fileio.h"
+#include "memory.h"
+#include "optim.h"
+#include "rng.h"
+#include "test_util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+/* ------------------------------------------------------------------------------------
+ * Scratch folder and raw file helpers
+ * ---------------------------------------------------------------------------------- */
+
+static char g_dir[600];
+
+static void rm_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char p[1024];
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        remove(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+static void scratch_setup(void) {
+    char base[512];
+    snprintf(base, sizeof base, "%s/checkpoint-tmp", TEST_DATA_DIR);
+    cr_assert_eq(ab_mkdir_p(base), 0, "cannot create %s: %s", base, ab_error());
+    snprintf(g_dir, sizeof g_dir, "%s/XXXXXX", base);
+    cr_assert_not_null(mkdtemp(g_dir), "mkdtemp %s: %s", g_dir, strerror(errno));
+}
+
+static void scratch_teardown(void) { rm_tree(g_dir); }
+
+TestSuite(checkpoint, .init = scratch_setup, .fini = scratch_teardown);
+TestSuite(checkpoint_bad, .init = scratch_setup, .fini = scratch_teardown);
+TestSuite(checkpoint_fuzz, .init = scratch_setup, .fini = scratch_teardown);
+
+static const char *path_in(const char *name) {
+    static char p[1024];
+    snprintf(p, sizeof p, "%s/%s", g_dir, name);
+    return p;
+}
+
+static void write_bytes(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "cannot write %s", path);
+    if (n) cr_assert_eq(fwrite(data, 1, n, f), n);
+    fclose(f);
+}
+
+static unsigned char *read_bytes(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot read %s", path);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *buf = malloc((size_t)len + 1);
+    cr_assert_eq(fread(buf, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    *n = (size_t)len;
+    return buf;
+}
+
+static int count_temporaries(void) {
+    DIR *d = opendir(g_dir);
+    int k = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strstr(e->d_name, ".tmp.")) k++;
+    closedir(d);
+    return k;
+}
+
+static bool file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* The format's fields, as checkpoint.h documents them. */
+static uint32_t rd32(const unsigned char *p) {
+    uint32_t x;
+    memcpy(&x, p, 4);
+    return x;
+}
+static uint64_t rd64(const unsigned char *p) {
+    uint64_t x;
+    memcpy(&x, p, 8);
+    return x;
+}
+static void wr32(unsigned char *p, uint32_t x) { memcpy(p, &x, 4); }
+static void wr64(unsigned char *p, uint64_t x) { memcpy(p, &x, 8); }
+
+/* Recomputes the table and header CRCs after a deliberate edit of the first `len`
+ * bytes, so the reader's later checks (table contents, layout) are the ones exercised.
+ * A table that does not fit in `len` keeps its old CRC. */
+static void fix_crcs(unsigned char *b, size_t len) {
+    uint64_t cap = rd32(b + 28);
+    if (64 + 64 * cap <= len) wr32(b + 56, (uint32_t)crc32(0L, b + 64, (uInt)(64 * cap)));
+    wr32(b + 36, 0);
+    wr32(b + 36, (uint32_t)crc32(0L, b, 64));
+}
+
+/* Opening must fail with AB_EINVAL and a message naming the file and containing `msg`. */
+static void expect_refused(const char *path, const char *msg, const char *what) {
+    ab_ckpt_reader *r = (ab_ckpt_reader *)1;
+    ab_clear_error();
+    int rc = ab_ckpt_open(path, &r);
+    cr_assert_eq(rc, AB_EINVAL, "%s: accepted (rc %d)", what, rc);
+    cr_assert_null(r, "%s: no reader on failure", what);
+    cr_assert(strstr(ab_error(), path), "%s: message '%s' does not name the file", what, ab_error());
+    if (msg) cr_assert(strstr(ab_error(), msg), "%s: message '%s' lacks '%s'", what, ab_error(), msg);
+}
+
+/* ------------------------------------------------------------------------------------
+ * A standard checkpoint with every kind of blob
+ * ---------------------------------------------------------------------------------- */
+
+#define N_STD 6
+typedef struct {
+    const char *name;
+    unsigned char *data;
+    size_t bytes;
+} blob;
+
+typedef struct {
+    blob b[N_STD];
+    int n;
+} blob_set;
+
+static void set_add(blob_set *s, const char *name, const void *data, size_t bytes) {
+    s->b[s->n].name = name;
+    s->b[s->n].data = malloc(bytes ? bytes : 1);
+    if (bytes) memcpy(s->b[s->n].data, data, bytes);
+    s->b[s->n].bytes = bytes;
+    s->n++;
+}
+
+static void set_free(blob_set *s) {
+    for (int i = 0; i < s->n; i++) free(s->b[i].data);
+}
+
+/* Writes PATH with blobs params (1000 floats), empty (0 bytes), odd (13 bytes), meta,
+ * config (JSON) and optim (RAdam state after 3 steps); returns what each holds. */
+static void write_standard(const char *path, blob_set *set) {
+    memset(set, 0, sizeof *set);
+    const size_t n = 1000;
+    float *p = tu_alloc_f(n), *g = tu_alloc_f(n);
+    tu_fill_normal(p, n, 21, 0, 1.0);
+    ab_optim_config oc;
+    ab_optim_config_default(&oc);
+    ab_optim *o;
+    cr_assert_eq(ab_optim_create(&oc, n, NULL, 0, &o), 0);
+    for (int t = 1; t <= 3; t++) {
+        tu_fill_normal(g, n, 21, (uint64_t)t, 1.0);
+        cr_assert_eq(ab_optim_step(o, p, g, NULL), 0);
+    }
+    ab_ckpt_meta m = {.step = 3, .n_params = n, .seed = 21, .data_position = 96, .data_epoch = 1, .elapsed_s = 1.5};
+    m.rng[0] = ab_rng_make(21, 4);
+    m.rng[0].index = 12345;
+    json_t *cfg = json_pack("{s:i, s:f, s:s}", "seed", 21, "lr", 1e-3, "task", "copy");
+
+    ab_ckpt_writer *w;
+    cr_assert_eq(ab_ckpt_begin(path, &w), 0, "%s", ab_error());
+    cr_assert_eq(ab_ckpt_add(w, AB_CKPT_PARAMS, p, n * sizeof(float)), 0, "%s", ab_error());
+    cr_assert_eq(ab_ckpt_add(w, "empty", NULL, 0), 0, "%s", ab_error());
+    cr_assert_eq(ab_ckpt_add(w, "odd", "hello, world!", 13), 0, "%s", ab_error());
+    cr_assert_eq(ab_ckpt_add_meta(w, &m), 0, "%s", ab_error());
+    cr_assert_eq(ab_ckpt_add_json(w, AB_CKPT_CONFIG, cfg), 0, "%s", ab_error());
+    cr_assert_eq(ab_ckpt_add_optim(w, AB_CKPT_OPTIM, o), 0, "%s", ab_error());
+    cr_assert_eq(ab_ckpt_commit(w), 0, "%s", ab_error());
+
+    set_add(set, AB_CKPT_PARAMS, p, n * sizeof(float));
+    set_add(set, "empty", NULL, 0);
+    set_add(set, "odd", "hello, world!", 13);
+    /* meta and config as the reader will see them: read back from the file once, and
+     * checked field by field in their own tests. */
+    ab_ckpt_reader *r;
+    cr_assert_eq(ab_ckpt_open(path, &r), 0, "%s", ab_error());
+    const void *d;
+    size_t nb;
+    cr_assert_eq(ab_ckpt_get(r, AB_CKPT_META, &d, &nb), 0);
+    set_add(set, AB_CKPT_META, d, nb);
+    cr_assert_eq(ab_ckpt_get(r, AB_CKPT_CONFIG, &d, &nb), 0);
+    set_add(set, AB_CKPT_CONFIG, d, nb);
+    ab_ckpt_close(r);
+    const void *st;
+    size_t sb;
+    ab_optim_state(o, &st, &sb);
+    set_add(set, AB_CKPT_OPTIM, st, sb);
+
+    json_decref(cfg);
+    ab_optim_destroy(o);
+    free(p), free(g);
+}
+
+/* The reader holds exactly the blobs of `set`, in order, with identical bytes. */
+static void expect_same(const ab_ckpt_reader *r, const blob_set *set) {
+    cr_assert_eq(ab_ckpt_count(r), set->n);
+    for (int i = 0; i < set->n; i++) {
+        cr_assert_str_eq(ab_ckpt_name(r, i), set->b[i].name);
+        cr_assert(ab_ckpt_has(r, set->b[i].name));
+        const void *d;
+        size_t nb;
+        cr_assert_eq(ab_ckpt_get(r, set->b[i].name, &d, &nb), 0, "%s", ab_error());
+        cr_assert_eq(nb, set->b[i].bytes, "blob %s: %zu bytes, want %zu", set->b[i].name, nb, set->b[i].bytes);
+        cr_assert_eq(memcmp(d, set->b[i].data, nb), 0, "blob %s differs", set->b[i].name);
+        cr_assert_eq((uintptr_t)d % 64, 0, "blob %s is not 64-byte aligned", set->b[i].name);
+    }
+}
+
+/* ------------------------------------------------------------------------------------
+ * Round trips
+ * ---------------------------------------------------------------------------------- */
+
+Test(checkpoint, round_trip_standard) {
+    blob_set set;
+    write_standard(path_in("a.ckpt"), &set);
+    ab_ckpt_reader *r;
+    cr_assert_eq(ab_ckpt_open(path_in("a.ckpt"), &r), 0, "%s", ab_error());
+    expect_same(r, &set);
+    cr_assert_str_eq(ab_ckpt_path(r), path_in("a.ckpt"));
+    cr_assert_null(ab_ckpt_name(r, -1));
+    cr_assert_null(ab_ckpt_name(r, N_STD));
+    cr_assert_not(ab_ckpt_has(r, "nope"));
+    cr_assert_not(ab_ckpt_has(r, NULL));
+    /* read into a caller buffer */
+    float *p = tu_alloc_f(1000);
+    cr_assert_eq(ab_ckpt_read(r, AB_CKPT_PARAMS, p, 1000 * sizeof(float)), 0, "%s", ab_error());
+    cr_assert_eq(memcmp(p, set.b[0].data, 1000 * sizeof(float)), 0);
+    cr_assert_eq(ab_ckpt_read(r, "empty", NULL, 0), 0, "%s", ab_error());
+    free(p);
+    ab_ckpt_close(r);
+    cr_assert_eq(count_temporaries(), 0);
+    set_free(&set);
+}
+
+Test(checkpoint, large_empty_and_zero_blobs) {
+    /* 5 MB + 3 bytes of random data, empty blobs first, between and last. */
+    const size_t big = 5u * 1024 * 1024 + 3;
+    unsigned char *data = malloc(big);
+    for (size_t i = 0; i < big; i += 4) {
+        uint32_t w[4];
+        ab_philox4x32(7, 0, i / 4, w);
+        memcpy(data + i, w, big - i < 4 ? big - i : 4);
+    }
+    ab_ckpt_writer *w;
+    cr_assert_eq(ab_ckpt_begin(path_in("big.ckpt"), &w), 0);
+    cr_assert_eq(ab_ckpt_add(w, "e0", NULL, 0), 0);
+    cr_assert_eq(ab_ckpt_add(w, "big", data, big), 0, "%s", ab_error());
+    cr_assert_eq(ab_ckpt_add(w, "e1", "", 0), 0);
+    cr_assert_eq(ab_ckpt_add(w, "one", "x", 1), 0);
+    cr_assert_eq(ab_ckpt_add(w, "e2", NULL, 0), 0);
+    cr_assert_eq(ab_ckpt_commit(w), 0, "%s", ab_error());
+    blob_set set = {0};
+    set_add(&set, "e0", NULL, 0);
+    set_add(&set, "big", data, big);
+    set_add(&set, "e1", NULL, 0);
+    set_add(&set, "one", "x", 1);
+    set_add(&set, "e2", NULL, 0);
+    ab_ckpt_reader *r;
+    cr_assert_eq(ab_ckpt_open(path_in("big.ckpt"), &r), 0, "%s", ab_error());
+    expect_same(r, &set);
+    ab_ckpt_close(r);
+    set_free(&set);
+    free(data);
+
+    /* No blobs at all is a valid checkpoint too. */
+    cr_assert_eq(ab_ckpt_begin(path_in("none.ckpt"), &w), 0);
+    cr_assert_eq(ab_ckpt_commit(w), 0, "%s", ab_error());
+    cr_assert_eq(ab_ckpt_open(path_in("none.ckpt"), &r), 0, "%s", ab_error());
+    cr_assert_eq(ab_ckpt_count(r), 0);
+    ab_ckpt_close(r);
+
+    /* The largest table: AB_CKPT_MAX_BLOBS blobs, then one more is refused. */
+    cr_assert_eq(ab_ckpt_begin(path_in("full.ckpt"), &w), 0);
+    char name[32];
+    for (int i = 0; i < AB_CKPT_MAX_BLOBS; i++) {
+        snprintf(name, sizeof name, "b%d", i);
+        cr_assert_eq(ab_ckpt_add(w, name, &i, sizeof i), 0, "%s", ab_error());
+    }
+    cr_assert_eq(ab_ckpt_add(w, "more", "x", 1), AB_EINVAL);
+    cr_assert(strstr(ab_error(), "more than 64 blobs"), "%s", ab_error());
+    ab_ckpt_abort(w);
+    cr_assert_eq(count_temporaries(), 0);
+    cr_assert_not(file_exists(path_in("full.ckpt")));
+}
+
+Test(checkpoint, meta_round_trip) {
+    ab_ckpt_meta m;
+    memset(&m, 0, sizeof m);
+    m.step = 3000;
+    m.n_params = 123456789;
+    m.seed = 0xfedcba9876543210ull;
+    m.data_position = 77;
+    m.data_epoch = 5;
+    m.elapsed_s = 1234.5678;
+    for (int i = 0; i < 4; i++) m.extra[i] = (uint64_t)i * 1000 + 1;
+    for (int i = 0; i < AB_CKPT_META_RNGS; i++) m.rng[i] = (ab_rng){(uint64_t)i + 1, (uint64_t)i + 10, UINT64_MAX - (uint64_t)i};
+    ab_ckpt_writer *w;
+    cr_assert_eq(ab_ckpt_begin(path_in("m.ckpt"), &w), 0);
+    cr_assert_eq(ab_ckpt_add_meta(w, &m), 0);
+    cr_assert_eq(ab_ckpt_add(w, "other", "abc", 3), 0);
+    cr_assert_eq(ab_ckpt_commit(w), 0);
+    ab_ckpt_reader *r;
+    cr_assert_eq(ab_ckpt_open(path_in("m.ckpt"), &r), 0, "%s", ab_error());
+    ab_ckpt_meta b;
+    memset(&b, 0xab, sizeof b);
+    cr_assert_eq(ab_ckpt_get_meta(r, &b), 0, "%s", ab_error());
+    cr_assert_eq(b.step, m.step);
+    cr_assert_eq(b.n_params, m.n_params);
+    cr_assert_eq(b.seed, m.seed);
+    cr_assert_eq(b.data_position, m.data_position);
+    cr_assert_eq(b.data_epoch, m.data_epoch);
+    cr_assert_eq(b.elapsed_s, m.elapsed_s);
+    for (int i = 0; i < 4; i++) cr_assert_eq(b.extra[i], m.extra[i]);
+    for (int i = 0; i < AB_CKPT_META_RNGS; i++) {
+        cr_assert_eq(b.rng[i].seed, m.rng[i].seed);
+        cr_assert_eq(b.rng[i].stream, m.rng[i].stream);
+        cr_assert_eq(b.rng[i].index, m.rng[i].index);
+    }
+    ab_ckpt_close(r);
+
+    /* A blob called meta that is not a meta record; no meta at all. */
+    cr_assert_eq(ab_ckpt_begin(path_in("m2.ckpt"), &w), 0);
+    cr_assert_eq(ab_ckpt_add(w, AB_CKPT_META, "\1\0\0\0\4\0\0\0abc", 11), 0);
+    cr_assert_eq(ab_ckpt_commit(w), 0);
+    cr_assert_eq(ab_ckpt_open(path_in("m2.ckpt"), &r), 0);
+    cr_assert_eq(ab_ckpt_get_meta(r, &b), AB_EINVAL);
+    cr_assert(strstr(ab_error(), "blob 'meta' has 11 bytes, expected 184"), "%s", ab_error());
+    ab_ckpt_close(r);
+    cr_assert_eq(ab_ckpt_open(path_in("none.ckpt"), &r), AB_EINVAL, "missing file");
+    cr_assert_eq(ab_ckpt_begin(path_in("none.ckpt"), &w), 0);
+    cr_assert_eq(ab_ckpt_commit(w), 0);
+    cr_assert_eq(ab_ckpt_open(path_in("none.ckpt"), &r), 0);
+    cr_assert_eq(ab_ckpt_get_meta(r, &b), AB_EINVAL);
+    cr_assert(strstr(ab_error(), "no blob 'meta'"), "%s", ab_error());
+    ab_ckpt_close(r);
+}
+
+Test(checkpoint, json_round_trip_is_exact) {
+    json_t *v = json_pack("{s:f, s:f, s:f, s:f, s:[i, i], s:{s:s, s:b}, s:n}", "a", 0.1, "b", 1e-3, "c", 1.0 / 3.0,
+                          "d", 4.9e-324, "list", 1, -2, "obj", "name", "copy \"task\"\n", "flag", 1, "nothing");
+    ab_ckpt_writer *w;
+    cr_assert_eq(ab_ckpt_begin(path_in("j.ckpt"), &w), 0);
+    cr_assert_eq(ab_ckpt_add_json(w, AB_CKPT_CONFIG, v), 0, "%s", ab_error());
+    cr_assert_eq(ab_ckpt_add(w, "bad", "{\"a\": ", 6), 0);
+    cr_assert_eq(ab_ckpt_commit(w), 0);
+    ab_ckpt_reader *r;
+    cr_assert_eq(ab_ckpt_open(path_in("j.ckpt"), &r), 0);
+    json_t *back;
+    cr_assert_eq(ab_ckpt_get_json(r, AB_CKPT_CONFIG, &back), 0, "%s", ab_error());
+    cr_assert(json_equal(v, back), "JSON differs after the round trip");
+    cr_assert_eq(json_real_value(json_object_get(back, "c")), 1.0 / 3.0, "doubles read back exactly");
+    json_decref(back);
+    cr_assert_eq(ab_ckpt_get_json(r, "bad", &back), AB_EINVAL);
+    cr_assert_null(back);
+    cr_assert(strstr(ab_error(), "blob 'bad' is not valid JSON") && strstr(ab_error(), path_in("j.ckpt")), "%s",
+              ab_error());
+    cr_assert_eq(ab_ckpt_get_json(r, "missing", &back), AB_EINVAL);
+    cr_assert(strstr(ab_error(), "no blob 'missing'"), "%s", ab_error());
+    ab_ckpt_close(r);
+    json_decref(v);
+}
+
+/* ------------------------------------------------------------------------------------
+ * Writer errors and atomicity
+ * ---------------------------------------------------------------------------------- */
+
+/* Writes "old" contents to PATH and checks, after `fail` ran, that they survive and
+ * that no temporary file is left. */
+static unsigned char *old_contents(const char *path, size_t *n) {
+    blob_set set;
+    write_standard(path, &set);
+    set_free(&set);
+    return read_bytes(path, n);
+}
+
+static void expect_unchanged(const char *path, const unsigned char *old, size_t n, const char *what) {
+    size_t m;
+    unsigned char *now = read_bytes(path, &m);
+    cr_assert_eq(m, n, "%s: the old file changed size", what);
+    cr_assert_eq(memcmp(now, old, n), 0, "%s: the old file changed", what);
+    free(now);
+    cr_assert_eq(count_temporaries(), 0, "%s: a temporary file is left behind", what);
+    ab_ckpt_reader *r;
+    cr_assert_eq(ab_ckpt_open(path, &r), 0, "%s: the old file no longer opens: %s", what, ab_error());
+    ab_ckpt_close(r);
+}
+
+Test(checkpoint, abort_and_failed_adds_keep_the_old_file) {
+    const char *path = path_in("keep.ckpt");
+    size_t n;
+    unsigned char *old = old_contents(path, &n);
+    float x[4] = {1, 2, 3, 4};
+
+    ab_ckpt_writer *w;
+    cr_assert_eq(ab_ckpt_begin(path, &w), 0);
+    cr_assert_eq(ab_ckpt_add(w, "params", x, sizeof x), 0);
+    ab_ckpt_abort(w);
+    expect_unchanged(path, old, n, "abort");
+    ab_ckpt_abort(NULL);
+
+    /* Each bad add poisons the writer: later adds and the commit fail, nothing lands. */
+    struct {
+        const char *name;
+        const void *data;
+        size_t bytes;
+        const char *msg;
+    } bad[] = {
+        {"", x, 4, "bad blob name ''"},
+        {"has space", x, 4, "bad blob name 'has space'"},
+        {"tab\there", x, 4, "bad blob name"},
+        {"caf\xc3\xa9", x, 4, "bad blob name"},
+        {"a234567890123456789012345678901234567890", x, 4, "1 to 39"},
+        {NULL, x, 4, "bad blob name '(null)'"},
+        {"params", x, 4, "blob 'params' added twice"},
+        {"nodata", NULL, 4, "blob 'nodata' has 4 bytes but no data"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        cr_assert_eq(ab_ckpt_begin(path, &w), 0);
+        cr_assert_eq(ab_ckpt_add(w, "params", x, sizeof x), 0);
+        ab_clear_error();
+        cr_assert_eq(ab_ckpt_add(w, bad[k].name, bad[k].data, bad[k].bytes), AB_EINVAL, "case %zu accepted", k);
+        cr_assert(strstr(ab_error(), bad[k].msg), "case %zu: '%s' lacks '%s'", k, ab_error(), bad[k].msg);
+        cr_assert(strstr(ab_error(), path), "case %zu: '%s' does not name the file", k, ab_error());
+        cr_assert_eq(ab_ckpt_add(w, "later", x, sizeof x), AB_EINVAL, "case %zu: add after a failure", k);
+        cr_assert_neq(ab_ckpt_commit(w), 0, "case %zu: commit after a failed add", k);
+        cr_assert(strstr(ab_error(), "not written"), "case %zu: %s", k, ab_error());
+        expect_unchanged(path, old, n, bad[k].msg);
+    }
+    /* A 39-character name is the longest allowed. */
+    cr_assert_eq(ab_ckpt_begin(path_in("long.ckpt"), &w), 0);
+    cr_assert_eq(ab_ckpt_add(w, "a23456789012345678901234567890123456789", x, 4), 0, "%s", ab_error());
+    cr_assert_eq(ab_ckpt_commit(w), 0);
+    free(old);
+}
+
+Test(checkpoint, write_failure_keeps_the_old_file) {
+    const char *path = path_in("disk.ckpt");
+    size_t n;
+    unsigned char *old = old_contents(path, &n);
+    /* A file-size limit makes writes fail (EFBIG) the way a full disk would: the new
+     * checkpoint (2 MB) cannot be written, the old one (12 kB) must survive. The limit
+     * applies to this test's process only (Criterion runs each test in its own). */
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim = {1 << 20, 1 << 20};
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &lim), 0, "setrlimit: %s", strerror(errno));
+    const size_t big = 2u << 20;
+    unsigned char *data = calloc(big, 1);
+    ab_ckpt_writer *w;
+    cr_assert_eq(ab_ckpt_begin(path, &w), 0, "%s", ab_error());
+    int rc_add = ab_ckpt_add(w, "params", data, big);
+    int rc_commit = ab_ckpt_commit(w);
+    cr_assert(rc_add != 0 || rc_commit != 0, "the write past the limit failed somewhere");
+    cr_assert_eq(rc_commit, AB_EIO, "commit: %d %s", rc_commit, ab_error());
+    cr_assert(strstr(ab_error(), path), "%s", ab_error());
+    expect_unchanged(path, old, n, "write failure");
+    free(data);
+    free(old);
+}
+
+Test(checkpoint, begin_in_a_missing_folder_fails) {
+    ab_ckpt_writer *w = (ab_ckpt_writer *)1;
+    char p[1024];
+    snprintf(p, sizeof p, "%s/no/such/dir/x.ckpt", g_dir);
+    cr_assert_eq(ab_ckpt_begin(p, &w), AB_EIO);
+    cr_assert_null(w);
+    cr_assert(strstr(ab_error(), p), "%s", ab_error());
+}
+
+/* ------------------------------------------------------------------------------------
+ * Refused files
+ * ---------------------------------------------------------------------------------- */
+
+Test(checkpoint_bad, foreign_files) {
+    const char *p = path_in("foreign");
+    write_bytes(p, "hello, I am a text file\n", 24);
+    expect_refused(p, "not an attnbench checkpoint", "text");
+    static const char npy[] = "\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }";
+    write_bytes(p, npy, sizeof npy - 1);
+    expect_refused(p, "not an attnbench checkpoint", "npy");
+    write_bytes(p, "\x7f" "ELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00", 16);
+    expect_refused(p, "not an attnbench checkpoint", "elf");
+    write_bytes(p, "", 0);
+    expect_refused(p, "empty file", "empty");
+    write_bytes(p, "x", 1);
+    expect_refused(p, "not an attnbench checkpoint", "one byte");
+    /* A large foreign file is refused from its first bytes, without reading it whole. */
+    const size_t big = 4u << 20;
+    unsigned char *junk = calloc(big, 1);
+    write_bytes(p, junk, big);
+    free(junk);
+    ab_mem_reset_peak(AB_DEV_CPU);
+    size_t base = ab_mem_current(AB_DEV_CPU);
+    expect_refused(p, "not an attnbench checkpoint", "4 MB of zeros");
+    cr_assert_lt(ab_mem_peak(AB_DEV_CPU) - base, 4096u, "refusing a foreign file allocated %zu bytes",
+                 ab_mem_peak(AB_DEV_CPU) - base);
+    /* missing file */
+    ab_ckpt_reader *r;
+    cr_assert_lt(ab_ckpt_open(path_in("missing.ckpt"), &r), 0);
+    cr_assert(strstr(ab_error(), "missing.ckpt"), "%s", ab_error());
+    /* a folder */
+    cr_assert_lt(ab_ckpt_open(g_dir, &r), 0);
+    cr_assert(strstr(ab_error(), g_dir), "%s", ab_error());
+}
+
+Test(checkpoint_bad, text_mode_version_byte_order) {
+    const char *p = path_in("v.ckpt");
+    blob_set set;
+    write_standard(p, &set);
+    set_free(&set);
+    size_t n;
+    unsigned char *good = read_bytes(p, &n);
+    unsigned char *b = malloc(n + 1);
+
+    /* CR LF turned into LF (a text-mode transfer): the magic loses a byte. */
+    memcpy(b, good, 4);
+    memcpy(b + 4, good + 5, n - 5);
+    write_bytes(p, b, n - 1);
+    expect_refused(p, "text-mode", "CRLF -> LF");
+    /* LF turned into CR LF */
+    memcpy(b, good, 7);
+    b[7] = '\r';
+    memcpy(b + 8, good + 7, n - 7);
+    write_bytes(p, b, n + 1);
+    expect_refused(p, "text-mode", "LF -> CRLF");
+
+    memcpy(b, good, n);
+    wr32(b + 8, 2);
+    fix_crcs(b, n);
+    write_bytes(p, b, n);
+    expect_refused(p, "checkpoint format version 2, this build reads 1", "version 2");
+    wr32(b + 8, 0);
+    write_bytes(p, b, n);
+    expect_refused(p, "checkpoint format version 0, this build reads 1", "version 0");
+
+    memcpy(b, good, n);
+    wr32(b + 12, 0x04030201u);
+    write_bytes(p, b, n);
+    expect_refused(p, "other byte order", "byte order");
+    free(b);
+    free(good);
+}
+
+Test(checkpoint_bad, truncated_at_every_section_boundary) {
+    const char *p = path_in("t.ckpt");
+    blob_set set;
+    write_standard(p, &set);
+    set_free(&set);
+    size_t n;
+    unsigned char *good = read_bytes(p, &n);
+    /* Section boundaries from the file's own table: inside and at the end of the magic,
+     * the header, the table, and at the start, middle and end of every blob. */
+    size_t cuts[64];
+    int k = 0;
+    size_t fixed[] = {1, 4, 7, 8, 12, 32, 63, 64, 65, 128, 64 + 64 * 6, 64 + 64 * 64 - 1, 64 + 64 * 64};
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) cuts[k++] = fixed[i];
+    uint32_t count = rd32(good + 24);
+    cr_assert_eq(count, 6u);
+    for (uint32_t i = 0; i < count; i++) {
+        uint64_t off = rd64(good + 64 + 64 * i + 40), bytes = rd64(good + 64 + 64 * i + 48);
+        cuts[k++] = (size_t)off;
+        if (bytes > 1) cuts[k++] = (size_t)(off + bytes / 2);
+        if (off + bytes < n) cuts[k++] = (size_t)(off + bytes);
+        if (off > 0) cuts[k++] = (size_t)off - 1;
+    }
+    cuts[k++] = n - 1;
+    for (int i = 0; i < k; i++) {
+        cr_assert_lt(cuts[i], n);
+        write_bytes(p, good, cuts[i]);
+        char what[64];
+        snprintf(what, sizeof what, "cut at %zu of %zu", cuts[i], n);
+        expect_refused(p, "truncated", what);
+    }
+    /* One byte too many is refused as well. */
+    unsigned char *b = malloc(n + 1);
+    memcpy(b, good, n);
+    b[n] = 0;
+    write_bytes(p, b, n + 1);
+    expect_refused(p, "1 unexpected bytes after the end", "appended byte");
+    free(b);
+    free(good);
+}
+
+Test(checkpoint_bad, crc_mismatches) {
+    const char *p = path_in("c.ckpt");
+    blob_set set;
+    write_standard(p, &set);
+    size_t n;
+    unsigned char *good = read_bytes(p, &n);
+    unsigned char *b = malloc(n);
+    /* One flipped bit in each non-empty blob names that blob. */
+    for (uint32_t i = 0; i < 6; i++) {
+        uint64_t off = rd64(good + 64 + 64 * i + 40), bytes = rd64(good + 64 + 64 * i + 48);
+        if (!bytes) continue;
+        memcpy(b, good, n);
+        b[off + bytes - 1] ^= 0x10;
+        write_bytes(p, b, n);
+        char msg[96];
+        snprintf(msg, sizeof msg, "blob '%s' is corrupt (CRC mismatch)", set.b[i].name);
+        expect_refused(p, msg, msg);
+    }
+    memcpy(b, good, n);
+    b[50] ^= 1; /* file size field */
+    write_bytes(p, b, n);
+    expect_refused(p, "checkpoint header is corrupt (CRC mismatch)", "header");
+    memcpy(b, good, n);
+    b[64 + 64 * 2 + 50] ^= 1; /* a blob size in the table */
+    write_bytes(p, b, n);
+    expect_refused(p, "checkpoint table is corrupt (CRC mismatch)", "table");
+    memcpy(b, good, n);
+    b[64 + 64 * 40 + 3] = 1; /* an unused table slot */
+    write_bytes(p, b, n);
+    expect_refused(p, "checkpoint table is corrupt (CRC mismatch)", "unused slot");
+    set_free(&set);
+    free(b);
+    free(good);
+}
+
+/* Tables that pass their CRCs but describe something impossible (a buggy or malicious
+ * writer): each refused with a message. */
+Test(checkpoint_bad, bad_tables) {
+    const char *p = path_in("b.ckpt");
+    blob_set set;
+    write_standard(p, &set);
+    set_free(&set);
+    size_t n;
+    unsigned char *good = read_bytes(p, &n);
+    unsigned char *b = malloc(n + 4096);
+    unsigned char *e0 = b + 64, *e1 = b + 128, *e2 = b + 192;
+
+#define CASE(what, msg, edit)                                                                                          \
+    do {                                                                                                               \
+        memcpy(b, good, n);                                                                                            \
+        size_t len = n;                                                                                                \
+        edit;                                                                                                          \
+        fix_crcs(b, n);                                                                                                   \
+        write_bytes(p, b, len);                                                                                        \
+        expect_refused(p, msg, what);                                                                                  \
+    } while (0)
+
+    CASE("count > capacity", "7 blobs in 6 slots", (wr32(b + 24, 7), wr32(b + 28, 6)));
+    CASE("huge capacity", "at most 65536", wr32(b + 28, 1u << 30));
+    CASE("count beyond the used slots", "no valid name", wr32(b + 24, 7));
+    CASE("count below the used slots", "unused slot 5 is not empty", wr32(b + 24, 5));
+    CASE("entry size", "malformed checkpoint header", wr32(b + 20, 32));
+    CASE("alignment", "malformed checkpoint header", wr32(b + 32, 16));
+    CASE("data offset", "malformed checkpoint header", wr64(b + 40, 64));
+    CASE("reserved header field", "malformed checkpoint header", wr32(b + 60, 1));
+    CASE("misaligned blob", "bad checkpoint table (blob 'empty'", wr64(e1 + 40, rd64(e1 + 40) + 4));
+    CASE("overlapping blobs", "bad checkpoint table (blob 'empty'", wr64(e1 + 40, rd64(e0 + 40)));
+    CASE("blob past the end", "bad checkpoint table (blob 'odd'", wr64(e2 + 48, (uint64_t)n));
+    CASE("huge blob size", "bad checkpoint table (blob 'params'", wr64(e0 + 48, UINT64_MAX - 10));
+    CASE("huge offset", "bad checkpoint table (blob 'params'", wr64(e0 + 40, UINT64_MAX - 63));
+    CASE("blob shorter than its room", "blobs end at", wr64(b + 48, (uint64_t)n + 64); len = n + 64;
+         memset(b + n, 0, 64));
+    CASE("duplicate names", "blob 'params' appears twice", memcpy(e2, "params\0\0", 8));
+    CASE("empty name", "entry 1 has no valid name", memset(e1, 0, 40));
+    CASE("name with a space", "entry 2 has no valid name", e2[1] = ' ');
+    CASE("name without NUL", "entry 0 has no valid name", memset(e0, 'a', 40));
+    CASE("bytes after the name", "entry 0: bytes after its name", e0[30] = 'z');
+    CASE("reserved entry field", "reserved field", wr32(e0 + 60, 5));
+    CASE("non-zero padding", "padding before blob 'empty'", b[rd64(e0 + 40) + rd64(e0 + 48)] = 1);
+#undef CASE
+    free(b);
+    free(good);
+}
+
+Test(checkpoint_bad, missing_blob_and_wrong_size) {
+    const char *p = path_in("s.ckpt");
+    blob_set set;
+    write_standard(p, &set);
+    ab_ckpt_reader *r;
+    cr_assert_eq(ab_ckpt_open(p, &r), 0);
+    const void *d = NULL;
+    size_t nb = 77;
+    cr_assert_eq(ab_ckpt_get(r, "weights", &d, &nb), AB_EINVAL);
+    cr_assert(strstr(ab_error(), "no blob 'weights'") && strstr(ab_error(), p), "%s", ab_error());
+    cr_assert_null(d);
+    cr_assert_eq(nb, 77u);
+    float buf[1001];
+    for (int i = 0; i < 1001; i++) buf[i] = -1;
+    cr_assert_eq(ab_ckpt_read(r, AB_CKPT_PARAMS, buf, 1001 * sizeof(float)), AB_EINVAL);
+    cr_assert(strstr(ab_error(), "blob 'params' has 4000 bytes, expected 4004") && strstr(ab_error(), p), "%s",
+              ab_error());
+    cr_assert_eq(buf[0], -1.0f, "the buffer is untouched");
+    cr_assert_eq(ab_ckpt_read(r, "odd", buf, 12), AB_EINVAL);
+    cr_assert(strstr(ab_error(), "blob 'odd' has 13 bytes, expected 12"), "%s", ab_error());
+    cr_assert_eq(ab_ckpt_read(r, "nothing", buf, 4), AB_EINVAL);
+    cr_assert(strstr(ab_error(), "no blob 'nothing'"), "%s", ab_error());
+
+    /* The optimiser blob into an optimiser of another size or kind. */
+    ab_optim_config c;
+    ab_optim_config_default(&c);
+    ab_optim *o;
+    cr_assert_eq(ab_optim_create(&c, 999, NULL, 0, &o), 0);
+    cr_assert_eq(ab_ckpt_get_optim(r, AB_CKPT_OPTIM, o), AB_EINVAL);
+    cr_assert(strstr(ab_error(), p) && strstr(ab_error(), "blob 'optim'") &&
+                  strstr(ab_error(), "1000 parameters, this optimiser has 999"),
+              "%s", ab_error());
+    ab_optim_destroy(o);
+    c.kind = AB_OPTIM_ADAM;
+    cr_assert_eq(ab_optim_create(&c, 1000, NULL, 0, &o), 0);
+    cr_assert_eq(ab_ckpt_get_optim(r, AB_CKPT_OPTIM, o), AB_EINVAL);
+    cr_assert(strstr(ab_error(), "radam state, this optimiser is adam"), "%s", ab_error());
+    cr_assert_eq(ab_ckpt_get_optim(r, "odd", o), AB_EINVAL);
+    cr_assert(strstr(ab_error(), "blob 'odd'") && strstr(ab_error(), "not an attnbench optimiser state"), "%s",
+              ab_error());
+    ab_optim_destroy(o);
+    ab_ckpt_close(r);
+    set_free(&set);
+}
+
+/* ------------------------------------------------------------------------------------
+ * Fuzz: every byte, every length, random damage
+ * ---------------------------------------------------------------------------------- */
+
+/* Opens PATH: either it fails with a message naming the file, or it succeeds and then
+ * (strict) holds exactly the standard blobs, or (not strict) every blob it lists can
+ * be read to its last byte. Returns whether it opened. */
+static bool open_or_refuse(const char *p, const blob_set *set, bool strict, const char *what, size_t where) {
+    ab_ckpt_reader *r = NULL;
+    ab_clear_error();
+    int rc = ab_ckpt_open(p, &r);
+    if (rc == 0) {
+        if (strict) {
+            expect_same(r, set);
+        } else {
+            unsigned sum = 0;
+            for (int i = 0; i < ab_ckpt_count(r); i++) {
+                const void *d;
+                size_t nb;
+                cr_assert_eq(ab_ckpt_get(r, ab_ckpt_name(r, i), &d, &nb), 0);
+                for (size_t j = 0; j < nb; j++) sum += ((const unsigned char *)d)[j];
+            }
+            (void)sum;
+        }
+        ab_ckpt_close(r);
+        return true;
+    }
+    cr_assert_eq(rc, AB_EINVAL, "%s at %zu: code %d", what, where, rc);
+    cr_assert_null(r);
+    cr_assert(strstr(ab_error(), p), "%s at %zu: message '%s' does not name the file", what, where, ab_error());
+    return false;
+}
+
+/* Writes n bytes at offset `at` of an open file. */
+static void put_at(int fd, size_t at, const void *data, size_t n) {
+    cr_assert_eq(pwrite(fd, data, n, (off_t)at), (ssize_t)n, "pwrite: %s", strerror(errno));
+}
+
+Test(checkpoint_fuzz, every_byte_every_length_and_random_damage) {
+    const char *p = path_in("f.ckpt");
+    blob_set set;
+    write_standard(p, &set);
+    size_t n;
+    unsigned char *good = read_bytes(p, &n);
+    unsigned char *b = malloc(n + 64);
+    size_t before = ab_mem_current(AB_DEV_CPU);
+    /* The file is edited in place (one byte, or its length) and restored, which is
+     * much cheaper than rewriting it for each of the ~25000 cases. */
+    int fd = open(p, O_RDWR);
+    cr_assert_geq(fd, 0);
+
+    /* Every single byte changed (to a value that differs): always refused, since every
+     * byte is under a CRC or must be zero. */
+    ab_rng rng = ab_rng_make(99, 0);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char x = good[i] ^ (unsigned char)(1 + ab_rng_next_below(&rng, 255));
+        put_at(fd, i, &x, 1);
+        cr_assert_not(open_or_refuse(p, &set, true, "changed byte", i), "a change at byte %zu went unnoticed", i);
+        put_at(fd, i, good + i, 1);
+    }
+    /* Every length short of the full file: refused as truncated (or empty). */
+    for (size_t len = n; len-- > 0;) {
+        cr_assert_eq(ftruncate(fd, (off_t)len), 0);
+        cr_assert_not(open_or_refuse(p, &set, true, "truncated", len));
+        cr_assert(strstr(ab_error(), len ? "truncated" : "empty"), "length %zu: %s", len, ab_error());
+    }
+    close(fd);
+    /* Random damage: 1 to 16 random bytes overwritten, sometimes truncated or extended
+     * as well. Opening may not crash; if it succeeds, the data must be intact. */
+    for (int it = 0; it < 300; it++) {
+        memcpy(b, good, n);
+        size_t len = n;
+        int k = 1 + (int)ab_rng_next_below(&rng, 16);
+        for (int j = 0; j < k; j++) b[ab_rng_next_below(&rng, (uint32_t)n)] = (unsigned char)ab_rng_next_below(&rng, 256);
+        uint32_t mode = ab_rng_next_below(&rng, 4);
+        if (mode == 1) len = ab_rng_next_below(&rng, (uint32_t)n);
+        if (mode == 2) {
+            size_t extra = 1 + ab_rng_next_below(&rng, 64);
+            for (size_t j = 0; j < extra; j++) b[n + j] = (unsigned char)ab_rng_next_below(&rng, 256);
+            len = n + extra;
+        }
+        write_bytes(p, b, len);
+        open_or_refuse(p, &set, true, "random damage", (size_t)it);
+    }
+    /* Damage with the CRCs recomputed, so the structural checks are reached: header and
+     * table bytes set at random. Such a file may be valid (a renamed blob, say); then
+     * every blob it lists must be readable. */
+    int opened = 0;
+    for (int it = 0; it < 300; it++) {
+        memcpy(b, good, n);
+        int k = 1 + (int)ab_rng_next_below(&rng, 4);
+        for (int j = 0; j < k; j++) {
+            size_t at = 8 + ab_rng_next_below(&rng, 64 + 64 * 7 - 8); /* header after the magic, used table */
+            if (at >= 36 && at < 40) continue;                         /* the header CRC itself */
+            b[at] = (unsigned char)ab_rng_next_below(&rng, 256);
+        }
+        fix_crcs(b, n);
+        write_bytes(p, b, n);
+        opened += open_or_refuse(p, &set, false, "structural damage", (size_t)it);
+    }
+    /* Most such damage is refused (sizes, offsets, flags); only name changes pass. */
+    cr_assert_lt(opened, 30, "%d of 300 structurally damaged files opened (6 measured)", opened);
+    cr_assert_eq(ab_mem_current(AB_DEV_CPU), before, "refused opens leak nothing");
+    set_free(&set);
+    free(b);
+    free(good);
+}
+
+/* ------------------------------------------------------------------------------------
+ * Resume: an optimiser run continued from a checkpoint equals the uninterrupted run
+ * ---------------------------------------------------------------------------------- */
+
+#define RESUME_N 5003
+#define RESUME_STEPS 20
+
+static const char *RESUME_CONFIG =
+    "{\"kind\": \"radam\", \"lr\": 0.01, \"weight_decay\": 0.05, \"clip_norm\": 30.0,"
+    " \"schedule\": {\"milestones\": [9, 15], \"gamma\": 0.3, \"warmup\": 3}}";
+
+/* The gradient of step t: a function of (seed, data position) as a data stream would be. */
+static void resume_grad(float *g, uint64_t seed, uint64_t position) {
+    tu_fill_normal(g, RESUME_N, seed, 1000 + position, 1.0);
+}
+
+static ab_optim *resume_optim(const json_t *cfg_json) {
+    ab_optim_config c;
+    cr_assert_eq(ab_optim_config_from_json(cfg_json, "optim", &c), 0, "%s", ab_error());
+    const ab_optim_range r[3] = {{0, 2000, true}, {2000, 3, false}, {2003, RESUME_N - 2003, true}};
+    ab_optim *o;
+    cr_assert_eq(ab_optim_create(&c, RESUME_N, r, 3, &o), 0, "%s", ab_error());
+    return o;
+}
+
+Test(checkpoint, resume_is_bit_identical) {
+    json_error_t err;
+    json_t *cfg = json_loads(RESUME_CONFIG, 0, &err);
+    cr_assert_not_null(cfg);
+    const uint64_t seed = 4242;
+    float *g = tu_alloc_f(RESUME_N);
+
+    /* Uninterrupted. */
+    float *pa = tu_alloc_f(RESUME_N);
+    tu_fill_normal(pa, RESUME_N, seed, 0, 1.0);
+    ab_optim *a = resume_optim(cfg);
+    for (uint64_t t = 1; t <= RESUME_STEPS; t++) {
+        resume_grad(g, seed, t);
+        cr_assert_eq(ab_optim_step(a, pa, g, NULL), 0);
+    }
+
+    /* Stopped after 5 steps (before RAdam's first rectified step, the warm-up done, the
+     * milestones ahead), checkpointed, everything thrown away, then resumed. */
+    const char *p = path_in("run.ckpt");
+    {
+        float *pb = tu_alloc_f(RESUME_N);
+        tu_fill_normal(pb, RESUME_N, seed, 0, 1.0);
+        ab_optim *b = resume_optim(cfg);
+        uint64_t t = 0;
+        while (t < 5) {
+            t++;
+            resume_grad(g, seed, t);
+            cr_assert_eq(ab_optim_step(b, pb, g, NULL), 0);
+        }
+        ab_ckpt_meta m = {.step = (uint64_t)ab_optim_steps(b), .n_params = RESUME_N, .seed = seed, .data_position = t};
+        ab_ckpt_writer *w;
+        cr_assert_eq(ab_ckpt_begin(p, &w), 0);
+        cr_assert_eq(ab_ckpt_add_meta(w, &m), 0);
+        cr_assert_eq(ab_ckpt_add_json(w, AB_CKPT_CONFIG, cfg), 0);
+        cr_assert_eq(ab_ckpt_add(w, AB_CKPT_PARAMS, pb, RESUME_N * sizeof(float)), 0);
+        cr_assert_eq(ab_ckpt_add_optim(w, AB_CKPT_OPTIM, b), 0);
+        cr_assert_eq(ab_ckpt_commit(w), 0, "%s", ab_error());
+        ab_optim_destroy(b);
+        memset(pb, 0, RESUME_N * sizeof(float));
+        free(pb);
+    }
+    ab_ckpt_reader *r;
+    cr_assert_eq(ab_ckpt_open(p, &r), 0, "%s", ab_error());
+    ab_ckpt_meta m;
+    cr_assert_eq(ab_ckpt_get_meta(r, &m), 0, "%s", ab_error());
+    json_t *cfg2;
+    cr_assert_eq(ab_ckpt_get_json(r, AB_CKPT_CONFIG, &cfg2), 0, "%s", ab_error());
+    ab_optim *b = resume_optim(cfg2);
+    json_decref(cfg2);
+    float *pb = tu_alloc_f(RESUME_N);
+    cr_assert_eq(m.n_params, RESUME_N);
+    cr_assert_eq(ab_ckpt_read(r, AB_CKPT_PARAMS, pb, RESUME_N * sizeof(float)), 0, "%s", ab_error());
+    cr_assert_eq(ab_ckpt_get_optim(r, AB_CKPT_OPTIM, b), 0, "%s", ab_error());
+    ab_ckpt_close(r);
+    cr_assert_eq(ab_optim_steps(b), 5);
+    cr_assert_eq(m.step, 5u);
+    for (uint64_t t = m.data_position + 1; t <= RESUME_STEPS; t++) {
+        resume_grad(g, m.seed, t);
+        ab_optim_info info;
+        cr_assert_eq(ab_optim_step(b, pb, g, &info), 0);
+        cr_assert_eq(info.step, (long long)t);
+    }
+    cr_assert_eq(memcmp(pa, pb, RESUME_N * sizeof(float)), 0, "resumed parameters differ from the uninterrupted run");
+    const void *sa, *sb;
+    size_t na, nb;
+    ab_optim_state(a, &sa, &na);
+    ab_optim_state(b, &sb, &nb);
+    cr_assert_eq(na, nb);
+    cr_assert_eq(memcmp(sa, sb, na), 0, "resumed optimiser state differs");
+    ab_optim_destroy(a), ab_optim_destroy(b);
+    free(pa), free(pb), free(g);
+    json_decref(cfg);
+}
