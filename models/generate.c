@@ -134,7 +134,8 @@ static int check_tokens(const tf_model *m, const int *tokens, size_t n) {
 
 int tf_gen_prefill(tf_gen *g, const int *tokens, int P, float *logits) {
     if (!g || !logits) return ab_fail(AB_EINVAL, "tf_gen_prefill: NULL argument");
-    if (g->t != 0) return ab_fail(AB_EINVAL, "tf_gen_prefill: the state already holds %d positions (tf_gen_init)", g->t);
+    if (g->t != 0)
+        return ab_fail(AB_EINVAL, "tf_gen_prefill: the state already holds %d positions (tf_gen_init)", g->t);
     if (P < 1 || P > g->capacity)
         return ab_fail(AB_EINVAL, "tf_gen_prefill: prompt of %d positions is outside 1..capacity=%d", P, g->capacity);
     int rc = check_tokens(g->m, tokens, (size_t)g->B * P);

@@ -10,7 +10,8 @@
  * run over at most a few dozen terms, so float32 rounding (2^-24 = 6e-8 per operation)
  * stays near 1e-6; every tolerance below is given with what was measured. A ReLU kink
  * within h of an input would spoil a difference; with these fixed seeds none is (the
- * nearest pre-activation is far beyond 1e-5, or the checks would fail by O(1)). */
+ * nearest pre-activation is far beyond 1e-5, or the checks would fail by O(1)).
+ * TEST_VERBOSE=1 prints every measured error. */
 #include <criterion/criterion.h>
 
 #include "attention.h"
@@ -83,7 +84,8 @@ static void check_grads(const gcheck *g, tu_forward_fn fwd, void *ctx, const dou
         tu_fd_grad(fwd, ctx, g->x[i], g->n[i], w, nout, FD_STEP, fd);
         double e = tu_rel_err(g->grad[i], fd, g->n[i], 1e-30);
         cr_expect_lt(e, tol, "%s: gradient of %s: err %g", what, g->name[i], e);
-        if (getenv("TEST_VERBOSE")) fprintf(stderr, "%s: d%s err %.3g (max %.3g)\n", what, g->name[i], e, tu_max_abs(fd, g->n[i]));
+        if (getenv("TEST_VERBOSE"))
+            fprintf(stderr, "%s: d%s err %.3g (max %.3g)\n", what, g->name[i], e, tu_max_abs(fd, g->n[i]));
         free(fd);
     }
 }
@@ -94,7 +96,6 @@ static double fwd_err(const float *got, const double *want, size_t n) {
     return e;
 }
 
-/* Runs `f` on 1 thread and on 2 and compares: bit-identical results expected. */
 static void set_threads(int n) { omp_set_num_threads(n); }
 
 /* ---- dense ---- */
@@ -132,7 +133,8 @@ static void dense_case(int BT, int C, int OC, bool bias, uint64_t seed) {
     check_grads(&g, dense_ref, &c, wd, (size_t)BT * OC, BWD_TOL, "dense");
 
     /* a second backward adds exactly the same values again */
-    float *dx1 = malloc(sizeof(float) * BT * C), *dw1 = malloc(sizeof(float) * OC * C), *db1 = malloc(sizeof(float) * OC);
+    float *dx1 = malloc(sizeof(float) * BT * C), *dw1 = malloc(sizeof(float) * OC * C);
+    float *db1 = malloc(sizeof(float) * OC);
     memcpy(dx1, dx, sizeof(float) * BT * C);
     memcpy(dw1, dw, sizeof(float) * OC * C);
     memcpy(db1, db, sizeof(float) * OC);
