@@ -1,0 +1,51 @@
+/* Inverted dropout with a counter-based mask (see layers.h for the exact rule).
+ * One Philox call gives the flags of four consecutive elements. */
+#include "layers.h"
+
+#include "../harness/rng.h"
+
+#include <math.h>
+
+#define DROP_PAR_MIN 16384
+
+uint32_t dropout_threshold(float p) {
+    double keep = 1.0 - (double)p;
+    if (keep <= 0) return 0;
+    if (keep >= 1) return 1u << 24;
+    return (uint32_t)llround(keep * 16777216.0);
+}
+
+void dropout_mask(uint8_t *mask, size_t n, float p, uint64_t seed, uint64_t stream) {
+    uint32_t thr = dropout_threshold(p);
+    size_t nblocks = (n + 3) / 4;
+#pragma omp parallel for schedule(static) if (n > DROP_PAR_MIN)
+    for (size_t j = 0; j < nblocks; j++) {
+        uint32_t w[4];
+        ab_philox4x32(seed, stream, j, w);
+        for (size_t e = 0; e < 4 && 4 * j + e < n; e++) mask[4 * j + e] = (uint8_t)((w[e] >> 8) < thr);
+    }
+}
+
+void dropout_forward(float *out, uint8_t *mask, const float *x, size_t n, float p, uint64_t seed, uint64_t stream) {
+    uint32_t thr = dropout_threshold(p);
+    float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    size_t nblocks = (n + 3) / 4;
+#pragma omp parallel for schedule(static) if (n > DROP_PAR_MIN)
+    for (size_t j = 0; j < nblocks; j++) {
+        uint32_t w[4];
+        ab_philox4x32(seed, stream, j, w);
+        for (size_t e = 0; e < 4 && 4 * j + e < n; e++) {
+            size_t i = 4 * j + e;
+            uint8_t keep = (uint8_t)((w[e] >> 8) < thr);
+            mask[i] = keep;
+            out[i] = keep ? x[i] * scale : 0.0f;
+        }
+    }
+}
+
+void dropout_backward(float *dx, const float *dout, const uint8_t *mask, size_t n, float p) {
+    float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+#pragma omp parallel for schedule(static) if (n > DROP_PAR_MIN)
+    for (size_t i = 0; i < n; i++)
+        if (mask[i]) dx[i] += dout[i] * scale;
+}

@@ -1,0 +1,153 @@
+#include "encoder.h"
+
+#include "../harness/error.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define ENC_PAR_MIN 16384
+
+void enc_carve_params(tf_table *t, enc_params *p, const enc_config *c) {
+    char base[TF_NAME_MAX];
+    snprintf(base, sizeof base, "%s", t->prefix);
+    p->ln1_g = tf_carve_f(t, "ln1.g", false, 1, c->C, 0, 0, 0);
+    p->ln1_b = tf_carve_f(t, "ln1.b", false, 1, c->C, 0, 0, 0);
+    tf_table_prefix(t, "%sattn.", base);
+    mha_carve_params(t, &p->attn, c->C);
+    tf_table_prefix(t, "%s", base);
+    p->ln2_g = tf_carve_f(t, "ln2.g", false, 1, c->C, 0, 0, 0);
+    p->ln2_b = tf_carve_f(t, "ln2.b", false, 1, c->C, 0, 0, 0);
+    p->w1 = tf_carve_f(t, "ffn.w1", true, 2, c->F, c->C, 0, 0);
+    p->b1 = tf_carve_f(t, "ffn.b1", false, 1, c->F, 0, 0, 0);
+    p->w2 = tf_carve_f(t, "ffn.w2", true, 2, c->C, c->F, 0, 0);
+    p->b2 = tf_carve_f(t, "ffn.b2", false, 1, c->C, 0, 0, 0);
+}
+
+void enc_carve_acts(tf_table *t, enc_acts *a, const enc_config *c, int B, int N, size_t attn_saved_bytes,
+                    bool with_dropout) {
+    int64_t C = c->C, F = c->F, md = with_dropout ? 1 : 0;
+    a->ln1_mean = tf_carve_f(t, "ln1.mean", false, 2, B, N, 0, 0);
+    a->ln1_rstd = tf_carve_f(t, "ln1.rstd", false, 2, B, N, 0, 0);
+    a->ln1_out = tf_carve_f(t, "ln1.out", false, 3, B, N, C, 0);
+    char base[TF_NAME_MAX];
+    snprintf(base, sizeof base, "%s", t->prefix);
+    tf_table_prefix(t, "%sattn.", base);
+    mha_carve_acts(t, &a->attn, B, N, c->C, attn_saved_bytes);
+    tf_table_prefix(t, "%s", base);
+    a->mask_attn = tf_carve(t, "attn.drop_mask", 1, false, 3, B, N, C * md, 0);
+    a->res1 = tf_carve_f(t, "res1", false, 3, B, N, C, 0);
+    a->ln2_mean = tf_carve_f(t, "ln2.mean", false, 2, B, N, 0, 0);
+    a->ln2_rstd = tf_carve_f(t, "ln2.rstd", false, 2, B, N, 0, 0);
+    a->ln2_out = tf_carve_f(t, "ln2.out", false, 3, B, N, C, 0);
+    a->hidden = tf_carve_f(t, "ffn.hidden", false, 3, B, N, F, 0);
+    a->mask_hidden = tf_carve(t, "ffn.hidden_drop_mask", 1, false, 3, B, N, F * md, 0);
+    a->mask_ffn = tf_carve(t, "ffn.drop_mask", 1, false, 3, B, N, C * md, 0);
+    a->res2 = tf_carve_f(t, "res2", false, 3, B, N, C, 0);
+}
+
+void enc_carve_scratch(tf_table *t, enc_scratch *s, const enc_config *c, int B, int N) {
+    mha_carve_scratch(t, &s->attn, B, N, c->C);
+    s->branch = tf_carve_f(t, "branch", false, 3, B, N, c->C, 0);
+    s->d1 = tf_carve_f(t, "d1", false, 3, B, N, c->C, 0);
+    s->d2 = tf_carve_f(t, "d2", false, 3, B, N, c->C, 0);
+    s->dhidden = tf_carve_f(t, "dhidden", false, 3, B, N, c->F, 0);
+}
+
+float *enc_output(const enc_config *c, const enc_acts *a) { return c->pre_norm ? a->res2 : a->ln2_out; }
+
+/* out = a + b */
+static void add(float *out, const float *a, const float *b, size_t n) {
+#pragma omp parallel for schedule(static) if (n > ENC_PAR_MIN)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+/* y += x */
+static void acc(float *y, const float *x, size_t n) {
+#pragma omp parallel for schedule(static) if (n > ENC_PAR_MIN)
+    for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+static bool use_dropout(const enc_config *c, bool train) { return train && c->dropout > 0.0f; }
+
+int enc_forward(attn *a, const enc_config *c, const mha_dims *d, const mha_run *run, const float *x,
+                const enc_params *p, enc_acts *act, enc_scratch *ws, bool train, uint64_t seed, uint64_t stream_base) {
+    int BT = d->B * d->N, C = c->C, F = c->F;
+    size_t n = (size_t)BT * C;
+    bool drop = use_dropout(c, train);
+    if (drop && (!act->mask_attn || !act->mask_hidden || !act->mask_ffn))
+        return ab_fail(AB_EINVAL, "encoder layer: dropout requested but no masks were carved");
+    ffn_params fp = {p->w1, p->b1, p->w2, p->b2};
+    int rc;
+    if (!c->pre_norm) {
+        if ((rc = mha_forward(a, d, run, ws->branch, x, &p->attn, &act->attn, &ws->attn))) return rc;
+        if (drop) dropout_forward(ws->branch, act->mask_attn, ws->branch, n, c->dropout, seed, stream_base + 0);
+        add(act->res1, x, ws->branch, n);
+        layernorm_forward(act->ln1_out, act->ln1_mean, act->ln1_rstd, act->res1, p->ln1_g, p->ln1_b, BT, C);
+        ffn_forward(ws->branch, act->hidden, drop ? act->mask_hidden : NULL, act->ln1_out, &fp, BT, C, F, c->dropout,
+                    seed, stream_base + 1);
+        if (drop) dropout_forward(ws->branch, act->mask_ffn, ws->branch, n, c->dropout, seed, stream_base + 2);
+        add(act->res2, act->ln1_out, ws->branch, n);
+        layernorm_forward(act->ln2_out, act->ln2_mean, act->ln2_rstd, act->res2, p->ln2_g, p->ln2_b, BT, C);
+    } else {
+        layernorm_forward(act->ln1_out, act->ln1_mean, act->ln1_rstd, x, p->ln1_g, p->ln1_b, BT, C);
+        if ((rc = mha_forward(a, d, run, ws->branch, act->ln1_out, &p->attn, &act->attn, &ws->attn))) return rc;
+        if (drop) dropout_forward(ws->branch, act->mask_attn, ws->branch, n, c->dropout, seed, stream_base + 0);
+        add(act->res1, x, ws->branch, n);
+        layernorm_forward(act->ln2_out, act->ln2_mean, act->ln2_rstd, act->res1, p->ln2_g, p->ln2_b, BT, C);
+        ffn_forward(ws->branch, act->hidden, drop ? act->mask_hidden : NULL, act->ln2_out, &fp, BT, C, F, c->dropout,
+                    seed, stream_base + 1);
+        if (drop) dropout_forward(ws->branch, act->mask_ffn, ws->branch, n, c->dropout, seed, stream_base + 2);
+        add(act->res2, act->res1, ws->branch, n);
+    }
+    return 0;
+}
+
+/* dst = dropout backward of src (or a copy without dropout); dst is overwritten */
+static void through_dropout(float *dst, const float *src, const uint8_t *mask, size_t n, float p, bool drop) {
+    if (drop) {
+        memset(dst, 0, sizeof(float) * n);
+        dropout_backward(dst, src, mask, n, p);
+    } else {
+        memcpy(dst, src, sizeof(float) * n);
+    }
+}
+
+int enc_backward(attn *a, const enc_config *c, const mha_dims *d, float *dx, const enc_params *g, const float *dout,
+                 const float *x, const enc_params *p, const enc_acts *act, enc_scratch *ws, bool train) {
+    int BT = d->B * d->N, C = c->C, F = c->F;
+    size_t n = (size_t)BT * C;
+    bool drop = use_dropout(c, train);
+    ffn_params fp = {p->w1, p->b1, p->w2, p->b2};
+    ffn_grads fg = {g->w1, g->b1, g->w2, g->b2};
+    float *d1 = ws->d1, *d2 = ws->d2;
+    if (!c->pre_norm) {
+        /* d1 = dr2 */
+        memset(d1, 0, sizeof(float) * n);
+        layernorm_backward(d1, g->ln2_g, g->ln2_b, dout, act->res2, p->ln2_g, act->ln2_mean, act->ln2_rstd, BT, C);
+        /* d2 = d(FFN output); the FFN adds its input gradient into d1, which then is dh1 */
+        through_dropout(d2, d1, act->mask_ffn, n, c->dropout, drop);
+        ffn_backward(d1, &fg, ws->dhidden, d2, act->ln1_out, act->hidden, drop ? act->mask_hidden : NULL, &fp, BT, C, F,
+                     c->dropout);
+        /* d2 = dr1 */
+        memset(d2, 0, sizeof(float) * n);
+        layernorm_backward(d2, g->ln1_g, g->ln1_b, d1, act->res1, p->ln1_g, act->ln1_mean, act->ln1_rstd, BT, C);
+        acc(dx, d2, n);
+        through_dropout(d1, d2, act->mask_attn, n, c->dropout, drop);
+        return mha_backward(a, d, dx, &g->attn, d1, x, &p->attn, &act->attn, &ws->attn);
+    }
+    /* pre-norm: d1 = dr1, starting with the residual path of dout */
+    memcpy(d1, dout, sizeof(float) * n);
+    through_dropout(d2, dout, act->mask_ffn, n, c->dropout, drop);
+    float *dh = ws->branch;
+    memset(dh, 0, sizeof(float) * n);
+    ffn_backward(dh, &fg, ws->dhidden, d2, act->ln2_out, act->hidden, drop ? act->mask_hidden : NULL, &fp, BT, C, F,
+                 c->dropout);
+    layernorm_backward(d1, g->ln2_g, g->ln2_b, dh, act->res1, p->ln2_g, act->ln2_mean, act->ln2_rstd, BT, C);
+    acc(dx, d1, n);
+    through_dropout(d2, d1, act->mask_attn, n, c->dropout, drop);
+    memset(dh, 0, sizeof(float) * n);
+    int rc = mha_backward(a, d, dh, &g->attn, d2, act->ln1_out, &p->attn, &act->attn, &ws->attn);
+    if (rc) return rc;
+    layernorm_backward(dx, g->ln1_g, g->ln1_b, dh, x, p->ln1_g, act->ln1_mean, act->ln1_rstd, BT, C);
+    return 0;
+}

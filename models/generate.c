@@ -1,0 +1,168 @@
+/* Generation: by recomputation (a full forward per new token, every variant) or as an
+ * RNN (a per-layer attention state, prefilled from the prompt in one parallel call per
+ * layer, then one step per layer for each new token). */
+#include "transformer_internal.h"
+
+#include "../harness/error.h"
+#include "../harness/memory.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct tf_gen {
+    tf_model *m;
+    int B, capacity, t;
+    size_t layer_bytes; /* one layer's state, rounded up to 64 bytes */
+    char *states;       /* layers x layer_bytes (tracked allocator) */
+    mha_run *runs;      /* per layer */
+};
+
+static void copy_last(const tf_model *m, int B, int N, float *out) {
+    int V = m->cfg.vocab;
+    for (int b = 0; b < B; b++)
+        memcpy(out + (size_t)b * V, m->logits + ((size_t)b * N + (N - 1)) * V, sizeof(float) * (size_t)V);
+}
+
+int tf_last_logits(tf_model *m, const int *tokens, int B, int N, uint64_t seed, float *out) {
+    if (!out) return ab_fail(AB_EINVAL, "tf_last_logits: NULL output");
+    int rc = tf_forward(m, tokens, B, N, NULL, false, seed);
+    if (rc) return rc;
+    copy_last(m, B, N, out);
+    return 0;
+}
+
+bool tf_has_recurrent(const tf_model *m) {
+    if (!m) return false;
+    if (!attn_has_step(m->att)) {
+        ab_fail(AB_EUNSUPPORTED, "attention '%s' has no recurrent mode: generate by recomputation", m->cfg.attention);
+        return false;
+    }
+    if (!m->cfg.causal) {
+        ab_fail(AB_EUNSUPPORTED, "a non-causal model has no recurrent mode");
+        return false;
+    }
+    return true;
+}
+
+static attn_shape gen_shape(const tf_model *m, int B) {
+    mha_dims d = {B, 1, m->cfg.d_model, m->cfg.heads, true, NULL};
+    return mha_shape(&d);
+}
+
+static int check_gen(const tf_model *m, int B, int capacity) {
+    if (!tf_has_recurrent(m)) return AB_EUNSUPPORTED;
+    if (B < 1 || B > m->max_batch) return ab_fail(AB_EINVAL, "generation batch %d is outside 1..%d", B, m->max_batch);
+    if (capacity < 1 || capacity > m->max_len)
+        return ab_fail(AB_EINVAL, "generation capacity %d is outside 1..max_len=%d", capacity, m->max_len);
+    return 0;
+}
+
+static size_t layer_state_bytes(const tf_model *m, int B, int capacity) {
+    attn_shape s = gen_shape(m, B);
+    size_t b = attn_state_bytes(m->att, &s, capacity);
+    return (b + 63u) & ~(size_t)63u;
+}
+
+size_t tf_gen_state_bytes(const tf_model *m, int B, int capacity) {
+    if (!m || check_gen(m, B, capacity)) return 0;
+    size_t b = layer_state_bytes(m, B, capacity), total;
+    if (b == 0 || ab_mul_size(b, (size_t)m->cfg.layers, &total)) return 0;
+    return total;
+}
+
+int tf_gen_init(tf_gen *g) {
+    if (!g) return ab_fail(AB_EINVAL, "tf_gen_init: NULL generator");
+    attn_shape s = gen_shape(g->m, g->B);
+    for (int l = 0; l < g->m->cfg.layers; l++) {
+        int rc = attn_state_init(g->m->att, &s, g->capacity, g->states + (size_t)l * g->layer_bytes);
+        if (rc) return rc;
+        g->runs[l] = (mha_run){MHA_PREFILL, g->capacity, g->states + (size_t)l * g->layer_bytes, 0};
+    }
+    g->t = 0;
+    return 0;
+}
+
+int tf_gen_create(tf_model *m, int B, int capacity, tf_gen **out) {
+    if (!m || !out) return ab_fail(AB_EINVAL, "tf_gen_create: NULL argument");
+    *out = NULL;
+    int rc = check_gen(m, B, capacity);
+    if (rc) return rc;
+    size_t total = tf_gen_state_bytes(m, B, capacity);
+    if (total == 0) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", ab_error());
+        return ab_fail(AB_EINVAL, "generation state for batch %d, capacity %d: %s", B, capacity, msg);
+    }
+    tf_gen *g = calloc(1, sizeof *g);
+    if (!g) return ab_fail(AB_ENOMEM, "out of memory for a generator");
+    g->m = m;
+    g->B = B;
+    g->capacity = capacity;
+    g->layer_bytes = layer_state_bytes(m, B, capacity);
+    g->states = ab_alloc(total);
+    g->runs = calloc((size_t)m->cfg.layers, sizeof *g->runs);
+    if (!g->states || !g->runs) {
+        tf_gen_destroy(g);
+        return ab_fail(AB_ENOMEM, "out of memory for %zu bytes of generation state", total);
+    }
+    if ((rc = tf_gen_init(g))) {
+        tf_gen_destroy(g);
+        return rc;
+    }
+    *out = g;
+    return 0;
+}
+
+void tf_gen_destroy(tf_gen *g) {
+    if (!g) return;
+    ab_free(g->states);
+    free(g->runs);
+    free(g);
+}
+
+int tf_gen_position(const tf_gen *g) { return g ? g->t : 0; }
+
+static int check_tokens(const tf_model *m, const int *tokens, size_t n) {
+    if (!tokens) return ab_fail(AB_EINVAL, "generation: NULL tokens");
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab)
+            return ab_fail(AB_EINVAL, "generation: token %d at index %zu is outside [0, vocab=%d)", tokens[i], i,
+                           m->cfg.vocab);
+    return 0;
+}
+
+int tf_gen_prefill(tf_gen *g, const int *tokens, int P, float *logits) {
+    if (!g || !logits) return ab_fail(AB_EINVAL, "tf_gen_prefill: NULL argument");
+    if (g->t != 0)
+        return ab_fail(AB_EINVAL, "tf_gen_prefill: the state already holds %d positions (tf_gen_init)", g->t);
+    if (P < 1 || P > g->capacity)
+        return ab_fail(AB_EINVAL, "tf_gen_prefill: prompt of %d positions is outside 1..capacity=%d", P, g->capacity);
+    int rc = check_tokens(g->m, tokens, (size_t)g->B * P);
+    if (rc) return rc;
+    for (int l = 0; l < g->m->cfg.layers; l++) {
+        g->runs[l].mode = MHA_PREFILL;
+        g->runs[l].t = 0;
+    }
+    rc = tf_forward_run(g->m, tokens, g->B, P, 0, NULL, false, 0, g->runs);
+    if (rc) return rc;
+    copy_last(g->m, g->B, P, logits);
+    g->t = P;
+    return 0;
+}
+
+int tf_gen_step(tf_gen *g, const int *tokens, float *logits) {
+    if (!g || !logits) return ab_fail(AB_EINVAL, "tf_gen_step: NULL argument");
+    if (g->t >= g->capacity) return ab_fail(AB_EINVAL, "tf_gen_step: the state is full (capacity %d)", g->capacity);
+    int rc = check_tokens(g->m, tokens, (size_t)g->B);
+    if (rc) return rc;
+    for (int l = 0; l < g->m->cfg.layers; l++) {
+        g->runs[l].mode = MHA_STEP;
+        g->runs[l].t = g->t;
+    }
+    rc = tf_forward_run(g->m, tokens, g->B, 1, g->t, NULL, false, 0, g->runs);
+    if (rc) return rc;
+    copy_last(g->m, g->B, 1, logits);
+    g->t++;
+    return 0;
+}

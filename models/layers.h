@@ -1,0 +1,123 @@
+/* Position-wise layers of the transformer, each a paired forward/backward (llm.c
+ * style). CPU only for now: the pointers are host memory; the CUDA backend will add
+ * device versions with the same signatures.
+ *
+ * Conventions:
+ * - Row-major, BT = B*N rows of C channels: x (BT, C) is the (B, N, C) tensor.
+ * - Dense layers compute out = x W^T + b with W stored (OC, C) (PyTorch's nn.Linear
+ *   layout: row o of W holds the weights into output channel o).
+ * - Backward functions ACCUMULATE into every gradient they write (+=), parameter and
+ *   input gradients alike, so callers zero them first (tf_zero_grad for parameters).
+ *   A NULL input gradient is skipped.
+ * - Deterministic: per-row work is split over threads with static schedules and every
+ *   reduction over rows (bias, gain, embedding gradients) runs per column in row order,
+ *   so results do not depend on how threads are scheduled; matrix products go through
+ *   ab_sgemm (OpenBLAS, reproducible for a fixed thread count). */
+#ifndef AB_MODELS_LAYERS_H
+#define AB_MODELS_LAYERS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- token embedding (embedding.c) ---- */
+
+/* out (BT, C) = wte[tokens] ; tokens (BT) in [0, V) (checked by the caller); wte (V, C) */
+void embedding_forward(float *out, const int *tokens, const float *wte, int BT, int C);
+/* dwte (V, C) += scatter of dout (BT, C) by token */
+void embedding_backward(float *dwte, const float *dout, const int *tokens, int BT, int C);
+
+/* ---- sinusoidal positions (positions.c); no parameters, backward is the identity ---- */
+
+/* table (N, C): even channel 2i at position p is sin(p / 10000^(2i/C)), odd channel
+ * 2i+1 is cos of the same angle (computed in double, rounded to float). */
+void positions_table(float *table, int N, int C);
+/* x (B, N, C) += table[pos0 + n] (table has at least pos0 + N rows) */
+void positions_add(float *x, const float *table, int B, int N, int C, int pos0);
+
+/* ---- layer normalisation (layernorm.c) ---- */
+
+#define LN_EPS 1e-5f /* PyTorch's default */
+
+/* out (BT, C) = (x - mean) * rstd * g + b per row; saves mean, rstd (BT). out may not
+ * alias x. */
+void layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *g, const float *b, int BT,
+                       int C);
+/* dx (BT, C), dg (C), db (C) += ...  from dout (BT, C) and the saved mean, rstd */
+void layernorm_backward(float *dx, float *dg, float *db, const float *dout, const float *x, const float *g,
+                        const float *mean, const float *rstd, int BT, int C);
+
+/* ---- dense (dense.c) ---- */
+
+/* out (BT, OC) = x (BT, C) W^T + b; W (OC, C), b (OC) or NULL */
+void dense_forward(float *out, const float *x, const float *w, const float *b, int BT, int C, int OC);
+/* dx (BT, C) += dout W ; dw (OC, C) += dout^T x ; db (OC) += column sums of dout.
+ * dx and db may be NULL. */
+void dense_backward(float *dx, float *dw, float *db, const float *dout, const float *x, const float *w, int BT,
+                    int C, int OC);
+
+/* ---- dropout (dropout.c) ----
+ * Element i of a site's tensor is kept iff (w >> 8) < round((1 - p) 2^24), where w is
+ * word (i mod 4) of ab_philox4x32(seed, stream, i / 4): a pure function of (seed,
+ * stream, i), so any backend and any thread draws the same mask. Kept elements are
+ * scaled by 1 / (1 - p) (inverted dropout). The mask is stored (one byte per element)
+ * so backward reads it instead of drawing it again. */
+
+/* The keep threshold for rate p, in [0, 2^24]. */
+uint32_t dropout_threshold(float p);
+/* mask (n) = keep flags (0/1) of elements 0..n-1 */
+void dropout_mask(uint8_t *mask, size_t n, float p, uint64_t seed, uint64_t stream);
+/* out (n) = x * mask / (1 - p), drawing the mask into `mask`; out may equal x. */
+void dropout_forward(float *out, uint8_t *mask, const float *x, size_t n, float p, uint64_t seed, uint64_t stream);
+/* dx (n) += dout * mask / (1 - p) */
+void dropout_backward(float *dx, const float *dout, const uint8_t *mask, size_t n, float p);
+
+/* ---- feed-forward block (ffn.c): dense -> ReLU -> dropout -> dense ---- */
+
+/* ReLU in place: x = max(x, 0) */
+void relu_forward(float *x, size_t n);
+/* dx += dout where y > 0 (y: the ReLU's output, or that output after dropout: an
+ * element dropped there also has dout = 0, so the result is the same) */
+void relu_backward(float *dx, const float *dout, const float *y, size_t n);
+
+typedef struct {
+    const float *w1, *b1; /* (F, C), (F) */
+    const float *w2, *b2; /* (C, F), (C) */
+} ffn_params;
+typedef struct {
+    float *w1, *b1, *w2, *b2;
+} ffn_grads;
+
+/* out (BT, C) = dense2(drop(relu(dense1(x)))); hidden (BT, F) keeps drop(relu(.)) for
+ * backward; mask (BT, F) is the hidden dropout's mask, or NULL for no dropout (p = 0
+ * or evaluation). */
+void ffn_forward(float *out, float *hidden, uint8_t *mask, const float *x, const ffn_params *p, int BT, int C, int F,
+                 float drop_p, uint64_t seed, uint64_t stream);
+/* dx (BT, C) and the parameter gradients += ...; dhidden (BT, F) is scratch (its
+ * contents are overwritten). */
+void ffn_backward(float *dx, const ffn_grads *g, float *dhidden, const float *dout, const float *x,
+                  const float *hidden, const uint8_t *mask, const ffn_params *p, int BT, int C, int F, float drop_p);
+
+/* ---- softmax cross-entropy with per-position weights (cross_entropy.c) ---- */
+
+typedef struct {
+    double loss;         /* sum(w * nll) / sum(w); 0 when sum(w) = 0 */
+    double weight_sum;   /* sum(w) */
+    long long correct;   /* positions with w > 0 whose first argmax is the target */
+    long long counted;   /* positions with w > 0 */
+} ce_stats;
+
+/* logits (BT, V), targets (BT), weights (BT) or NULL for all ones -> st. nll (BT) is
+ * scratch that receives each position's -log softmax(logits)[target] (0 where w = 0).
+ * Positions with w = 0 are not read beyond their weight (their target may be
+ * anything, e.g. -1 for padding). Targets of weighted positions must be in [0, V) and
+ * weights finite and >= 0 (checked by the caller). The sum runs over positions in
+ * order, in double. */
+void cross_entropy_forward(ce_stats *st, float *nll, const float *logits, const int *targets, const float *weights,
+                           int BT, int V);
+/* dlogits (BT, V) += w_i / weight_sum (softmax(logits_i) - onehot(target_i));
+ * nothing when weight_sum = 0. */
+void cross_entropy_backward(float *dlogits, const float *logits, const int *targets, const float *weights,
+                            double weight_sum, int BT, int V);
+
+#endif

@@ -1,0 +1,72 @@
+/* Multi-head attention block: fused Q, K, V projection (C -> 3C), split into heads in
+ * the attention library's layout [B, H, N, D] (D = C / H; channel h*D + d of a
+ * projection is dimension d of head h), the attention call through attention.h (any
+ * registered variant, its options, causal flag and key lengths), merge of the heads
+ * back to (B, N, C), and the output projection (C -> C).
+ *
+ * CPU only for now (host pointers); the attention calls already take a device.
+ * Backward accumulates (+=) into dx and the parameter gradients, like the layers. */
+#ifndef AB_MODELS_MHA_H
+#define AB_MODELS_MHA_H
+
+#include "attention.h"
+#include "table.h"
+
+#include <stdbool.h>
+
+typedef struct {
+    int B, N, C, H;      /* batch, length, model width, heads */
+    bool causal;
+    const int *lengths;  /* NULL or B valid lengths (keys and queries past them are padding) */
+} mha_dims;
+
+typedef struct {
+    float *wqkv, *bqkv; /* (3C, C), (3C): rows [0,C) make q, [C,2C) k, [2C,3C) v */
+    float *wo, *bo;     /* (C, C), (C) */
+} mha_params;           /* also used for their gradients */
+
+/* Kept from forward for backward (per layer). */
+typedef struct {
+    float *q, *k, *v; /* (B, H, N, D) */
+    float *merged;    /* (B, N, C): attention output with heads merged (input of wo) */
+    void *saved;      /* attn_saved_bytes() of the variant (NULL when it saves nothing) */
+} mha_acts;
+
+/* Shared by all blocks, contents not kept between calls. */
+typedef struct {
+    float *qkv;            /* (B, N, 3C): projections before the split; their gradient in backward */
+    float *att;            /* (B, H, N, D): attention output; its gradient in backward */
+    float *dq, *dk, *dv;   /* (B, H, N, D) */
+    float *dmerged;        /* (B, N, C) */
+} mha_scratch;
+
+/* How forward runs the attention: the parallel call (training, recomputation), or the
+ * recurrent state's prefill (positions 0..N-1 of a prompt) or one step (N = 1 at
+ * position t). */
+typedef enum { MHA_PARALLEL = 0, MHA_PREFILL = 1, MHA_STEP = 2 } mha_mode;
+typedef struct {
+    mha_mode mode;
+    int capacity; /* recurrent modes: the state's capacity */
+    void *state;  /* recurrent modes: the layer's state */
+    int t;        /* MHA_STEP: the position */
+} mha_run;
+
+/* Parameters into a parameter table (names wqkv, bqkv, wo, bo under the prefix). */
+void mha_carve_params(tf_table *t, mha_params *p, int C);
+/* Per-layer activations for (B, N) with `saved_bytes` for the attention. */
+void mha_carve_acts(tf_table *t, mha_acts *a, int B, int N, int C, size_t saved_bytes);
+/* Shared scratch for (B, N). */
+void mha_carve_scratch(tf_table *t, mha_scratch *s, int B, int N, int C);
+
+/* The attention shape of these dims (D = M = C / H). */
+attn_shape mha_shape(const mha_dims *d);
+
+/* out (B, N, C) = wo(merge(attn(split(wqkv x + bqkv)))) + bo; x (B, N, C).
+ * run NULL: parallel. 0 or an error code (the attention's message). */
+int mha_forward(attn *a, const mha_dims *d, const mha_run *run, float *out, const float *x, const mha_params *p,
+                mha_acts *act, mha_scratch *ws);
+/* dx (B, N, C) += and the gradients g += from dout (B, N, C) (dout is not modified) */
+int mha_backward(attn *a, const mha_dims *d, float *dx, const mha_params *g, const float *dout, const float *x,
+                 const mha_params *p, const mha_acts *act, mha_scratch *ws);
+
+#endif

@@ -1,0 +1,469 @@
+/* The token transformer: creation (config checks, size tables, allocation,
+ * initialisation), forward, loss and backward. Generation is in generate.c. */
+#include "transformer_internal.h"
+
+#include "../harness/error.h"
+#include "../harness/memory.h"
+#include "../harness/rng.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void tf_config_default(tf_config *c) {
+    memset(c, 0, sizeof *c);
+    c->vocab = 12;
+    c->max_len = 257;
+    c->d_model = 128;
+    c->heads = 8;
+    c->layers = 4;
+    c->d_ff = 512;
+    c->dropout = 0.1f;
+    c->pre_norm = false;
+    c->final_norm = true;
+    c->causal = true;
+    c->attention = "linear";
+    c->seed = 1;
+}
+
+uint64_t tf_step_seed(uint64_t run_seed, uint64_t step) {
+    uint32_t w[4];
+    ab_philox4x32(run_seed, TF_STREAM_STEP, step, w);
+    return (uint64_t)w[0] | (uint64_t)w[1] << 32;
+}
+
+uint64_t tf_attn_seed(uint64_t seed, int layer) {
+    uint32_t w[4];
+    ab_philox4x32(seed, TF_STREAM_ATTN, (uint64_t)layer, w);
+    return (uint64_t)w[0] | (uint64_t)w[1] << 32;
+}
+
+/* ---- configuration ---- */
+
+static int check_config(const tf_config *c, int max_batch) {
+    if (!c) return ab_fail(AB_EINVAL, "model config is NULL");
+    if (c->vocab < 1) return ab_fail(AB_EINVAL, "model vocab %d must be >= 1", c->vocab);
+    if (c->max_len < 1) return ab_fail(AB_EINVAL, "model max_len %d must be >= 1", c->max_len);
+    if (c->d_model < 1) return ab_fail(AB_EINVAL, "model d_model %d must be >= 1", c->d_model);
+    if (c->heads < 1) return ab_fail(AB_EINVAL, "model heads %d must be >= 1", c->heads);
+    if (c->d_model % c->heads != 0)
+        return ab_fail(AB_EINVAL, "model d_model %d is not divisible by heads %d (head dimension = d_model / heads)",
+                       c->d_model, c->heads);
+    if (c->layers < 1) return ab_fail(AB_EINVAL, "model layers %d must be >= 1", c->layers);
+    if (c->d_ff < 1) return ab_fail(AB_EINVAL, "model d_ff %d must be >= 1", c->d_ff);
+    if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
+        return ab_fail(AB_EINVAL, "model dropout %g must be in [0, 1)", (double)c->dropout);
+    if (max_batch < 1) return ab_fail(AB_EINVAL, "model max batch %d must be >= 1", max_batch);
+    if (!c->attention || !*c->attention) return ab_fail(AB_EINVAL, "model attention variant is not set");
+    if (c->n_attn_settings < 0 || (c->n_attn_settings > 0 && !c->attn_settings))
+        return ab_fail(AB_EINVAL, "model attention settings list is malformed");
+    /* GEMM dimensions are ints: rows B*N and widths 3C, F, V must fit */
+    if ((long long)max_batch * c->max_len > INT_MAX || c->d_model > INT_MAX / 3)
+        return ab_fail(AB_EINVAL, "model sizes too large: max batch %d x max_len %d rows (or 3 x d_model %d) exceed %d",
+                       max_batch, c->max_len, c->d_model, INT_MAX);
+    return 0;
+}
+
+static char *dup_str(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+/* ---- size tables ---- */
+
+/* Parameters (or, with grads, the same carving of the gradients). */
+static void carve_params(tf_model *m, tf_table *t, bool grads) {
+    const tf_config *c = &m->cfg;
+    float **emb = grads ? &m->g_tok_emb : &m->tok_emb;
+    enc_params *lp = grads ? m->lg : m->lp;
+    *emb = tf_carve_f(t, "tok_emb", false, 2, c->vocab, c->d_model, 0, 0);
+    for (int l = 0; l < c->layers; l++) {
+        tf_table_prefix(t, "layers.%d.", l);
+        enc_carve_params(t, &lp[l], &m->enc);
+    }
+    tf_table_prefix(t, "%s", "");
+    if (c->final_norm) {
+        *(grads ? &m->g_lnf_g : &m->lnf_g) = tf_carve_f(t, "final_ln.g", false, 1, c->d_model, 0, 0, 0);
+        *(grads ? &m->g_lnf_b : &m->lnf_b) = tf_carve_f(t, "final_ln.b", false, 1, c->d_model, 0, 0, 0);
+    }
+    *(grads ? &m->g_head_w : &m->head_w) = tf_carve_f(t, "head.w", true, 2, c->vocab, c->d_model, 0, 0);
+    *(grads ? &m->g_head_b : &m->head_b) = tf_carve_f(t, "head.b", false, 1, c->vocab, 0, 0, 0);
+}
+
+static void carve_acts(tf_model *m, tf_table *t) {
+    const tf_config *c = &m->cfg;
+    int B = m->max_batch, N = m->max_len, C = c->d_model, V = c->vocab;
+    m->tokens = tf_carve(t, "tokens", sizeof(int), false, 2, B, N, 0, 0);
+    m->lengths = tf_carve(t, "lengths", sizeof(int), false, 1, B, 0, 0, 0);
+    m->targets = tf_carve(t, "targets", sizeof(int), false, 2, B, N, 0, 0);
+    m->weights = tf_carve_f(t, "weights", false, 2, B, N, 0, 0);
+    m->pos_table = tf_carve_f(t, "positions", false, 2, N, C, 0, 0);
+    m->emb = tf_carve_f(t, "emb", false, 3, B, N, C, 0);
+    for (int l = 0; l < c->layers; l++) {
+        tf_table_prefix(t, "layers.%d.", l);
+        enc_carve_acts(t, &m->la[l], &m->enc, B, N, m->attn_saved, c->dropout > 0.0f);
+    }
+    tf_table_prefix(t, "%s", "");
+    if (c->final_norm) {
+        m->lnf_mean = tf_carve_f(t, "final_ln.mean", false, 2, B, N, 0, 0);
+        m->lnf_rstd = tf_carve_f(t, "final_ln.rstd", false, 2, B, N, 0, 0);
+        m->lnf_out = tf_carve_f(t, "final_ln.out", false, 3, B, N, C, 0);
+    }
+    m->logits = tf_carve_f(t, "logits", false, 3, B, N, V, 0);
+    m->nll = tf_carve_f(t, "nll", false, 2, B, N, 0, 0);
+    tf_table_prefix(t, "%s", "scratch.");
+    enc_carve_scratch(t, &m->ws, &m->enc, B, N);
+    m->dx_a = tf_carve_f(t, "dx_a", false, 3, B, N, C, 0);
+    m->dx_b = tf_carve_f(t, "dx_b", false, 3, B, N, C, 0);
+    m->dlogits = tf_carve_f(t, "dlogits", false, 3, B, N, V, 0);
+    tf_table_prefix(t, "%s", "");
+}
+
+/* ---- initialisation ---- */
+
+static uint64_t init_stream(const tf_model *m, const float *p) {
+    size_t off = (size_t)(p - m->params);
+    for (int i = 0; i < m->ptab.n; i++)
+        if (m->ptab.t[i].offset == off && m->ptab.t[i].count > 0) return TF_STREAM_INIT + (uint64_t)i;
+    return TF_STREAM_INIT + 0xFFFFFFFFu; /* not reached: every tensor is in the table */
+}
+
+static void fill_uniform(tf_model *m, float *p, size_t n, double bound, uint64_t seed) {
+    uint64_t st = init_stream(m, p);
+    for (size_t j = 0; j < n; j++) p[j] = (float)((2.0 * ab_rng_uniform(seed, st, j) - 1.0) * bound);
+}
+
+static void fill_normal(tf_model *m, float *p, size_t n, double sd, uint64_t seed) {
+    uint64_t st = init_stream(m, p);
+    for (size_t j = 0; j < n; j++) p[j] = (float)(sd * ab_rng_normal(seed, st, j));
+}
+
+static void fill_const(float *p, size_t n, float v) {
+    for (size_t j = 0; j < n; j++) p[j] = v;
+}
+
+/* nn.Linear's default: weights and bias uniform(+-1/sqrt(fan_in)) */
+static void init_dense(tf_model *m, float *w, float *b, int out, int in, uint64_t seed) {
+    double bound = 1.0 / sqrt((double)in);
+    fill_uniform(m, w, (size_t)out * in, bound, seed);
+    if (b) fill_uniform(m, b, (size_t)out, bound, seed);
+}
+
+void tf_init_params(tf_model *m, uint64_t seed) {
+    const tf_config *c = &m->cfg;
+    int C = c->d_model, F = c->d_ff, V = c->vocab;
+    fill_normal(m, m->tok_emb, (size_t)V * C, 1.0, seed);
+    for (int l = 0; l < c->layers; l++) {
+        enc_params *p = &m->lp[l];
+        fill_const(p->ln1_g, (size_t)C, 1.0f);
+        fill_const(p->ln1_b, (size_t)C, 0.0f);
+        init_dense(m, p->attn.wqkv, p->attn.bqkv, 3 * C, C, seed);
+        init_dense(m, p->attn.wo, p->attn.bo, C, C, seed);
+        fill_const(p->ln2_g, (size_t)C, 1.0f);
+        fill_const(p->ln2_b, (size_t)C, 0.0f);
+        init_dense(m, p->w1, p->b1, F, C, seed);
+        init_dense(m, p->w2, p->b2, C, F, seed);
+    }
+    if (c->final_norm) {
+        fill_const(m->lnf_g, (size_t)C, 1.0f);
+        fill_const(m->lnf_b, (size_t)C, 0.0f);
+    }
+    init_dense(m, m->head_w, m->head_b, V, C, seed);
+}
+
+/* ---- lifetime ---- */
+
+void tf_destroy(tf_model *m) {
+    if (!m) return;
+    attn_destroy(m->att);
+    ab_free(m->params);
+    ab_free(m->grads);
+    ab_free(m->acts);
+    tf_table_free(&m->ptab);
+    tf_table_free(&m->atab);
+    free(m->lp);
+    free(m->lg);
+    free(m->la);
+    free(m->variant);
+    if (m->settings)
+        for (int i = 0; i < m->cfg.n_attn_settings; i++) free(m->settings[i]);
+    free(m->settings);
+    free(m);
+}
+
+int tf_create(const tf_config *cfg, int max_batch, tf_model **out) {
+    if (!out) return ab_fail(AB_EINVAL, "tf_create: NULL output");
+    *out = NULL;
+    int rc = check_config(cfg, max_batch);
+    if (rc) return rc;
+    tf_model *m = calloc(1, sizeof *m);
+    if (!m) return ab_fail(AB_ENOMEM, "out of memory for a model");
+    m->cfg = *cfg;
+    m->max_batch = max_batch;
+    m->max_len = cfg->max_len;
+    m->variant = dup_str(cfg->attention);
+    m->settings = cfg->n_attn_settings ? calloc((size_t)cfg->n_attn_settings, sizeof(char *)) : NULL;
+    m->lp = calloc((size_t)cfg->layers, sizeof *m->lp);
+    m->lg = calloc((size_t)cfg->layers, sizeof *m->lg);
+    m->la = calloc((size_t)cfg->layers, sizeof *m->la);
+    bool ok = m->variant && (m->settings || !cfg->n_attn_settings) && m->lp && m->lg && m->la;
+    for (int i = 0; ok && i < cfg->n_attn_settings; i++) {
+        if (!cfg->attn_settings[i]) {
+            tf_destroy(m);
+            return ab_fail(AB_EINVAL, "model attention setting %d is NULL", i);
+        }
+        ok = (m->settings[i] = dup_str(cfg->attn_settings[i])) != NULL;
+    }
+    if (!ok) {
+        tf_destroy(m);
+        return ab_fail(AB_ENOMEM, "out of memory for a model");
+    }
+    m->cfg.attention = m->variant;
+    m->cfg.attn_settings = (const char *const *)m->settings;
+    m->enc = (enc_config){cfg->d_model, cfg->heads, cfg->d_ff, cfg->dropout, cfg->pre_norm, cfg->causal};
+
+    /* the attention, checked at the largest shape */
+    attn_options ao = {.variant = m->variant, .device = ATTN_DEVICE_CPU, .seed = tf_attn_seed(cfg->seed, 0),
+                       .n_settings = cfg->n_attn_settings, .settings = (const char *const *)m->settings};
+    if ((rc = attn_create(&ao, &m->att))) {
+        tf_destroy(m);
+        return rc;
+    }
+    mha_dims md = {max_batch, m->max_len, cfg->d_model, cfg->heads, cfg->causal, NULL};
+    attn_shape as = mha_shape(&md);
+    if ((rc = attn_check_shape(m->att, &as))) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", ab_error());
+        tf_destroy(m);
+        return ab_fail(rc, "model attention at batch %d, length %d: %s", max_batch, m->max_len, msg);
+    }
+    m->attn_saved = attn_saved_bytes(m->att, &as);
+
+    /* sizing passes, allocation, binding passes */
+    tf_table_init(&m->ptab, sizeof(float), 1);
+    tf_table_init(&m->atab, 1, 64);
+    tf_table_begin(&m->ptab, NULL);
+    carve_params(m, &m->ptab, false);
+    tf_table_begin(&m->atab, NULL);
+    carve_acts(m, &m->atab);
+    if ((rc = m->ptab.err ? m->ptab.err : m->atab.err)) {
+        tf_destroy(m);
+        return rc;
+    }
+    size_t pbytes;
+    if (ab_mul_size(m->ptab.total, sizeof(float), &pbytes)) {
+        tf_destroy(m);
+        return ab_fail(AB_EINVAL, "model parameters overflow");
+    }
+    m->params = ab_calloc(pbytes);
+    m->grads = ab_calloc(pbytes);
+    m->acts = ab_calloc(m->atab.total);
+    if (!m->params || !m->grads || !m->acts) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", ab_error());
+        size_t total = 2 * pbytes + m->atab.total;
+        tf_destroy(m);
+        return ab_fail(AB_ENOMEM, "model needs %.1f MiB (parameters, gradients, activations): %s",
+                       (double)total / 1048576.0, msg);
+    }
+    tf_table gtab;
+    tf_table_init(&gtab, sizeof(float), 1);
+    tf_table_begin(&gtab, m->grads);
+    carve_params(m, &gtab, true);
+    tf_table_free(&gtab);
+    tf_table_begin(&m->ptab, m->params);
+    carve_params(m, &m->ptab, false);
+    tf_table_begin(&m->atab, m->acts);
+    carve_acts(m, &m->atab);
+
+    if ((rc = attn_reserve(m->att, &as))) {
+        tf_destroy(m);
+        return rc;
+    }
+    positions_table(m->pos_table, m->max_len, cfg->d_model);
+    tf_init_params(m, cfg->seed);
+    *out = m;
+    return 0;
+}
+
+const tf_config *tf_get_config(const tf_model *m) { return &m->cfg; }
+int tf_max_batch(const tf_model *m) { return m->max_batch; }
+size_t tf_param_count(const tf_model *m) { return m->ptab.total; }
+float *tf_params(tf_model *m) { return m->params; }
+float *tf_grads(tf_model *m) { return m->grads; }
+int tf_param_tensor_count(const tf_model *m) { return m->ptab.n; }
+const tf_tensor *tf_param_tensor(const tf_model *m, int i) { return i >= 0 && i < m->ptab.n ? &m->ptab.t[i] : NULL; }
+size_t tf_act_bytes(const tf_model *m) { return m->atab.total; }
+void *tf_acts(tf_model *m) { return m->acts; }
+int tf_act_tensor_count(const tf_model *m) { return m->atab.n; }
+const tf_tensor *tf_act_tensor(const tf_model *m, int i) { return i >= 0 && i < m->atab.n ? &m->atab.t[i] : NULL; }
+void tf_zero_grad(tf_model *m) { memset(m->grads, 0, sizeof(float) * m->ptab.total); }
+const float *tf_logits(const tf_model *m) { return m->logits; }
+
+/* ---- forward ---- */
+
+/* input: token embedding + positions -> emb (B, N, C) */
+static void input_forward(tf_model *m, const int *tokens, int B, int N, int pos0) {
+    int C = m->cfg.d_model;
+    embedding_forward(m->emb, tokens, m->tok_emb, B * N, C);
+    positions_add(m->emb, m->pos_table, B, N, C, pos0);
+}
+
+static const float *layer_input(const tf_model *m, int l) {
+    return l == 0 ? m->emb : enc_output(&m->enc, &m->la[l - 1]);
+}
+
+/* the input of the head: final LN output or the last layer's output */
+static const float *body_output(const tf_model *m) {
+    return m->cfg.final_norm ? m->lnf_out : layer_input(m, m->cfg.layers);
+}
+
+static int body_forward(tf_model *m, const mha_dims *d, bool train, uint64_t seed, const mha_run *runs) {
+    for (int l = 0; l < m->cfg.layers; l++) {
+        attn_reseed(m->att, tf_attn_seed(seed, l));
+        int rc = enc_forward(m->att, &m->enc, d, runs ? &runs[l] : NULL, layer_input(m, l), &m->lp[l], &m->la[l],
+                             &m->ws, train, seed, TF_STREAM_DROPOUT + 4 * (uint64_t)l);
+        if (rc) return rc;
+    }
+    if (m->cfg.final_norm)
+        layernorm_forward(m->lnf_out, m->lnf_mean, m->lnf_rstd, layer_input(m, m->cfg.layers), m->lnf_g, m->lnf_b,
+                          d->B * d->N, m->cfg.d_model);
+    return 0;
+}
+
+static void head_forward(tf_model *m, int BT) {
+    dense_forward(m->logits, body_output(m), m->head_w, m->head_b, BT, m->cfg.d_model, m->cfg.vocab);
+}
+
+int tf_forward_run(tf_model *m, const int *tokens, int B, int N, int pos0, const int *lengths, bool train,
+                   uint64_t seed, const mha_run *runs) {
+    m->have_forward = m->have_loss = false;
+    memcpy(m->tokens, tokens, sizeof(int) * (size_t)B * N);
+    input_forward(m, m->tokens, B, N, pos0);
+    mha_dims d = {B, N, m->cfg.d_model, m->cfg.heads, m->cfg.causal, lengths};
+    int rc = body_forward(m, &d, train, seed, runs);
+    if (rc) return rc;
+    head_forward(m, B * N);
+    return 0;
+}
+
+static int check_tokens(const tf_model *m, const int *tokens, size_t n, const char *what) {
+    if (!tokens) return ab_fail(AB_EINVAL, "%s: NULL tokens", what);
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab)
+            return ab_fail(AB_EINVAL, "%s: token %d at index %zu is outside [0, vocab=%d)", what, tokens[i], i,
+                           m->cfg.vocab);
+    return 0;
+}
+
+int tf_forward(tf_model *m, const int *tokens, int B, int N, const int *lengths, bool train, uint64_t seed) {
+    if (!m) return ab_fail(AB_EINVAL, "tf_forward: NULL model");
+    m->have_forward = m->have_loss = false;
+    if (B < 1 || B > m->max_batch || N < 1 || N > m->max_len)
+        return ab_fail(AB_EINVAL, "batch %d x length %d does not fit the model (batch 1..%d, length 1..%d)", B, N,
+                       m->max_batch, m->max_len);
+    int rc = check_tokens(m, tokens, (size_t)B * N, "tf_forward");
+    if (rc) return rc;
+    if (lengths) {
+        for (int b = 0; b < B; b++)
+            if (lengths[b] < 0 || lengths[b] > N)
+                return ab_fail(AB_EINVAL, "tf_forward: lengths[%d] = %d is outside [0, N=%d]", b, lengths[b], N);
+        memcpy(m->lengths, lengths, sizeof(int) * (size_t)B);
+    }
+    mha_dims d = {B, N, m->cfg.d_model, m->cfg.heads, m->cfg.causal, NULL};
+    attn_shape s = mha_shape(&d);
+    if (attn_saved_bytes(m->att, &s) > m->attn_saved)
+        return ab_fail(AB_EINVAL, "tf_forward: attention at batch %d, length %d saves more than at the maximum shape",
+                       B, N);
+    rc = tf_forward_run(m, tokens, B, N, 0, lengths ? m->lengths : NULL, train, seed, NULL);
+    if (rc) return rc;
+    m->B = B;
+    m->N = N;
+    m->has_lengths = lengths != NULL;
+    m->train = train;
+    m->seed = seed;
+    m->have_forward = true;
+    return 0;
+}
+
+/* ---- loss and backward ---- */
+
+int tf_loss(tf_model *m, const int *targets, const float *weights, ce_stats *st) {
+    if (!m || !st) return ab_fail(AB_EINVAL, "tf_loss: NULL argument");
+    if (!m->have_forward) return ab_fail(AB_EINVAL, "tf_loss: no forward to score (call tf_forward first)");
+    if (!targets) return ab_fail(AB_EINVAL, "tf_loss: NULL targets");
+    size_t n = (size_t)m->B * m->N;
+    for (size_t i = 0; i < n; i++) {
+        float w = weights ? weights[i] : 1.0f;
+        if (!(w >= 0.0f) || isinf(w))
+            return ab_fail(AB_EINVAL, "tf_loss: weight %g at index %zu is not finite and >= 0", (double)w, i);
+        if (w > 0.0f && (targets[i] < 0 || targets[i] >= m->cfg.vocab))
+            return ab_fail(AB_EINVAL, "tf_loss: target %d at index %zu is outside [0, vocab=%d)", targets[i], i,
+                           m->cfg.vocab);
+    }
+    memcpy(m->targets, targets, sizeof(int) * n);
+    m->has_weights = weights != NULL;
+    if (weights) memcpy(m->weights, weights, sizeof(float) * n);
+    cross_entropy_forward(st, m->nll, m->logits, m->targets, m->has_weights ? m->weights : NULL, (int)n,
+                          m->cfg.vocab);
+    m->weight_sum = st->weight_sum;
+    m->have_loss = true;
+    return 0;
+}
+
+static void head_backward(tf_model *m, float *dx, int BT) {
+    int C = m->cfg.d_model, V = m->cfg.vocab;
+    memset(m->dlogits, 0, sizeof(float) * (size_t)BT * V);
+    cross_entropy_backward(m->dlogits, m->logits, m->targets, m->has_weights ? m->weights : NULL, m->weight_sum, BT,
+                           V);
+    dense_backward(dx, m->g_head_w, m->g_head_b, m->dlogits, body_output(m), m->head_w, BT, C, V);
+}
+
+/* dtop: gradient at the body's output; returns the buffer holding d(emb) */
+static int body_backward(tf_model *m, const mha_dims *d, float *dtop, float **demb) {
+    int BT = d->B * d->N, C = m->cfg.d_model;
+    size_t n = (size_t)BT * C;
+    float *dcur = m->dx_a, *dnext = m->dx_b;
+    if (m->cfg.final_norm) {
+        memset(dcur, 0, sizeof(float) * n);
+        layernorm_backward(dcur, m->g_lnf_g, m->g_lnf_b, dtop, layer_input(m, m->cfg.layers), m->lnf_g, m->lnf_mean,
+                           m->lnf_rstd, BT, C);
+    } else if (dtop != dcur) {
+        memcpy(dcur, dtop, sizeof(float) * n);
+    }
+    for (int l = m->cfg.layers - 1; l >= 0; l--) {
+        memset(dnext, 0, sizeof(float) * n);
+        attn_reseed(m->att, tf_attn_seed(m->seed, l));
+        int rc = enc_backward(m->att, &m->enc, d, dnext, &m->lg[l], dcur, layer_input(m, l), &m->lp[l], &m->la[l],
+                              &m->ws, m->train);
+        if (rc) return rc;
+        float *t = dcur;
+        dcur = dnext;
+        dnext = t;
+    }
+    *demb = dcur;
+    return 0;
+}
+
+int tf_backward(tf_model *m) {
+    if (!m) return ab_fail(AB_EINVAL, "tf_backward: NULL model");
+    if (!m->have_forward || !m->have_loss)
+        return ab_fail(AB_EINVAL, "tf_backward: needs tf_forward then tf_loss first");
+    int BT = m->B * m->N;
+    size_t n = (size_t)BT * m->cfg.d_model;
+    /* the head's input gradient goes to dx_b (free until the first layer) */
+    float *dtop = m->dx_b;
+    memset(dtop, 0, sizeof(float) * n);
+    head_backward(m, dtop, BT);
+    mha_dims d = {m->B, m->N, m->cfg.d_model, m->cfg.heads, m->cfg.causal, m->has_lengths ? m->lengths : NULL};
+    float *demb;
+    int rc = body_backward(m, &d, dtop, &demb);
+    if (rc) return rc;
+    embedding_backward(m->g_tok_emb, demb, m->tokens, BT, m->cfg.d_model);
+    m->have_loss = false;
+    return 0;
+}

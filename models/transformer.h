@@ -1,0 +1,165 @@
+/* A causal (or bidirectional) transformer over tokens, with forward and backward on
+ * the CPU, and generation by recomputation or as an RNN.
+ *
+ *   input:  token embedding (V, C) + sinusoidal positions (no parameters)
+ *   body:   L encoder layers (encoder.h: post-norm as fast-transformers, or pre-norm),
+ *           any registered attention variant with its "key=value" options; optional
+ *           final layer normalisation
+ *   head:   dense C -> V logits, softmax cross-entropy with per-position weights
+ *
+ * Memory (the llm.c way): parameters in ONE float allocation carved by a size table
+ * (tf_param_tensor: names, offsets and counts in floats, weight-decay flags),
+ * gradients in one allocation with the same table, activations (incl. the scratch of
+ * backward and the attention's saved buffers) in one allocation carved by an
+ * activation table for (max_batch, max_len). All from the tracked allocator at
+ * tf_create; nothing is allocated per step (the attention's workspace is reserved for
+ * the largest shape at creation).
+ *
+ * Randomness (harness/rng.h, Philox, so every backend draws the same numbers):
+ * - Initialisation from cfg.seed: tensor i of the parameter table (in table order)
+ *   draws element j from stream TF_STREAM_INIT + i, index j:
+ *     token embedding    normal(0, 1)                      (PyTorch nn.Embedding)
+ *     dense weights      uniform(-1/sqrt(fan_in), +1/sqrt(fan_in))  (nn.Linear)
+ *     dense biases       uniform(-1/sqrt(fan_in), +1/sqrt(fan_in))  (nn.Linear)
+ *     LN gain 1, bias 0
+ *   with normal = ab_rng_normal and uniform = (2 ab_rng_uniform - 1) * bound.
+ * - Dropout: tf_forward takes a seed from the caller (per training step, e.g.
+ *   tf_step_seed(run_seed, step)); dropout site k (0 attention output, 1 FFN hidden,
+ *   2 FFN output) of layer l draws its mask from (seed, TF_STREAM_DROPOUT + 4 l + k)
+ *   (rule in layers.h). Dropout is applied only when train is true.
+ * - The attention object of layer l is reseeded with tf_attn_seed(seed, l) at every
+ *   forward and backward (fresh LSH rotations per step, the same for a step's forward
+ *   and backward); variants without random choices ignore it.
+ * So a run that restores parameters, optimiser state and the step counter continues
+ * bit for bit (same thread count: OpenBLAS partitions GEMMs by thread count).
+ *
+ * Padding: lengths[b] (optional) marks positions >= lengths[b] of row b as padding:
+ * the attention ignores them as keys and gives them zero output; the loss should give
+ * them weight 0. Position-wise layers still compute them (cheap, and harmless).
+ *
+ * CPU only: every pointer here is host memory. The layout (one parameter, gradient and
+ * activation block each) is meant to move to a device as a whole when the CUDA
+ * backend exists; the attention calls already take a device. */
+#ifndef AB_MODELS_TRANSFORMER_H
+#define AB_MODELS_TRANSFORMER_H
+
+#include "layers.h"
+#include "table.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TF_STREAM_INIT 0x494E495400000000ULL    /* "INIT" << 32 */
+#define TF_STREAM_DROPOUT 0x44524F5000000000ULL /* "DROP" << 32 */
+#define TF_STREAM_ATTN 0x4154544E00000000ULL    /* "ATTN" << 32 */
+#define TF_STREAM_STEP 0x5354455000000000ULL    /* "STEP" << 32 */
+
+typedef struct {
+    int vocab;           /* V: tokens and targets in [0, V) */
+    int max_len;         /* longest sequence; rows of the positions table */
+    int d_model;         /* C */
+    int heads;           /* H; C % H == 0, head dimension C / H */
+    int layers;          /* L >= 1 */
+    int d_ff;            /* F: FFN width */
+    float dropout;       /* rate in [0, 1) of every dropout site */
+    bool pre_norm;       /* false: post-norm (fast-transformers); true: pre-norm */
+    bool final_norm;     /* a layer normalisation after the last layer (fast-transformers' default) */
+    bool causal;         /* causal attention (autoregressive models) */
+    const char *attention;              /* variant name, e.g. "linear" */
+    int n_attn_settings;                /* "key=value" options of the variant */
+    const char *const *attn_settings;
+    uint64_t seed;       /* initialisation */
+} tf_config;
+
+typedef struct tf_model tf_model;
+
+/* Defaults: the copy task of the paper (V 12, N 257, C 128, 8 heads, 4 layers,
+ * F 4C, dropout 0.1, post-norm with final LN, causal, linear attention, seed 1). */
+void tf_config_default(tf_config *c);
+
+/* Validates cfg (one-line message: sizes positive, d_model % heads, dropout range,
+ * attention variant and its options, sizes that overflow), then allocates everything
+ * for batches up to max_batch and lengths up to cfg->max_len and initialises the
+ * parameters from cfg->seed. The config's strings are copied. */
+int tf_create(const tf_config *cfg, int max_batch, tf_model **out);
+void tf_destroy(tf_model *m);
+/* The model's config (its strings owned by the model). */
+const tf_config *tf_get_config(const tf_model *m);
+int tf_max_batch(const tf_model *m);
+
+/* ---- parameters and gradients ---- */
+
+size_t tf_param_count(const tf_model *m); /* floats */
+float *tf_params(tf_model *m);            /* tf_param_count() floats */
+float *tf_grads(tf_model *m);             /* same layout */
+int tf_param_tensor_count(const tf_model *m);
+/* Entry i of the parameter table: offset and count in floats; decay is true for the
+ * dense weight matrices only (not biases, LN gains/biases or the embedding). */
+const tf_tensor *tf_param_tensor(const tf_model *m, int i);
+/* Re-initialises every parameter from `seed` (the scheme above). */
+void tf_init_params(tf_model *m, uint64_t seed);
+void tf_zero_grad(tf_model *m);
+
+/* ---- activations ---- */
+
+size_t tf_act_bytes(const tf_model *m);
+void *tf_acts(tf_model *m); /* the activation block (tests and inspection) */
+int tf_act_tensor_count(const tf_model *m);
+const tf_tensor *tf_act_tensor(const tf_model *m, int i); /* offsets in bytes */
+
+/* ---- training ---- */
+
+/* Seed of training step `step` of a run: words 0, 1 of ab_philox4x32(run_seed,
+ * TF_STREAM_STEP, step). */
+uint64_t tf_step_seed(uint64_t run_seed, uint64_t step);
+/* Seed given to layer l's attention for a forward with `seed`: words 0, 1 of
+ * ab_philox4x32(seed, TF_STREAM_ATTN, l). */
+uint64_t tf_attn_seed(uint64_t seed, int layer);
+
+/* tokens (B, N) in [0, V), 1 <= B <= max_batch, 1 <= N <= max_len; lengths NULL or B
+ * values in [0, N]. Computes logits (B, N, V). train: dropout on (masks from seed). */
+int tf_forward(tf_model *m, const int *tokens, int B, int N, const int *lengths, bool train, uint64_t seed);
+/* Logits (B, N, V) of the last tf_forward. */
+const float *tf_logits(const tf_model *m);
+/* Loss of the last forward: targets (B, N), weights (B, N) or NULL (all 1); positions
+ * with weight 0 are not scored (their target may be anything); weighted targets must
+ * be in [0, V), weights finite and >= 0. Fills st (loss = sum(w nll) / sum(w), the
+ * accuracy counts) and remembers targets and weights for tf_backward. */
+int tf_loss(tf_model *m, const int *targets, const float *weights, ce_stats *st);
+/* Gradient of the last tf_loss with respect to every parameter, accumulated (+=) into
+ * tf_grads(). Needs a tf_forward then tf_loss, in that order, with nothing between. */
+int tf_backward(tf_model *m);
+
+/* ---- generation ---- */
+
+/* Recomputation (every variant): a full forward over tokens (B, N) in evaluation mode
+ * (attention seeds from `seed`), then logits (B, V) of position N-1 copied to out. */
+int tf_last_logits(tf_model *m, const int *tokens, int B, int N, uint64_t seed, float *out);
+
+/* Recurrent mode (variants with a step: linear, polynomial, stateful-softmax; causal
+ * models only): a per-layer attention state for B sequences of up to `capacity`
+ * positions (capacity <= max_len, B <= max_batch). A generator uses the model's
+ * activation buffers, so it overwrites the last forward's results; one generator runs
+ * at a time. */
+typedef struct tf_gen tf_gen;
+/* Whether the model can generate as an RNN; false with a message when not. */
+bool tf_has_recurrent(const tf_model *m);
+/* Bytes of the states of all layers; 0 with a message when unsupported. */
+size_t tf_gen_state_bytes(const tf_model *m, int B, int capacity);
+/* AB_EUNSUPPORTED ("... has no recurrent mode ...") for softmax and lsh or a
+ * non-causal model. The generator is initialised (empty). */
+int tf_gen_create(tf_model *m, int B, int capacity, tf_gen **out);
+/* Empties the states (position 0 next). */
+int tf_gen_init(tf_gen *g);
+/* Runs a prompt tokens (B, P), 1 <= P <= capacity, through every layer in one
+ * parallel call each (the state must be empty) and writes the logits (B, V) of
+ * position P-1. */
+int tf_gen_prefill(tf_gen *g, const int *tokens, int P, float *logits);
+/* Feeds tokens (B) at the next position and writes its logits (B, V). */
+int tf_gen_step(tf_gen *g, const int *tokens, float *logits);
+/* Positions in the state so far. */
+int tf_gen_position(const tf_gen *g);
+void tf_gen_destroy(tf_gen *g);
+
+#endif
