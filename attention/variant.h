@@ -6,6 +6,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* One flat struct of every variant's options; each variant's option table says which
  * fields it reads. */
 typedef enum { ATTN_FMAP_ELU = 0, ATTN_FMAP_TAYLOR = 1 } attn_feature_map;
@@ -88,5 +92,9 @@ extern const attn_variant attn_variant_stateful_softmax;
 extern const attn_variant attn_variant_linear;
 extern const attn_variant attn_variant_polynomial;
 extern const attn_variant attn_variant_lsh;
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
