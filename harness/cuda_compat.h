@@ -19,6 +19,11 @@
 #else
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+/* CUB is heavy to compile: a source that sorts defines AB_CUDA_CUB before including
+ * this header (the emulator always has its cub::DeviceRadixSort::SortPairs). */
+#ifdef AB_CUDA_CUB
+#include <cub/device/device_radix_sort.cuh>
+#endif
 #endif
 
 #include "cuda_blas.h"

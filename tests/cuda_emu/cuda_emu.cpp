@@ -136,10 +136,24 @@ void yield_to_scheduler() {
     if (!_setjmp(f->ctx)) _longjmp(s.sched, 1);
 }
 
+/* A thread that exits while others wait for it at a barrier: the barrier can never
+ * complete (undefined behaviour on a GPU). */
+void check_exit(int tid) {
+    emu_state &s = S();
+    const warp_state &W = s.warps[tid / 32];
+    if (W.arrived > 0 && (W.mask & (1u << (tid & 31))))
+        ab_emu::fatal("thread exited while %d lanes of its warp wait at %s with mask 0x%08x, which names it",
+                      W.arrived, W.what, W.mask);
+    if (s.bar_arrived > 0)
+        ab_emu::fatal("thread exited while %d of the block's %d threads wait at __syncthreads", s.bar_arrived,
+                      s.nthreads);
+}
+
 void fiber_main() {
     for (;;) {
         emu_state &s = S();
         s.body(s.body_ctx);
+        check_exit(s.cur);
         s.fibers[s.cur]->state = F_DONE;
         yield_to_scheduler();
     }
@@ -803,3 +817,9 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
     return gemm("cublasSgemmStridedBatched", h, ta, tb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C,
                 ldc, strideC, batchCount);
 }
+
+/* ---- C entry points for tests written in C ---- */
+
+extern "C" size_t ab_emu_device_memory(void) { return ab_emu::device_memory(); }
+extern "C" void ab_emu_set_device_memory(size_t bytes) { ab_emu::set_device_memory(bytes); }
+extern "C" unsigned long long ab_emu_launch_count(void) { return ab_emu::launch_count(); }
