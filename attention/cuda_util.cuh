@@ -9,7 +9,25 @@
  * - indices that can exceed 2^31 (elements of a tensor, rows times slices) are long
  *   long; grids loop (grid-stride) so no size is limited by grid dimensions;
  * - nothing is allocated inside a call: workspace comes from a->ws (device memory,
- *   sized by the backend's workspace_bytes / step_workspace_bytes). */
+ *   sized by the backend's workspace_bytes / step_workspace_bytes); a recurrent state's
+ *   memory comes from the registry (state_bytes, device memory);
+ * - lengths stay in host memory (attn_shape): loop over attn_run_at's runs and pass the
+ *   run's length to the kernels as a number; padded rows of outputs and gradients are
+ *   set to zero (attn_cuda_zero_tail), padded inputs are never read;
+ * - matrix products go through ab_cuda_sgemm / ab_cuda_sgemm_batched (row-major).
+ *
+ * Adding a variant's CUDA backend:
+ * 1. attention/<variant>_cuda.h: extern "C" declarations of the backend functions (the
+ *    attn_backend signatures of variant.h); attention/<variant>_cuda.cu: their
+ *    definitions, including cuda_util.cuh first.
+ * 2. meson.build: add the .cu path to `cuda_sources` (the real and the emulated library
+ *    both take it from there).
+ * 3. <variant>.c: under #ifdef ATTNBENCH_HAVE_CUDA, a static const attn_backend table of
+ *    those functions (check_shape and saved_bytes may be the CPU's), and `.cuda = ` it
+ *    in the attn_variant (NULL otherwise), as softmax.c does.
+ * 4. tests/test_cuda.c: its cases in CUDA_VARIANTS; the suite then compares it with the
+ *    CPU on every shape (forward, backward, steps and prefill when it has them), on the
+ *    emulator in every build and on a GPU where there is one. */
 #ifndef ATTN_CUDA_UTIL_CUH
 #define ATTN_CUDA_UTIL_CUH
 

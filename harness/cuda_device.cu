@@ -67,6 +67,13 @@ int init_locked() {
     }
     if (n < 1) return ab_fail(AB_EDEVICE, "no CUDA device: the driver reports none");
     AB_CUDA_CHECK(cudaSetDevice(0));
+    /* The library carries machine code for sm_80 and sm_90 and PTX for compute_90
+     * (meson.build): older GPUs could not run its kernels. */
+    cudaDeviceProp p;
+    AB_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+    if (p.major < 8)
+        return ab_fail(AB_EDEVICE, "no CUDA device: %s has compute capability %d.%d; this build runs on 8.0 and newer",
+                       p.name, p.major, p.minor);
     AB_CUDA_CHECK(cudaStreamCreate(&g.stream));
     AB_CUBLAS_CHECK(cublasCreate(&g.cublas));
     AB_CUBLAS_CHECK(cublasSetStream(g.cublas, g.stream));
