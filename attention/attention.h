@@ -81,6 +81,9 @@ int attn_variant_count(void);
 const char *attn_variant_name(int i);
 const char *attn_variant_summary(int i);
 bool attn_variant_has_step(int i);
+/* Whether this build has an implementation of variant i on device d (whether the
+ * machine has such a device is attn_create's answer). */
+bool attn_variant_has_device(int i, attn_device d);
 /* Options of variant i: name, default as text, help (includes the allowed values).
  * Returns false past the last option. */
 bool attn_variant_option(int i, int j, const char **name, const char **def, const char **help);

@@ -24,6 +24,10 @@ int attn_variant_count(void) { return N_VARIANTS; }
 const char *attn_variant_name(int i) { return (i >= 0 && i < N_VARIANTS) ? g_variants[i]->name : NULL; }
 const char *attn_variant_summary(int i) { return (i >= 0 && i < N_VARIANTS) ? g_variants[i]->summary : NULL; }
 bool attn_variant_has_step(int i) { return i >= 0 && i < N_VARIANTS && g_variants[i]->cpu->step != NULL; }
+bool attn_variant_has_device(int i, attn_device d) {
+    if (i < 0 || i >= N_VARIANTS) return false;
+    return d == ATTN_DEVICE_CPU ? true : d == ATTN_DEVICE_CUDA ? g_variants[i]->cuda != NULL : false;
+}
 
 bool attn_variant_option(int i, int j, const char **name, const char **def, const char **help) {
     if (i < 0 || i >= N_VARIANTS || j < 0 || j >= g_variants[i]->n_options) return false;

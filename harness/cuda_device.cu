@@ -63,7 +63,8 @@ int init_locked() {
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
         cudaGetLastError();
-        return ab_fail(AB_EDEVICE, "no CUDA device: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+        return ab_fail(AB_EDEVICE, "no CUDA device: %s (%s)%s", cudaGetErrorString(e), cudaGetErrorName(e),
+                       e == cudaErrorInsufficientDriver ? ": no NVIDIA driver, or one older than this CUDA runtime" : "");
     }
     if (n < 1) return ab_fail(AB_EDEVICE, "no CUDA device: the driver reports none");
     AB_CUDA_CHECK(cudaSetDevice(0));

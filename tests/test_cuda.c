@@ -570,6 +570,7 @@ Test(cuda_device, unsupported_variants_say_so) {
         attn_options o = {name, ATTN_DEVICE_CUDA, 0, 0, NULL};
         attn *a = NULL;
         int rc = attn_create(&o, &a);
+        cr_assert_eq(attn_variant_has_device(v, ATTN_DEVICE_CUDA), listed, "%s: has_device(cuda) disagrees", name);
         if (listed) {
             cr_assert_eq(rc, 0, "%s: %s", name, attn_error());
             attn_destroy(a);

@@ -1,6 +1,7 @@
 /* The registry: variant names, options and defaults, option parsing and its errors,
  * shape checks, recurrent-mode misuse, and workspace reuse. */
 #include "attention.h"
+#include "cuda_device.h"
 #include "blas.h"
 #include "error.h"
 #include "memory.h"
@@ -266,6 +267,19 @@ Test(registry, create_errors) {
     o.n_settings = 0;
     o.device = (attn_device)7;
     cr_assert_eq(attn_create(&o, &a), ATTN_EINVAL);
+}
+
+Test(registry, devices_of_variants) {
+    /* Every variant runs on the CPU; on CUDA only where the build has its backend (none
+     * in a build without CUDA); bad indices and devices are false. */
+    for (int v = 0; v < N_VAR; v++) {
+        int i = attn_variant_find(VARIANTS[v]);
+        cr_assert(attn_variant_has_device(i, ATTN_DEVICE_CPU), "%s on cpu", VARIANTS[v]);
+        if (!ab_cuda_built()) cr_assert_not(attn_variant_has_device(i, ATTN_DEVICE_CUDA), "%s on cuda", VARIANTS[v]);
+        cr_assert_not(attn_variant_has_device(i, (attn_device)7));
+    }
+    cr_assert_not(attn_variant_has_device(-1, ATTN_DEVICE_CPU));
+    cr_assert_not(attn_variant_has_device(N_VAR, ATTN_DEVICE_CPU));
 }
 
 Test(registry, cuda_without_backend) {
