@@ -40,7 +40,10 @@ typedef struct {
 } attn_option_spec;
 
 /* One backend's implementation of a variant. Shapes arrive validated (generic checks
- * and the variant's check_shape); pointers are device pointers of that backend. */
+ * and the variant's check_shape); tensor, saved, state and workspace pointers are
+ * memory of that backend's device (device memory for CUDA backends: see
+ * attention/cuda_util.cuh for their conventions); s->lengths is always host memory.
+ * state_init also serves attn_state_reset. */
 typedef struct {
     int (*check_shape)(const attn *a, const attn_shape *s); /* variant-specific checks, or NULL */
     size_t (*saved_bytes)(const attn *a, const attn_shape *s);
@@ -76,7 +79,7 @@ struct attn {
     attn_device device;
     uint64_t seed;
     attn_params p;
-    void *ws; /* workspace, tracked allocator */
+    void *ws; /* workspace on the object's device, tracked allocator */
     size_t ws_bytes;
 };
 
