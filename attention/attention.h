@@ -1,4 +1,4 @@
-/* attnbench attention library: one interface, five variants, CPU (and CUDA).
+/* attnbench attention library: one interface, five variants, CPU and CUDA.
  *
  * Tensors are float32, contiguous, row-major:
  *   q, k      [B, H, N, D]
@@ -13,17 +13,28 @@
  * - attn_forward saves what its backward needs into a caller-provided buffer of
  *   attn_saved_bytes(); attn_backward reads only that and the inputs, and overwrites
  *   dq, dk and dv (it does not accumulate).
- * - Workspace is owned by the attn object, taken from the tracked allocator on the
- *   first call for a shape and reused: repeated calls at one shape allocate nothing.
- *   attn_reserve() does that allocation up front.
- * - lengths (optional, B ints): positions >= lengths[b] are padding: never attended
- *   to; their output rows are zero and their gradients are zero.
- * - Recurrent mode: a state of attn_state_bytes() holds up to `capacity` positions;
- *   attn_prefill runs a prompt of P positions in one parallel call and leaves the
- *   state after it; attn_step then advances one position for all B x H at once.
- *   Steps over t = 0..N-1 equal the causal forward.
+ * - Workspace is owned by the attn object, taken from the tracked allocator of its
+ *   device on the first call for a shape and reused: repeated calls at one shape
+ *   allocate nothing. attn_reserve() does that allocation up front.
+ * - lengths (optional, B ints, always host memory): positions >= lengths[b] are
+ *   padding: never attended to (never read); their output rows and their gradients
+ *   are zero.
+ * - Recurrent mode: an attn_state (attn_state_create) holds up to `capacity`
+ *   positions in memory of the attention's device (attn_state_bytes() of it, from the
+ *   tracked allocator, allocated once); attn_prefill runs a prompt of P positions in
+ *   one parallel call and leaves the state after it; attn_step then advances one
+ *   position for all B x H at once. Steps over t = 0..N-1 equal the causal forward.
+ *   The state is an opaque object (its bookkeeping on the host, its contents on the
+ *   device) and belongs to the attn object that created it.
+ * - Devices: with ATTN_DEVICE_CUDA every tensor argument (q, k, v, out, saved, dout,
+ *   dq, dk, dv, and the step's inputs and outputs) is a device pointer (from
+ *   ab_cuda_malloc, harness/cuda_device.h, or cudaMalloc), and calls return once their
+ *   work is queued on the library's stream: synchronise (ab_cuda_sync, or a copy back)
+ *   before reading results on the host. attn_create fails with ATTN_EDEVICE ("no CUDA
+ *   device: ...") when the build has no CUDA backend or the machine no usable GPU, and
+ *   with ATTN_EUNSUPPORTED when the variant has no CUDA implementation.
  * - Not thread-safe per object: one attn object is used by one thread at a time
- *   (it parallelises internally with OpenMP).
+ *   (it parallelises internally with OpenMP on the CPU).
  */
 #ifndef ATTNBENCH_ATTENTION_H
 #define ATTNBENCH_ATTENTION_H
@@ -55,13 +66,14 @@ typedef struct {
 
 typedef struct {
     const char *variant;          /* registry name */
-    attn_device device;           /* ATTN_DEVICE_CPU unless the CUDA backend is built */
+    attn_device device;           /* where tensors live and the work runs */
     uint64_t seed;                /* random choices (LSH rotations) derive from it */
     int n_settings;               /* number of "key=value" strings */
     const char *const *settings;  /* variant options, see attn_variant_option */
 } attn_options;
 
 typedef struct attn attn;
+typedef struct attn_state attn_state;
 
 /* ---- registry ---- */
 
@@ -69,6 +81,9 @@ int attn_variant_count(void);
 const char *attn_variant_name(int i);
 const char *attn_variant_summary(int i);
 bool attn_variant_has_step(int i);
+/* Whether this build has an implementation of variant i on device d (whether the
+ * machine has such a device is attn_create's answer). */
+bool attn_variant_has_device(int i, attn_device d);
 /* Options of variant i: name, default as text, help (includes the allowed values).
  * Returns false past the last option. */
 bool attn_variant_option(int i, int j, const char **name, const char **def, const char **help);
@@ -106,22 +121,31 @@ int attn_forward(attn *a, const attn_shape *s, const float *q, const float *k, c
 int attn_backward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,
                   const float *dout, const void *saved, float *dq, float *dk, float *dv);
 
-/* ---- recurrent (generation) mode; s->len is ignored, s->causal must be true,
- * s->lengths must be NULL ---- */
+/* ---- recurrent (generation) mode ---- */
 
-/* Bytes of a recurrent state for `capacity` positions; 0 (with a message) when the
- * variant has no recurrent mode or the shape is rejected. */
+/* Bytes of device memory a recurrent state for `capacity` positions of shape s takes
+ * (s->len is ignored, s->causal must be true, s->lengths NULL); 0 (with a message)
+ * when the variant has no recurrent mode or the shape is rejected. */
 size_t attn_state_bytes(const attn *a, const attn_shape *s, int capacity);
+/* Creates an empty state (position 0 next) for `capacity` positions of shape s, with
+ * its memory on the attention's device (tracked allocator), and the step workspace
+ * reserved: steps allocate nothing. ATTN_ENOMEM when it does not fit. */
+int attn_state_create(attn *a, const attn_shape *s, int capacity, attn_state **out);
+void attn_state_destroy(attn_state *st);
 /* Empties a state (position 0 next). */
-int attn_state_init(attn *a, const attn_shape *s, int capacity, void *state);
-/* Runs positions 0..P-1 in one parallel call: q, k [B,H,P,D], v [B,H,P,M] -> out
- * [B,H,P,M] (may be NULL), and leaves the state at position P. */
-int attn_prefill(attn *a, const attn_shape *s, int capacity, int prompt_len, const float *q, const float *k,
-                 const float *v, float *out, void *state);
-/* Position t (t = number of positions already in the state): q, k [B,H,D],
- * v [B,H,M] -> out [B,H,M]. */
-int attn_step(attn *a, const attn_shape *s, int capacity, void *state, int t, const float *q, const float *k,
-              const float *v, float *out);
+int attn_state_reset(attn *a, attn_state *st);
+/* Positions the state holds (the t of the next step), and its capacity; -1 for NULL. */
+int attn_state_len(const attn_state *st);
+int attn_state_capacity(const attn_state *st);
+/* The state's shape (len = capacity), or NULL. */
+const attn_shape *attn_state_shape(const attn_state *st);
+/* Runs positions 0..P-1 of an empty state in one parallel call: q, k [B,H,P,D],
+ * v [B,H,P,M] -> out [B,H,P,M] (may be NULL), and leaves the state at position P. */
+int attn_prefill(attn *a, attn_state *st, int prompt_len, const float *q, const float *k, const float *v,
+                 float *out);
+/* Position t (t must equal attn_state_len): q, k [B,H,D], v [B,H,M] -> out [B,H,M].
+ * A failed call leaves the state as it was. */
+int attn_step(attn *a, attn_state *st, int t, const float *q, const float *k, const float *v, float *out);
 
 /* ---- errors ---- */
 

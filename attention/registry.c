@@ -2,6 +2,8 @@
  * attention.h that dispatch to a variant's backend. */
 #include "variant.h"
 
+#include "../harness/cuda_device.h"
+#include "../harness/device.h"
 #include "../harness/error.h"
 #include "../harness/memory.h"
 
@@ -22,6 +24,10 @@ int attn_variant_count(void) { return N_VARIANTS; }
 const char *attn_variant_name(int i) { return (i >= 0 && i < N_VARIANTS) ? g_variants[i]->name : NULL; }
 const char *attn_variant_summary(int i) { return (i >= 0 && i < N_VARIANTS) ? g_variants[i]->summary : NULL; }
 bool attn_variant_has_step(int i) { return i >= 0 && i < N_VARIANTS && g_variants[i]->cpu->step != NULL; }
+bool attn_variant_has_device(int i, attn_device d) {
+    if (i < 0 || i >= N_VARIANTS) return false;
+    return d == ATTN_DEVICE_CPU ? true : d == ATTN_DEVICE_CUDA ? g_variants[i]->cuda != NULL : false;
+}
 
 bool attn_variant_option(int i, int j, const char **name, const char **def, const char **help) {
     if (i < 0 || i >= N_VARIANTS || j < 0 || j >= g_variants[i]->n_options) return false;
@@ -128,9 +134,13 @@ int attn_create(const attn_options *opt, attn **out) {
     const attn_backend *be = NULL;
     if (opt->device == ATTN_DEVICE_CPU) be = v->cpu;
     else if (opt->device == ATTN_DEVICE_CUDA) {
+        /* No CUDA in the build, or no device: "this build has no CUDA backend ..." or
+         * "no CUDA device: ..." (AB_EDEVICE). */
+        int rc = ab_cuda_init();
+        if (rc) return rc;
         be = v->cuda;
         if (!be)
-            return ab_fail(AB_EDEVICE, "variant '%s' has no CUDA implementation in this build (built without CUDA?)",
+            return ab_fail(AB_EUNSUPPORTED, "variant '%s' has no CUDA implementation yet (use --device cpu)",
                            v->name);
     } else
         return ab_fail(AB_EINVAL, "unknown device %d", (int)opt->device);
@@ -155,9 +165,16 @@ int attn_create(const attn_options *opt, attn **out) {
     return 0;
 }
 
+/* Memory of the attention's device, from the tracked allocator (the two device enums
+ * have the same values). */
+static int dev_alloc(attn_device dev, size_t bytes, void **out) { return ab_dev_malloc((ab_device)dev, out, bytes); }
+static void dev_free(attn_device dev, void *p) { ab_dev_free((ab_device)dev, p); }
+_Static_assert((int)ATTN_DEVICE_CPU == (int)AB_DEV_CPU && (int)ATTN_DEVICE_CUDA == (int)AB_DEV_CUDA,
+               "attn_device and ab_device agree");
+
 void attn_destroy(attn *a) {
     if (!a) return;
-    ab_free(a->ws);
+    dev_free(a->device, a->ws);
     free(a);
 }
 
@@ -200,11 +217,16 @@ const char *attn_option_value(const attn *a, const attn_shape *s, const char *ke
 
 int attn_ws_ensure(attn *a, size_t bytes) {
     if (bytes <= a->ws_bytes) return 0;
-    ab_free(a->ws);
+    dev_free(a->device, a->ws);
     a->ws = NULL;
     a->ws_bytes = 0;
-    a->ws = ab_alloc(bytes);
-    if (!a->ws) return ab_fail(AB_ENOMEM, "out of memory for %zu bytes of attention workspace", bytes);
+    int rc = dev_alloc(a->device, bytes, &a->ws);
+    if (rc == AB_ENOMEM) {
+        char msg[512]; /* copied: ab_fail writes the buffer ab_error() points to */
+        snprintf(msg, sizeof msg, "%s", ab_error());
+        return ab_fail(AB_ENOMEM, "attention workspace of %zu bytes: %s", bytes, msg);
+    }
+    if (rc) return rc;
     a->ws_bytes = bytes;
     return 0;
 }
@@ -273,17 +295,23 @@ int attn_backward(attn *a, const attn_shape *s, const float *q, const float *k, 
     return a->be->backward(a, s, q, k, v, dout, saved, dq, dk, dv);
 }
 
-/* The registry prefixes every recurrent state with this header, so misuse (a state
- * of another shape, steps out of order, overflow) is caught rather than corrupting
- * memory. */
-#define STATE_MAGIC 0x7374617465763031ULL /* "statev01" */
-typedef struct {
+/* ---- recurrent mode ----
+ *
+ * A state is a host object holding its bookkeeping (owner, shape, capacity, positions
+ * held) and a pointer to its contents in memory of the owner's device, so the checks
+ * below never touch device memory. */
+
+#define STATE_MAGIC 0x7374617465763032ULL /* "statev02" */
+
+struct attn_state {
     uint64_t magic;
-    int64_t capacity, count;
-    int32_t batch, heads, qk_dim, v_dim;
-    char pad[64 - 40];
-} state_header;
-_Static_assert(sizeof(state_header) == 64, "state header is 64 bytes");
+    const attn *owner;
+    attn_device device;
+    attn_shape shape; /* len = capacity, causal, no lengths */
+    int capacity, count;
+    void *mem; /* the backend's state, state_bytes of the owner's device memory */
+    size_t bytes;
+};
 
 static int check_recurrent(const attn *a, const attn_shape *s, int capacity) {
     if (!a || !s) return ab_fail(AB_EINVAL, "NULL attention or shape");
@@ -298,19 +326,20 @@ static int check_recurrent(const attn *a, const attn_shape *s, int capacity) {
     return a->be->check_shape ? a->be->check_shape(a, &t) : 0;
 }
 
-static int check_state(const attn_shape *s, int capacity, const void *state) {
-    const state_header *h = state;
-    if (!h || h->magic != STATE_MAGIC)
-        return ab_fail(AB_EINVAL, "recurrent state is not initialised (call attn_state_init)");
-    if (h->capacity != capacity || h->batch != s->batch || h->heads != s->heads || h->qk_dim != s->qk_dim ||
-        h->v_dim != s->v_dim)
-        return ab_fail(AB_EINVAL, "recurrent state was made for another shape or capacity");
+/* The state is valid and belongs to a (whose variant must have a recurrent mode). */
+static int check_state(const attn *a, const attn_state *st) {
+    if (!a) return ab_fail(AB_EINVAL, "NULL attention");
+    if (!a->be->step) return ab_fail(AB_EUNSUPPORTED, "variant '%s' has no recurrent mode", a->v->name);
+    if (!st || st->magic != STATE_MAGIC) return ab_fail(AB_EINVAL, "not a recurrent state (use attn_state_create)");
+    if (st->owner != a)
+        return ab_fail(AB_EINVAL, "recurrent state belongs to another attention object (a state is used with the "
+                                  "object that created it)");
     return 0;
 }
 
 size_t attn_state_bytes(const attn *a, const attn_shape *s, int capacity) {
     if (check_recurrent(a, s, capacity)) return 0;
-    return sizeof(state_header) + a->be->state_bytes(a, s, capacity);
+    return a->be->state_bytes(a, s, capacity);
 }
 
 static int ensure_step_ws(attn *a, const attn_shape *s, int capacity) {
@@ -318,55 +347,87 @@ static int ensure_step_ws(attn *a, const attn_shape *s, int capacity) {
     return attn_ws_ensure(a, a->be->step_workspace_bytes(a, s, capacity));
 }
 
-int attn_state_init(attn *a, const attn_shape *s, int capacity, void *state) {
+int attn_state_create(attn *a, const attn_shape *s, int capacity, attn_state **out) {
+    if (!out) return ab_fail(AB_EINVAL, "attn_state_create: NULL output");
+    *out = NULL;
     int rc = check_recurrent(a, s, capacity);
     if (rc) return rc;
-    if (!state) return ab_fail(AB_EINVAL, "attn_state_init: NULL state");
     if ((rc = ensure_step_ws(a, s, capacity))) return rc;
-    state_header *h = state;
-    memset(h, 0, sizeof *h);
-    h->magic = STATE_MAGIC;
-    h->capacity = capacity;
-    h->batch = s->batch;
-    h->heads = s->heads;
-    h->qk_dim = s->qk_dim;
-    h->v_dim = s->v_dim;
-    return a->be->state_init(a, s, capacity, (char *)state + sizeof *h);
+    attn_state *st = calloc(1, sizeof *st);
+    if (!st) return ab_fail(AB_ENOMEM, "out of memory");
+    st->magic = STATE_MAGIC;
+    st->owner = a;
+    st->device = a->device;
+    st->shape = *s;
+    st->shape.len = capacity;
+    st->shape.lengths = NULL;
+    st->capacity = capacity;
+    st->bytes = a->be->state_bytes(a, s, capacity);
+    if (st->bytes && (rc = dev_alloc(a->device, st->bytes, &st->mem))) {
+        char msg[512]; /* copied: ab_fail writes the buffer ab_error() points to */
+        snprintf(msg, sizeof msg, "%s", ab_error());
+        size_t bytes = st->bytes;
+        free(st);
+        return ab_fail(rc, "recurrent state of %zu bytes: %s", bytes, msg);
+    }
+    if ((rc = a->be->state_init(a, &st->shape, capacity, st->mem))) {
+        attn_state_destroy(st);
+        return rc;
+    }
+    *out = st;
+    return 0;
 }
 
-int attn_prefill(attn *a, const attn_shape *s, int capacity, int prompt_len, const float *q, const float *k,
-                 const float *v, float *out, void *state) {
-    int rc = check_recurrent(a, s, capacity);
+void attn_state_destroy(attn_state *st) {
+    if (!st) return;
+    dev_free(st->device, st->mem);
+    st->magic = 0;
+    free(st);
+}
+
+int attn_state_reset(attn *a, attn_state *st) {
+    int rc = check_state(a, st);
     if (rc) return rc;
-    if ((rc = check_state(s, capacity, state))) return rc;
-    state_header *h = state;
-    if (prompt_len < 0 || prompt_len > capacity)
-        return ab_fail(AB_EINVAL, "prompt of %d positions does not fit a state of capacity %d", prompt_len, capacity);
-    if (h->count != 0) return ab_fail(AB_EINVAL, "prefill needs an empty state (it holds %lld positions)",
-                                      (long long)h->count);
+    if ((rc = a->be->state_init(a, &st->shape, st->capacity, st->mem))) return rc;
+    st->count = 0;
+    return 0;
+}
+
+int attn_state_len(const attn_state *st) { return st && st->magic == STATE_MAGIC ? st->count : -1; }
+int attn_state_capacity(const attn_state *st) { return st && st->magic == STATE_MAGIC ? st->capacity : -1; }
+const attn_shape *attn_state_shape(const attn_state *st) {
+    return st && st->magic == STATE_MAGIC ? &st->shape : NULL;
+}
+
+int attn_prefill(attn *a, attn_state *st, int prompt_len, const float *q, const float *k, const float *v,
+                 float *out) {
+    int rc = check_state(a, st);
+    if (rc) return rc;
+    if (prompt_len < 0 || prompt_len > st->capacity)
+        return ab_fail(AB_EINVAL, "prompt of %d positions does not fit a state of capacity %d", prompt_len,
+                       st->capacity);
+    if (st->count != 0)
+        return ab_fail(AB_EINVAL, "prefill needs an empty state (it holds %d positions)", st->count);
     if (prompt_len == 0) return 0;
     if (!q || !k || !v) return ab_fail(AB_EINVAL, "attn_prefill: NULL tensor");
-    attn_shape ps = *s;
+    attn_shape ps = st->shape;
     ps.len = prompt_len;
     if ((rc = attn_reserve(a, &ps))) return rc;
-    if ((rc = ensure_step_ws(a, s, capacity))) return rc;
-    rc = a->be->prefill(a, s, capacity, prompt_len, q, k, v, out, (char *)state + sizeof *h);
-    if (rc == 0) h->count = prompt_len;
+    if ((rc = ensure_step_ws(a, &st->shape, st->capacity))) return rc;
+    rc = a->be->prefill(a, &st->shape, st->capacity, prompt_len, q, k, v, out, st->mem);
+    if (rc == 0) st->count = prompt_len;
     return rc;
 }
 
-int attn_step(attn *a, const attn_shape *s, int capacity, void *state, int t, const float *q, const float *k,
-              const float *v, float *out) {
-    int rc = check_recurrent(a, s, capacity);
+int attn_step(attn *a, attn_state *st, int t, const float *q, const float *k, const float *v, float *out) {
+    int rc = check_state(a, st);
     if (rc) return rc;
-    if ((rc = check_state(s, capacity, state))) return rc;
-    state_header *h = state;
-    if (t != h->count)
-        return ab_fail(AB_EINVAL, "step at position %d, but the state holds %lld positions", t, (long long)h->count);
-    if (t >= capacity) return ab_fail(AB_EINVAL, "recurrent state is full (capacity %d)", capacity);
+    if (t != st->count)
+        return ab_fail(AB_EINVAL, "step at position %d, but the state holds %d positions", t, st->count);
+    if (t >= st->capacity) return ab_fail(AB_EINVAL, "recurrent state is full (capacity %d)", st->capacity);
     if (!q || !k || !v || !out) return ab_fail(AB_EINVAL, "attn_step: NULL tensor");
-    if ((rc = ensure_step_ws(a, s, capacity))) return rc;
-    rc = a->be->step(a, s, capacity, (char *)state + sizeof *h, t, q, k, v, out);
-    if (rc == 0) h->count = t + 1;
+    if ((rc = ensure_step_ws(a, &st->shape, st->capacity))) return rc;
+    rc = a->be->step(a, &st->shape, st->capacity, st->mem, t, q, k, v, out);
+    if (rc == 0) st->count = t + 1;
     return rc;
 }

@@ -22,6 +22,7 @@
 #include "softmax_cpu.h"
 
 #include "cpu_util.h"
+#include "softmax_cuda.h"
 
 #include "../harness/error.h"
 #include "../harness/memory.h"
@@ -334,6 +335,19 @@ static const attn_backend cpu_softmax = {
     .backward = smx_backward,
 };
 
+#ifdef ATTNBENCH_HAVE_CUDA
+static const attn_backend cuda_softmax = {
+    .check_shape = smx_check_shape,
+    .saved_bytes = smx_saved_bytes,
+    .workspace_bytes = smx_cuda_workspace_bytes,
+    .forward = smx_cuda_forward,
+    .backward = smx_cuda_backward,
+};
+#define CUDA_SOFTMAX (&cuda_softmax)
+#else
+#define CUDA_SOFTMAX NULL
+#endif
+
 const attn_variant attn_variant_softmax = {
     .name = "softmax",
     .summary = "softmax(scale q.k) attention; quadratic memory: backward reads the saved N x N probabilities",
@@ -341,4 +355,5 @@ const attn_variant attn_variant_softmax = {
     .n_options = SMX_N_OPTIONS,
     .defaults = smx_defaults,
     .cpu = &cpu_softmax,
+    .cuda = CUDA_SOFTMAX,
 };

@@ -1,7 +1,7 @@
 /* stateful-softmax on the CPU: softmax attention (forward and backward are the
  * `softmax` code) plus a recurrent mode with a key/value cache.
  *
- * State (after the registry's header): K cache (B, H, capacity, D), then, at a 64-byte
+ * State: K cache (B, H, capacity, D), then, at a 64-byte
  * boundary, V cache (B, H, capacity, M). Step t writes k_t, v_t at position t in place
  * and attends q_t over positions 0..t: O(t D + t M) per slice. Prefill copies the
  * prompt's keys and values into the cache and, when out is wanted, computes the prompt's
@@ -10,6 +10,7 @@
 #include "softmax_cpu.h"
 
 #include "cpu_util.h"
+#include "softmax_cuda.h"
 
 #include "../harness/error.h"
 
@@ -122,6 +123,24 @@ static const attn_backend cpu_stateful_softmax = {
     .step_workspace_bytes = ss_step_workspace_bytes,
 };
 
+#ifdef ATTNBENCH_HAVE_CUDA
+static const attn_backend cuda_stateful_softmax = {
+    .check_shape = smx_check_shape,
+    .saved_bytes = smx_saved_bytes,
+    .workspace_bytes = smx_cuda_workspace_bytes,
+    .forward = smx_cuda_forward,
+    .backward = smx_cuda_backward,
+    .state_bytes = ss_cuda_state_bytes,
+    .state_init = ss_cuda_state_init,
+    .prefill = ss_cuda_prefill,
+    .step = ss_cuda_step,
+    .step_workspace_bytes = ss_cuda_step_workspace_bytes,
+};
+#define CUDA_STATEFUL_SOFTMAX (&cuda_stateful_softmax)
+#else
+#define CUDA_STATEFUL_SOFTMAX NULL
+#endif
+
 const attn_variant attn_variant_stateful_softmax = {
     .name = "stateful-softmax",
     .summary = "softmax with a key/value cache: recurrent step appends to a preallocated cache, O(t) per step",
@@ -129,4 +148,5 @@ const attn_variant attn_variant_stateful_softmax = {
     .n_options = SMX_N_OPTIONS,
     .defaults = smx_defaults,
     .cpu = &cpu_stateful_softmax,
+    .cuda = CUDA_STATEFUL_SOFTMAX,
 };

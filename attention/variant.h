@@ -6,6 +6,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* One flat struct of every variant's options; each variant's option table says which
  * fields it reads. */
 typedef enum { ATTN_FMAP_ELU = 0, ATTN_FMAP_TAYLOR = 1 } attn_feature_map;
@@ -36,7 +40,10 @@ typedef struct {
 } attn_option_spec;
 
 /* One backend's implementation of a variant. Shapes arrive validated (generic checks
- * and the variant's check_shape); pointers are device pointers of that backend. */
+ * and the variant's check_shape); tensor, saved, state and workspace pointers are
+ * memory of that backend's device (device memory for CUDA backends: see
+ * attention/cuda_util.cuh for their conventions); s->lengths is always host memory.
+ * state_init also serves attn_state_reset. */
 typedef struct {
     int (*check_shape)(const attn *a, const attn_shape *s); /* variant-specific checks, or NULL */
     size_t (*saved_bytes)(const attn *a, const attn_shape *s);
@@ -72,7 +79,7 @@ struct attn {
     attn_device device;
     uint64_t seed;
     attn_params p;
-    void *ws; /* workspace, tracked allocator */
+    void *ws; /* workspace on the object's device, tracked allocator */
     size_t ws_bytes;
 };
 
@@ -88,5 +95,9 @@ extern const attn_variant attn_variant_stateful_softmax;
 extern const attn_variant attn_variant_linear;
 extern const attn_variant attn_variant_polynomial;
 extern const attn_variant attn_variant_lsh;
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

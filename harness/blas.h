@@ -5,6 +5,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* C[m x n] = alpha * op(A) op(B) + beta * C, op(X) = X or X^T (row-major, leading
  * dimensions in elements). Runs on the calling thread alone when called from inside an
  * OpenMP parallel region (OpenBLAS's OpenMP build does this itself). */
@@ -19,5 +23,9 @@ int ab_threads(void);
 const char *ab_blas_config(void);
 const char *ab_blas_corename(void);
 int ab_blas_threads(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

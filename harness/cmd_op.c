@@ -3,6 +3,7 @@
 #include "attention.h"
 #include "cli_util.h"
 #include "commands.h"
+#include "device.h"
 #include "error.h"
 #include "fileio.h"
 #include "memory.h"
@@ -112,6 +113,37 @@ static float *alloc_or_die(size_t bytes) {
     return p;
 }
 
+/* Tensors on the attention's device: on the CPU the host buffers themselves (inputs)
+ * or tracked host buffers; on CUDA device buffers filled from and copied back to host
+ * buffers. Failures end the command (out of memory, device errors: exit status 1). */
+static void *dev_alloc(attn_device d, size_t bytes) {
+    void *p = NULL;
+    if (ab_dev_malloc((ab_device)d, &p, bytes ? bytes : 1)) cli_die(AB_EXIT_FAILURE, "%s", ab_error());
+    return p;
+}
+
+static void dev_free(attn_device d, void *p) { ab_dev_free((ab_device)d, p); }
+
+/* The device copy of host data (on the CPU: the host data itself, not copied). */
+static const float *dev_input(attn_device d, const float *host, size_t n) {
+    if (d == ATTN_DEVICE_CPU) return host;
+    float *p = dev_alloc(d, n * sizeof(float));
+    if (ab_dev_upload((ab_device)d, p, host, n * sizeof(float))) cli_die(AB_EXIT_FAILURE, "%s", ab_error());
+    return p;
+}
+
+static void dev_input_free(attn_device d, const float *p) {
+    if (d != ATTN_DEVICE_CPU) dev_free(d, (void *)p);
+}
+
+static void dev_upload(attn_device d, float *dev, const float *host, size_t n) {
+    if (ab_dev_upload((ab_device)d, dev, host, n * sizeof(float))) cli_die(AB_EXIT_FAILURE, "%s", ab_error());
+}
+
+static void dev_download(attn_device d, float *host, const float *dev, size_t n) {
+    if (ab_dev_download((ab_device)d, host, dev, n * sizeof(float))) cli_die(AB_EXIT_FAILURE, "%s", ab_error());
+}
+
 int cmd_op(int argc, char **argv) {
     op_args a;
     parse_args(argc, argv, &a);
@@ -172,42 +204,59 @@ int cmd_op(int argc, char **argv) {
         cli_die(AB_EXIT_USAGE, "variant '%s' has no recurrent mode (use --mode parallel)", a.variant);
     if ((rc = ab_mkdir_p(a.out))) cli_die(AB_EXIT_USAGE, "--out: %s", ab_error());
 
+    const attn_device dev = a.device;
     size_t out_bytes = v.count * sizeof(float);
     float *out = alloc_or_die(out_bytes);
     if (!a.recurrent) {
+        const float *dq_in = dev_input(dev, q.data, q.count), *dk_in = dev_input(dev, k.data, k.count);
+        const float *dv_in = dev_input(dev, v.data, v.count);
+        float *out_dev = dev_alloc(dev, out_bytes);
         size_t saved_bytes = attn_saved_bytes(at, &s);
-        void *saved = saved_bytes ? ab_alloc(saved_bytes) : NULL;
-        if (saved_bytes && !saved) cli_die(AB_EXIT_FAILURE, "%s", ab_error());
-        if ((rc = attn_forward(at, &s, q.data, k.data, v.data, out, saved)))
+        void *saved = saved_bytes ? dev_alloc(dev, saved_bytes) : NULL;
+        if ((rc = attn_forward(at, &s, dq_in, dk_in, dv_in, out_dev, saved)))
             cli_die(cli_status_for(rc), "forward: %s", attn_error());
+        dev_download(dev, out, out_dev, v.count);
         if (a.dout) {
+            const float *ddo = dev_input(dev, dout.data, dout.count);
             float *dq = alloc_or_die(q.count * sizeof(float));
             float *dk = alloc_or_die(k.count * sizeof(float));
             float *dv = alloc_or_die(v.count * sizeof(float));
-            if ((rc = attn_backward(at, &s, q.data, k.data, v.data, dout.data, saved, dq, dk, dv)))
+            float *ddq = dev_alloc(dev, q.count * sizeof(float)), *ddk = dev_alloc(dev, k.count * sizeof(float));
+            float *ddv = dev_alloc(dev, v.count * sizeof(float));
+            if ((rc = attn_backward(at, &s, dq_in, dk_in, dv_in, ddo, saved, ddq, ddk, ddv)))
                 cli_die(cli_status_for(rc), "backward: %s", attn_error());
+            dev_download(dev, dq, ddq, q.count);
+            dev_download(dev, dk, ddk, k.count);
+            dev_download(dev, dv, ddv, v.count);
             write_out(a.out, "out.npy", &v, out);
             write_out(a.out, "dq.npy", &q, dq);
             write_out(a.out, "dk.npy", &k, dk);
             write_out(a.out, "dv.npy", &v, dv);
+            dev_input_free(dev, ddo);
+            dev_free(dev, ddq);
+            dev_free(dev, ddk);
+            dev_free(dev, ddv);
             ab_free(dq);
             ab_free(dk);
             ab_free(dv);
         } else {
             write_out(a.out, "out.npy", &v, out);
         }
-        ab_free(saved);
+        if (saved) dev_free(dev, saved);
+        dev_free(dev, out_dev);
+        dev_input_free(dev, dq_in);
+        dev_input_free(dev, dk_in);
+        dev_input_free(dev, dv_in);
     } else {
         /* Recurrent: gather position t of every (b, h) into [B, H, X] buffers and step. */
         int B = s.batch, H = s.heads, N = s.len, D = s.qk_dim, M = s.v_dim;
-        size_t state_bytes = attn_state_bytes(at, &s, N);
-        if (!state_bytes) cli_die(AB_EXIT_USAGE, "%s", attn_error());
-        void *state = ab_alloc(state_bytes);
-        if (!state) cli_die(AB_EXIT_FAILURE, "%s", ab_error());
+        attn_state *state = NULL;
+        if ((rc = attn_state_create(at, &s, N, &state))) cli_die(cli_status_for(rc), "%s", attn_error());
         size_t bh = (size_t)B * H;
         float *qt = alloc_or_die(bh * D * sizeof(float)), *kt = alloc_or_die(bh * D * sizeof(float));
         float *vt = alloc_or_die(bh * M * sizeof(float)), *ot = alloc_or_die(bh * M * sizeof(float));
-        if ((rc = attn_state_init(at, &s, N, state))) cli_die(cli_status_for(rc), "%s", attn_error());
+        float *dqt = dev_alloc(dev, bh * D * sizeof(float)), *dkt = dev_alloc(dev, bh * D * sizeof(float));
+        float *dvt = dev_alloc(dev, bh * M * sizeof(float)), *ot_dev = dev_alloc(dev, bh * M * sizeof(float));
         const float *Q = q.data, *K = k.data, *V = v.data;
         for (int t = 0; t < N; t++) {
             for (size_t i = 0; i < bh; i++) {
@@ -215,16 +264,24 @@ int cmd_op(int argc, char **argv) {
                 memcpy(kt + i * D, K + (i * N + t) * D, sizeof(float) * D);
                 memcpy(vt + i * M, V + (i * N + t) * M, sizeof(float) * M);
             }
-            if ((rc = attn_step(at, &s, N, state, t, qt, kt, vt, ot)))
+            dev_upload(dev, dqt, qt, bh * D);
+            dev_upload(dev, dkt, kt, bh * D);
+            dev_upload(dev, dvt, vt, bh * M);
+            if ((rc = attn_step(at, state, t, dqt, dkt, dvt, ot_dev)))
                 cli_die(cli_status_for(rc), "step %d: %s", t, attn_error());
+            dev_download(dev, ot, ot_dev, bh * M);
             for (size_t i = 0; i < bh; i++) memcpy(out + (i * N + t) * M, ot + i * M, sizeof(float) * M);
         }
         write_out(a.out, "out.npy", &v, out);
+        dev_free(dev, dqt);
+        dev_free(dev, dkt);
+        dev_free(dev, dvt);
+        dev_free(dev, ot_dev);
         ab_free(qt);
         ab_free(kt);
         ab_free(vt);
         ab_free(ot);
-        ab_free(state);
+        attn_state_destroy(state);
     }
     ab_free(out);
     free(lengths);

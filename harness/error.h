@@ -4,6 +4,10 @@
 
 #include <stdarg.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Error codes: 0 is success; library calls return one of these negatives. */
 enum {
     AB_OK = 0,
@@ -25,5 +29,9 @@ void ab_clear_error(void);
 
 /* Name of an error code, e.g. "invalid argument". */
 const char *ab_strerror(int code);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -5,6 +5,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum { AB_DEV_CPU = 0, AB_DEV_CUDA = 1, AB_DEV_COUNT } ab_device;
 
 /* 64-byte aligned host allocation, counted on AB_DEV_CPU. NULL (with a message set)
@@ -30,5 +34,9 @@ size_t ab_process_peak_rss(void);
 
 /* a * b (* c) with overflow check: returns 0 and sets *out, or -1 on overflow. */
 int ab_mul_size(size_t a, size_t b, size_t *out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

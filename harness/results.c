@@ -1,6 +1,7 @@
 #include "results.h"
 
 #include "blas.h"
+#include "cuda_device.h"
 #include "error.h"
 #include "fileio.h"
 
@@ -64,6 +65,27 @@ static char *cpu_model(void) {
     return res;
 }
 
+/* The CUDA device, when this process has initialised one (a run on --device cuda);
+ * null otherwise, so a CPU run never touches a GPU. */
+static json_t *gpu_info(void) {
+    ab_cuda_info gi;
+    if (!ab_cuda_ready() || ab_cuda_device_info(&gi)) return json_null();
+    json_t *g = json_object();
+    char v[32];
+    json_object_set_new(g, "name", json_string(gi.name));
+    snprintf(v, sizeof v, "%d.%d", gi.cc_major, gi.cc_minor);
+    json_object_set_new(g, "compute_capability", json_string(v));
+    json_object_set_new(g, "multiprocessors", json_integer(gi.sm_count));
+    json_object_set_new(g, "memory_bytes", json_integer((json_int_t)gi.total_bytes));
+    snprintf(v, sizeof v, "%d.%d", gi.driver_version / 1000, gi.driver_version % 1000 / 10);
+    json_object_set_new(g, "driver", json_string(v));
+    snprintf(v, sizeof v, "%d.%d", gi.runtime_version / 1000, gi.runtime_version % 1000 / 10);
+    json_object_set_new(g, "cuda_runtime", json_string(v));
+    json_object_set_new(g, "cublas_version", json_integer(gi.cublas_version));
+    json_object_set_new(g, "emulated", json_boolean(gi.emulated));
+    return g;
+}
+
 json_t *ab_machine_info(void) {
     json_t *m = json_object();
     char *model = cpu_model();
@@ -94,7 +116,7 @@ json_t *ab_machine_info(void) {
     json_object_set_new(m, "jansson", json_string(v));
     json_object_set_new(m, "zlib", json_string(zlibVersion()));
     json_object_set_new(m, "attnbench", json_string(ATTNBENCH_VERSION));
-    json_object_set_new(m, "gpu", json_null());
+    json_object_set_new(m, "gpu", gpu_info());
     return m;
 }
 

@@ -33,7 +33,8 @@ json_t *ab_json_num(double x);
 void ab_iso_time(char *buf, size_t cap);
 
 /* This machine: CPU model, cores, threads, BLAS build and core type, OPENBLAS_CORETYPE,
- * OS, compiler, library versions, GPU (none on CPU-only builds). */
+ * OS, compiler, library versions, and the CUDA device (name, compute capability,
+ * memory, driver and runtime versions) when the process initialised one, else null. */
 json_t *ab_machine_info(void);
 /* {"commit": ..., "dirty": bool} of the source tree the binary was built from (null
  * when unknown). */

@@ -13,9 +13,8 @@
 struct tf_gen {
     tf_model *m;
     int B, capacity, t;
-    size_t layer_bytes; /* one layer's state, rounded up to 64 bytes */
-    char *states;       /* layers x layer_bytes (tracked allocator) */
-    mha_run *runs;      /* per layer */
+    attn_state **states; /* per layer (attention.h: memory on the attention's device) */
+    mha_run *runs;       /* per layer */
 };
 
 static void copy_last(const tf_model *m, int B, int N, float *out) {
@@ -58,26 +57,20 @@ static int check_gen(const tf_model *m, int B, int capacity) {
     return 0;
 }
 
-static size_t layer_state_bytes(const tf_model *m, int B, int capacity) {
-    attn_shape s = gen_shape(m, B);
-    size_t b = attn_state_bytes(m->att, &s, capacity);
-    return (b + 63u) & ~(size_t)63u;
-}
-
 size_t tf_gen_state_bytes(const tf_model *m, int B, int capacity) {
     if (!m || check_gen(m, B, capacity)) return 0;
-    size_t b = layer_state_bytes(m, B, capacity), total;
+    attn_shape s = gen_shape(m, B);
+    size_t b = attn_state_bytes(m->att, &s, capacity), total;
     if (b == 0 || ab_mul_size(b, (size_t)m->cfg.layers, &total)) return 0;
     return total;
 }
 
 int tf_gen_init(tf_gen *g) {
     if (!g) return ab_fail(AB_EINVAL, "tf_gen_init: NULL generator");
-    attn_shape s = gen_shape(g->m, g->B);
     for (int l = 0; l < g->m->cfg.layers; l++) {
-        int rc = attn_state_init(g->m->att, &s, g->capacity, g->states + (size_t)l * g->layer_bytes);
+        int rc = attn_state_reset(g->m->att, g->states[l]);
         if (rc) return rc;
-        g->runs[l] = (mha_run){MHA_PREFILL, g->capacity, g->states + (size_t)l * g->layer_bytes, 0};
+        g->runs[l] = (mha_run){MHA_PREFILL, g->states[l], 0};
     }
     g->t = 0;
     return 0;
@@ -99,13 +92,18 @@ int tf_gen_create(tf_model *m, int B, int capacity, tf_gen **out) {
     g->m = m;
     g->B = B;
     g->capacity = capacity;
-    g->layer_bytes = layer_state_bytes(m, B, capacity);
-    g->states = ab_alloc(total);
+    g->states = calloc((size_t)m->cfg.layers, sizeof *g->states);
     g->runs = calloc((size_t)m->cfg.layers, sizeof *g->runs);
     if (!g->states || !g->runs) {
         tf_gen_destroy(g);
-        return ab_fail(AB_ENOMEM, "out of memory for %zu bytes of generation state", total);
+        return ab_fail(AB_ENOMEM, "out of memory for a generator");
     }
+    attn_shape s = gen_shape(m, B);
+    for (int l = 0; l < m->cfg.layers; l++)
+        if ((rc = attn_state_create(m->att, &s, capacity, &g->states[l]))) {
+            tf_gen_destroy(g);
+            return rc;
+        }
     if ((rc = tf_gen_init(g))) {
         tf_gen_destroy(g);
         return rc;
@@ -116,7 +114,8 @@ int tf_gen_create(tf_model *m, int B, int capacity, tf_gen **out) {
 
 void tf_gen_destroy(tf_gen *g) {
     if (!g) return;
-    ab_free(g->states);
+    for (int l = 0; g->states && l < g->m->cfg.layers; l++) attn_state_destroy(g->states[l]);
+    free(g->states);
     free(g->runs);
     free(g);
 }

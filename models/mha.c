@@ -94,12 +94,10 @@ int mha_forward(attn *a, const mha_dims *d, const mha_run *run, float *out, cons
     if (!run || run->mode == MHA_PARALLEL) {
         rc = attn_forward(a, &s, act->q, act->k, act->v, ws->att, act->saved);
     } else if (run->mode == MHA_PREFILL) {
-        s.lengths = NULL;
-        rc = attn_prefill(a, &s, run->capacity, d->N, act->q, act->k, act->v, ws->att, run->state);
+        rc = attn_prefill(a, run->state, d->N, act->q, act->k, act->v, ws->att);
     } else {
         if (d->N != 1) return ab_fail(AB_EINVAL, "mha_forward: a recurrent step takes one position (N = %d)", d->N);
-        s.lengths = NULL;
-        rc = attn_step(a, &s, run->capacity, run->state, run->t, act->q, act->k, act->v, ws->att);
+        rc = attn_step(a, run->state, run->t, act->q, act->k, act->v, ws->att);
     }
     if (rc) return rc;
     merge_heads(d, act->merged, ws->att, true);

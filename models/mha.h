@@ -46,9 +46,8 @@ typedef struct {
 typedef enum { MHA_PARALLEL = 0, MHA_PREFILL = 1, MHA_STEP = 2 } mha_mode;
 typedef struct {
     mha_mode mode;
-    int capacity; /* recurrent modes: the state's capacity */
-    void *state;  /* recurrent modes: the layer's state */
-    int t;        /* MHA_STEP: the position */
+    attn_state *state; /* recurrent modes: the layer's state (attention.h) */
+    int t;             /* MHA_STEP: the position */
 } mha_run;
 
 /* Parameters into a parameter table (names wqkv, bqkv, wo, bo under the prefix). */

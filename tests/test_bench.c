@@ -1,6 +1,10 @@
 /* attnbench bench and plot, end to end: a seconds-long sweep (experiments/sweep/
  * smoke.json) writes a complete run document and TSV; bad configs are refused with
- * one line and exit status 2, and leave an earlier result untouched. */
+ * one line and exit status 2, and leave an earlier result untouched; --device cuda on
+ * the emulated binary records oom and skipped points and goes on. */
+#include "cuda_device.h"
+#include "error.h"
+
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -13,10 +17,10 @@
 #define SMOKE ATTNBENCH_SOURCE_DIR "/experiments/sweep/smoke.json"
 #define DIR TEST_DATA_DIR "/bench-test"
 
-/* Runs `attnbench ARGS` through the shell with stderr captured; returns the exit status. */
-static int run(const char *args, char *err, size_t cap) {
+/* Runs `ENV EXE ARGS` through the shell with stderr captured; returns the exit status. */
+static int run_exe(const char *env, const char *exe, const char *args, char *err, size_t cap) {
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s --threads 1 %s 2>%s/stderr.txt >/dev/null", ATTNBENCH_EXE, args, DIR);
+    snprintf(cmd, sizeof cmd, "%s %s --threads 1 %s 2>%s/stderr.txt >/dev/null", env, exe, args, DIR);
     int st = system(cmd);
     if (err) {
         err[0] = '\0';
@@ -31,6 +35,9 @@ static int run(const char *args, char *err, size_t cap) {
     }
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+/* Runs `attnbench ARGS`. */
+static int run(const char *args, char *err, size_t cap) { return run_exe("", ATTNBENCH_EXE, args, err, cap); }
 
 static int count_lines(const char *s) {
     int n = 0;
@@ -191,4 +198,83 @@ Test(bench, plot_draws_png_and_svg) {
     fread(head, 1, sizeof head - 1, f);
     fclose(f);
     cr_assert(strstr(head, "<?xml") || strstr(head, "<svg"), "SVG is not SVG: %s", head);
+}
+
+/* ---- --device cuda ---- */
+
+Test(bench, cuda_without_device_refused) {
+    /* The real binary on a machine (or build) without CUDA: one line, exit status 2,
+     * before any work. With a device the sweep would run: nothing to check here. */
+    if (ab_cuda_init() == 0) cr_skip_test("this machine has a CUDA device");
+    char err[8192];
+    int rc = run("bench " SMOKE " --device cuda --quiet --out " DIR "/nodev.json", err, sizeof err);
+    cr_assert_eq(rc, 2, "exit status %d: %s", rc, err);
+    cr_assert(strncmp(err, "attnbench: error: ", 18) == 0 && count_lines(err) == 1 && strstr(err, "CUDA"),
+              "stderr: %s", err);
+    struct stat st;
+    cr_assert_neq(stat(DIR "/nodev.json", &st), 0, "a refused run wrote a result");
+}
+
+Test(bench, cuda_emulated_sweep_records_oom_and_skipped) {
+    /* The emulated binary, with an emulated device of 400 kB: softmax fits at N = 16
+     * (B = 16) but not at N = 128 (its saved 4 x 128 x 128 probabilities alone are 256 kB
+     * plus as much workspace): that point is oom (a real allocation failure: the config's
+     * memory_limit_gib of 1 lets it try), the sweep goes on; variants without a CUDA
+     * implementation are skipped with the reason; the document names the device. */
+    char err[8192];
+    int rc = run_exe("AB_EMU_DEVICE_MEMORY=400K", ATTNBENCH_EMU_EXE,
+                     "bench " SMOKE " --device cuda --quiet --set 'lengths=[16,128]' --set gemm.size=16 --out " DIR
+                     "/cuda.json",
+                     err, sizeof err);
+    cr_assert_eq(rc, 0, "bench failed: %s", err);
+    json_t *doc = json_load_file(DIR "/cuda.json", 0, NULL);
+    cr_assert_not_null(doc);
+    cr_assert_str_eq(json_string_value(json_object_get(doc, "status")), "ok");
+    json_t *gpu = json_object_get(json_object_get(doc, "machine"), "gpu");
+    cr_assert(json_is_object(gpu), "machine.gpu missing");
+    cr_assert(json_is_true(json_object_get(gpu, "emulated")));
+    cr_assert(strstr(json_string_value(json_object_get(gpu, "name")), "emulator") != NULL);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(doc, "config"), "device")), "cuda");
+    json_t *recs = json_object_get(doc, "records");
+    cr_assert_eq(json_array_size(recs), 6 * 2 + 4 * 2);
+    int ok = 0, oom = 0, skipped = 0;
+    size_t i;
+    json_t *r;
+    json_array_foreach(recs, i, r) {
+        const char *v = json_string_value(json_object_get(r, "variant_name"));
+        const char *kind = json_string_value(json_object_get(r, "kind"));
+        const char *st = json_string_value(json_object_get(r, "status"));
+        const char *reason = json_string_value(json_object_get(r, "reason"));
+        bool on_cuda = strcmp(v, "softmax") == 0 || strcmp(v, "stateful-softmax") == 0;
+        if (!on_cuda) {
+            cr_assert_str_eq(st, "skipped", "record %zu (%s)", i, v);
+            cr_assert(reason && strstr(reason, "no CUDA implementation"), "record %zu reason: %s", i, reason);
+            skipped++;
+        } else if (strcmp(kind, "parallel") == 0 && json_integer_value(json_object_get(r, "len")) == 128) {
+            cr_assert_str_eq(st, "oom", "record %zu (%s N=128)", i, v);
+            cr_assert(reason && strstr(reason, "out of device memory"), "record %zu reason: %s", i, reason);
+            oom++;
+        } else {
+            cr_assert_str_eq(st, "ok", "record %zu (%s %s): %s", i, v, kind, reason ? reason : "");
+            if (strcmp(kind, "parallel") == 0) {
+                /* tracked device memory: at least the eight [16, 2, 16, 8] float tensors */
+                double peak = json_number_value(json_object_get(r, "peak_bytes"));
+                cr_assert(peak >= 8.0 * 16 * 2 * 16 * 8 * 4, "record %zu: peak_bytes %g", i, peak);
+                cr_assert(json_integer_value(json_object_get(r, "device_used_bytes")) > 0);
+            }
+            ok++;
+        }
+    }
+    cr_assert_eq(oom, 2);
+    cr_assert_eq(ok, 2 + 2);
+    cr_assert_eq(skipped, 4 * 2 + 3 * 2);
+    json_decref(doc);
+}
+
+Test(bench, cuda_emulated_no_device_refused) {
+    char err[8192];
+    int rc = run_exe("AB_EMU_NO_DEVICE=1", ATTNBENCH_EMU_EXE, "bench " SMOKE " --device cuda --quiet --out " DIR
+                     "/nodev2.json", err, sizeof err);
+    cr_assert_eq(rc, 2, "exit status %d: %s", rc, err);
+    cr_assert(strstr(err, "no CUDA device") && count_lines(err) == 1, "stderr: %s", err);
 }

@@ -1,7 +1,10 @@
 /* The attnbench binary: help and list, one-line errors with exit status 2 for bad input
- * (and no output file left behind), and `op` results equal to the library's. */
+ * (and no output file left behind), and `op` results equal to the library's; `op
+ * --device cuda` without a device, and end to end on the emulated binary
+ * (attnbench-emu, whose CUDA device is the CPU emulator). */
 #include "attention.h"
 #include "blas.h"
+#include "cuda_device.h"
 #include "error.h"
 #include "fileio.h"
 #include "memory.h"
@@ -85,12 +88,13 @@ static bool exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
-/* Runs ATTNBENCH_EXE with the NULL-terminated arguments, stdout and stderr captured in
- * g_stdout / g_stderr; returns the exit status (or 128 + signal). */
-static int run_argv(const char *const *args) {
+/* Runs `exe` with the NULL-terminated arguments (and `env`, "NAME=VALUE" or NULL, added
+ * to the environment), stdout and stderr captured in g_stdout / g_stderr; returns the
+ * exit status (or 128 + signal). */
+static int run_exe_argv(const char *exe, const char *env, const char *const *args) {
     const char *argv[64];
     int n = 0;
-    argv[n++] = ATTNBENCH_EXE;
+    argv[n++] = exe;
     for (int i = 0; args[i]; i++) {
         cr_assert_lt(n, 63);
         argv[n++] = args[i];
@@ -101,10 +105,18 @@ static int run_argv(const char *const *args) {
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_addopen(&fa, 1, P("stdout.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_addopen(&fa, 2, P("stderr.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    size_t ne = 0;
+    while (environ[ne]) ne++;
+    char **envp = malloc(sizeof(char *) * (ne + 2));
+    cr_assert_not_null(envp);
+    memcpy(envp, environ, sizeof(char *) * ne);
+    if (env) envp[ne++] = (char *)env;
+    envp[ne] = NULL;
     pid_t pid;
-    int rc = posix_spawn(&pid, ATTNBENCH_EXE, &fa, NULL, (char *const *)argv, environ);
+    int rc = posix_spawn(&pid, exe, &fa, NULL, (char *const *)argv, envp);
     posix_spawn_file_actions_destroy(&fa);
-    cr_assert_eq(rc, 0, "cannot run %s: %s", ATTNBENCH_EXE, strerror(rc));
+    free(envp);
+    cr_assert_eq(rc, 0, "cannot run %s: %s", exe, strerror(rc));
     int status;
     cr_assert_eq(waitpid(pid, &status, 0), pid);
     free(g_stdout);
@@ -113,6 +125,8 @@ static int run_argv(const char *const *args) {
     g_stderr = slurp(P("stderr.txt"));
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
+
+static int run_argv(const char *const *args) { return run_exe_argv(ATTNBENCH_EXE, NULL, args); }
 
 /* run(arg, ..., NULL) */
 static int run(const char *first, ...) {
@@ -617,4 +631,80 @@ Test(cli, op_lengths_int32_and_int64) {
             ab_array_free(&got);
             free(want);
         }
+}
+
+/* ------------------------------------------------------------------------------------
+ * --device cuda
+ * ---------------------------------------------------------------------------------- */
+
+Test(cli, op_cuda_without_device) {
+    /* The real binary where the build or the machine has no CUDA: one line, status 2. */
+    if (ab_cuda_init() == 0) cr_skip_test("this machine has a CUDA device");
+    int status = run("op", "--variant", "softmax", "--device", "cuda", "--q", P("q.npy"), "--k", P("k.npy"), "--v",
+                     P("v.npy"), "--out", P("cuda-nodev"), NULL);
+    const char *must[] = {"CUDA", NULL};
+    expect_usage_error(status, "op --device cuda without a device", must);
+    cr_assert_not(exists(P("cuda-nodev/out.npy")));
+}
+
+/* op on the emulated binary: --device cuda against the library on the CPU. The two
+ * differ by float summation order only (test_cuda.c: FWD_TOL, BWD_TOL). */
+static void expect_close(const char *file, const float *want, size_t n, double tol, const char *what) {
+    ab_array a;
+    load(file, &a);
+    cr_assert_eq(a.count, n);
+    double *w = tu_to_double(want, n);
+    double err = tu_rel_err(a.data, w, n, 1e-3);
+    cr_assert(err <= tol, "%s: %s differs from the CPU library by %.3g (rel)", what, file, err);
+    free(w);
+    ab_array_free(&a);
+}
+
+Test(cli, op_cuda_emulated_equals_cpu) {
+    static const char *const variants[] = {"softmax", "stateful-softmax"};
+    for (int vi = 0; vi < 2; vi++) {
+        char dir[64], f[96];
+        snprintf(dir, sizeof dir, "cuda-%s", variants[vi]);
+        const char *args[] = {"op",       "--variant", variants[vi], "--device", "cuda",          "--causal",
+                              "--q",      P("q.npy"),  "--k",        P("k.npy"), "--v",           P("v.npy"),
+                              "--dout",   P("dout.npy"), "--lengths", P("len32.npy"), "--out",     P(dir),
+                              NULL};
+        int status = run_exe_argv(ATTNBENCH_EMU_EXE, NULL, args);
+        cr_assert_eq(status, 0, "%s: exit %d: %s", variants[vi], status, g_stderr);
+        float *out = tu_alloc_f(NV), *dq = tu_alloc_f(NQ), *dk = tu_alloc_f(NQ), *dv = tu_alloc_f(NV);
+        const int len[B] = {N, 4};
+        library_op(variants[vi], 0, NULL, 0, true, len, out, dq, dk, dv);
+        snprintf(f, sizeof f, "%s/out.npy", dir);
+        expect_close(f, out, NV, 4e-5, variants[vi]);
+        snprintf(f, sizeof f, "%s/dq.npy", dir);
+        expect_close(f, dq, NQ, 1e-4, variants[vi]);
+        snprintf(f, sizeof f, "%s/dk.npy", dir);
+        expect_close(f, dk, NQ, 1e-4, variants[vi]);
+        snprintf(f, sizeof f, "%s/dv.npy", dir);
+        expect_close(f, dv, NV, 1e-4, variants[vi]);
+        free(out), free(dq), free(dk), free(dv);
+    }
+    /* recurrent mode on the device: equals the causal forward */
+    const char *rec[] = {"op",  "--variant", "stateful-softmax", "--device", "cuda", "--causal", "--mode", "recurrent",
+                         "--q", P("q.npy"),  "--k",              P("k.npy"), "--v",  P("v.npy"), "--out",  P("cuda-rec"),
+                         NULL};
+    int status = run_exe_argv(ATTNBENCH_EMU_EXE, NULL, rec);
+    cr_assert_eq(status, 0, "recurrent: exit %d: %s", status, g_stderr);
+    float *out = tu_alloc_f(NV);
+    library_op("stateful-softmax", 0, NULL, 0, true, NULL, out, NULL, NULL, NULL);
+    expect_close("cuda-rec/out.npy", out, NV, 4e-5, "recurrent on cuda");
+    free(out);
+}
+
+Test(cli, op_cuda_emulated_refusals) {
+    /* A variant without a CUDA implementation, and no device at all: one line, status 2. */
+    const char *lin[] = {"op", "--variant", "linear", "--device", "cuda", "--q", P("q.npy"), "--k", P("k.npy"),
+                         "--v", P("v.npy"), "--out", P("cuda-lin"), NULL};
+    const char *must_lin[] = {"linear", "no CUDA implementation", NULL};
+    expect_usage_error(run_exe_argv(ATTNBENCH_EMU_EXE, NULL, lin), "linear on cuda", must_lin);
+    const char *sm[] = {"op", "--variant", "softmax", "--device", "cuda", "--q", P("q.npy"), "--k", P("k.npy"),
+                        "--v", P("v.npy"), "--out", P("cuda-nodev"), NULL};
+    const char *must_dev[] = {"no CUDA device", NULL};
+    expect_usage_error(run_exe_argv(ATTNBENCH_EMU_EXE, "AB_EMU_NO_DEVICE=1", sm), "no device", must_dev);
+    cr_assert_not(exists(P("cuda-lin/out.npy")) || exists(P("cuda-nodev/out.npy")));
 }

@@ -401,8 +401,8 @@ static void recurrent_check(const vcfg *v, int P, bool with_out) {
     int cap = s.len;
     size_t st = attn_state_bytes(a, &s, cap);
     cr_assert_gt(st, 0, "%s", attn_error());
-    void *state = malloc(st);
-    cr_assert_eq(attn_state_init(a, &s, cap, state), 0, "%s", attn_error());
+    attn_state *state = NULL;
+    cr_assert_eq(attn_state_create(a, &s, cap, &state), 0, "%s", attn_error());
 
     /* prefill: inputs [B,H,P,X] */
     size_t BH = (size_t)s.batch * s.heads;
@@ -413,7 +413,7 @@ static void recurrent_check(const vcfg *v, int P, bool with_out) {
         memcpy(pk + bh * P * s.qk_dim, in.k + bh * s.len * s.qk_dim, sizeof(float) * P * s.qk_dim);
         memcpy(pv + bh * P * s.v_dim, in.v + bh * s.len * s.v_dim, sizeof(float) * P * s.v_dim);
     }
-    int rc = attn_prefill(a, &s, cap, P, pq, pk, pv, pout, state);
+    int rc = attn_prefill(a, state, P, pq, pk, pv, pout);
     cr_assert_eq(rc, 0, "prefill(%d): %s", P, attn_error());
     float *got = tu_alloc_f(nv(&s));
     if (with_out)
@@ -426,7 +426,7 @@ static void recurrent_check(const vcfg *v, int P, bool with_out) {
         gather(&s, in.q, s.qk_dim, t, sq);
         gather(&s, in.k, s.qk_dim, t, sk);
         gather(&s, in.v, s.v_dim, t, sv);
-        rc = attn_step(a, &s, cap, state, t, sq, sk, sv, so);
+        rc = attn_step(a, state, t, sq, sk, sv, so);
         cr_assert_eq(rc, 0, "step %d: %s", t, attn_error());
         for (size_t bh = 0; bh < BH; bh++)
             memcpy(got + (bh * s.len + t) * s.v_dim, so + bh * s.v_dim, sizeof(float) * s.v_dim);
@@ -459,7 +459,7 @@ static void recurrent_check(const vcfg *v, int P, bool with_out) {
             }
         }
     /* the state is full now */
-    cr_expect_neq(attn_step(a, &s, cap, state, s.len, sq, sk, sv, so), 0, "step past capacity accepted");
+    cr_expect_neq(attn_step(a, state, s.len, sq, sk, sv, so), 0, "step past capacity accepted");
 
     free(w);
     free(sq);
@@ -471,7 +471,7 @@ static void recurrent_check(const vcfg *v, int P, bool with_out) {
     free(pk);
     free(pv);
     free(pout);
-    free(state);
+    attn_state_destroy(state);
     free(want);
     free_inputs(&in);
     attn_destroy(a);

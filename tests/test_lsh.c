@@ -458,9 +458,8 @@ Test(lsh, recurrent_mode_unsupported) {
     attn_shape s = {1, 2, 1, 4, 4, true, NULL};
     cr_assert_eq(attn_state_bytes(a, &s, 16), 0);
     cr_assert(strstr(attn_error(), "recurrent") != NULL, "message: %s", attn_error());
-    char state[256] = {0};
-    float q[8] = {0}, k[8] = {0}, v[8] = {0}, out[8];
-    cr_assert_eq(attn_step(a, &s, 16, state, 0, q, k, v, out), ATTN_EUNSUPPORTED);
-    cr_assert_eq(attn_state_init(a, &s, 16, state), ATTN_EUNSUPPORTED);
+    attn_state *state = NULL;
+    cr_assert_eq(attn_state_create(a, &s, 16, &state), ATTN_EUNSUPPORTED);
+    cr_assert_null(state);
     attn_destroy(a);
 }

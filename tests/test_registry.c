@@ -1,6 +1,7 @@
 /* The registry: variant names, options and defaults, option parsing and its errors,
  * shape checks, recurrent-mode misuse, and workspace reuse. */
 #include "attention.h"
+#include "cuda_device.h"
 #include "blas.h"
 #include "error.h"
 #include "memory.h"
@@ -268,18 +269,33 @@ Test(registry, create_errors) {
     cr_assert_eq(attn_create(&o, &a), ATTN_EINVAL);
 }
 
+Test(registry, devices_of_variants) {
+    /* Every variant runs on the CPU; on CUDA only where the build has its backend (none
+     * in a build without CUDA); bad indices and devices are false. */
+    for (int v = 0; v < N_VAR; v++) {
+        int i = attn_variant_find(VARIANTS[v]);
+        cr_assert(attn_variant_has_device(i, ATTN_DEVICE_CPU), "%s on cpu", VARIANTS[v]);
+        if (!ab_cuda_built()) cr_assert_not(attn_variant_has_device(i, ATTN_DEVICE_CUDA), "%s on cuda", VARIANTS[v]);
+        cr_assert_not(attn_variant_has_device(i, (attn_device)7));
+    }
+    cr_assert_not(attn_variant_has_device(-1, ATTN_DEVICE_CPU));
+    cr_assert_not(attn_variant_has_device(N_VAR, ATTN_DEVICE_CPU));
+}
+
 Test(registry, cuda_without_backend) {
+    /* Without CUDA in the build or without a device: ATTN_EDEVICE for every variant;
+     * with a device: ATTN_EUNSUPPORTED for variants that have no CUDA implementation. */
     for (int v = 0; v < N_VAR; v++) {
         attn_options o = {VARIANTS[v], ATTN_DEVICE_CUDA, 0, 0, NULL};
         attn *a = NULL;
         ab_clear_error();
         int rc = attn_create(&o, &a);
-        if (rc == 0) { /* this build has the variant's CUDA backend */
+        if (rc == 0) { /* this build and machine run the variant's CUDA backend */
             cr_assert_not_null(a);
             attn_destroy(a);
             continue;
         }
-        cr_assert_eq(rc, ATTN_EDEVICE, "%s on cuda: %d (%s)", VARIANTS[v], rc, attn_error());
+        cr_assert(rc == ATTN_EDEVICE || rc == ATTN_EUNSUPPORTED, "%s on cuda: %d (%s)", VARIANTS[v], rc, attn_error());
         cr_assert_null(a);
         cr_assert(strstr(attn_error(), "CUDA") != NULL, "message '%s' does not mention CUDA", attn_error());
     }
@@ -388,14 +404,19 @@ Test(recurrent, variants_without_step) {
         attn *a = make(no_step[v], 0, NULL);
         attn_shape s = shape(1, 2, 1, 4, 4, true, NULL);
         cr_assert_eq(attn_state_bytes(a, &s, 8), 0u, "%s has no state", no_step[v]);
-        unsigned char state[256] = {0};
-        float q[8] = {0}, k[8] = {0}, vv[8] = {0}, out[8];
+        attn_state *st = NULL;
         ab_clear_error();
-        cr_assert_eq(attn_state_init(a, &s, 8, state), ATTN_EUNSUPPORTED);
-        cr_assert_eq(attn_prefill(a, &s, 8, 1, q, k, vv, out, state), ATTN_EUNSUPPORTED);
-        ab_clear_error();
-        cr_assert_eq(attn_step(a, &s, 8, state, 0, q, k, vv, out), ATTN_EUNSUPPORTED);
+        cr_assert_eq(attn_state_create(a, &s, 8, &st), ATTN_EUNSUPPORTED);
+        cr_assert_null(st);
         cr_assert(strstr(attn_error(), no_step[v]) != NULL, "message '%s' does not name the variant", attn_error());
+        /* A state of another variant cannot be stepped by this one. */
+        attn *lin = make("linear", 0, NULL);
+        cr_assert_eq(attn_state_create(lin, &s, 8, &st), 0, "%s", attn_error());
+        float q[8] = {0}, k[8] = {0}, vv[8] = {0}, out[8];
+        cr_assert_eq(attn_step(a, st, 0, q, k, vv, out), ATTN_EUNSUPPORTED);
+        cr_assert_eq(attn_prefill(a, st, 1, q, k, vv, out), ATTN_EUNSUPPORTED);
+        attn_state_destroy(st);
+        attn_destroy(lin);
         attn_destroy(a);
     }
 }
@@ -417,10 +438,11 @@ static void rec_make(rec_fixture *f, const char *variant) {
     tu_fill_normal(f->v, RB * RH * RM, 17, 2, 1.0);
 }
 
-static void *rec_state(rec_fixture *f, int capacity) {
+static attn_state *rec_state(rec_fixture *f, int capacity) {
     size_t n = attn_state_bytes(f->a, &f->s, capacity);
     cr_assert_gt(n, 0u, "state bytes: %s", attn_error());
-    void *st = calloc(1, n);
+    attn_state *st = NULL;
+    cr_assert_eq(attn_state_create(f->a, &f->s, capacity, &st), 0, "%s", attn_error());
     cr_assert_not_null(st);
     return st;
 }
@@ -430,39 +452,50 @@ static void expect_rc_msg(int rc, const char *what) {
     cr_assert_neq(attn_error()[0], '\0', "%s: no message", what);
 }
 
+/* Creating a state for a shape that has none fails, leaves *out NULL, says why. */
+static void expect_no_state(attn *a, const attn_shape *s, int capacity, const char *what) {
+    attn_state *st = (attn_state *)&st; /* not NULL: the call must reset it */
+    ab_clear_error();
+    expect_rc_msg(attn_state_create(a, s, capacity, &st), what);
+    cr_assert_null(st, "%s: output not reset", what);
+}
+
 Test(recurrent, linear_shape_misuse) {
     rec_fixture f;
     rec_make(&f, "linear");
-    void *st = rec_state(&f, 4);
 
     attn_shape nc = f.s;
     nc.causal = false;
     cr_assert_eq(attn_state_bytes(f.a, &nc, 4), 0u, "non-causal shape has no state");
-    ab_clear_error();
-    expect_rc_msg(attn_state_init(f.a, &nc, 4, st), "non-causal state_init");
+    expect_no_state(f.a, &nc, 4, "non-causal state");
     cr_assert(strstr(attn_error(), "causal") != NULL, "%s", attn_error());
 
     int lengths[RB] = {1, 1};
     attn_shape ls = f.s;
     ls.lengths = lengths;
     cr_assert_eq(attn_state_bytes(f.a, &ls, 4), 0u);
-    expect_rc_msg(attn_state_init(f.a, &ls, 4, st), "lengths in recurrent mode");
+    expect_no_state(f.a, &ls, 4, "lengths in recurrent mode");
 
     cr_assert_eq(attn_state_bytes(f.a, &f.s, 0), 0u);
-    expect_rc_msg(attn_state_init(f.a, &f.s, 0, st), "capacity 0");
-    expect_rc_msg(attn_state_init(f.a, &f.s, -3, st), "capacity -3");
-    expect_rc_msg(attn_state_init(f.a, &f.s, 4, NULL), "NULL state");
+    expect_no_state(f.a, &f.s, 0, "capacity 0");
+    expect_no_state(f.a, &f.s, -3, "capacity -3");
+    expect_rc_msg(attn_state_create(f.a, &f.s, 4, NULL), "NULL output");
 
     attn_shape zero = f.s;
     zero.qk_dim = 0;
-    expect_rc_msg(attn_state_init(f.a, &zero, 4, st), "D = 0");
+    expect_no_state(f.a, &zero, 4, "D = 0");
 
-    /* A zeroed (never initialised) state. */
+    /* Something that is not a state. */
+    attn_state *bogus = (attn_state *)f.q;
     ab_clear_error();
-    expect_rc_msg(attn_step(f.a, &f.s, 4, st, 0, f.q, f.k, f.v, f.out), "step on an uninitialised state");
-    cr_assert(strstr(attn_error(), "initialised") != NULL, "%s", attn_error());
-    expect_rc_msg(attn_prefill(f.a, &f.s, 4, 1, f.q, f.k, f.v, f.out, st), "prefill on an uninitialised state");
-    free(st);
+    expect_rc_msg(attn_step(f.a, bogus, 0, f.q, f.k, f.v, f.out), "step on a non-state");
+    cr_assert(strstr(attn_error(), "state") != NULL, "%s", attn_error());
+    expect_rc_msg(attn_step(f.a, NULL, 0, f.q, f.k, f.v, f.out), "step on NULL");
+    expect_rc_msg(attn_prefill(f.a, NULL, 1, f.q, f.k, f.v, f.out), "prefill on NULL");
+    expect_rc_msg(attn_state_reset(f.a, NULL), "reset of NULL");
+    cr_assert_eq(attn_state_len(NULL), -1);
+    cr_assert_null(attn_state_shape(NULL));
+    attn_state_destroy(NULL); /* no-op */
     attn_destroy(f.a);
 }
 
@@ -470,31 +503,34 @@ Test(recurrent, linear_step_order_and_capacity) {
     rec_fixture f;
     rec_make(&f, "linear");
     const int cap = 2;
-    void *st = rec_state(&f, cap);
-    cr_assert_eq(attn_state_init(f.a, &f.s, cap, st), 0, "%s", attn_error());
+    attn_state *st = rec_state(&f, cap);
+    const attn_shape *ss = attn_state_shape(st);
+    cr_assert(ss && ss->batch == RB && ss->heads == RH && ss->qk_dim == RD && ss->v_dim == RM && ss->len == cap);
 
     /* t must equal the number of positions held. */
     ab_clear_error();
-    expect_rc_msg(attn_step(f.a, &f.s, cap, st, 1, f.q, f.k, f.v, f.out), "step t=1 on an empty state");
-    expect_rc_msg(attn_step(f.a, &f.s, cap, st, -1, f.q, f.k, f.v, f.out), "step t=-1");
-    cr_assert_eq(attn_step(f.a, &f.s, cap, st, 0, f.q, f.k, f.v, f.out), 0, "%s", attn_error());
-    expect_rc_msg(attn_step(f.a, &f.s, cap, st, 0, f.q, f.k, f.v, f.out), "step t=0 again");
-    /* Another capacity or shape than the state was made for. */
-    expect_rc_msg(attn_step(f.a, &f.s, cap + 1, st, 1, f.q, f.k, f.v, f.out), "other capacity");
-    attn_shape other = f.s;
-    other.heads = RH - 1;
-    expect_rc_msg(attn_step(f.a, &other, cap, st, 1, f.q, f.k, f.v, f.out), "other shape");
-    expect_rc_msg(attn_step(f.a, &f.s, cap, st, 1, NULL, f.k, f.v, f.out), "NULL q");
+    expect_rc_msg(attn_step(f.a, st, 1, f.q, f.k, f.v, f.out), "step t=1 on an empty state");
+    expect_rc_msg(attn_step(f.a, st, -1, f.q, f.k, f.v, f.out), "step t=-1");
+    cr_assert_eq(attn_step(f.a, st, 0, f.q, f.k, f.v, f.out), 0, "%s", attn_error());
+    expect_rc_msg(attn_step(f.a, st, 0, f.q, f.k, f.v, f.out), "step t=0 again");
+    /* A state is used with the object that made it. */
+    attn *other = make("linear", 0, NULL);
+    expect_rc_msg(attn_step(other, st, 1, f.q, f.k, f.v, f.out), "another object's state");
+    cr_assert(strstr(attn_error(), "another") != NULL, "%s", attn_error());
+    attn_destroy(other);
+    expect_rc_msg(attn_step(f.a, st, 1, NULL, f.k, f.v, f.out), "NULL q");
     /* A failed call leaves the state where it was. */
-    cr_assert_eq(attn_step(f.a, &f.s, cap, st, 1, f.q, f.k, f.v, f.out), 0, "%s", attn_error());
+    cr_assert_eq(attn_state_len(st), 1);
+    cr_assert_eq(attn_step(f.a, st, 1, f.q, f.k, f.v, f.out), 0, "%s", attn_error());
     /* Full. */
     ab_clear_error();
-    expect_rc_msg(attn_step(f.a, &f.s, cap, st, 2, f.q, f.k, f.v, f.out), "step past capacity");
+    expect_rc_msg(attn_step(f.a, st, 2, f.q, f.k, f.v, f.out), "step past capacity");
     cr_assert(strstr(attn_error(), "capacity") != NULL, "%s", attn_error());
-    /* Re-initialising empties it. */
-    cr_assert_eq(attn_state_init(f.a, &f.s, cap, st), 0);
-    cr_assert_eq(attn_step(f.a, &f.s, cap, st, 0, f.q, f.k, f.v, f.out), 0, "%s", attn_error());
-    free(st);
+    /* Resetting empties it. */
+    cr_assert_eq(attn_state_reset(f.a, st), 0);
+    cr_assert_eq(attn_state_len(st), 0);
+    cr_assert_eq(attn_step(f.a, st, 0, f.q, f.k, f.v, f.out), 0, "%s", attn_error());
+    attn_state_destroy(st);
     attn_destroy(f.a);
 }
 
@@ -506,19 +542,18 @@ Test(recurrent, linear_prefill_misuse) {
     tu_fill_normal(q, sizeof q / sizeof q[0], 18, 0, 1.0);
     tu_fill_normal(k, sizeof k / sizeof k[0], 18, 1, 1.0);
     tu_fill_normal(v, sizeof v / sizeof v[0], 18, 2, 1.0);
-    void *st = rec_state(&f, cap);
-    cr_assert_eq(attn_state_init(f.a, &f.s, cap, st), 0, "%s", attn_error());
+    attn_state *st = rec_state(&f, cap);
     ab_clear_error();
-    expect_rc_msg(attn_prefill(f.a, &f.s, cap, P, q, k, v, out, st), "prefill of 4 into capacity 3");
-    expect_rc_msg(attn_prefill(f.a, &f.s, cap, -1, q, k, v, out, st), "prefill of -1");
+    expect_rc_msg(attn_prefill(f.a, st, P, q, k, v, out), "prefill of 4 into capacity 3");
+    expect_rc_msg(attn_prefill(f.a, st, -1, q, k, v, out), "prefill of -1");
     /* The refused prefill left the state empty: a prefill that fits works, with the
      * prompt's output optional. */
-    cr_assert_eq(attn_prefill(f.a, &f.s, cap, 2, q, k, v, NULL, st), 0, "%s", attn_error());
-    expect_rc_msg(attn_prefill(f.a, &f.s, cap, 1, q, k, v, out, st), "prefill of a non-empty state");
-    expect_rc_msg(attn_step(f.a, &f.s, cap, st, 0, f.q, f.k, f.v, f.out), "step t=0 after a prefill of 2");
-    cr_assert_eq(attn_step(f.a, &f.s, cap, st, 2, f.q, f.k, f.v, f.out), 0, "%s", attn_error());
-    expect_rc_msg(attn_step(f.a, &f.s, cap, st, 3, f.q, f.k, f.v, f.out), "step past capacity after prefill");
-    free(st);
+    cr_assert_eq(attn_prefill(f.a, st, 2, q, k, v, NULL), 0, "%s", attn_error());
+    expect_rc_msg(attn_prefill(f.a, st, 1, q, k, v, out), "prefill of a non-empty state");
+    expect_rc_msg(attn_step(f.a, st, 0, f.q, f.k, f.v, f.out), "step t=0 after a prefill of 2");
+    cr_assert_eq(attn_step(f.a, st, 2, f.q, f.k, f.v, f.out), 0, "%s", attn_error());
+    expect_rc_msg(attn_step(f.a, st, 3, f.q, f.k, f.v, f.out), "step past capacity after prefill");
+    attn_state_destroy(st);
     attn_destroy(f.a);
 }
 
@@ -627,20 +662,20 @@ Test(workspace, steps_allocate_nothing) {
         attn *a = make(with_step[i], 0, NULL);
         size_t n = attn_state_bytes(a, &s, CAP);
         cr_assert_gt(n, 0u, "%s: %s", with_step[i], attn_error());
-        void *st = malloc(n);
-        cr_assert_eq(attn_state_init(a, &s, CAP, st), 0, "%s: %s", with_step[i], attn_error());
+        attn_state *st = NULL;
+        cr_assert_eq(attn_state_create(a, &s, CAP, &st), 0, "%s: %s", with_step[i], attn_error());
         size_t cur = ab_mem_current(AB_DEV_CPU);
         ab_mem_reset_peak(AB_DEV_CPU);
         for (int t = 0; t < CAP; t++) {
             tu_fill_normal(q, B * H * D, 23, (uint64_t)3 * t, 1.0);
             tu_fill_normal(k, B * H * D, 23, (uint64_t)3 * t + 1, 1.0);
             tu_fill_normal(v, B * H * M, 23, (uint64_t)3 * t + 2, 1.0);
-            cr_assert_eq(attn_step(a, &s, CAP, st, t, q, k, v, out), 0, "%s t=%d: %s", with_step[i], t,
+            cr_assert_eq(attn_step(a, st, t, q, k, v, out), 0, "%s t=%d: %s", with_step[i], t,
                          attn_error());
         }
         cr_assert_eq(ab_mem_peak(AB_DEV_CPU), cur, "%s: steps allocated %zu bytes", with_step[i],
                      ab_mem_peak(AB_DEV_CPU) - cur);
-        free(st);
+        attn_state_destroy(st);
         attn_destroy(a);
     }
 }

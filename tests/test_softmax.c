@@ -465,15 +465,15 @@ static void check_recurrent(const char *setting, double scale, int B, int H, int
 
     size_t sb = attn_state_bytes(a, &p.s, capacity);
     cr_assert(sb > 0, "state_bytes: %s", attn_error());
-    void *state = ab_alloc(sb);
-    cr_assert(attn_state_init(a, &p.s, capacity, state) == 0, "state_init: %s", attn_error());
+    attn_state *state = NULL;
+    cr_assert(attn_state_create(a, &p.s, capacity, &state) == 0, "state_create: %s", attn_error());
     float *rec = tu_alloc_f(p.nv);
     for (size_t i = 0; i < p.nv; i++) rec[i] = NAN;
     int start = 0;
     if (P >= 0) {
         float *qp = prefix(&p.s, p.q, P, D), *kp = prefix(&p.s, p.k, P, D), *vp = prefix(&p.s, p.v, P, M);
         float *op = with_out ? tu_alloc_f((size_t)B * H * (size_t)(P ? P : 1) * M) : NULL;
-        int rc = attn_prefill(a, &p.s, capacity, P, qp, kp, vp, op, state);
+        int rc = attn_prefill(a, state, P, qp, kp, vp, op);
         cr_assert(rc == 0, "prefill(%d): %s", P, attn_error());
         if (op)
             for (int bh = 0; bh < B * H; bh++)
@@ -490,7 +490,7 @@ static void check_recurrent(const char *setting, double scale, int B, int H, int
         gather(&p.s, p.q, qt, t, D);
         gather(&p.s, p.k, kt, t, D);
         gather(&p.s, p.v, vt, t, M);
-        int rc = attn_step(a, &p.s, capacity, state, t, qt, kt, vt, ot);
+        int rc = attn_step(a, state, t, qt, kt, vt, ot);
         cr_assert(rc == 0, "step %d: %s", t, attn_error());
         scatter(&p.s, ot, rec, t, M);
     }
@@ -513,7 +513,7 @@ static void check_recurrent(const char *setting, double scale, int B, int H, int
     free(vt);
     free(ot);
     free(rec);
-    ab_free(state);
+    attn_state_destroy(state);
     free(want);
     free(saved);
     free(fwd);
@@ -540,9 +540,9 @@ Test(stateful_softmax, state_bytes_exact) {
     attn *a = create("stateful-softmax", NULL);
     attn_shape s = {.batch = 2, .heads = 3, .len = 1, .qk_dim = 5, .v_dim = 3, .causal = true};
     size_t got = attn_state_bytes(a, &s, 100);
-    /* 64-byte registry header + K cache (padded to 64 bytes) + V cache */
+    /* K cache (padded to 64 bytes) + V cache: the bookkeeping is in the host object */
     size_t kbytes = (size_t)2 * 3 * 100 * 5 * 4, vbytes = (size_t)2 * 3 * 100 * 3 * 4;
-    size_t want = 64 + ((kbytes + 63) / 64) * 64 + vbytes;
+    size_t want = ((kbytes + 63) / 64) * 64 + vbytes;
     cr_assert(got == want, "state_bytes %zu, expected %zu", got, want);
     attn_destroy(a);
 }
@@ -594,53 +594,59 @@ Test(softmax_recurrent_errors, misuse_rejected) {
     attn *a = create("stateful-softmax", NULL);
     attn_shape s = {.batch = 2, .heads = 1, .len = 1, .qk_dim = 5, .v_dim = 3, .causal = true};
     const int cap = 3;
-    void *state = ab_alloc(attn_state_bytes(a, &s, cap));
-    cr_assert(state && attn_state_init(a, &s, cap, state) == 0, "%s", attn_error());
+    attn_state *state = NULL;
+    cr_assert(attn_state_create(a, &s, cap, &state) == 0, "%s", attn_error());
+    cr_assert(attn_state_len(state) == 0 && attn_state_capacity(state) == cap);
     float q[10] = {0}, k[10] = {0}, v[6] = {0}, o[6];
 
     /* t must equal the number of positions held */
-    int rc = attn_step(a, &s, cap, state, 1, q, k, v, o);
+    int rc = attn_step(a, state, 1, q, k, v, o);
     cr_assert(rc == ATTN_EINVAL && strstr(attn_error(), "position"), "step t=1 on an empty state: rc %d '%s'", rc,
               attn_error());
-    for (int t = 0; t < cap; t++) cr_assert(attn_step(a, &s, cap, state, t, q, k, v, o) == 0, "%s", attn_error());
-    rc = attn_step(a, &s, cap, state, 1, q, k, v, o);
+    for (int t = 0; t < cap; t++) cr_assert(attn_step(a, state, t, q, k, v, o) == 0, "%s", attn_error());
+    cr_assert(attn_state_len(state) == cap);
+    rc = attn_step(a, state, 1, q, k, v, o);
     cr_assert(rc == ATTN_EINVAL && strstr(attn_error(), "position"), "step t=1 after 3 steps: rc %d", rc);
     /* past capacity */
-    rc = attn_step(a, &s, cap, state, cap, q, k, v, o);
+    rc = attn_step(a, state, cap, q, k, v, o);
     cr_assert(rc == ATTN_EINVAL && strstr(attn_error(), "full"), "step past capacity: rc %d '%s'", rc, attn_error());
     /* prefill needs an empty state; a prompt longer than the capacity does not fit */
-    rc = attn_prefill(a, &s, cap, 1, q, k, v, o, state);
+    rc = attn_prefill(a, state, 1, q, k, v, o);
     cr_assert(rc == ATTN_EINVAL, "prefill into a non-empty state: rc %d", rc);
-    cr_assert(attn_state_init(a, &s, cap, state) == 0);
-    rc = attn_prefill(a, &s, cap, cap + 1, q, k, v, NULL, state);
+    cr_assert(attn_state_reset(a, state) == 0);
+    cr_assert(attn_state_len(state) == 0);
+    rc = attn_prefill(a, state, cap + 1, q, k, v, NULL);
     cr_assert(rc == ATTN_EINVAL && strstr(attn_error(), "capacity"), "prompt > capacity: rc %d '%s'", rc,
               attn_error());
-    /* a state made for another capacity */
-    rc = attn_step(a, &s, cap + 1, state, 0, q, k, v, o);
-    cr_assert(rc == ATTN_EINVAL, "state of another capacity: rc %d", rc);
-    ab_free(state);
+    /* a state belongs to the object that made it */
+    attn *other = create("stateful-softmax", NULL);
+    rc = attn_step(other, state, 0, q, k, v, o);
+    cr_assert(rc == ATTN_EINVAL && strstr(attn_error(), "another"), "state of another object: rc %d '%s'", rc,
+              attn_error());
+    attn_destroy(other);
+    attn_state_destroy(state);
 
     /* non-causal shape */
     attn_shape nc = s;
     nc.causal = false;
     cr_assert(attn_state_bytes(a, &nc, cap) == 0, "non-causal shape has no state");
-    char buf[512];
-    rc = attn_state_init(a, &nc, cap, buf);
-    cr_assert(rc == ATTN_EINVAL && strstr(attn_error(), "causal"), "non-causal: rc %d '%s'", rc, attn_error());
+    rc = attn_state_create(a, &nc, cap, &state);
+    cr_assert(rc == ATTN_EINVAL && strstr(attn_error(), "causal") && !state, "non-causal: rc %d '%s'", rc,
+              attn_error());
     /* lengths */
     const int len[2] = {1, 1};
     attn_shape ls = s;
     ls.lengths = len;
     cr_assert(attn_state_bytes(a, &ls, cap) == 0, "shape with lengths has no state");
-    rc = attn_state_init(a, &ls, cap, buf);
+    rc = attn_state_create(a, &ls, cap, &state);
     cr_assert(rc < 0 && strstr(attn_error(), "lengths"), "lengths: rc %d '%s'", rc, attn_error());
     attn_destroy(a);
 
     /* plain softmax has no recurrent mode */
     a = create("softmax", NULL);
     cr_assert(!attn_has_step(a));
-    rc = attn_state_init(a, &s, cap, buf);
-    cr_assert(rc == ATTN_EUNSUPPORTED, "softmax state_init: rc %d", rc);
+    rc = attn_state_create(a, &s, cap, &state);
+    cr_assert(rc == ATTN_EUNSUPPORTED, "softmax state_create: rc %d", rc);
     attn_destroy(a);
 }
 

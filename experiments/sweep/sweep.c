@@ -11,6 +11,9 @@
 #include "blas.h"
 #include "cli_util.h"
 #include "config.h"
+#include "cuda_blas.h"
+#include "cuda_device.h"
+#include "device.h"
 #include "error.h"
 #include "memory.h"
 #include "results.h"
@@ -35,6 +38,7 @@ typedef struct {
     char *owned[MAX_SETTINGS];
     int n_settings;
     bool parallel, recurrent; /* which sides of the sweep run it ("modes") */
+    char unsupported[256];    /* non-empty: the device has no implementation of it (why) */
 } sweep_variant;
 
 typedef struct {
@@ -49,6 +53,7 @@ typedef struct {
     long long batch_size, batch_tokens, batch_max;
     int warmup, repeats;
     double time_budget_s, memory_limit_bytes;
+    ab_device dev; /* where the attention runs (--device) */
     uint64_t seed;
     /* recurrent side */
     long long contexts[MAX_LENGTHS];
@@ -144,13 +149,14 @@ static int parse_int_list(const json_t *arr, const char *name, long long *out, i
     return 0;
 }
 
-static int parse_config(const json_t *root, sweep_config *c) {
+static int parse_config(const json_t *root, ab_device dev, sweep_config *c) {
     static const char *const top[] = {"name", "description", "variants", "lengths", "heads", "qk_dim", "v_dim",
                                       "causal", "batch", "warmup", "repeats", "time_budget_s", "memory_limit_gib",
                                       "seed", "recurrent", "gemm", NULL};
     int rc = ab_config_only_keys(root, "", top);
     if (rc) return rc;
     memset(c, 0, sizeof *c);
+    c->dev = dev;
     long long x;
     double d;
     if ((rc = ab_config_str(root, "", "name", true, NULL, &c->name))) return rc;
@@ -188,8 +194,15 @@ static int parse_config(const json_t *root, sweep_config *c) {
     if ((rc = ab_config_int(root, "", "repeats", false, 5, 1, 100000, &x))) return rc;
     c->repeats = (int)x;
     if ((rc = ab_config_num(root, "", "time_budget_s", false, 30, 1e-3, 1e6, &c->time_budget_s))) return rc;
-    double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-    if ((rc = ab_config_num(root, "", "memory_limit_gib", false, 0.75 * phys / 1073741824.0, 1e-6, 1e6, &d))) return rc;
+    /* Default: 3/4 of the host's memory on the CPU; the device's memory on CUDA (where
+     * an allocation that does not fit fails cleanly and is recorded as oom). */
+    double avail = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) * 0.75;
+    if (c->dev == AB_DEV_CUDA) {
+        size_t free_b = 0, total_b = 0;
+        if ((rc = ab_cuda_mem_info(&free_b, &total_b))) return rc;
+        avail = (double)total_b;
+    }
+    if ((rc = ab_config_num(root, "", "memory_limit_gib", false, avail / 1073741824.0, 1e-6, 1e6, &d))) return rc;
     c->memory_limit_bytes = d * 1073741824.0;
     if ((rc = ab_config_int(root, "", "seed", false, 0, 0, INT64_MAX, &x))) return rc;
     c->seed = (uint64_t)x;
@@ -289,33 +302,48 @@ static json_t *options_json(const attn *a, const attn_shape *s) {
     return o;
 }
 
-static double measure_gemm(int n, int repeats) {
+/* Fills n floats of x (on device d) with normal(seed, stream) numbers, through the
+ * host buffer `stage` (n floats) when x is device memory. */
+static int fill_normal_dev(ab_device d, float *x, size_t n, uint64_t seed, uint64_t stream, float *stage) {
+    if (d == AB_DEV_CPU) {
+        fill_normal(x, n, seed, stream);
+        return 0;
+    }
+    fill_normal(stage, n, seed, stream);
+    return ab_dev_upload(d, x, stage, n * sizeof(float));
+}
+
+/* The machine's sgemm rate (GFLOP/s) on the device: OpenBLAS or cuBLAS. */
+static double measure_gemm(ab_device d, int n, int repeats) {
     if (n <= 0) return NAN;
     size_t bytes = (size_t)n * n * sizeof(float);
-    float *a = ab_alloc(bytes), *b = ab_alloc(bytes), *c = ab_alloc(bytes);
-    if (!a || !b || !c) {
-        ab_free(a);
-        ab_free(b);
-        ab_free(c);
-        return NAN;
-    }
-    fill_normal(a, (size_t)n * n, 1, 0);
-    fill_normal(b, (size_t)n * n, 1, 1);
-    memset(c, 0, bytes);
-    ab_sgemm(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n); /* warm-up */
+    float *a = NULL, *b = NULL, *c = NULL, *stage = d == AB_DEV_CPU ? NULL : ab_alloc(bytes);
     double *ms = malloc(sizeof(double) * (size_t)repeats);
-    for (int r = 0; r < repeats; r++) {
-        uint64_t t0 = ab_now_ns();
-        ab_sgemm(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        ms[r] = ab_ms_since(t0);
+    double rate = NAN;
+    if (ms && (d == AB_DEV_CPU || stage) && !ab_dev_malloc(d, (void **)&a, bytes) &&
+        !ab_dev_malloc(d, (void **)&b, bytes) && !ab_dev_malloc(d, (void **)&c, bytes) &&
+        !fill_normal_dev(d, a, (size_t)n * n, 1, 0, stage) && !fill_normal_dev(d, b, (size_t)n * n, 1, 1, stage) &&
+        !ab_dev_memset(d, c, 0, bytes)) {
+        int rc = 0;
+        for (int r = -1; r < repeats && !rc; r++) { /* r = -1: warm-up */
+            rc = ab_dev_sync(d);
+            uint64_t t0 = ab_now_ns();
+            if (!rc && d == AB_DEV_CPU) ab_sgemm(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+            else if (!rc) rc = ab_cuda_sgemm(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+            if (!rc) rc = ab_dev_sync(d);
+            if (r >= 0) ms[r] = ab_ms_since(t0);
+        }
+        if (!rc) {
+            qsort(ms, (size_t)repeats, sizeof *ms, cmp_double);
+            rate = 2.0 * n * (double)n * n / (quantile(ms, repeats, 0.5) * 1e-3) * 1e-9;
+        }
     }
-    qsort(ms, (size_t)repeats, sizeof *ms, cmp_double);
-    double med = quantile(ms, repeats, 0.5);
     free(ms);
-    ab_free(a);
-    ab_free(b);
-    ab_free(c);
-    return 2.0 * n * (double)n * n / (med * 1e-3) * 1e-9;
+    ab_free(stage);
+    ab_dev_free(d, a);
+    ab_dev_free(d, b);
+    ab_dev_free(d, c);
+    return rate;
 }
 
 /* ---- one parallel point ---- */
@@ -347,8 +375,28 @@ static void null_timings(json_t *r) {
         if (!json_object_get(r, keys[i])) json_object_set_new(r, keys[i], json_null());
 }
 
+/* Timing on a device: the clock is read after waiting for the device's queued work,
+ * so a CUDA call's time is its full execution (the same host timer on both devices). */
+static int sync_ms(ab_device d, uint64_t t0, double *ms) {
+    int rc = ab_dev_sync(d);
+    *ms = ab_ms_since(t0);
+    return rc;
+}
+
+/* The device's own view of its memory (cudaMemGetInfo: everything in use on the GPU,
+ * the CUDA context and cuBLAS workspace included), next to the tracked figure. */
+static void device_memory_json(json_t *rec, ab_device d) {
+    size_t free_b = 0, total_b = 0;
+    if (d != AB_DEV_CUDA) return;
+    if (ab_cuda_mem_info(&free_b, &total_b) == 0) {
+        json_object_set_new(rec, "device_used_bytes", json_integer((json_int_t)(total_b - free_b)));
+        json_object_set_new(rec, "device_total_bytes", json_integer((json_int_t)total_b));
+    }
+}
+
 static json_t *run_point(const sweep_config *c, const sweep_variant *sv, attn *a, const attn_shape *s,
                          bool *stop_variant) {
+    const ab_device dev = c->dev;
     json_t *rec = base_record(sv, a, s, "parallel");
     size_t bh = (size_t)s->batch * s->heads;
     size_t nq = bh * s->len * s->qk_dim, nv = bh * s->len * s->v_dim;
@@ -363,24 +411,36 @@ static json_t *run_point(const sweep_config *c, const sweep_variant *sv, attn *a
         *stop_variant = true;
         return rec;
     }
-    /* Everything the call touches, through the tracked allocator; peak measured from here. */
-    size_t base = ab_mem_current(AB_DEV_CPU);
-    ab_mem_reset_peak(AB_DEV_CPU);
-    float *q = ab_alloc(nq * 4), *k = ab_alloc(nq * 4), *v = ab_alloc(nv * 4), *out = ab_alloc(nv * 4);
-    float *dout = ab_alloc(nv * 4), *dq = ab_alloc(nq * 4), *dk = ab_alloc(nq * 4), *dv = ab_alloc(nv * 4);
-    void *saved = saved_bytes ? ab_alloc(saved_bytes) : NULL;
-    int rc = (q && k && v && out && dout && dq && dk && dv && (saved || !saved_bytes)) ? attn_reserve(a, s) : AB_ENOMEM;
-    if (rc == 0) {
-        fill_normal(q, nq, c->seed, 0);
-        fill_normal(k, nq, c->seed, 1);
-        fill_normal(v, nv, c->seed, 2);
-        fill_normal(dout, nv, c->seed, 3);
-        memset(out, 0, nv * 4);
-        memset(dq, 0, nq * 4);
-        memset(dk, 0, nq * 4);
-        memset(dv, 0, nv * 4);
-        if (saved) memset(saved, 0, saved_bytes);
-    }
+    /* Everything the call touches, through the tracked allocator of the device; peak
+     * measured from here. On CUDA the inputs are generated on the host (stage) and
+     * copied over. */
+    size_t base = ab_mem_current(dev);
+    ab_mem_reset_peak(dev);
+    float *q = NULL, *k = NULL, *v = NULL, *out = NULL, *dout = NULL, *dq = NULL, *dk = NULL, *dv = NULL;
+    void *saved = NULL;
+    float *stage = NULL;
+    int rc = 0;
+    if (dev != AB_DEV_CPU && !(stage = ab_alloc((nq > nv ? nq : nv) * 4))) rc = AB_ENOMEM;
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&q, nq * 4);
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&k, nq * 4);
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&v, nv * 4);
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&out, nv * 4);
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&dout, nv * 4);
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&dq, nq * 4);
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&dk, nq * 4);
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&dv, nv * 4);
+    if (!rc) rc = ab_dev_malloc(dev, &saved, saved_bytes);
+    if (!rc) rc = attn_reserve(a, s);
+    if (!rc) rc = fill_normal_dev(dev, q, nq, c->seed, 0, stage);
+    if (!rc) rc = fill_normal_dev(dev, k, nq, c->seed, 1, stage);
+    if (!rc) rc = fill_normal_dev(dev, v, nv, c->seed, 2, stage);
+    if (!rc) rc = fill_normal_dev(dev, dout, nv, c->seed, 3, stage);
+    if (!rc) rc = ab_dev_memset(dev, out, 0, nv * 4);
+    if (!rc) rc = ab_dev_memset(dev, dq, 0, nq * 4);
+    if (!rc) rc = ab_dev_memset(dev, dk, 0, nq * 4);
+    if (!rc) rc = ab_dev_memset(dev, dv, 0, nv * 4);
+    if (!rc && saved) rc = ab_dev_memset(dev, saved, 0, saved_bytes);
+    ab_free(stage);
     const char *status = "ok";
     if (rc == AB_ENOMEM) {
         status = "oom";
@@ -396,10 +456,12 @@ static json_t *run_point(const sweep_config *c, const sweep_variant *sv, attn *a
     int n_fwd = 0, n_fb = 0;
     if (rc == 0) {
         /* First call (forward + backward), also the time-budget probe. */
+        double first;
         uint64_t t0 = ab_now_ns();
         rc = attn_forward(a, s, q, k, v, out, saved);
         if (!rc) rc = attn_backward(a, s, q, k, v, dout, saved, dq, dk, dv);
-        double first = ab_ms_since(t0);
+        int rs = sync_ms(dev, t0, &first);
+        if (!rc) rc = rs;
         json_object_set_new(rec, "first_call_ms", json_real(first));
         if (rc) {
             status = rc == AB_ENOMEM ? "oom" : "failed";
@@ -416,27 +478,30 @@ static json_t *run_point(const sweep_config *c, const sweep_variant *sv, attn *a
             for (int w = 1; w < c->warmup && !rc; w++) {
                 rc = attn_forward(a, s, q, k, v, out, saved);
                 if (!rc) rc = attn_backward(a, s, q, k, v, dout, saved, dq, dk, dv);
+                if (!rc) rc = ab_dev_sync(dev);
             }
             for (int r = 0; r < reps && !rc && !g_interrupted; r++) {
                 uint64_t t1 = ab_now_ns();
                 rc = attn_forward(a, s, q, k, v, out, saved);
-                fwd_ms[n_fwd++] = ab_ms_since(t1);
+                rs = sync_ms(dev, t1, &fwd_ms[n_fwd++]);
+                if (!rc) rc = rs;
             }
             for (int r = 0; r < reps && !rc && !g_interrupted; r++) {
                 uint64_t t1 = ab_now_ns();
                 rc = attn_forward(a, s, q, k, v, out, saved);
                 if (!rc) rc = attn_backward(a, s, q, k, v, dout, saved, dq, dk, dv);
-                fb_ms[n_fb++] = ab_ms_since(t1);
+                rs = sync_ms(dev, t1, &fb_ms[n_fb++]);
+                if (!rc) rc = rs;
             }
             if (rc) {
-                status = "failed";
+                status = rc == AB_ENOMEM ? "oom" : "failed";
                 json_object_set_new(rec, "reason", json_string(ab_error()));
                 *stop_variant = true;
             }
         }
     }
     json_object_set_new(rec, "status", json_string(status));
-    size_t peak = ab_mem_peak(AB_DEV_CPU) - base;
+    size_t peak = ab_mem_peak(dev) - base;
     if (strcmp(status, "ok") == 0 && n_fwd > 0 && n_fb > 0) {
         double fwd_med, fb_med;
         json_t *fs = stats_json(fwd_ms, n_fwd), *fbs = stats_json(fb_ms, n_fb);
@@ -453,20 +518,21 @@ static json_t *run_point(const sweep_config *c, const sweep_variant *sv, attn *a
         double ff = flops(sv->variant, a, s, false), fbf = flops(sv->variant, a, s, true);
         json_object_set_new(rec, "fwd_gflops", ab_json_num(ff / (fwd_med * 1e-3) * 1e-9));
         json_object_set_new(rec, "fwd_bwd_gflops", ab_json_num(fbf / (fb_med * 1e-3) * 1e-9));
+        device_memory_json(rec, dev);
     }
     json_object_set_new(rec, "process_peak_rss_bytes", json_integer((json_int_t)ab_process_peak_rss()));
     null_timings(rec);
     free(fwd_ms);
     free(fb_ms);
-    ab_free(q);
-    ab_free(k);
-    ab_free(v);
-    ab_free(out);
-    ab_free(dout);
-    ab_free(dq);
-    ab_free(dk);
-    ab_free(dv);
-    ab_free(saved);
+    ab_dev_free(dev, q);
+    ab_dev_free(dev, k);
+    ab_dev_free(dev, v);
+    ab_dev_free(dev, out);
+    ab_dev_free(dev, dout);
+    ab_dev_free(dev, dq);
+    ab_dev_free(dev, dk);
+    ab_dev_free(dev, dv);
+    ab_dev_free(dev, saved);
     return rec;
 }
 
@@ -474,6 +540,7 @@ static json_t *run_point(const sweep_config *c, const sweep_variant *sv, attn *a
 
 static json_t *run_recurrent(const sweep_config *c, const sweep_variant *sv, attn *a, long long context,
                              bool *stop_variant) {
+    const ab_device dev = c->dev;
     attn_shape s = {c->rec_batch, c->heads, (int)(context > 0 ? context : 1), c->qk_dim, c->v_dim, true, NULL};
     json_t *rec = base_record(sv, a, &s, "recurrent");
     json_object_set_new(rec, "context", json_integer(context));
@@ -483,41 +550,44 @@ static json_t *run_recurrent(const sweep_config *c, const sweep_variant *sv, att
     size_t state_bytes = attn_state_bytes(a, &s, cap);
     const char *status = "ok";
     double *ms = calloc((size_t)c->rec_steps, sizeof(double));
-    size_t base = ab_mem_current(AB_DEV_CPU);
-    ab_mem_reset_peak(AB_DEV_CPU);
+    size_t base = ab_mem_current(dev);
+    ab_mem_reset_peak(dev);
     size_t np = bh * (size_t)(context > 0 ? context : 1);
-    float *q = NULL, *k = NULL, *v = NULL, *qt = NULL, *kt = NULL, *vt = NULL, *ot = NULL;
-    void *state = NULL;
+    float *q = NULL, *k = NULL, *v = NULL, *qt = NULL, *kt = NULL, *vt = NULL, *ot = NULL, *stage = NULL;
+    attn_state *state = NULL;
     int rc = state_bytes ? 0 : AB_EINVAL;
-    if (!rc && (double)state_bytes + 4.0 * np * (2 * s.qk_dim + s.v_dim) > c->memory_limit_bytes) rc = AB_ENOMEM;
-    if (!rc) {
-        state = ab_alloc(state_bytes);
-        q = ab_alloc(np * s.qk_dim * 4);
-        k = ab_alloc(np * s.qk_dim * 4);
-        v = ab_alloc(np * s.v_dim * 4);
-        qt = ab_alloc(bh * s.qk_dim * 4);
-        kt = ab_alloc(bh * s.qk_dim * 4);
-        vt = ab_alloc(bh * s.v_dim * 4);
-        ot = ab_alloc(bh * s.v_dim * 4);
-        if (!state || !q || !k || !v || !qt || !kt || !vt || !ot) rc = AB_ENOMEM;
+    if (!rc && (double)state_bytes + 4.0 * np * (2 * s.qk_dim + s.v_dim) > c->memory_limit_bytes) {
+        rc = ab_fail(AB_ENOMEM, "estimated memory exceeds memory_limit_gib");
     }
+    size_t nmax = np * (size_t)(s.qk_dim > s.v_dim ? s.qk_dim : s.v_dim);
+    if (!rc && dev != AB_DEV_CPU && !(stage = ab_alloc(nmax * 4))) rc = AB_ENOMEM;
+    if (!rc) rc = attn_state_create(a, &s, cap, &state);
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&q, np * s.qk_dim * 4);
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&k, np * s.qk_dim * 4);
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&v, np * s.v_dim * 4);
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&qt, bh * s.qk_dim * 4);
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&kt, bh * s.qk_dim * 4);
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&vt, bh * s.v_dim * 4);
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&ot, bh * s.v_dim * 4);
+    if (!rc) rc = fill_normal_dev(dev, q, np * s.qk_dim, c->seed, 10, stage);
+    if (!rc) rc = fill_normal_dev(dev, k, np * s.qk_dim, c->seed, 11, stage);
+    if (!rc) rc = fill_normal_dev(dev, v, np * s.v_dim, c->seed, 12, stage);
+    if (!rc) rc = fill_normal_dev(dev, qt, bh * s.qk_dim, c->seed, 13, stage);
+    if (!rc) rc = fill_normal_dev(dev, kt, bh * s.qk_dim, c->seed, 14, stage);
+    if (!rc) rc = fill_normal_dev(dev, vt, bh * s.v_dim, c->seed, 15, stage);
+    ab_free(stage);
     double prefill_ms = NAN;
     if (!rc) {
-        fill_normal(q, np * s.qk_dim, c->seed, 10);
-        fill_normal(k, np * s.qk_dim, c->seed, 11);
-        fill_normal(v, np * s.v_dim, c->seed, 12);
-        fill_normal(qt, bh * s.qk_dim, c->seed, 13);
-        fill_normal(kt, bh * s.qk_dim, c->seed, 14);
-        fill_normal(vt, bh * s.v_dim, c->seed, 15);
-        memset(state, 0, state_bytes);
-        rc = attn_state_init(a, &s, cap, state);
+        rc = ab_dev_sync(dev);
         uint64_t t0 = ab_now_ns();
-        if (!rc && context > 0) rc = attn_prefill(a, &s, cap, (int)context, q, k, v, NULL, state);
-        prefill_ms = ab_ms_since(t0);
+        if (!rc && context > 0) rc = attn_prefill(a, state, (int)context, q, k, v, NULL);
+        int rs = sync_ms(dev, t0, &prefill_ms);
+        if (!rc) rc = rs;
         for (int t = 0; t < c->rec_steps && !rc; t++) {
             uint64_t t1 = ab_now_ns();
-            rc = attn_step(a, &s, cap, state, (int)context + t, qt, kt, vt, ot);
-            ms[t] = ab_ms_since(t1);
+            rc = attn_step(a, state, (int)context + t, qt, kt, vt, ot);
+            rs = sync_ms(dev, t1, &ms[t]);
+            if (!rc) rc = rs;
         }
     }
     if (rc) {
@@ -534,20 +604,21 @@ static json_t *run_recurrent(const sweep_config *c, const sweep_variant *sv, att
         json_object_set_new(rec, "positions_per_s", ab_json_num(s.batch * 1e3 / med));
         json_object_set_new(rec, "prefill_ms", ab_json_num(prefill_ms));
         json_object_set_new(rec, "state_bytes", json_integer((json_int_t)state_bytes));
-        json_object_set_new(rec, "peak_bytes", json_integer((json_int_t)(ab_mem_peak(AB_DEV_CPU) - base)));
+        json_object_set_new(rec, "peak_bytes", json_integer((json_int_t)(ab_mem_peak(dev) - base)));
+        device_memory_json(rec, dev);
     } else {
         json_object_set_new(rec, "step_ms", json_null());
         json_object_set_new(rec, "per_position_ms", json_null());
     }
     free(ms);
-    ab_free(state);
-    ab_free(q);
-    ab_free(k);
-    ab_free(v);
-    ab_free(qt);
-    ab_free(kt);
-    ab_free(vt);
-    ab_free(ot);
+    attn_state_destroy(state);
+    ab_dev_free(dev, q);
+    ab_dev_free(dev, k);
+    ab_dev_free(dev, v);
+    ab_dev_free(dev, qt);
+    ab_dev_free(dev, kt);
+    ab_dev_free(dev, vt);
+    ab_dev_free(dev, ot);
     return rec;
 }
 
@@ -600,9 +671,11 @@ static const char BENCH_USAGE[] =
     "Runs the attention sweep of CONFIG (see experiments/sweep/): for every variant and\n"
     "length, forward and forward+backward time (median, p20, p80) and peak tracked\n"
     "memory; then the recurrent step time at each context length, and this machine's\n"
-    "sgemm rate. --set overrides a config value by its dotted path (e.g. --set\n"
-    "repeats=3, --set lengths=[512,1024]). Writes FILE (default\n"
-    "results/NAME.json, NAME from the config) after every point, and a TSV beside it.\n";
+    "sgemm rate. --device cuda runs on the GPU (variants without a CUDA\n"
+    "implementation are recorded as skipped, with the reason). --set overrides a config\n"
+    "value by its dotted path (e.g. --set repeats=3, --set lengths=[512,1024]). Writes\n"
+    "FILE (default results/NAME.json, NAME from the config) after every point, and a\n"
+    "TSV beside it.\n";
 
 static const char *const TSV_COLUMNS[] = {
     "kind", "variant", "len", "context", "batch", "heads", "qk_dim", "v_dim", "causal", "status",
@@ -639,14 +712,23 @@ int sweep_main(int argc, char **argv, const char *command_line) {
     if (!root) cli_die(AB_EXIT_USAGE, "%s", ab_error());
     for (int i = 0; i < n_sets; i++)
         if (ab_config_set(root, sets[i], false)) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+    /* The device is checked up front: a build without CUDA, or a machine without a GPU,
+     * says so before any work (exit status 2: the request cannot be served here). */
+    if (device == ATTN_DEVICE_CUDA && ab_cuda_init()) cli_die(AB_EXIT_USAGE, "%s", ab_error());
     sweep_config c;
-    if (parse_config(root, &c)) cli_die(AB_EXIT_USAGE, "%s: %s", config_path, ab_error());
-    /* The device is checked up front: a build without CUDA says so before any work. */
+    if (parse_config(root, (ab_device)device, &c)) cli_die(AB_EXIT_USAGE, "%s: %s", config_path, ab_error());
+    /* A variant the device has no implementation of is reported as skipped, with the
+     * reason, at every point; the others run. */
     for (int i = 0; i < c.n_variants; i++) {
         attn_options o = {c.variants[i].variant, device, c.seed, c.variants[i].n_settings, c.variants[i].settings};
         attn *a;
         int rc = attn_create(&o, &a);
-        if (rc) cli_die(cli_status_for(rc), "%s", attn_error());
+        if (rc == AB_EUNSUPPORTED) {
+            snprintf(c.variants[i].unsupported, sizeof c.variants[i].unsupported, "%s", attn_error());
+            if (!quiet) fprintf(stderr, "bench: %s: skipped (%s)\n", c.variants[i].label, attn_error());
+            continue;
+        }
+        if (rc) cli_die(rc == AB_ENOMEM ? AB_EXIT_FAILURE : AB_EXIT_USAGE, "%s", attn_error());
         attn_destroy(a);
     }
     char default_out[512];
@@ -660,19 +742,26 @@ int sweep_main(int argc, char **argv, const char *command_line) {
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
 
-    double gemm = measure_gemm(c.gemm_size, c.gemm_repeats);
+    double gemm = measure_gemm(c.dev, c.gemm_size, c.gemm_repeats);
     json_t *g = json_object();
     json_object_set_new(g, "size", json_integer(c.gemm_size));
     json_object_set_new(g, "gflops", ab_json_num(gemm));
+    json_object_set_new(g, "device", json_string(ab_dev_name(c.dev)));
     json_object_set_new(g, "threads", json_integer(ab_threads()));
     ab_run_set(run, "sgemm", g);
-    if (!quiet) fprintf(stderr, "bench: sgemm %dx%d: %.1f GFLOP/s on %d threads\n", c.gemm_size, c.gemm_size, gemm, ab_threads());
+    if (!quiet && c.dev == AB_DEV_CPU)
+        fprintf(stderr, "bench: sgemm %dx%d: %.1f GFLOP/s on %d threads\n", c.gemm_size, c.gemm_size, gemm, ab_threads());
+    else if (!quiet)
+        fprintf(stderr, "bench: sgemm %dx%d on the device (cuBLAS): %.1f GFLOP/s\n", c.gemm_size, c.gemm_size, gemm);
     if (ab_run_save(run)) cli_die(AB_EXIT_FAILURE, "%s", ab_error());
 
     int failed = 0;
     for (int vi = 0; vi < c.n_variants && !g_interrupted; vi++) {
         sweep_variant *sv = &c.variants[vi];
-        attn_options o = {sv->variant, device, c.seed, sv->n_settings, sv->settings};
+        /* Without an implementation on the device, a CPU object only describes the
+         * variant's options in the skipped records. */
+        const bool unsupported = sv->unsupported[0] != '\0';
+        attn_options o = {sv->variant, unsupported ? ATTN_DEVICE_CPU : device, c.seed, sv->n_settings, sv->settings};
         attn *a;
         if (attn_create(&o, &a)) cli_die(AB_EXIT_USAGE, "%s", attn_error());
         bool stop = false;
@@ -683,10 +772,11 @@ int sweep_main(int argc, char **argv, const char *command_line) {
             if (c.batch_scaled && b > c.batch_max) b = c.batch_max;
             attn_shape s = {(int)b, c.heads, (int)n, c.qk_dim, c.v_dim, c.causal, NULL};
             json_t *rec;
-            if (stop) {
+            if (unsupported || stop) {
                 rec = base_record(sv, a, &s, "parallel");
                 json_object_set_new(rec, "status", json_string("skipped"));
-                json_object_set_new(rec, "reason", json_string("ran out of time or memory at a smaller length"));
+                json_object_set_new(rec, "reason", json_string(unsupported ? sv->unsupported
+                                                                           : "ran out of time or memory at a smaller length"));
                 null_timings(rec);
             } else {
                 rec = run_point(&c, sv, a, &s, &stop);
@@ -705,11 +795,13 @@ int sweep_main(int argc, char **argv, const char *command_line) {
             stop = false;
             for (int ci = 0; ci < c.n_contexts && !g_interrupted; ci++) {
                 json_t *rec;
-                if (stop) {
+                if (unsupported || stop) {
                     attn_shape s = {c.rec_batch, c.heads, (int)c.contexts[ci], c.qk_dim, c.v_dim, true, NULL};
                     rec = base_record(sv, a, &s, "recurrent");
                     json_object_set_new(rec, "context", json_integer(c.contexts[ci]));
                     json_object_set_new(rec, "status", json_string("skipped"));
+                    json_object_set_new(rec, "reason", json_string(unsupported ? sv->unsupported
+                                                                               : "ran out of time or memory at a shorter context"));
                 } else {
                     rec = run_recurrent(&c, sv, a, c.contexts[ci], &stop);
                 }

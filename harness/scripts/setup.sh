@@ -3,7 +3,7 @@
 # Idempotent: a second run installs nothing. Needs root or sudo on Debian 12.
 set -euo pipefail
 
-pkgs=(meson ninja-build pkg-config gcc libjansson-dev libcriterion-dev
+pkgs=(meson ninja-build pkg-config gcc g++ libjansson-dev libcriterion-dev
       libopenblas-openmp-dev libopenblas0-openmp zlib1g-dev gnuplot-nox)
 
 missing=()

@@ -1,0 +1,244 @@
+/* The CUDA device layer (cuda_device.h): initialisation, tracked device memory,
+ * copies, device information, and the error reporting of cuda_compat.h's macros. */
+#include "cuda_compat.h"
+
+#include "memory.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+namespace {
+
+struct device_state {
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    bool tried = false, ok = false;
+    int rc = 0;
+    char msg[512] = "";
+    cudaStream_t stream = nullptr;
+    cublasHandle_t cublas = nullptr;
+    /* live allocations: pointer and size (few at a time: a linear table is enough) */
+    struct block {
+        void *p;
+        size_t bytes;
+    } *blocks = nullptr;
+    size_t n_blocks = 0, cap_blocks = 0;
+};
+
+device_state g;
+
+const char *base_name(const char *path) {
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+/* Records a live allocation; false when the table cannot grow. */
+bool remember(void *p, size_t bytes) {
+    if (g.n_blocks == g.cap_blocks) {
+        size_t cap = g.cap_blocks ? 2 * g.cap_blocks : 64;
+        void *nb = realloc(g.blocks, cap * sizeof *g.blocks);
+        if (!nb) return false;
+        g.blocks = (device_state::block *)nb;
+        g.cap_blocks = cap;
+    }
+    g.blocks[g.n_blocks].p = p;
+    g.blocks[g.n_blocks].bytes = bytes;
+    g.n_blocks++;
+    return true;
+}
+
+/* Removes p from the table; its size, or 0 when it was not there. */
+size_t forget(void *p) {
+    for (size_t i = 0; i < g.n_blocks; i++)
+        if (g.blocks[i].p == p) {
+            size_t bytes = g.blocks[i].bytes;
+            g.blocks[i] = g.blocks[--g.n_blocks];
+            return bytes;
+        }
+    return 0;
+}
+
+int init_locked() {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return ab_fail(AB_EDEVICE, "no CUDA device: %s (%s)%s", cudaGetErrorString(e), cudaGetErrorName(e),
+                       e == cudaErrorInsufficientDriver ? ": no NVIDIA driver, or one older than this CUDA runtime" : "");
+    }
+    if (n < 1) return ab_fail(AB_EDEVICE, "no CUDA device: the driver reports none");
+    AB_CUDA_CHECK(cudaSetDevice(0));
+    /* The library carries machine code for sm_80 and sm_90 and PTX for compute_90
+     * (meson.build): older GPUs could not run its kernels. */
+    cudaDeviceProp p;
+    AB_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+    if (p.major < 8)
+        return ab_fail(AB_EDEVICE, "no CUDA device: %s has compute capability %d.%d; this build runs on 8.0 and newer",
+                       p.name, p.major, p.minor);
+    AB_CUDA_CHECK(cudaStreamCreate(&g.stream));
+    AB_CUBLAS_CHECK(cublasCreate(&g.cublas));
+    AB_CUBLAS_CHECK(cublasSetStream(g.cublas, g.stream));
+    return 0;
+}
+
+} // namespace
+
+int ab_cuda_fail(cudaError_t e, const char *file, int line, const char *what) {
+    cudaGetLastError(); /* a failed call leaves its error as the "last error": clear it */
+    int code = e == cudaErrorMemoryAllocation ? AB_ENOMEM : AB_EDEVICE;
+    return ab_fail(code, "%s:%d: %s: %s (%s)", base_name(file), line, what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+int ab_cublas_fail(cublasStatus_t st, const char *file, int line, const char *what) {
+    int code = st == CUBLAS_STATUS_ALLOC_FAILED ? AB_ENOMEM : AB_EDEVICE;
+    return ab_fail(code, "%s:%d: %s: cuBLAS status %d: %s", base_name(file), line, what, (int)st,
+                   cublasGetStatusString(st));
+}
+
+cudaStream_t ab_cuda_stream(void) { return g.stream; }
+cublasHandle_t ab_cublas(void) { return g.cublas; }
+
+extern "C" bool ab_cuda_built(void) { return true; }
+
+extern "C" bool ab_cuda_emulated(void) {
+#ifdef AB_CUDA_EMU
+    return true;
+#else
+    return false;
+#endif
+}
+
+extern "C" int ab_cuda_init(void) {
+    pthread_mutex_lock(&g.mu);
+    if (!g.tried) {
+        g.tried = true;
+        g.rc = init_locked();
+        g.ok = g.rc == 0;
+        if (!g.ok) snprintf(g.msg, sizeof g.msg, "%s", ab_error());
+    }
+    int rc = g.rc;
+    pthread_mutex_unlock(&g.mu);
+    if (rc) return ab_fail(rc, "%s", g.msg);
+    return 0;
+}
+
+extern "C" bool ab_cuda_ready(void) {
+    pthread_mutex_lock(&g.mu);
+    bool ok = g.ok;
+    pthread_mutex_unlock(&g.mu);
+    return ok;
+}
+
+extern "C" int ab_cuda_malloc(void **out, size_t bytes) {
+    if (!out) return ab_fail(AB_EINVAL, "ab_cuda_malloc: NULL output");
+    *out = NULL;
+    if (bytes == 0) return 0;
+    AB_TRY(ab_cuda_init());
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        size_t free_b = 0, total_b = 0;
+        if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) cudaGetLastError();
+        if (e == cudaErrorMemoryAllocation)
+            return ab_fail(AB_ENOMEM, "out of device memory allocating %zu bytes (%zu of %zu bytes free)", bytes,
+                           free_b, total_b);
+        return ab_fail(AB_EDEVICE, "cudaMalloc of %zu bytes: %s", bytes, cudaGetErrorString(e));
+    }
+    pthread_mutex_lock(&g.mu);
+    bool ok = remember(p, bytes);
+    pthread_mutex_unlock(&g.mu);
+    if (!ok) {
+        cudaFree(p);
+        return ab_fail(AB_ENOMEM, "out of host memory tracking a device allocation");
+    }
+    ab_mem_account(AB_DEV_CUDA, (long long)bytes);
+    *out = p;
+    return 0;
+}
+
+extern "C" void ab_cuda_free(void *p) {
+    if (!p) return;
+    pthread_mutex_lock(&g.mu);
+    size_t bytes = forget(p);
+    pthread_mutex_unlock(&g.mu);
+    if (!bytes) {
+        /* Freeing memory the tracker did not hand out is a programming error. */
+        fprintf(stderr, "attnbench: ab_cuda_free of a pointer not from ab_cuda_malloc\n");
+        abort();
+    }
+    /* cudaFree waits for the device; an error here (a failed earlier kernel) is
+     * reported by the next checked call, so it is only cleared. */
+    if (cudaFree(p) != cudaSuccess) cudaGetLastError();
+    ab_mem_account(AB_DEV_CUDA, -(long long)bytes);
+}
+
+extern "C" size_t ab_cuda_alloc_size(const void *p) {
+    size_t bytes = 0;
+    pthread_mutex_lock(&g.mu);
+    for (size_t i = 0; i < g.n_blocks && p; i++)
+        if (g.blocks[i].p == p) bytes = g.blocks[i].bytes;
+    pthread_mutex_unlock(&g.mu);
+    return bytes;
+}
+
+static int copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+    if (bytes == 0) return 0;
+    AB_TRY(ab_cuda_init());
+    AB_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, g.stream));
+    AB_CUDA_CHECK(cudaStreamSynchronize(g.stream));
+    return 0;
+}
+
+extern "C" int ab_cuda_memcpy_h2d(void *dst, const void *src, size_t bytes) {
+    return copy(dst, src, bytes, cudaMemcpyHostToDevice);
+}
+extern "C" int ab_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes) {
+    return copy(dst, src, bytes, cudaMemcpyDeviceToHost);
+}
+extern "C" int ab_cuda_memcpy_d2d(void *dst, const void *src, size_t bytes) {
+    return copy(dst, src, bytes, cudaMemcpyDeviceToDevice);
+}
+
+extern "C" int ab_cuda_memset(void *p, int value, size_t bytes) {
+    if (bytes == 0) return 0;
+    AB_TRY(ab_cuda_init());
+    AB_CUDA_CHECK(cudaMemsetAsync(p, value, bytes, g.stream));
+    return 0;
+}
+
+extern "C" int ab_cuda_sync(void) {
+    AB_TRY(ab_cuda_init());
+    /* also reports a failure inside earlier kernels (asynchronous errors) */
+    AB_CUDA_CHECK(cudaStreamSynchronize(g.stream));
+    return 0;
+}
+
+extern "C" int ab_cuda_mem_info(size_t *free_bytes, size_t *total_bytes) {
+    AB_TRY(ab_cuda_init());
+    AB_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+    return 0;
+}
+
+extern "C" int ab_cuda_device_info(ab_cuda_info *info) {
+    if (!info) return ab_fail(AB_EINVAL, "ab_cuda_device_info: NULL");
+    memset(info, 0, sizeof *info);
+    AB_TRY(ab_cuda_init());
+    cudaDeviceProp p;
+    AB_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+    snprintf(info->name, sizeof info->name, "%s", p.name);
+    info->cc_major = p.major;
+    info->cc_minor = p.minor;
+    info->sm_count = p.multiProcessorCount;
+    info->total_bytes = p.totalGlobalMem;
+    AB_CUDA_CHECK(cudaDriverGetVersion(&info->driver_version));
+    AB_CUDA_CHECK(cudaRuntimeGetVersion(&info->runtime_version));
+#ifdef AB_CUDA_EMU
+    info->cublas_version = 0;
+    info->emulated = true;
+#else
+    AB_CUBLAS_CHECK(cublasGetVersion(g.cublas, &info->cublas_version));
+    info->emulated = false;
+#endif
+    return 0;
+}

@@ -1,0 +1,827 @@
+/* The CUDA emulator (see cuda_emu.h for what it covers and checks).
+ *
+ * Threads of a block are fibers: each has its own stack (allocated once, reused by
+ * every launch, with a guard page below it) and runs a loop "run the kernel body for the
+ * thread index the scheduler gave me, then yield". The first entry into a fiber goes
+ * through makecontext/setcontext; every switch after that is a _setjmp/_longjmp pair,
+ * which saves no signal mask (no system call per switch). A block runs round-robin: the
+ * scheduler resumes every ready fiber in thread order; a fiber runs until it waits at a
+ * barrier or finishes. The last thread to reach a barrier releases the others and goes
+ * on. A round in which no fiber can run while some have not finished is a deadlock.
+ *
+ * This file must be compiled without _FORTIFY_SOURCE (glibc's checked longjmp refuses
+ * jumps between stacks); meson passes -U_FORTIFY_SOURCE. */
+#include "cuda_emu.h"
+
+#include <chrono>
+#include <climits>
+#include <csetjmp>
+#include <cstdarg>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+uint3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
+
+namespace {
+
+enum fiber_state { F_READY, F_BLOCK_WAIT, F_WARP_WAIT, F_DONE };
+
+constexpr size_t STACK_BYTES = 256 * 1024;
+constexpr int MAX_THREADS = 1024;
+constexpr size_t DEFAULT_SMEM_LIMIT = 48 * 1024;
+constexpr size_t OPTIN_SMEM_LIMIT = 227 * 1024;
+
+struct fiber {
+    jmp_buf ctx;
+    ucontext_t uc;
+    unsigned char *map = nullptr; /* guard page + stack */
+    bool started = false;
+    int state = F_DONE;
+};
+
+struct warp_state {
+    unsigned mask = 0;
+    int arrived = 0;
+    unsigned gen = 0;
+    const char *what = nullptr;
+    uint64_t slot[2][32];
+};
+
+struct emu_state {
+    std::recursive_mutex mu;
+    /* fibers and the running block */
+    fiber *fibers[MAX_THREADS] = {};
+    int n_fibers = 0;
+    jmp_buf sched;
+    int cur = -1;     /* running fiber (thread index in the block), -1 outside kernels */
+    int nthreads = 0; /* threads of the running block */
+    void (*body)(void *) = nullptr;
+    void *body_ctx = nullptr;
+    const char *kernel = nullptr;
+    /* block barrier */
+    int bar_arrived = 0;
+    unsigned bar_gen = 0;
+    int bar_count[2] = {0, 0};
+    warp_state warps[MAX_THREADS / 32];
+    /* dynamic shared memory: data pages followed by a guard page */
+    unsigned char *smem_map = nullptr;
+    size_t smem_cap = 0;
+    unsigned char *smem = nullptr;
+    size_t smem_bytes = 0;
+    std::map<const void *, int> func_smem_limit;
+    /* device memory */
+    std::map<uintptr_t, size_t> allocs;
+    size_t used = 0, limit = 0;
+    bool limit_set = false;
+    unsigned long long launches = 0;
+};
+
+emu_state &S() {
+    static emu_state *s = new emu_state; /* never destroyed: usable from atexit handlers */
+    return *s;
+}
+
+thread_local cudaError_t g_last_error = cudaSuccess;
+
+cudaError_t set_error(cudaError_t e) {
+    if (e != cudaSuccess) g_last_error = e;
+    return e;
+}
+
+size_t page_size() {
+    static size_t p = (size_t)sysconf(_SC_PAGESIZE);
+    return p;
+}
+
+size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+bool no_device() {
+    const char *e = getenv("AB_EMU_NO_DEVICE");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+size_t parse_bytes(const char *s, size_t def) {
+    if (!s || !*s) return def;
+    char *end;
+    double x = strtod(s, &end);
+    if (end == s || x <= 0) return def;
+    switch (*end) {
+    case 'k': case 'K': x *= 1024.0; break;
+    case 'm': case 'M': x *= 1048576.0; break;
+    case 'g': case 'G': x *= 1073741824.0; break;
+    default: break;
+    }
+    return (size_t)x;
+}
+
+size_t limit_bytes() {
+    emu_state &s = S();
+    if (!s.limit_set) {
+        s.limit = parse_bytes(getenv("AB_EMU_DEVICE_MEMORY"), (size_t)4 << 30);
+        s.limit_set = true;
+    }
+    return s.limit;
+}
+
+/* ---- fibers ---- */
+
+void yield_to_scheduler() {
+    emu_state &s = S();
+    fiber *f = s.fibers[s.cur];
+    if (!_setjmp(f->ctx)) _longjmp(s.sched, 1);
+}
+
+/* A thread that exits while others wait for it at a barrier: the barrier can never
+ * complete (undefined behaviour on a GPU). */
+void check_exit(int tid) {
+    emu_state &s = S();
+    const warp_state &W = s.warps[tid / 32];
+    if (W.arrived > 0 && (W.mask & (1u << (tid & 31))))
+        ab_emu::fatal("thread exited while %d lanes of its warp wait at %s with mask 0x%08x, which names it",
+                      W.arrived, W.what, W.mask);
+    if (s.bar_arrived > 0)
+        ab_emu::fatal("thread exited while %d of the block's %d threads wait at __syncthreads", s.bar_arrived,
+                      s.nthreads);
+}
+
+void fiber_main() {
+    for (;;) {
+        emu_state &s = S();
+        s.body(s.body_ctx);
+        check_exit(s.cur);
+        s.fibers[s.cur]->state = F_DONE;
+        yield_to_scheduler();
+    }
+}
+
+void ensure_fibers(int n) {
+    emu_state &s = S();
+    for (; s.n_fibers < n; s.n_fibers++) {
+        fiber *f = new fiber;
+        size_t pg = page_size();
+        void *m = mmap(nullptr, STACK_BYTES + pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                       -1, 0);
+        if (m == MAP_FAILED) ab_emu::fatal("cannot map a fiber stack");
+        f->map = (unsigned char *)m;
+        mprotect(f->map, pg, PROT_NONE); /* stacks grow down: overflow hits the guard */
+        if (getcontext(&f->uc)) ab_emu::fatal("getcontext failed");
+        f->uc.uc_stack.ss_sp = f->map + pg;
+        f->uc.uc_stack.ss_size = STACK_BYTES;
+        f->uc.uc_link = nullptr;
+        makecontext(&f->uc, fiber_main, 0);
+        s.fibers[s.n_fibers] = f;
+    }
+}
+
+void set_thread_index(int tid) {
+    threadIdx.x = (unsigned)tid % blockDim.x;
+    threadIdx.y = ((unsigned)tid / blockDim.x) % blockDim.y;
+    threadIdx.z = (unsigned)tid / (blockDim.x * blockDim.y);
+}
+
+void switch_to(int tid) {
+    emu_state &s = S();
+    fiber *f = s.fibers[tid];
+    s.cur = tid;
+    set_thread_index(tid);
+    if (!_setjmp(s.sched)) {
+        if (!f->started) {
+            f->started = true;
+            setcontext(&f->uc);
+        }
+        _longjmp(f->ctx, 1);
+    }
+}
+
+void deadlock() {
+    emu_state &s = S();
+    int nb = 0, nw = 0, nd = 0;
+    const char *wop = "";
+    for (int t = 0; t < s.nthreads; t++) {
+        int st = s.fibers[t]->state;
+        if (st == F_BLOCK_WAIT) nb++;
+        else if (st == F_WARP_WAIT) {
+            nw++;
+            wop = s.warps[t / 32].what;
+        } else if (st == F_DONE)
+            nd++;
+    }
+    s.cur = -1;
+    ab_emu::fatal("deadlock in block (%u,%u,%u) of %d threads: %d wait at __syncthreads, %d at a warp operation%s%s, "
+                  "%d exited (a barrier not reached by every thread it names)",
+                  blockIdx.x, blockIdx.y, blockIdx.z, s.nthreads, nb, nw, nw ? " " : "", nw ? wop : "", nd);
+}
+
+void run_block() {
+    emu_state &s = S();
+    const int T = s.nthreads;
+    for (int t = 0; t < T; t++) s.fibers[t]->state = F_READY;
+    s.bar_arrived = 0;
+    s.bar_count[0] = s.bar_count[1] = 0;
+    for (int w = 0; w < (T + 31) / 32; w++) s.warps[w].arrived = 0;
+    if (s.smem_bytes) memset(s.smem, 0xff, round_up(s.smem_bytes, 16));
+    int done = 0;
+    while (done < T) {
+        bool progress = false;
+        for (int t = 0; t < T; t++) {
+            if (s.fibers[t]->state != F_READY) continue;
+            switch_to(t);
+            progress = true;
+        }
+        done = 0;
+        for (int t = 0; t < T; t++) done += s.fibers[t]->state == F_DONE;
+        if (!progress && done < T) deadlock();
+    }
+    s.cur = -1;
+}
+
+void prepare_smem(size_t bytes) {
+    emu_state &s = S();
+    size_t need = round_up(bytes ? bytes : 1, page_size());
+    if (need > s.smem_cap) {
+        if (s.smem_map) munmap(s.smem_map, s.smem_cap + page_size());
+        void *m = mmap(nullptr, need + page_size(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) ab_emu::fatal("cannot map %zu bytes of shared memory", bytes);
+        s.smem_map = (unsigned char *)m;
+        s.smem_cap = need;
+        mprotect(s.smem_map + need, page_size(), PROT_NONE); /* past the end: faults */
+    }
+    s.smem_bytes = bytes;
+    s.smem = s.smem_map + s.smem_cap - round_up(bytes, 16);
+}
+
+fiber *current_fiber(const char *what) {
+    emu_state &s = S();
+    if (s.cur < 0) ab_emu::fatal("%s called outside a kernel", what);
+    return s.fibers[s.cur];
+}
+
+const char *kind_name(cudaMemcpyKind k) {
+    switch (k) {
+    case cudaMemcpyHostToHost: return "HostToHost";
+    case cudaMemcpyHostToDevice: return "HostToDevice";
+    case cudaMemcpyDeviceToHost: return "DeviceToHost";
+    case cudaMemcpyDeviceToDevice: return "DeviceToDevice";
+    case cudaMemcpyDefault: return "Default";
+    }
+    return "?";
+}
+
+void check_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, const char *call) {
+    bool dd = ab_emu::is_device_range(dst, bytes), sd = ab_emu::is_device_range(src, bytes);
+    bool want_dd = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    bool want_sd = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if (kind == cudaMemcpyDefault) return;
+    if (dd != want_dd || sd != want_sd)
+        ab_emu::fatal("%s(%s, %zu bytes): destination is %s memory and source %s memory", call, kind_name(kind), bytes,
+                      dd ? "device" : "host (or not wholly device)", sd ? "device" : "host (or not wholly device)");
+}
+
+} // namespace
+
+/* ---- the emulator's interface ---- */
+
+namespace ab_emu {
+
+void fatal(const char *fmt, ...) {
+    emu_state &s = S();
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "cuda emulator: ");
+    if (s.cur >= 0 && s.kernel)
+        fprintf(stderr, "kernel %s, block (%u,%u,%u), thread (%u,%u,%u): ", s.kernel, blockIdx.x, blockIdx.y,
+                blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z);
+    else if (s.kernel)
+        fprintf(stderr, "kernel %s: ", s.kernel);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    fflush(stderr);
+    abort();
+}
+
+void launch(const char *name, const void *func, dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
+            void (*body)(void *), void *ctx) {
+    (void)stream;
+    emu_state &s = S();
+    std::lock_guard<std::recursive_mutex> lock(s.mu);
+    if (s.cur >= 0) fatal("kernel %s launched from inside kernel %s (not supported)", name, s.kernel);
+    if (no_device()) {
+        set_error(cudaErrorNoDevice);
+        return;
+    }
+    unsigned long long nt = (unsigned long long)block.x * block.y * block.z;
+    if (block.x < 1 || block.y < 1 || block.z < 1 || block.x > 1024 || block.y > 1024 || block.z > 64 || nt > 1024 ||
+        grid.x < 1 || grid.y < 1 || grid.z < 1 || grid.x > (unsigned)INT_MAX || grid.y > 65535 || grid.z > 65535) {
+        set_error(cudaErrorInvalidConfiguration);
+        return;
+    }
+    size_t smem_limit = DEFAULT_SMEM_LIMIT;
+    auto it = s.func_smem_limit.find(func);
+    if (it != s.func_smem_limit.end() && (size_t)it->second > smem_limit) smem_limit = (size_t)it->second;
+    if (smem_bytes > smem_limit) {
+        /* A real launch fails; here it is a programming error worth a clear message. */
+        fatal("kernel %s: %zu bytes of dynamic shared memory requested, the limit is %zu (above 48 KiB needs "
+              "cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize), at most 227 KiB)",
+              name, smem_bytes, smem_limit);
+    }
+    ensure_fibers((int)nt);
+    prepare_smem(smem_bytes);
+    const char *saved_kernel = s.kernel;
+    s.kernel = name;
+    s.body = body;
+    s.body_ctx = ctx;
+    s.nthreads = (int)nt;
+    gridDim = grid;
+    blockDim = block;
+    s.launches++;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                blockIdx.x = x;
+                blockIdx.y = y;
+                blockIdx.z = z;
+                run_block();
+            }
+    s.kernel = saved_kernel;
+}
+
+void *dyn_smem(void) {
+    current_fiber("dynamic shared memory");
+    return S().smem;
+}
+
+int syncthreads_count(int pred) {
+    emu_state &s = S();
+    fiber *f = current_fiber("__syncthreads");
+    unsigned g = s.bar_gen;
+    s.bar_count[g & 1] += pred != 0;
+    if (++s.bar_arrived == s.nthreads) {
+        s.bar_arrived = 0;
+        s.bar_gen++;
+        s.bar_count[(g + 1) & 1] = 0; /* nobody has reached the next barrier yet */
+        for (int t = 0; t < s.nthreads; t++)
+            if (s.fibers[t]->state == F_BLOCK_WAIT) s.fibers[t]->state = F_READY;
+    } else {
+        f->state = F_BLOCK_WAIT;
+        yield_to_scheduler();
+    }
+    return s.bar_count[g & 1];
+}
+
+void syncthreads(void) { syncthreads_count(0); }
+
+int lane_id(void) {
+    current_fiber("a warp operation");
+    return S().cur & 31;
+}
+
+unsigned activemask(void) {
+    emu_state &s = S();
+    current_fiber("__activemask");
+    int w = s.cur / 32;
+    unsigned m = 0;
+    for (int l = 0; l < 32 && w * 32 + l < s.nthreads; l++)
+        if (s.fibers[w * 32 + l]->state != F_DONE) m |= 1u << l;
+    return m;
+}
+
+void warp_gather(unsigned mask, uint64_t bits, uint64_t *all, const char *what) {
+    emu_state &s = S();
+    fiber *f = current_fiber(what);
+    const int tid = s.cur, lane = tid & 31, w = tid >> 5;
+    const int lanes = std::min(32, s.nthreads - w * 32);
+    if (!(mask & (1u << lane))) fatal("%s: the calling lane %d is not in the mask 0x%08x", what, lane, mask);
+    if (lanes < 32 && (mask >> lanes))
+        fatal("%s: mask 0x%08x names lanes past the last thread of the block (warp %d has %d lanes)", what, mask, w,
+              lanes);
+    for (int l = 0; l < lanes; l++)
+        if ((mask & (1u << l)) && s.fibers[w * 32 + l]->state == F_DONE)
+            fatal("%s: mask 0x%08x names lane %d, which has exited", what, mask, l);
+    warp_state &W = s.warps[w];
+    if (W.arrived == 0) {
+        W.mask = mask;
+        W.what = what;
+    } else if (W.mask != mask || strcmp(W.what, what) != 0) {
+        fatal("warp %d: lanes wait at different warp operations (%s with mask 0x%08x, %s with mask 0x%08x)", w,
+              W.what, W.mask, what, mask);
+    }
+    const unsigned g = W.gen;
+    W.slot[g & 1][lane] = bits;
+    if (++W.arrived == __builtin_popcount(mask)) {
+        W.arrived = 0;
+        W.gen++;
+        for (int l = 0; l < lanes; l++)
+            if ((mask & (1u << l)) && s.fibers[w * 32 + l]->state == F_WARP_WAIT) s.fibers[w * 32 + l]->state = F_READY;
+    } else {
+        f->state = F_WARP_WAIT;
+        yield_to_scheduler();
+    }
+    for (int l = 0; l < 32; l++) all[l] = (mask & (1u << l)) ? W.slot[g & 1][l] : 0;
+}
+
+uint64_t warp_exchange(unsigned mask, uint64_t bits, int src_lane, const char *what) {
+    uint64_t all[32];
+    warp_gather(mask, bits, all, what);
+    if (src_lane < 0 || src_lane > 31 || !(mask & (1u << src_lane)))
+        fatal("%s: reads lane %d, which is not in the mask 0x%08x (undefined on a GPU)", what, src_lane, mask);
+    return all[src_lane];
+}
+
+void syncwarp(unsigned mask, const char *what) {
+    uint64_t all[32];
+    warp_gather(mask, 0, all, what);
+}
+
+bool is_device_range(const void *p, size_t bytes) {
+    emu_state &s = S();
+    std::lock_guard<std::recursive_mutex> lock(s.mu);
+    if (!p) return false;
+    uintptr_t a = (uintptr_t)p;
+    auto it = s.allocs.upper_bound(a);
+    if (it == s.allocs.begin()) return false;
+    --it;
+    return a >= it->first && a - it->first <= it->second && bytes <= it->second - (a - it->first);
+}
+
+void require_device(const void *p, size_t bytes, const char *what) {
+    if (bytes == 0) return;
+    if (!is_device_range(p, bytes))
+        fatal("%s: %zu bytes at %p are not inside one device allocation (a host pointer, or past the end)", what,
+              bytes, p);
+}
+
+size_t device_memory(void) { return limit_bytes(); }
+
+void set_device_memory(size_t bytes) {
+    emu_state &s = S();
+    std::lock_guard<std::recursive_mutex> lock(s.mu);
+    limit_bytes();
+    s.limit = bytes;
+}
+
+unsigned long long launch_count(void) { return S().launches; }
+
+} // namespace ab_emu
+
+/* ---- runtime API ---- */
+
+cudaError_t cudaGetLastError(void) {
+    cudaError_t e = g_last_error;
+    g_last_error = cudaSuccess;
+    return e;
+}
+
+cudaError_t cudaPeekAtLastError(void) { return g_last_error; }
+
+const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInitializationError: return "initialization error";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
+    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    default: return "unknown error";
+    }
+}
+
+const char *cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInitializationError: return "cudaErrorInitializationError";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
+    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    default: return "cudaErrorUnknown";
+    }
+}
+
+cudaError_t cudaGetDeviceCount(int *n) {
+    if (!n) return set_error(cudaErrorInvalidValue);
+    *n = no_device() ? 0 : 1;
+    return *n ? cudaSuccess : set_error(cudaErrorNoDevice);
+}
+
+cudaError_t cudaSetDevice(int dev) {
+    if (no_device()) return set_error(cudaErrorNoDevice);
+    return dev == 0 ? cudaSuccess : set_error(cudaErrorInvalidDevice);
+}
+
+cudaError_t cudaGetDevice(int *dev) {
+    if (no_device()) return set_error(cudaErrorNoDevice);
+    if (!dev) return set_error(cudaErrorInvalidValue);
+    *dev = 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev) {
+    if (no_device()) return set_error(cudaErrorNoDevice);
+    if (!p) return set_error(cudaErrorInvalidValue);
+    if (dev != 0) return set_error(cudaErrorInvalidDevice);
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "attnbench CUDA emulator (CPU)");
+    p->totalGlobalMem = limit_bytes();
+    p->sharedMemPerBlock = DEFAULT_SMEM_LIMIT;
+    p->sharedMemPerBlockOptin = OPTIN_SMEM_LIMIT;
+    p->warpSize = 32;
+    p->maxThreadsPerBlock = 1024;
+    p->maxThreadsDim[0] = 1024;
+    p->maxThreadsDim[1] = 1024;
+    p->maxThreadsDim[2] = 64;
+    p->maxGridSize[0] = INT_MAX;
+    p->maxGridSize[1] = 65535;
+    p->maxGridSize[2] = 65535;
+    p->major = 9;
+    p->minor = 0;
+    p->multiProcessorCount = 1;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDriverGetVersion(int *v) {
+    if (!v) return set_error(cudaErrorInvalidValue);
+    *v = no_device() ? 0 : 13000;
+    return cudaSuccess;
+}
+
+cudaError_t cudaRuntimeGetVersion(int *v) {
+    if (!v) return set_error(cudaErrorInvalidValue);
+    *v = 13000;
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+    emu_state &s = S();
+    std::lock_guard<std::recursive_mutex> lock(s.mu);
+    if (no_device()) return set_error(cudaErrorNoDevice);
+    if (!free_bytes || !total_bytes) return set_error(cudaErrorInvalidValue);
+    *total_bytes = limit_bytes();
+    *free_bytes = s.used < *total_bytes ? *total_bytes - s.used : 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void) { return no_device() ? set_error(cudaErrorNoDevice) : cudaSuccess; }
+
+cudaError_t cudaMalloc(void **p, size_t bytes) {
+    emu_state &s = S();
+    std::lock_guard<std::recursive_mutex> lock(s.mu);
+    if (no_device()) return set_error(cudaErrorNoDevice);
+    if (!p) return set_error(cudaErrorInvalidValue);
+    if (bytes == 0) {
+        *p = nullptr;
+        return cudaSuccess;
+    }
+    size_t rounded = round_up(bytes, 256);
+    if (rounded < bytes || rounded > limit_bytes() || s.used > limit_bytes() - rounded)
+        return set_error(cudaErrorMemoryAllocation);
+    void *m = aligned_alloc(256, rounded);
+    if (!m) return set_error(cudaErrorMemoryAllocation);
+    memset(m, 0xff, rounded); /* fresh device memory is garbage: NaN shows reads before writes */
+    s.allocs[(uintptr_t)m] = bytes;
+    s.used += rounded;
+    *p = m;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p) {
+    emu_state &s = S();
+    std::lock_guard<std::recursive_mutex> lock(s.mu);
+    if (!p) return cudaSuccess;
+    auto it = s.allocs.find((uintptr_t)p);
+    if (it == s.allocs.end()) return set_error(cudaErrorInvalidValue);
+    s.used -= round_up(it->second, 256);
+    s.allocs.erase(it);
+    free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+    if (no_device()) return set_error(cudaErrorNoDevice);
+    if ((int)kind < 0 || (int)kind > 4) return set_error(cudaErrorInvalidMemcpyDirection);
+    if (bytes == 0) return cudaSuccess;
+    if (!dst || !src) return set_error(cudaErrorInvalidValue);
+    check_copy(dst, src, bytes, kind, "cudaMemcpy");
+    memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
+    (void)s;
+    return cudaMemcpy(dst, src, bytes, kind);
+}
+
+cudaError_t cudaMemset(void *p, int value, size_t bytes) {
+    if (no_device()) return set_error(cudaErrorNoDevice);
+    if (bytes == 0) return cudaSuccess;
+    ab_emu::require_device(p, bytes, "cudaMemset");
+    memset(p, value, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s) {
+    (void)s;
+    return cudaMemset(p, value, bytes);
+}
+
+struct ab_emu_stream {
+    int unused;
+};
+struct ab_emu_event {
+    std::chrono::steady_clock::time_point t;
+    bool recorded;
+};
+
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
+    (void)flags;
+    if (no_device()) return set_error(cudaErrorNoDevice);
+    if (!s) return set_error(cudaErrorInvalidValue);
+    *s = new ab_emu_stream{0};
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    if (!s) return set_error(cudaErrorInvalidResourceHandle);
+    delete s;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    (void)s;
+    return no_device() ? set_error(cudaErrorNoDevice) : cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *e) {
+    if (!e) return set_error(cudaErrorInvalidValue);
+    *e = new ab_emu_event{std::chrono::steady_clock::now(), false};
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    if (!e) return set_error(cudaErrorInvalidResourceHandle);
+    delete e;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    (void)s;
+    if (!e) return set_error(cudaErrorInvalidResourceHandle);
+    e->t = std::chrono::steady_clock::now();
+    e->recorded = true;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : set_error(cudaErrorInvalidResourceHandle); }
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+    if (!ms || !start || !end) return set_error(cudaErrorInvalidValue);
+    if (!start->recorded || !end->recorded) return set_error(cudaErrorInvalidResourceHandle);
+    *ms = std::chrono::duration<float, std::milli>(end->t - start->t).count();
+    return cudaSuccess;
+}
+
+cudaError_t ab_emu_func_set_attribute(const void *func, cudaFuncAttribute attr, int value) {
+    emu_state &s = S();
+    std::lock_guard<std::recursive_mutex> lock(s.mu);
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || (size_t)value > OPTIN_SMEM_LIMIT)
+        return set_error(cudaErrorInvalidValue);
+    s.func_smem_limit[func] = value;
+    return cudaSuccess;
+}
+
+/* ---- cuBLAS ---- */
+
+struct ab_emu_cublas {
+    cudaStream_t stream;
+};
+
+cublasStatus_t cublasCreate(cublasHandle_t *h) {
+    if (!h) return CUBLAS_STATUS_INVALID_VALUE;
+    if (no_device()) return CUBLAS_STATUS_NOT_INITIALIZED;
+    *h = new ab_emu_cublas{nullptr};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasDestroy(cublasHandle_t h) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    h->stream = s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+const char *cublasGetStatusString(cublasStatus_t st) {
+    switch (st) {
+    case CUBLAS_STATUS_SUCCESS: return "the operation completed successfully";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "the resource allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE: return "an invalid numeric value was used as an argument";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "an absent device architectural feature is required";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "an access to GPU memory space failed";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "the GPU program failed to execute";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "an internal operation failed";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "the functionality requested is not supported";
+    }
+    return "unknown error";
+}
+
+namespace {
+
+bool valid_op(cublasOperation_t t) { return t == CUBLAS_OP_N || t == CUBLAS_OP_T || t == CUBLAS_OP_C; }
+
+/* Elements spanned by a column-major rows x cols matrix with leading dimension ld. */
+size_t span(int rows, int cols, int ld) {
+    if (rows <= 0 || cols <= 0) return 0;
+    return (size_t)(cols - 1) * (size_t)ld + (size_t)rows;
+}
+
+/* C = alpha op(A) op(B) + beta C for `batch` matrices, column-major, as cuBLAS. */
+cublasStatus_t gemm(const char *call, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                    int k, const float *alpha, const float *A, int lda, long long sa, const float *B, int ldb,
+                    long long sb, const float *beta, float *C, int ldc, long long sc, int batch) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!valid_op(ta) || !valid_op(tb) || m < 0 || n < 0 || k < 0 || batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    const bool tra = ta != CUBLAS_OP_N, trb = tb != CUBLAS_OP_N;
+    const int ra = tra ? k : m, ca = tra ? m : k; /* A as stored: ra x ca */
+    const int rb = trb ? n : k, cb = trb ? k : n;
+    if (lda < std::max(1, ra) || ldb < std::max(1, rb) || ldc < std::max(1, m)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (!alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
+    if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+    const float al = *alpha, be = *beta;
+    const bool use_ab = al != 0.0f && k > 0;
+    char what[96];
+    for (int b = 0; b < batch; b++) {
+        const float *Ab = A + (ptrdiff_t)b * sa, *Bb = B + (ptrdiff_t)b * sb;
+        float *Cb = C + (ptrdiff_t)b * sc;
+        if (use_ab) {
+            snprintf(what, sizeof what, "%s: A of batch entry %d", call, b);
+            ab_emu::require_device(Ab, span(ra, ca, lda) * sizeof(float), what);
+            snprintf(what, sizeof what, "%s: B of batch entry %d", call, b);
+            ab_emu::require_device(Bb, span(rb, cb, ldb) * sizeof(float), what);
+        }
+        snprintf(what, sizeof what, "%s: C of batch entry %d", call, b);
+        ab_emu::require_device(Cb, span(m, n, ldc) * sizeof(float), what);
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < m; i++) {
+                double acc = 0.0;
+                if (use_ab)
+                    for (int l = 0; l < k; l++) {
+                        double a = tra ? Ab[(size_t)l + (size_t)i * lda] : Ab[(size_t)i + (size_t)l * lda];
+                        double x = trb ? Bb[(size_t)j + (size_t)l * ldb] : Bb[(size_t)l + (size_t)j * ldb];
+                        acc += a * x;
+                    }
+                float *c = &Cb[(size_t)i + (size_t)j * ldc];
+                /* beta == 0: C is output only, never read (NaN there does not propagate) */
+                double prev = be == 0.0f ? 0.0 : (double)be * (double)*c;
+                *c = (float)((double)al * acc + prev);
+            }
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+} // namespace
+
+cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                           const float *alpha, const float *A, int lda, const float *B, int ldb, const float *beta,
+                           float *C, int ldc) {
+    std::lock_guard<std::recursive_mutex> lock(S().mu);
+    return gemm("cublasSgemm", h, ta, tb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+}
+
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                         int k, const float *alpha, const float *A, int lda, long long strideA,
+                                         const float *B, int ldb, long long strideB, const float *beta, float *C,
+                                         int ldc, long long strideC, int batchCount) {
+    std::lock_guard<std::recursive_mutex> lock(S().mu);
+    return gemm("cublasSgemmStridedBatched", h, ta, tb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C,
+                ldc, strideC, batchCount);
+}
+
+/* ---- C entry points for tests written in C ---- */
+
+extern "C" size_t ab_emu_device_memory(void) { return ab_emu::device_memory(); }
+extern "C" void ab_emu_set_device_memory(size_t bytes) { ab_emu::set_device_memory(bytes); }
+extern "C" unsigned long long ab_emu_launch_count(void) { return ab_emu::launch_count(); }

@@ -1,0 +1,480 @@
+/* A CPU emulation of the subset of CUDA that attnbench's .cu sources use, so that the
+ * very same sources, compiled by g++ with -DAB_CUDA_EMU, run and are tested on machines
+ * without a GPU (CI included). harness/cuda_compat.h includes this header instead of
+ * the real CUDA headers in that build.
+ *
+ * What it provides, with the names and semantics of the real APIs:
+ * - kernels: __global__/__device__/__host__/__forceinline__, __shared__ (function-static
+ *   storage: valid because blocks run one after another), dynamic shared memory (through
+ *   AB_DYN_SMEM in cuda_compat.h), threadIdx/blockIdx/blockDim/gridDim, warpSize,
+ *   __syncthreads(_count/_or/_and), __syncwarp, warp shuffles (__shfl_sync, _up, _down,
+ *   _xor), __ballot_sync/__any_sync/__all_sync/__activemask, atomics, device math.
+ *   A launch runs the grid's blocks one after another; the threads of a block are
+ *   cooperative fibers that switch only at barriers (__syncthreads, warp operations).
+ * - runtime: cudaMalloc/Free (host memory, with an emulated capacity so out-of-memory
+ *   paths can be tested: AB_EMU_DEVICE_MEMORY=bytes, default 4 GiB), cudaMemcpy(Async),
+ *   cudaMemset(Async), streams and events (everything runs synchronously), device
+ *   queries (one emulated device, or none with AB_EMU_NO_DEVICE=1), the last-error
+ *   protocol (cudaGetLastError returns and clears the last failure, as the real one).
+ * - cuBLAS: cublasCreate/Destroy/SetStream/GetStatusString, cublasSgemm and
+ *   cublasSgemmStridedBatched with their real column-major semantics and argument
+ *   checks (beta == 0 never reads C).
+ * - CUB: cub::DeviceRadixSort::SortPairs (stable, keys compared on bits
+ *   [begin_bit, end_bit), the two-call temporary storage protocol).
+ *
+ * What it checks (each failure aborts with a message naming the kernel or call; these
+ * are programming errors that a GPU would turn into hangs, wrong results or illegal
+ * addresses):
+ * - a __syncthreads not reached by every thread of the block (deadlock, or threads that
+ *   exited while others wait), warp operations whose mask names lanes that do not exist,
+ *   have exited, or are not waiting at the same operation; a shuffle reading a lane
+ *   outside the mask;
+ * - launch configurations: block size > 1024 or dims over the limits, grid dims over the
+ *   limits (cudaErrorInvalidConfiguration, as the real launch), dynamic shared memory
+ *   over 48 KiB without cudaFuncSetAttribute, or over 227 KiB;
+ * - dynamic shared memory read or written past the bytes requested (a guard page after
+ *   it: SIGSEGV), and its contents are poisoned (0xff bytes: NaN floats) at every block
+ *   start, so reading it before writing shows;
+ * - cudaMemcpy/Memset, cuBLAS and CUB arguments that are not inside device allocations
+ *   of the right size, or copies whose kind does not match the pointers.
+ *
+ * What it does NOT catch: races between threads (fibers run in a fixed order and switch
+ * only at barriers, so code missing a __syncthreads between a write and another thread's
+ * read of shared or global memory may pass here and fail on a GPU; likewise
+ * warp-synchronous code without __syncwarp); static __shared__ arrays keeping values
+ * from the previous block (undefined on a GPU); out-of-bounds accesses to global memory
+ * inside kernels (host memory: they may corrupt or crash); host code reading device
+ * memory directly (works here, crashes on a GPU); asynchrony (streams here are
+ * synchronous, so a missing synchronisation before a host read is invisible); float
+ * rounding of the real cuBLAS (the emulated GEMM accumulates in double); performance.
+ *
+ * Single-threaded: launches and API calls from several host threads are serialised. */
+#ifndef AB_CUDA_EMU_H
+#define AB_CUDA_EMU_H
+
+#ifndef __cplusplus
+#error "cuda_emu.h is C++: compile .cu sources with g++ -x c++ (the emulated build does this)"
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <math.h>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+/* ---- qualifiers ---- */
+
+#define __global__
+#define __device__
+#define __host__
+#define __noinline__ __attribute__((noinline))
+#define __forceinline__ inline __attribute__((always_inline))
+#define __shared__ static
+#define __constant__ static
+#define __restrict__ __restrict
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+#define __CUDA_ARCH_EMU__ 1
+
+/* ---- vector types and built-in variables ---- */
+
+struct uint3 {
+    unsigned int x, y, z;
+};
+struct dim3 {
+    unsigned int x, y, z;
+    constexpr dim3(unsigned int vx = 1, unsigned int vy = 1, unsigned int vz = 1) : x(vx), y(vy), z(vz) {}
+    constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
+};
+struct __align__(8) float2 { float x, y; };
+struct __align__(16) float4 { float x, y, z, w; };
+struct __align__(8) int2 { int x, y; };
+static inline float2 make_float2(float x, float y) { return float2{x, y}; }
+static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+static inline int2 make_int2(int x, int y) { return int2{x, y}; }
+
+extern uint3 threadIdx, blockIdx;
+extern dim3 blockDim, gridDim;
+constexpr int warpSize = 32;
+
+/* ---- runtime types ---- */
+
+typedef enum cudaError {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInitializationError = 3,
+    cudaErrorInvalidConfiguration = 9,
+    cudaErrorInsufficientDriver = 35,
+    cudaErrorInvalidMemcpyDirection = 21,
+    cudaErrorNoDevice = 100,
+    cudaErrorInvalidDevice = 101,
+    cudaErrorInvalidResourceHandle = 400,
+    cudaErrorNotReady = 600,
+    cudaErrorLaunchFailure = 719,
+    cudaErrorUnknown = 999,
+} cudaError_t;
+
+typedef enum cudaMemcpyKind {
+    cudaMemcpyHostToHost = 0,
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3,
+    cudaMemcpyDefault = 4,
+} cudaMemcpyKind;
+
+typedef enum cudaFuncAttribute {
+    cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
+} cudaFuncAttribute;
+
+typedef struct ab_emu_stream *cudaStream_t;
+typedef struct ab_emu_event *cudaEvent_t;
+#define cudaStreamDefault 0x00
+#define cudaStreamNonBlocking 0x01
+
+struct cudaDeviceProp {
+    char name[256];
+    size_t totalGlobalMem;
+    size_t sharedMemPerBlock;
+    size_t sharedMemPerBlockOptin;
+    int warpSize;
+    int maxThreadsPerBlock;
+    int maxThreadsDim[3];
+    int maxGridSize[3];
+    int major, minor;
+    int multiProcessorCount;
+    int l2CacheSize;
+};
+
+cudaError_t cudaGetLastError(void);
+cudaError_t cudaPeekAtLastError(void);
+const char *cudaGetErrorString(cudaError_t e);
+const char *cudaGetErrorName(cudaError_t e);
+cudaError_t cudaGetDeviceCount(int *n);
+cudaError_t cudaSetDevice(int dev);
+cudaError_t cudaGetDevice(int *dev);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev);
+cudaError_t cudaDriverGetVersion(int *v);
+cudaError_t cudaRuntimeGetVersion(int *v);
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
+cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaMalloc(void **p, size_t bytes);
+template <class T> static inline cudaError_t cudaMalloc(T **p, size_t bytes) { return cudaMalloc((void **)p, bytes); }
+cudaError_t cudaFree(void *p);
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s = 0);
+cudaError_t cudaMemset(void *p, int value, size_t bytes);
+cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s = 0);
+cudaError_t cudaStreamCreate(cudaStream_t *s);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaEventCreate(cudaEvent_t *e);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = 0);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
+cudaError_t ab_emu_func_set_attribute(const void *func, cudaFuncAttribute attr, int value);
+template <class F> static inline cudaError_t cudaFuncSetAttribute(F *func, cudaFuncAttribute attr, int value) {
+    return ab_emu_func_set_attribute((const void *)func, attr, value);
+}
+
+/* ---- the emulator's own interface (used by the macros of cuda_compat.h and tests) ---- */
+
+namespace ab_emu {
+/* Runs body() once per thread of every block of the grid. Sets the last error (and
+ * runs nothing) on a bad configuration, like a real launch. */
+void launch(const char *name, const void *func, dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
+            void (*body)(void *), void *ctx);
+template <class F>
+inline void launch_fn(const char *name, const void *func, dim3 grid, dim3 block, size_t smem_bytes,
+                      cudaStream_t stream, F &&f) {
+    launch(name, func, grid, block, smem_bytes, stream, [](void *c) { (*static_cast<F *>(c))(); }, &f);
+}
+/* The dynamic shared memory of the running block (AB_DYN_SMEM). */
+void *dyn_smem(void);
+/* Barriers and warp exchange of the running thread. */
+void syncthreads(void);
+int syncthreads_count(int pred);
+void syncwarp(unsigned mask, const char *what);
+/* Publishes `bits` for the lanes in mask, waits until every lane of the mask has done
+ * the same operation, and copies all 32 lanes' published bits into all[] (lanes outside
+ * the mask: 0). */
+void warp_gather(unsigned mask, uint64_t bits, uint64_t *all, const char *what);
+/* warp_gather, returning lane src's bits (src must be in the mask). */
+uint64_t warp_exchange(unsigned mask, uint64_t bits, int src_lane, const char *what);
+unsigned activemask(void);
+int lane_id(void);
+/* Aborts with "cuda emulator: MESSAGE" and the running kernel's name. */
+[[noreturn]] void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* True when [p, p + bytes) lies inside one device allocation (bytes may be 0). */
+bool is_device_range(const void *p, size_t bytes);
+/* Aborts unless [p, p + bytes) is device memory (what names the call and argument). */
+void require_device(const void *p, size_t bytes, const char *what);
+/* Bytes of emulated device memory (cudaMemGetInfo's total); the limit cudaMalloc
+ * enforces. Tests may lower it to provoke out-of-memory. */
+size_t device_memory(void);
+void set_device_memory(size_t bytes);
+/* Launches run so far (tests check that work happened on the "device"). */
+unsigned long long launch_count(void);
+} // namespace ab_emu
+
+/* ---- barriers and warp operations ---- */
+
+static inline void __syncthreads(void) { ab_emu::syncthreads(); }
+static inline int __syncthreads_count(int pred) { return ab_emu::syncthreads_count(pred); }
+static inline int __syncthreads_or(int pred) { return ab_emu::syncthreads_count(pred) != 0; }
+static inline int __syncthreads_and(int pred) {
+    return ab_emu::syncthreads_count(pred != 0) == (int)(blockDim.x * blockDim.y * blockDim.z);
+}
+static inline void __syncwarp(unsigned mask = 0xffffffffu) { ab_emu::syncwarp(mask, "__syncwarp"); }
+static inline void __threadfence(void) {}
+static inline void __threadfence_block(void) {}
+static inline unsigned __activemask(void) { return ab_emu::activemask(); }
+
+namespace ab_emu {
+template <class T> inline uint64_t to_bits(T v) {
+    static_assert(std::is_trivially_copyable<T>::value && sizeof(T) <= 8, "shuffles move values of up to 8 bytes");
+    uint64_t b = 0;
+    std::memcpy(&b, &v, sizeof v);
+    return b;
+}
+template <class T> inline T from_bits(uint64_t b) {
+    T v;
+    std::memcpy(&v, &b, sizeof v);
+    return v;
+}
+inline void check_width(int width, const char *what) {
+    if (width < 1 || width > 32 || (width & (width - 1))) fatal("%s: width %d is not a power of two in [1, 32]", what, width);
+}
+} // namespace ab_emu
+
+template <class T> static inline T __shfl_sync(unsigned mask, T var, int src_lane, int width = warpSize) {
+    ab_emu::check_width(width, "__shfl_sync");
+    int lane = ab_emu::lane_id(), base = lane & ~(width - 1);
+    int src = base + (src_lane & (width - 1));
+    return ab_emu::from_bits<T>(ab_emu::warp_exchange(mask, ab_emu::to_bits(var), src, "__shfl_sync"));
+}
+template <class T> static inline T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = warpSize) {
+    ab_emu::check_width(width, "__shfl_up_sync");
+    int lane = ab_emu::lane_id(), base = lane & ~(width - 1);
+    int src = lane - (int)delta;
+    if (src < base) src = lane; /* below the segment: own value */
+    return ab_emu::from_bits<T>(ab_emu::warp_exchange(mask, ab_emu::to_bits(var), src, "__shfl_up_sync"));
+}
+template <class T> static inline T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = warpSize) {
+    ab_emu::check_width(width, "__shfl_down_sync");
+    int lane = ab_emu::lane_id(), base = lane & ~(width - 1);
+    int src = lane + (int)delta;
+    if (src >= base + width) src = lane; /* past the segment: own value */
+    return ab_emu::from_bits<T>(ab_emu::warp_exchange(mask, ab_emu::to_bits(var), src, "__shfl_down_sync"));
+}
+template <class T> static inline T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = warpSize) {
+    ab_emu::check_width(width, "__shfl_xor_sync");
+    int lane = ab_emu::lane_id(), base = lane & ~(width - 1);
+    int src = lane ^ lane_mask;
+    if (src >= base + width) src = lane; /* a later segment: own value */
+    return ab_emu::from_bits<T>(ab_emu::warp_exchange(mask, ab_emu::to_bits(var), src, "__shfl_xor_sync"));
+}
+/* Ballots: every lane of the mask publishes its predicate; each gets them all. */
+static inline unsigned __ballot_sync(unsigned mask, int pred) {
+    uint64_t all[32];
+    ab_emu::warp_gather(mask, pred ? 1u : 0u, all, "__ballot_sync");
+    unsigned r = 0;
+    for (int l = 0; l < 32; l++)
+        if ((mask & (1u << l)) && all[l]) r |= 1u << l;
+    return r;
+}
+static inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
+static inline int __all_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) == mask; }
+
+/* ---- atomics (fibers switch only at barriers, so a read-modify-write is atomic) ---- */
+
+template <class T> static inline T atomicAdd(T *p, T v) {
+    T old = *p;
+    *p = old + v;
+    return old;
+}
+template <class T> static inline T atomicSub(T *p, T v) {
+    T old = *p;
+    *p = old - v;
+    return old;
+}
+template <class T> static inline T atomicMax(T *p, T v) {
+    T old = *p;
+    *p = old > v ? old : v;
+    return old;
+}
+template <class T> static inline T atomicMin(T *p, T v) {
+    T old = *p;
+    *p = old < v ? old : v;
+    return old;
+}
+template <class T> static inline T atomicExch(T *p, T v) {
+    T old = *p;
+    *p = v;
+    return old;
+}
+template <class T> static inline T atomicCAS(T *p, T compare, T v) {
+    T old = *p;
+    if (old == compare) *p = v;
+    return old;
+}
+template <class T> static inline T atomicOr(T *p, T v) {
+    T old = *p;
+    *p = old | v;
+    return old;
+}
+template <class T> static inline T atomicAnd(T *p, T v) {
+    T old = *p;
+    *p = old & v;
+    return old;
+}
+
+/* ---- device math and intrinsics ---- */
+
+template <class A, class B> static inline typename std::common_type<A, B>::type min(A a, B b) {
+    return b < a ? b : a;
+}
+template <class A, class B> static inline typename std::common_type<A, B>::type max(A a, B b) {
+    return a < b ? b : a;
+}
+/* glibc declares its own __expf, __logf, __powf: macros keep them out of the way */
+#define __expf(x) expf(x)
+#define __logf(x) logf(x)
+#define __powf(x, y) powf(x, y)
+static inline float __fdividef(float x, float y) { return x / y; }
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+static inline float __frcp_rn(float x) { return 1.0f / x; }
+static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+static inline float __saturatef(float x) { return x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }
+static inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
+static inline int __float2int_rz(float x) { return (int)x; }
+static inline int __float2int_rd(float x) { return (int)floorf(x); }
+static inline int __float_as_int(float x) {
+    int i;
+    std::memcpy(&i, &x, 4);
+    return i;
+}
+static inline unsigned __float_as_uint(float x) {
+    unsigned i;
+    std::memcpy(&i, &x, 4);
+    return i;
+}
+static inline float __int_as_float(int i) {
+    float x;
+    std::memcpy(&x, &i, 4);
+    return x;
+}
+static inline float __uint_as_float(unsigned i) {
+    float x;
+    std::memcpy(&x, &i, 4);
+    return x;
+}
+static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+static inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
+static inline int __ffs(int x) { return __builtin_ffs(x); }
+static inline unsigned __brev(unsigned x) {
+    unsigned r = 0;
+    for (int i = 0; i < 32; i++) r |= ((x >> i) & 1u) << (31 - i);
+    return r;
+}
+static inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
+static inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {
+    return (unsigned long long)(((unsigned __int128)a * b) >> 64);
+}
+template <class T> static inline T __ldg(const T *p) { return *p; }
+
+/* ---- cuBLAS ---- */
+
+typedef struct ab_emu_cublas *cublasHandle_t;
+typedef enum {
+    CUBLAS_STATUS_SUCCESS = 0,
+    CUBLAS_STATUS_NOT_INITIALIZED = 1,
+    CUBLAS_STATUS_ALLOC_FAILED = 3,
+    CUBLAS_STATUS_INVALID_VALUE = 7,
+    CUBLAS_STATUS_ARCH_MISMATCH = 8,
+    CUBLAS_STATUS_MAPPING_ERROR = 11,
+    CUBLAS_STATUS_EXECUTION_FAILED = 13,
+    CUBLAS_STATUS_INTERNAL_ERROR = 14,
+    CUBLAS_STATUS_NOT_SUPPORTED = 15,
+} cublasStatus_t;
+typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 } cublasOperation_t;
+
+cublasStatus_t cublasCreate(cublasHandle_t *h);
+cublasStatus_t cublasDestroy(cublasHandle_t h);
+cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s);
+const char *cublasGetStatusString(cublasStatus_t st);
+cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                           const float *alpha, const float *A, int lda, const float *B, int ldb, const float *beta,
+                           float *C, int ldc);
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                         int k, const float *alpha, const float *A, int lda, long long strideA,
+                                         const float *B, int ldb, long long strideB, const float *beta, float *C,
+                                         int ldc, long long strideC, int batchCount);
+
+/* ---- CUB ---- */
+
+namespace cub {
+struct DeviceRadixSort {
+    /* Stable sort of (key, value) pairs by the key bits [begin_bit, end_bit). First call
+     * with d_temp_storage == NULL sets temp_storage_bytes; the second sorts. */
+    template <class KeyT, class ValueT, class NumItemsT>
+    static cudaError_t SortPairs(void *d_temp_storage, size_t &temp_storage_bytes, const KeyT *d_keys_in,
+                                 KeyT *d_keys_out, const ValueT *d_values_in, ValueT *d_values_out, NumItemsT num_items,
+                                 int begin_bit = 0, int end_bit = sizeof(KeyT) * 8, cudaStream_t stream = 0) {
+        static_assert(std::is_integral<KeyT>::value, "the emulated radix sort takes integer keys");
+        (void)stream;
+        const long long n = (long long)num_items;
+        /* What CUB needs is about one more copy of keys and values plus a little. */
+        const size_t need = (size_t)(n > 0 ? n : 0) * (sizeof(KeyT) + sizeof(ValueT)) + 256;
+        if (!d_temp_storage) {
+            temp_storage_bytes = need;
+            return cudaSuccess;
+        }
+        if (n < 0 || begin_bit < 0 || end_bit > (int)(sizeof(KeyT) * 8) || begin_bit > end_bit ||
+            temp_storage_bytes < need)
+            return cudaErrorInvalidValue;
+        ab_emu::require_device(d_temp_storage, temp_storage_bytes, "cub::DeviceRadixSort::SortPairs temp storage");
+        if (n == 0) return cudaSuccess;
+        const size_t kb = (size_t)n * sizeof(KeyT), vb = (size_t)n * sizeof(ValueT);
+        ab_emu::require_device(d_keys_in, kb, "cub::DeviceRadixSort::SortPairs d_keys_in");
+        ab_emu::require_device(d_keys_out, kb, "cub::DeviceRadixSort::SortPairs d_keys_out");
+        ab_emu::require_device(d_values_in, vb, "cub::DeviceRadixSort::SortPairs d_values_in");
+        ab_emu::require_device(d_values_out, vb, "cub::DeviceRadixSort::SortPairs d_values_out");
+        typedef typename std::make_unsigned<KeyT>::type U;
+        const int bits = end_bit - begin_bit;
+        const U field = bits >= (int)(sizeof(U) * 8) ? (U)~(U)0 : (U)(((U)1 << bits) - 1);
+        const U flip = std::is_signed<KeyT>::value ? (U)((U)1 << (sizeof(U) * 8 - 1)) : (U)0;
+        std::vector<std::pair<U, long long>> order((size_t)n);
+        for (long long i = 0; i < n; i++) {
+            U u;
+            std::memcpy(&u, &d_keys_in[i], sizeof u);
+            u = (U)(u ^ flip); /* signed keys sort by value: flip the sign bit */
+            order[(size_t)i] = std::make_pair((U)((u >> begin_bit) & field), i);
+        }
+        std::stable_sort(order.begin(), order.end(),
+                         [](const std::pair<U, long long> &a, const std::pair<U, long long> &b) {
+                             return a.first < b.first;
+                         });
+        std::vector<KeyT> keys((size_t)n);
+        std::vector<ValueT> vals((size_t)n);
+        for (long long i = 0; i < n; i++) {
+            keys[(size_t)i] = d_keys_in[order[(size_t)i].second];
+            vals[(size_t)i] = d_values_in[order[(size_t)i].second];
+        }
+        std::memcpy(d_keys_out, keys.data(), kb);
+        std::memcpy(d_values_out, vals.data(), vb);
+        return cudaSuccess;
+    }
+};
+} // namespace cub
+
+#endif

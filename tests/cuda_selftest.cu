@@ -1,0 +1,366 @@
+/* Small kernels whose results depend on the CUDA semantics the emulator must get right
+ * (barriers, shared memory, shuffles, ballots, atomics, thread and block indices), and
+ * host runners for them and for cuBLAS and CUB, called by test_cuda_selftest.c.
+ *
+ * Built twice like the library: against the emulator (always: the emulator's
+ * self-test) and by nvcc when the build has CUDA (on a GPU the same checks confirm
+ * that the emulator's answers are the real ones). Every runner returns 0 or an
+ * attnbench error code with a message. */
+#define AB_CUDA_CUB
+#include "cuda_compat.h"
+
+#include "memory.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#define CHECK_ALLOC(p, bytes) AB_TRY(ab_cuda_malloc((void **)&(p), (bytes)))
+
+/* ---- barriers and shared memory ---- */
+
+/* Tree sum in static shared memory: each level reads what other threads wrote at the
+ * level before, so it is right only if every __syncthreads does its job. */
+__global__ void tree_sum_kernel(const int *x, int *out) {
+    __shared__ int buf[256];
+    const int t = threadIdx.x;
+    buf[t] = x[blockIdx.x * blockDim.x + t];
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+        if (t < half) buf[t] += buf[t + half];
+        __syncthreads();
+    }
+    if (t == 0) out[blockIdx.x] = buf[0];
+}
+
+/* Reverses each block's slice through dynamic shared memory (n floats per block). */
+__global__ void reverse_kernel(const float *x, float *y, int n) {
+    AB_DYN_SMEM(float, s);
+    const int t = threadIdx.x;
+    const long long base = (long long)blockIdx.x * n;
+    for (int i = t; i < n; i += blockDim.x) s[i] = x[base + i];
+    __syncthreads();
+    for (int i = t; i < n; i += blockDim.x) y[base + i] = s[n - 1 - i];
+}
+
+/* __syncthreads_count / _or / _and of (tid % 3 == 0). */
+__global__ void sync_count_kernel(int *out) {
+    const int p = threadIdx.x % 3 == 0;
+    int c = __syncthreads_count(p), o = __syncthreads_or(p), a = __syncthreads_and(p);
+    int a1 = __syncthreads_and(1);
+    if (threadIdx.x == 0) {
+        out[0] = c;
+        out[1] = o;
+        out[2] = a;
+        out[3] = a1;
+    }
+}
+
+/* ---- warps ---- */
+
+/* Per thread, in out[tid * 8 + ...]: warp sum by xor shuffles, by down shuffles (lane
+ * 0's value is the sum), broadcast of lane 5, inclusive prefix sum by up shuffles,
+ * xor sum within segments of 8 lanes, ballot of odd lanes, any(lane == 7), all(x > 0). */
+__global__ void warp_kernel(const int *x, int *out) {
+    const int t = threadIdx.x, lane = t & 31;
+    const int v = x[t];
+    int s = v;
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    int d = v;
+    for (int o = 16; o > 0; o >>= 1) d += __shfl_down_sync(0xffffffffu, d, o);
+    int b = __shfl_sync(0xffffffffu, v, 5);
+    int p = v;
+    for (int o = 1; o < 32; o <<= 1) {
+        int u = __shfl_up_sync(0xffffffffu, p, o);
+        if (lane >= o) p += u;
+    }
+    int seg = v;
+    for (int o = 4; o > 0; o >>= 1) seg += __shfl_xor_sync(0xffffffffu, seg, o, 8);
+    unsigned bal = __ballot_sync(0xffffffffu, lane & 1);
+    int any = __any_sync(0xffffffffu, lane == 7), all = __all_sync(0xffffffffu, v > 0);
+    __syncwarp();
+    int *o8 = out + t * 8;
+    o8[0] = s;
+    o8[1] = d;
+    o8[2] = b;
+    o8[3] = p;
+    o8[4] = seg;
+    o8[5] = (int)bal;
+    o8[6] = any;
+    o8[7] = all;
+}
+
+/* Float and double shuffles move the bits unchanged. */
+__global__ void shfl_types_kernel(const float *xf, const double *xd, float *yf, double *yd) {
+    const int t = threadIdx.x;
+    yf[t] = __shfl_xor_sync(0xffffffffu, xf[t], 1);
+    yd[t] = __shfl_sync(0xffffffffu, xd[t], 31 - (t & 31));
+}
+
+/* ---- atomics and indices ---- */
+
+/* Histogram of x into `bins` counters and the float sum of x, from every block. */
+__global__ void atomic_kernel(const int *x, long long n, int bins, int *hist, float *sum) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        atomicAdd(&hist[x[i] % bins], 1);
+        atomicAdd(sum, (float)x[i]);
+    }
+}
+
+/* Each thread of a 3-D grid of 3-D blocks writes its global linear index at its slot. */
+__global__ void index_kernel(int *out) {
+    const unsigned bx = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    const unsigned tx = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    const unsigned nt = blockDim.x * blockDim.y * blockDim.z;
+    out[bx * nt + tx] = (int)(bx * nt + tx);
+}
+
+/* ---- misuse the emulator reports ---- */
+
+/* Only the first half of the block reaches the barrier. */
+__global__ void partial_barrier_kernel(int *out) {
+    if (threadIdx.x < blockDim.x / 2) __syncthreads();
+    out[threadIdx.x] = 1;
+}
+
+/* Lane 31 exits before the warp's shuffle that names it. */
+__global__ void exited_lane_kernel(int *out) {
+    if ((threadIdx.x & 31) == 31) return;
+    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, (int)threadIdx.x, 1);
+}
+
+/* Reads one float past the dynamic shared memory it was given. */
+__global__ void smem_overflow_kernel(float *out, int n) {
+    AB_DYN_SMEM(float, s);
+    s[threadIdx.x] = 1.0f;
+    __syncthreads();
+    if (threadIdx.x == 0) out[0] = s[n];
+}
+
+__global__ void nothing_kernel(int *out) { out[0] = 1; }
+
+/* ---- runners ---- */
+
+extern "C" int selftest_tree_sum(const int *x, int blocks, int threads, int *out) {
+    int *dx, *dout;
+    CHECK_ALLOC(dx, sizeof(int) * blocks * threads);
+    CHECK_ALLOC(dout, sizeof(int) * blocks);
+    AB_TRY(ab_cuda_memcpy_h2d(dx, x, sizeof(int) * blocks * threads));
+    AB_LAUNCH(tree_sum_kernel, blocks, threads, 0, ab_cuda_stream(), dx, dout);
+    AB_TRY(ab_cuda_memcpy_d2h(out, dout, sizeof(int) * blocks));
+    ab_cuda_free(dx);
+    ab_cuda_free(dout);
+    return 0;
+}
+
+extern "C" int selftest_reverse(const float *x, float *y, int blocks, int n, int threads) {
+    float *dx, *dy;
+    CHECK_ALLOC(dx, sizeof(float) * blocks * n);
+    CHECK_ALLOC(dy, sizeof(float) * blocks * n);
+    AB_TRY(ab_cuda_memcpy_h2d(dx, x, sizeof(float) * blocks * n));
+    AB_LAUNCH(reverse_kernel, blocks, threads, sizeof(float) * n, ab_cuda_stream(), dx, dy, n);
+    AB_TRY(ab_cuda_memcpy_d2h(y, dy, sizeof(float) * blocks * n));
+    ab_cuda_free(dx);
+    ab_cuda_free(dy);
+    return 0;
+}
+
+/* Dynamic shared memory above 48 KiB after cudaFuncSetAttribute. */
+extern "C" int selftest_reverse_large(const float *x, float *y, int n) {
+    float *dx, *dy;
+    CHECK_ALLOC(dx, sizeof(float) * n);
+    CHECK_ALLOC(dy, sizeof(float) * n);
+    AB_TRY(ab_cuda_memcpy_h2d(dx, x, sizeof(float) * n));
+    AB_CUDA_CHECK(cudaFuncSetAttribute(reverse_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)(sizeof(float) * n)));
+    AB_LAUNCH(reverse_kernel, 1, 256, sizeof(float) * n, ab_cuda_stream(), dx, dy, n);
+    AB_TRY(ab_cuda_memcpy_d2h(y, dy, sizeof(float) * n));
+    ab_cuda_free(dx);
+    ab_cuda_free(dy);
+    return 0;
+}
+
+extern "C" int selftest_sync_count(int threads, int *out4) {
+    int *d;
+    CHECK_ALLOC(d, sizeof(int) * 4);
+    AB_LAUNCH(sync_count_kernel, 1, threads, 0, ab_cuda_stream(), d);
+    AB_TRY(ab_cuda_memcpy_d2h(out4, d, sizeof(int) * 4));
+    ab_cuda_free(d);
+    return 0;
+}
+
+extern "C" int selftest_warp(const int *x, int threads, int *out) {
+    int *dx, *dout;
+    CHECK_ALLOC(dx, sizeof(int) * threads);
+    CHECK_ALLOC(dout, sizeof(int) * threads * 8);
+    AB_TRY(ab_cuda_memcpy_h2d(dx, x, sizeof(int) * threads));
+    AB_LAUNCH(warp_kernel, 1, threads, 0, ab_cuda_stream(), dx, dout);
+    AB_TRY(ab_cuda_memcpy_d2h(out, dout, sizeof(int) * threads * 8));
+    ab_cuda_free(dx);
+    ab_cuda_free(dout);
+    return 0;
+}
+
+extern "C" int selftest_shfl_types(const float *xf, const double *xd, float *yf, double *yd) {
+    float *dxf, *dyf;
+    double *dxd, *dyd;
+    CHECK_ALLOC(dxf, sizeof(float) * 64);
+    CHECK_ALLOC(dyf, sizeof(float) * 64);
+    CHECK_ALLOC(dxd, sizeof(double) * 64);
+    CHECK_ALLOC(dyd, sizeof(double) * 64);
+    AB_TRY(ab_cuda_memcpy_h2d(dxf, xf, sizeof(float) * 64));
+    AB_TRY(ab_cuda_memcpy_h2d(dxd, xd, sizeof(double) * 64));
+    AB_LAUNCH(shfl_types_kernel, 1, 64, 0, ab_cuda_stream(), dxf, dxd, dyf, dyd);
+    AB_TRY(ab_cuda_memcpy_d2h(yf, dyf, sizeof(float) * 64));
+    AB_TRY(ab_cuda_memcpy_d2h(yd, dyd, sizeof(double) * 64));
+    ab_cuda_free(dxf);
+    ab_cuda_free(dyf);
+    ab_cuda_free(dxd);
+    ab_cuda_free(dyd);
+    return 0;
+}
+
+extern "C" int selftest_atomics(const int *x, long long n, int bins, int blocks, int *hist, float *sum) {
+    int *dx, *dh;
+    float *ds;
+    CHECK_ALLOC(dx, sizeof(int) * n);
+    CHECK_ALLOC(dh, sizeof(int) * bins);
+    CHECK_ALLOC(ds, sizeof(float));
+    AB_TRY(ab_cuda_memcpy_h2d(dx, x, sizeof(int) * n));
+    AB_TRY(ab_cuda_memset(dh, 0, sizeof(int) * bins));
+    AB_TRY(ab_cuda_memset(ds, 0, sizeof(float)));
+    AB_LAUNCH(atomic_kernel, blocks, 128, 0, ab_cuda_stream(), dx, n, bins, dh, ds);
+    AB_TRY(ab_cuda_memcpy_d2h(hist, dh, sizeof(int) * bins));
+    AB_TRY(ab_cuda_memcpy_d2h(sum, ds, sizeof(float)));
+    ab_cuda_free(dx);
+    ab_cuda_free(dh);
+    ab_cuda_free(ds);
+    return 0;
+}
+
+extern "C" int selftest_indices(const unsigned grid[3], const unsigned block[3], int *out) {
+    const size_t n = (size_t)grid[0] * grid[1] * grid[2] * block[0] * block[1] * block[2];
+    int *d;
+    CHECK_ALLOC(d, sizeof(int) * n);
+    AB_TRY(ab_cuda_memset(d, 0xff, sizeof(int) * n));
+    AB_LAUNCH(index_kernel, dim3(grid[0], grid[1], grid[2]), dim3(block[0], block[1], block[2]), 0,
+              ab_cuda_stream(), d);
+    AB_TRY(ab_cuda_memcpy_d2h(out, d, sizeof(int) * n));
+    ab_cuda_free(d);
+    return 0;
+}
+
+static int launch_nothing(int threads, int *d) {
+    AB_LAUNCH(nothing_kernel, 1, threads, 0, ab_cuda_stream(), d);
+    return 0;
+}
+
+/* A launch with `threads` threads per block (over 1024 is refused). */
+extern "C" int selftest_launch(int threads) {
+    int *d;
+    CHECK_ALLOC(d, sizeof(int));
+    int rc = launch_nothing(threads, d);
+    if (!rc) rc = ab_cuda_sync();
+    ab_cuda_free(d);
+    return rc;
+}
+
+extern "C" int selftest_partial_barrier(void) {
+    int *d;
+    CHECK_ALLOC(d, sizeof(int) * 64);
+    AB_LAUNCH(partial_barrier_kernel, 1, 64, 0, ab_cuda_stream(), d);
+    return ab_cuda_sync();
+}
+
+extern "C" int selftest_exited_lane(void) {
+    int *d;
+    CHECK_ALLOC(d, sizeof(int) * 32);
+    AB_LAUNCH(exited_lane_kernel, 1, 32, 0, ab_cuda_stream(), d);
+    return ab_cuda_sync();
+}
+
+extern "C" int selftest_smem_overflow(int n) {
+    float *d;
+    CHECK_ALLOC(d, sizeof(float));
+    AB_LAUNCH(smem_overflow_kernel, 1, 32, sizeof(float) * n, ab_cuda_stream(), d, n);
+    return ab_cuda_sync();
+}
+
+/* cudaMemcpy told HostToDevice with a host destination. */
+extern "C" int selftest_bad_copy(void) {
+    float host[4] = {0}, src[4] = {0};
+    AB_CUDA_CHECK(cudaMemcpy(host, src, sizeof host, cudaMemcpyHostToDevice));
+    return 0;
+}
+
+/* ---- cuBLAS, column-major, as called directly ---- */
+
+/* C (col-major m x n, ldc) = alpha op(A) op(B) + beta C, batched with strides, on
+ * host arrays copied to the device and back. A has lda * (cols of A) floats per batch
+ * entry, etc. (strides given by the caller). batch == 1 uses cublasSgemm. */
+extern "C" int selftest_cublas(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, long long sa,
+                               const float *B, int ldb, long long sb, float beta, float *C, int ldc, long long sc,
+                               int batch, size_t na, size_t nb, size_t nc) {
+    AB_TRY(ab_cuda_init());
+    float *dA, *dB, *dC;
+    CHECK_ALLOC(dA, sizeof(float) * na);
+    CHECK_ALLOC(dB, sizeof(float) * nb);
+    CHECK_ALLOC(dC, sizeof(float) * nc);
+    AB_TRY(ab_cuda_memcpy_h2d(dA, A, sizeof(float) * na));
+    AB_TRY(ab_cuda_memcpy_h2d(dB, B, sizeof(float) * nb));
+    AB_TRY(ab_cuda_memcpy_h2d(dC, C, sizeof(float) * nc));
+    cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (batch == 1)
+        AB_CUBLAS_CHECK(cublasSgemm(ab_cublas(), oa, ob, m, n, k, &alpha, dA, lda, dB, ldb, &beta, dC, ldc));
+    else
+        AB_CUBLAS_CHECK(cublasSgemmStridedBatched(ab_cublas(), oa, ob, m, n, k, &alpha, dA, lda, sa, dB, ldb, sb,
+                                                  &beta, dC, ldc, sc, batch));
+    AB_TRY(ab_cuda_memcpy_d2h(C, dC, sizeof(float) * nc));
+    ab_cuda_free(dA);
+    ab_cuda_free(dB);
+    ab_cuda_free(dC);
+    return 0;
+}
+
+/* cuBLAS argument checking: lda smaller than the rows of A is refused. */
+extern "C" int selftest_cublas_bad_lda(void) {
+    AB_TRY(ab_cuda_init());
+    float *d;
+    CHECK_ALLOC(d, sizeof(float) * 16);
+    const float one = 1.0f, zero = 0.0f;
+    cublasStatus_t st = cublasSgemm(ab_cublas(), CUBLAS_OP_N, CUBLAS_OP_N, 4, 2, 2, &one, d, 3, d, 4, &zero, d, 4);
+    ab_cuda_free(d);
+    return st == CUBLAS_STATUS_INVALID_VALUE ? 0 : ab_fail(AB_EDEVICE, "cuBLAS status %d for lda < m", (int)st);
+}
+
+/* ---- CUB ---- */
+
+/* Stable sort of (key, value) pairs by key bits [begin_bit, end_bit), through the
+ * two-call temporary storage protocol. *temp_bytes receives the size asked for. */
+extern "C" int selftest_sort(const unsigned *keys, const int *vals, int n, int begin_bit, int end_bit,
+                             unsigned *keys_out, int *vals_out, size_t *temp_bytes) {
+    AB_TRY(ab_cuda_init());
+    unsigned *dk, *dko;
+    int *dv, *dvo;
+    CHECK_ALLOC(dk, sizeof(unsigned) * n);
+    CHECK_ALLOC(dko, sizeof(unsigned) * n);
+    CHECK_ALLOC(dv, sizeof(int) * n);
+    CHECK_ALLOC(dvo, sizeof(int) * n);
+    AB_TRY(ab_cuda_memcpy_h2d(dk, keys, sizeof(unsigned) * n));
+    AB_TRY(ab_cuda_memcpy_h2d(dv, vals, sizeof(int) * n));
+    size_t bytes = 0;
+    AB_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, bytes, dk, dko, dv, dvo, n, begin_bit, end_bit,
+                                                  ab_cuda_stream()));
+    *temp_bytes = bytes;
+    void *tmp;
+    CHECK_ALLOC(tmp, bytes);
+    AB_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(tmp, bytes, dk, dko, dv, dvo, n, begin_bit, end_bit,
+                                                  ab_cuda_stream()));
+    AB_TRY(ab_cuda_memcpy_d2h(keys_out, dko, sizeof(unsigned) * n));
+    AB_TRY(ab_cuda_memcpy_d2h(vals_out, dvo, sizeof(int) * n));
+    ab_cuda_free(tmp);
+    ab_cuda_free(dk);
+    ab_cuda_free(dko);
+    ab_cuda_free(dv);
+    ab_cuda_free(dvo);
+    return 0;
+}

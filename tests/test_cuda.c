@@ -1,0 +1,600 @@
+/* The CUDA backend against the CPU backend: for every variant with a CUDA
+ * implementation and its options, forward and backward on random shapes (N = 1, odd D
+ * and M, lengths masks with 0 and N, causal and not), recurrent steps and prefill
+ * against the causal forward, the chunked paths, workspace reuse, out of memory.
+ *
+ * Written once, built twice (tests/meson.build):
+ * - test_cuda: linked to the real library. Runs on a machine with a GPU; skips (with
+ *   the reason) when the build has no CUDA or the machine no device.
+ * - test_cuda_emu: linked to the emulated library (the same .cu sources compiled by g++
+ *   against tests/cuda_emu/), so it runs everywhere, CI included. Shapes stay small:
+ *   the emulator runs every GPU thread as a fiber.
+ *
+ * Adding a variant (the linear/polynomial and lsh backends): put its cases in
+ * CUDA_VARIANTS below (expected = true once its backend exists); every test loops over
+ * that table. Tolerances are relative to each tensor's largest entry (tu_rel_err). */
+#include "attention.h"
+#include "cuda_blas.h"
+#include "cuda_device.h"
+#include "device.h"
+#include "error.h"
+#include "memory.h"
+#include "test_util.h"
+
+#include <criterion/criterion.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef TEST_CUDA_BACKEND
+/* Internal knobs of the backend (attention/softmax_cuda.h), for the chunked paths. */
+extern size_t smx_cuda_scratch_floats;
+#endif
+#ifdef TEST_CUDA_EMU
+/* The emulator's device capacity (tests/cuda_emu/cuda_emu.cpp). */
+size_t ab_emu_device_memory(void);
+void ab_emu_set_device_memory(size_t bytes);
+#endif
+
+/* CUDA vs CPU, forward. Both are float32 with the same formulas and different summation
+ * orders (cuBLAS or the emulator's double-accumulated GEMM vs OpenBLAS's blocking; float
+ * row sums in a block reduction vs double on the CPU). Each side is within the CPU
+ * suite's bound of the double reference (test_softmax.c FWD_TOL: the worst-case float
+ * sum over N <= 300 terms, 2e-5), so they agree within twice that. Measured on the
+ * emulator: up to 6e-7 (60x margin). A mask or indexing error is O(1e-2) or more. */
+#define FWD_TOL 4e-5
+/* Backward: the same argument with the CPU suite's BWD_TOL (5e-5) on each side.
+ * Measured on the emulator: up to 7e-7. */
+#define BWD_TOL 1e-4
+/* Recurrent steps and prefill vs the forward of the same device: same products in
+ * another order (one row against the cache vs blocks of rows), so the forward's bound.
+ * Measured on the emulator: up to 4e-7. */
+#define STEP_TOL FWD_TOL
+
+/* ---- the variants the CUDA backend implements, with options ---- */
+
+typedef struct {
+    const char *variant;
+    const char *settings[4];
+    int n_settings;
+    bool expected; /* the backend must exist (a missing one fails the suite) */
+} cuda_variant;
+
+static const cuda_variant CUDA_VARIANTS[] = {
+    {"softmax", {NULL}, 0, true},
+    {"softmax", {"scale=0.3"}, 1, true},
+    {"stateful-softmax", {NULL}, 0, true},
+    {"stateful-softmax", {"scale=-0.7"}, 1, true},
+    /* linear, polynomial, lsh: added with their CUDA backends */
+};
+#define N_CUDA_VARIANTS (int)(sizeof CUDA_VARIANTS / sizeof CUDA_VARIANTS[0])
+
+static const char *label(const cuda_variant *cv, char *buf, size_t cap) {
+    size_t n = (size_t)snprintf(buf, cap, "%s", cv->variant);
+    for (int i = 0; i < cv->n_settings && n < cap; i++) n += (size_t)snprintf(buf + n, cap - n, " %s", cv->settings[i]);
+    return buf;
+}
+
+static attn *make(const cuda_variant *cv, attn_device dev) {
+    attn_options o = {cv->variant, dev, 7, cv->n_settings, cv->n_settings ? cv->settings : NULL};
+    attn *a = NULL;
+    char buf[128];
+    int rc = attn_create(&o, &a);
+    cr_assert_eq(rc, 0, "attn_create(%s, %s): %s", label(cv, buf, sizeof buf), dev == ATTN_DEVICE_CUDA ? "cuda" : "cpu",
+                 attn_error());
+    return a;
+}
+
+/* Skips the test when there is no CUDA here (build or device); fails when an expected
+ * variant has no CUDA backend. */
+static void require_cuda(void) {
+    attn_options o = {"softmax", ATTN_DEVICE_CUDA, 0, 0, NULL};
+    attn *a = NULL;
+    int rc = attn_create(&o, &a);
+    if (rc == ATTN_EDEVICE) cr_skip_test("CUDA backend not available here: %s", attn_error());
+    cr_assert_eq(rc, 0, "attn_create(softmax, cuda): %s", attn_error());
+    attn_destroy(a);
+    for (int i = 0; i < N_CUDA_VARIANTS; i++) {
+        if (!CUDA_VARIANTS[i].expected) continue;
+        attn *b = make(&CUDA_VARIANTS[i], ATTN_DEVICE_CUDA);
+        attn_destroy(b);
+    }
+}
+
+/* ---- device buffers ---- */
+
+static float *dalloc(size_t n) {
+    void *p = NULL;
+    cr_assert_eq(ab_dev_malloc(AB_DEV_CUDA, &p, (n ? n : 1) * sizeof(float)), 0, "%s", ab_error());
+    return p;
+}
+
+static float *dupload(const float *h, size_t n) {
+    float *d = dalloc(n);
+    cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, d, h, n * sizeof(float)), 0, "%s", ab_error());
+    return d;
+}
+
+/* Device buffer filled with NaN bytes: every entry the call should write must be written. */
+static float *dpoison(size_t n) {
+    float *d = dalloc(n);
+    cr_assert_eq(ab_dev_memset(AB_DEV_CUDA, d, 0xff, (n ? n : 1) * sizeof(float)), 0, "%s", ab_error());
+    return d;
+}
+
+static void ddownload(float *h, const float *d, size_t n) {
+    cr_assert_eq(ab_dev_download(AB_DEV_CUDA, h, d, n * sizeof(float)), 0, "%s", ab_error());
+}
+
+static void dfree(void *d) { ab_dev_free(AB_DEV_CUDA, d); }
+
+/* ---- problems ---- */
+
+typedef struct {
+    attn_shape s;
+    int lengths[8];
+    float *q, *k, *v, *dout;
+    size_t nq, nv;
+} problem;
+
+static void prob_init(problem *p, int B, int H, int N, int D, int M, bool causal, const int *lengths, uint64_t seed) {
+    memset(p, 0, sizeof *p);
+    p->s = (attn_shape){B, H, N, D, M, causal, NULL};
+    if (lengths) {
+        cr_assert(B <= 8);
+        memcpy(p->lengths, lengths, sizeof(int) * (size_t)B);
+        p->s.lengths = p->lengths;
+    }
+    p->nq = (size_t)B * H * N * D;
+    p->nv = (size_t)B * H * N * M;
+    p->q = tu_alloc_f(p->nq);
+    p->k = tu_alloc_f(p->nq);
+    p->v = tu_alloc_f(p->nv);
+    p->dout = tu_alloc_f(p->nv);
+    tu_fill_normal(p->q, p->nq, seed, 1, 1.0);
+    tu_fill_normal(p->k, p->nq, seed, 2, 1.0);
+    tu_fill_normal(p->v, p->nv, seed, 3, 1.0);
+    tu_fill_normal(p->dout, p->nv, seed, 4, 1.0);
+}
+
+static void prob_free(problem *p) {
+    free(p->q);
+    free(p->k);
+    free(p->v);
+    free(p->dout);
+}
+
+typedef struct {
+    float *out, *dq, *dk, *dv;
+} grads;
+
+static void grads_alloc(grads *g, const problem *p) {
+    g->out = tu_alloc_f(p->nv);
+    g->dq = tu_alloc_f(p->nq);
+    g->dk = tu_alloc_f(p->nq);
+    g->dv = tu_alloc_f(p->nv);
+}
+
+static void grads_free(grads *g) {
+    free(g->out);
+    free(g->dq);
+    free(g->dk);
+    free(g->dv);
+}
+
+static void run_cpu(const cuda_variant *cv, const problem *p, grads *g) {
+    attn *a = make(cv, ATTN_DEVICE_CPU);
+    size_t sb = attn_saved_bytes(a, &p->s);
+    void *saved = sb ? malloc(sb) : NULL;
+    cr_assert_eq(attn_forward(a, &p->s, p->q, p->k, p->v, g->out, saved), 0, "cpu forward: %s", attn_error());
+    cr_assert_eq(attn_backward(a, &p->s, p->q, p->k, p->v, p->dout, saved, g->dq, g->dk, g->dv), 0,
+                 "cpu backward: %s", attn_error());
+    free(saved);
+    attn_destroy(a);
+}
+
+/* Forward and backward on the device; out and the gradients start as NaN on the device
+ * (every entry must be written) and are copied back into g. `repeat` runs the pair
+ * twice (workspace reuse: the second allocates nothing and gives the same results). */
+static void run_cuda(const cuda_variant *cv, const problem *p, grads *g, bool repeat) {
+    attn *a = make(cv, ATTN_DEVICE_CUDA);
+    attn *cpu = make(cv, ATTN_DEVICE_CPU);
+    size_t sb = attn_saved_bytes(a, &p->s);
+    cr_assert_eq(sb, attn_saved_bytes(cpu, &p->s), "saved_bytes differ between the devices");
+    attn_destroy(cpu);
+    float *q = dupload(p->q, p->nq), *k = dupload(p->k, p->nq), *v = dupload(p->v, p->nv);
+    float *dout = dupload(p->dout, p->nv);
+    float *out = dpoison(p->nv), *dq = dpoison(p->nq), *dk = dpoison(p->nq), *dv = dpoison(p->nv);
+    void *saved = NULL;
+    cr_assert_eq(ab_dev_malloc(AB_DEV_CUDA, &saved, sb), 0, "%s", ab_error());
+    for (int r = 0; r < (repeat ? 2 : 1); r++) {
+        size_t cur = ab_mem_current(AB_DEV_CUDA);
+        if (r == 1) ab_mem_reset_peak(AB_DEV_CUDA);
+        cr_assert_eq(attn_forward(a, &p->s, q, k, v, out, saved), 0, "cuda forward: %s", attn_error());
+        cr_assert_eq(attn_backward(a, &p->s, q, k, v, dout, saved, dq, dk, dv), 0, "cuda backward: %s", attn_error());
+        cr_assert_eq(ab_cuda_sync(), 0, "%s", ab_error());
+        if (r == 1) {
+            cr_assert_eq(ab_mem_peak(AB_DEV_CUDA), cur, "repeated calls allocated %zu device bytes",
+                         ab_mem_peak(AB_DEV_CUDA) - cur);
+            grads g2;
+            grads_alloc(&g2, p);
+            ddownload(g2.out, out, p->nv);
+            ddownload(g2.dq, dq, p->nq);
+            ddownload(g2.dk, dk, p->nq);
+            ddownload(g2.dv, dv, p->nv);
+            cr_assert(memcmp(g2.out, g->out, p->nv * 4) == 0 && memcmp(g2.dq, g->dq, p->nq * 4) == 0 &&
+                          memcmp(g2.dk, g->dk, p->nq * 4) == 0 && memcmp(g2.dv, g->dv, p->nv * 4) == 0,
+                      "a second forward/backward gave other results");
+            grads_free(&g2);
+        } else {
+            ddownload(g->out, out, p->nv);
+            ddownload(g->dq, dq, p->nq);
+            ddownload(g->dk, dk, p->nq);
+            ddownload(g->dv, dv, p->nv);
+        }
+    }
+    dfree(saved);
+    dfree(q), dfree(k), dfree(v), dfree(dout), dfree(out), dfree(dq), dfree(dk), dfree(dv);
+    attn_destroy(a);
+}
+
+static int valid_len(const attn_shape *s, int b) { return s->lengths ? s->lengths[b] : s->len; }
+
+static void assert_padded_zero(const attn_shape *s, const float *x, int X, const char *what) {
+    for (int b = 0; b < s->batch; b++)
+        for (int h = 0; h < s->heads; h++)
+            for (int i = valid_len(s, b); i < s->len; i++)
+                for (int c = 0; c < X; c++) {
+                    float e = x[(((size_t)b * s->heads + h) * s->len + i) * X + c];
+                    cr_assert(e == 0.0f, "%s[b=%d h=%d i=%d c=%d] = %g in a padded row (length %d), expected 0", what,
+                              b, h, i, c, (double)e, valid_len(s, b));
+                }
+}
+
+static void expect_close(const float *got, const float *want, size_t n, double tol, const char *what,
+                         const char *ctx) {
+    double *w = tu_to_double(want, n);
+    double err = tu_rel_err(got, w, n, 1e-3);
+    cr_assert(err <= tol, "%s: %s: cuda vs cpu rel err %.3g > %.3g", ctx, what, err, tol);
+    free(w);
+}
+
+/* CUDA == CPU for one variant and shape, forward and backward. */
+static void check_parallel(const cuda_variant *cv, int B, int H, int N, int D, int M, bool causal, const int *lengths,
+                           uint64_t seed, bool repeat) {
+    problem p;
+    prob_init(&p, B, H, N, D, M, causal, lengths, seed);
+    grads c, g;
+    grads_alloc(&c, &p);
+    grads_alloc(&g, &p);
+    run_cpu(cv, &p, &c);
+    run_cuda(cv, &p, &g, repeat);
+    char ctx[256], buf[128];
+    snprintf(ctx, sizeof ctx, "%s B=%d H=%d N=%d D=%d M=%d causal=%d lengths=%s", label(cv, buf, sizeof buf), B, H, N, D,
+             M, causal, lengths ? "yes" : "no");
+    expect_close(g.out, c.out, p.nv, FWD_TOL, "out", ctx);
+    expect_close(g.dq, c.dq, p.nq, BWD_TOL, "dq", ctx);
+    expect_close(g.dk, c.dk, p.nq, BWD_TOL, "dk", ctx);
+    expect_close(g.dv, c.dv, p.nv, BWD_TOL, "dv", ctx);
+    assert_padded_zero(&p.s, g.out, M, "out");
+    assert_padded_zero(&p.s, g.dq, D, "dq");
+    assert_padded_zero(&p.s, g.dk, D, "dk");
+    assert_padded_zero(&p.s, g.dv, M, "dv");
+    grads_free(&c);
+    grads_free(&g);
+    prob_free(&p);
+}
+
+/* ---- parallel mode ---- */
+
+Test(cuda_parallel, odd_sizes_causal_and_not) {
+    require_cuda();
+    for (int i = 0; i < N_CUDA_VARIANTS; i++)
+        for (int causal = 0; causal < 2; causal++) check_parallel(&CUDA_VARIANTS[i], 2, 3, 37, 5, 7, causal, NULL, 11, false);
+}
+
+Test(cuda_parallel, lengths_zero_one_and_full) {
+    require_cuda();
+    const int len_a[4] = {37, 0, 20, 1};
+    const int len_b[3] = {0, 0, 9}; /* equal lengths next to each other form one run */
+    for (int i = 0; i < N_CUDA_VARIANTS; i++)
+        for (int causal = 0; causal < 2; causal++) {
+            check_parallel(&CUDA_VARIANTS[i], 4, 2, 37, 8, 3, causal, len_a, 12, false);
+            check_parallel(&CUDA_VARIANTS[i], 3, 1, 9, 3, 5, causal, len_b, 13, false);
+        }
+}
+
+Test(cuda_parallel, n_equals_one) {
+    require_cuda();
+    const int len[2] = {1, 0};
+    for (int i = 0; i < N_CUDA_VARIANTS; i++)
+        for (int causal = 0; causal < 2; causal++) {
+            check_parallel(&CUDA_VARIANTS[i], 2, 2, 1, 3, 5, causal, NULL, 14, false);
+            check_parallel(&CUDA_VARIANTS[i], 2, 2, 1, 3, 5, causal, len, 15, false);
+        }
+}
+
+Test(cuda_parallel, long_rows_and_head_size_64) {
+    /* N = 300: causal rows go in two blocks (attention/softmax_cuda.cu), lengths cut the
+     * second; rows longer than a block of threads (256). */
+    require_cuda();
+    const int len[2] = {300, 257};
+    for (int causal = 0; causal < 2; causal++) {
+        check_parallel(&CUDA_VARIANTS[0], 2, 1, 300, 16, 9, causal, len, 16, false);
+        check_parallel(&CUDA_VARIANTS[0], 1, 1, 64, 64, 64, causal, NULL, 17, false);
+    }
+}
+
+Test(cuda_parallel, repeated_calls_reuse_the_workspace) {
+    require_cuda();
+    const int len[2] = {20, 11};
+    for (int i = 0; i < N_CUDA_VARIANTS; i++) check_parallel(&CUDA_VARIANTS[i], 2, 2, 20, 4, 6, true, len, 18, true);
+}
+
+#ifdef TEST_CUDA_BACKEND
+Test(cuda_parallel, chunked_backward_and_prefill) {
+    /* A scratch budget below one slice's L x L: backward (and prefill) go in chunks of
+     * slices and blocks of rows, dK and dV accumulating across the blocks. 1 float
+     * forces one row at a time; 200 a few rows of one slice; 4000 several slices. */
+    require_cuda();
+    const size_t saved = smx_cuda_scratch_floats;
+    const size_t budgets[3] = {1, 200, 4000};
+    const int len[3] = {30, 17, 0};
+    for (int b = 0; b < 3; b++) {
+        smx_cuda_scratch_floats = budgets[b];
+        for (int causal = 0; causal < 2; causal++)
+            check_parallel(&CUDA_VARIANTS[0], 3, 2, 30, 5, 4, causal, len, 19, false);
+    }
+    smx_cuda_scratch_floats = saved;
+}
+#endif
+
+/* ---- recurrent mode ---- */
+
+static void gather(const attn_shape *s, const float *src, float *dst, int t, int X) {
+    for (int bh = 0; bh < s->batch * s->heads; bh++)
+        memcpy(dst + (size_t)bh * X, src + ((size_t)bh * s->len + t) * X, sizeof(float) * (size_t)X);
+}
+static void scatter(const attn_shape *s, const float *src, float *dst, int t, int X) {
+    for (int bh = 0; bh < s->batch * s->heads; bh++)
+        memcpy(dst + ((size_t)bh * s->len + t) * X, src + (size_t)bh * X, sizeof(float) * (size_t)X);
+}
+static float *prefix(const attn_shape *s, const float *src, int P, int X) {
+    float *dst = tu_alloc_f((size_t)s->batch * s->heads * (size_t)(P ? P : 1) * X);
+    for (int bh = 0; bh < s->batch * s->heads; bh++)
+        memcpy(dst + (size_t)bh * P * X, src + (size_t)bh * s->len * X, sizeof(float) * (size_t)P * X);
+    return dst;
+}
+
+/* prefill(P) (P < 0: none) then steps P..N-1 on the device, against the causal forward
+ * of the CPU and of the device. with_out: the prefill returns its outputs. */
+static void check_recurrent(const cuda_variant *cv, int B, int H, int N, int D, int M, int capacity, int P,
+                            bool with_out, uint64_t seed) {
+    problem p;
+    prob_init(&p, B, H, N, D, M, true, NULL, seed);
+    grads c, g;
+    grads_alloc(&c, &p);
+    grads_alloc(&g, &p);
+    run_cpu(cv, &p, &c);
+    run_cuda(cv, &p, &g, false);
+    attn *a = make(cv, ATTN_DEVICE_CUDA);
+    size_t cur = ab_mem_current(AB_DEV_CUDA);
+    attn_state *st = NULL;
+    cr_assert_eq(attn_state_create(a, &p.s, capacity, &st), 0, "state_create: %s", attn_error());
+    cr_assert_geq(ab_mem_current(AB_DEV_CUDA), cur + attn_state_bytes(a, &p.s, capacity),
+                  "the state's memory is not on the device's tracked allocator");
+    float *rec = tu_alloc_f(p.nv);
+    int start = 0;
+    if (P >= 0) {
+        float *qp = prefix(&p.s, p.q, P, D), *kp = prefix(&p.s, p.k, P, D), *vp = prefix(&p.s, p.v, P, M);
+        size_t np = (size_t)B * H * (size_t)P;
+        float *dq = dupload(qp, np * D), *dk = dupload(kp, np * D), *dv = dupload(vp, np * M);
+        float *dop = with_out ? dpoison(np * M) : NULL;
+        cr_assert_eq(attn_prefill(a, st, P, dq, dk, dv, dop), 0, "prefill(%d): %s", P, attn_error());
+        if (dop) {
+            float *op = tu_alloc_f(np * M);
+            ddownload(op, dop, np * M);
+            for (int bh = 0; bh < B * H; bh++)
+                memcpy(rec + (size_t)bh * N * M, op + (size_t)bh * P * M, sizeof(float) * (size_t)P * M);
+            free(op);
+        }
+        dfree(dq), dfree(dk), dfree(dv), dfree(dop);
+        free(qp), free(kp), free(vp);
+        start = P;
+    }
+    size_t bh = (size_t)B * H;
+    float *qt = tu_alloc_f(bh * D), *kt = tu_alloc_f(bh * D), *vt = tu_alloc_f(bh * M), *ot = tu_alloc_f(bh * M);
+    float *dqt = dalloc(bh * D), *dkt = dalloc(bh * D), *dvt = dalloc(bh * M), *dot = dpoison(bh * M);
+    size_t before = ab_mem_current(AB_DEV_CUDA);
+    ab_mem_reset_peak(AB_DEV_CUDA);
+    for (int t = start; t < N; t++) {
+        gather(&p.s, p.q, qt, t, D);
+        gather(&p.s, p.k, kt, t, D);
+        gather(&p.s, p.v, vt, t, M);
+        cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, dqt, qt, bh * D * 4), 0);
+        cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, dkt, kt, bh * D * 4), 0);
+        cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, dvt, vt, bh * M * 4), 0);
+        cr_assert_eq(attn_step(a, st, t, dqt, dkt, dvt, dot), 0, "step %d: %s", t, attn_error());
+        ddownload(ot, dot, bh * M);
+        scatter(&p.s, ot, rec, t, M);
+    }
+    cr_assert_eq(ab_mem_peak(AB_DEV_CUDA), before, "steps allocated device memory");
+    cr_assert_eq(attn_state_len(st), N);
+    int first = (P > 0 && !with_out) ? P : 0;
+    char ctx[256], buf[128];
+    snprintf(ctx, sizeof ctx, "%s B=%d H=%d N=%d D=%d M=%d cap=%d prefill=%d out=%d", label(cv, buf, sizeof buf), B, H,
+             N, D, M, capacity, P, with_out);
+    for (size_t s = 0; s < bh; s++) {
+        size_t off = (s * N + first) * M, n = (size_t)(N - first) * M;
+        expect_close(rec + off, c.out + off, n, FWD_TOL, "steps vs cpu causal forward", ctx);
+        expect_close(rec + off, g.out + off, n, STEP_TOL, "steps vs cuda causal forward", ctx);
+    }
+    free(qt), free(kt), free(vt), free(ot), free(rec);
+    dfree(dqt), dfree(dkt), dfree(dvt), dfree(dot);
+    attn_state_destroy(st);
+    attn_destroy(a);
+    grads_free(&c);
+    grads_free(&g);
+    prob_free(&p);
+}
+
+static const cuda_variant *first_with_step(int from) {
+    for (int i = from; i < N_CUDA_VARIANTS; i++)
+        if (attn_variant_has_step(attn_variant_find(CUDA_VARIANTS[i].variant))) return &CUDA_VARIANTS[i];
+    return NULL;
+}
+
+Test(cuda_recurrent, steps_equal_causal_forward) {
+    require_cuda();
+    for (int i = 0; i < N_CUDA_VARIANTS; i++) {
+        const cuda_variant *cv = &CUDA_VARIANTS[i];
+        if (!attn_variant_has_step(attn_variant_find(cv->variant))) continue;
+        check_recurrent(cv, 2, 3, 37, 5, 7, 37, -1, true, 51); /* capacity == N */
+        check_recurrent(cv, 1, 1, 1, 3, 2, 1, -1, true, 52);   /* N = 1 */
+        check_recurrent(cv, 1, 2, 12, 4, 3, 20, -1, true, 53); /* spare capacity */
+    }
+}
+
+Test(cuda_recurrent, prefill_then_steps) {
+    require_cuda();
+    const int prompts[] = {0, 1, 20, 37};
+    for (int i = 0; i < N_CUDA_VARIANTS; i++) {
+        const cuda_variant *cv = &CUDA_VARIANTS[i];
+        if (!attn_variant_has_step(attn_variant_find(cv->variant))) continue;
+        for (size_t j = 0; j < sizeof prompts / sizeof prompts[0]; j++)
+            check_recurrent(cv, 2, 3, 37, 5, 7, 40, prompts[j], true, 54);
+        check_recurrent(cv, 2, 3, 37, 5, 7, 37, 20, false, 55); /* out == NULL */
+    }
+}
+
+Test(cuda_recurrent, wide_heads) {
+    /* M and D above the step kernel's block of threads: its output columns go in passes. */
+    require_cuda();
+    const cuda_variant *cv = first_with_step(0);
+    cr_assert_not_null(cv);
+    check_recurrent(cv, 1, 1, 6, 300, 300, 6, 2, true, 56);
+    check_recurrent(cv, 1, 2, 40, 3, 1, 40, 33, true, 57); /* M = 1 */
+}
+
+#ifdef TEST_CUDA_BACKEND
+Test(cuda_recurrent, chunked_prefill) {
+    require_cuda();
+    const cuda_variant *cv = first_with_step(0);
+    cr_assert_not_null(cv);
+    const size_t saved = smx_cuda_scratch_floats;
+    smx_cuda_scratch_floats = 1; /* one row of the prompt at a time */
+    check_recurrent(cv, 2, 2, 25, 4, 3, 25, 25, true, 58);
+    smx_cuda_scratch_floats = 100;
+    check_recurrent(cv, 2, 2, 25, 4, 3, 30, 19, true, 59);
+    smx_cuda_scratch_floats = saved;
+}
+#endif
+
+/* ---- device memory ---- */
+
+Test(cuda_memory, tracked_and_state_on_device) {
+    require_cuda();
+    const cuda_variant *cv = first_with_step(0);
+    cr_assert_not_null(cv);
+    attn *a = make(cv, ATTN_DEVICE_CUDA);
+    attn_shape s = {2, 2, 1, 8, 8, true, NULL};
+    size_t c0 = ab_mem_current(AB_DEV_CUDA), h0 = ab_mem_current(AB_DEV_CPU);
+    attn_state *st = NULL;
+    cr_assert_eq(attn_state_create(a, &s, 100, &st), 0, "%s", attn_error());
+    size_t sb = attn_state_bytes(a, &s, 100);
+    cr_assert_geq(sb, (size_t)2 * 2 * 100 * 16 * 4, "a cache of 100 positions");
+    cr_assert_geq(ab_mem_current(AB_DEV_CUDA) - c0, sb, "state not on the device");
+    cr_assert_lt(ab_mem_current(AB_DEV_CPU) - h0, sb, "state taken from host memory");
+    attn_state_destroy(st);
+    attn_destroy(a);
+    cr_assert_eq(ab_mem_current(AB_DEV_CUDA), c0, "device memory not returned");
+}
+
+#ifdef TEST_CUDA_EMU
+Test(cuda_memory, out_of_device_memory_is_enomem) {
+    /* The emulated device's capacity is lowered: creating a state or running a shape
+     * that does not fit fails with ATTN_ENOMEM and says so; nothing leaks, and the
+     * device works again afterwards. */
+    require_cuda();
+    const size_t cap0 = ab_emu_device_memory();
+    const size_t c0 = ab_mem_current(AB_DEV_CUDA);
+    ab_emu_set_device_memory(c0 + ((size_t)1 << 20)); /* 1 MiB free */
+    attn *a = make(&CUDA_VARIANTS[2], ATTN_DEVICE_CUDA);
+    attn_shape s = {4, 4, 1, 64, 64, true, NULL};
+    attn_state *st = NULL;
+    ab_clear_error();
+    int rc = attn_state_create(a, &s, 4096, &st); /* 4*4*4096*128*4 = 32 MiB */
+    cr_assert_eq(rc, ATTN_ENOMEM, "state that does not fit: rc %d (%s)", rc, attn_error());
+    cr_assert(strstr(attn_error(), "out of device memory") != NULL, "message: %s", attn_error());
+    cr_assert_null(st);
+    attn_shape big = {1, 1, 1024, 8, 8, false, NULL}; /* saved P 4 MiB, workspace too */
+    ab_clear_error();
+    rc = attn_reserve(a, &big);
+    cr_assert_eq(rc, ATTN_ENOMEM, "workspace that does not fit: rc %d (%s)", rc, attn_error());
+    attn_destroy(a);
+    cr_assert_eq(ab_mem_current(AB_DEV_CUDA), c0, "a failed allocation leaked");
+    ab_emu_set_device_memory(cap0);
+    a = make(&CUDA_VARIANTS[2], ATTN_DEVICE_CUDA);
+    cr_assert_eq(attn_state_create(a, &s, 4096, &st), 0, "%s", attn_error());
+    attn_state_destroy(st);
+    attn_destroy(a);
+}
+#endif
+
+Test(cuda_device, info_and_errors) {
+    require_cuda();
+    ab_cuda_info info;
+    cr_assert_eq(ab_cuda_device_info(&info), 0, "%s", ab_error());
+    cr_assert(info.name[0] != '\0' && info.total_bytes > 0 && info.cc_major >= 7, "device %s cc %d.%d", info.name,
+              info.cc_major, info.cc_minor);
+    cr_assert(ab_cuda_ready());
+    /* A bad GEMM size is refused with a message, not a crash. */
+    ab_clear_error();
+    cr_assert_eq(ab_cuda_sgemm(false, false, 2, 2, 2, 1.0f, NULL, 1, NULL, 2, 0.0f, NULL, 2), AB_EINVAL);
+    cr_assert(strstr(ab_error(), "leading dimension") != NULL, "%s", ab_error());
+    /* ab_cuda_malloc of nothing is NULL and no error. */
+    void *p = (void *)&p;
+    cr_assert_eq(ab_cuda_malloc(&p, 0), 0);
+    cr_assert_null(p);
+}
+
+Test(cuda_device, unsupported_variants_say_so) {
+    /* A variant without a CUDA implementation is refused with ATTN_EUNSUPPORTED and a
+     * message naming it (until its backend lands). */
+    require_cuda();
+    for (int v = 0; v < attn_variant_count(); v++) {
+        const char *name = attn_variant_name(v);
+        bool listed = false;
+        for (int i = 0; i < N_CUDA_VARIANTS; i++) listed |= strcmp(CUDA_VARIANTS[i].variant, name) == 0;
+        attn_options o = {name, ATTN_DEVICE_CUDA, 0, 0, NULL};
+        attn *a = NULL;
+        int rc = attn_create(&o, &a);
+        cr_assert_eq(attn_variant_has_device(v, ATTN_DEVICE_CUDA), listed, "%s: has_device(cuda) disagrees", name);
+        if (listed) {
+            cr_assert_eq(rc, 0, "%s: %s", name, attn_error());
+            attn_destroy(a);
+        } else {
+            cr_assert_eq(rc, ATTN_EUNSUPPORTED, "%s on cuda: rc %d (%s); list it in CUDA_VARIANTS", name, rc,
+                         attn_error());
+            cr_assert(strstr(attn_error(), name) != NULL, "message '%s' does not name %s", attn_error(), name);
+        }
+    }
+}
+
+#ifdef TEST_SKIP_WITHOUT_DEVICE
+/* In the build against the real library: without a usable device every test skips,
+ * and the binary exits with 77 so that meson counts the suite as skipped. */
+int main(int argc, char *argv[]) {
+    if (ab_cuda_init()) {
+        fprintf(stderr, "skipped: %s\n", ab_error());
+        return 77;
+    }
+    struct criterion_test_set *tests = criterion_initialize();
+    int result = 0;
+    if (criterion_handle_args(argc, argv, true)) result = !criterion_run_all_tests(tests);
+    criterion_finalize(tests);
+    return result;
+}
+#endif
