@@ -30,7 +30,7 @@ set logscale y 10
 set format x "2^{%L}"
 set format y "10^{%L}"
 set grid
-set key top left
+set key bottom right
 set xlabel "sequence length N"
 
 ok(col) = (strcol("status") eq "ok") ? column(col) : NaN
