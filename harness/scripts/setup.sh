@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Installs what attnbench needs to build, test and plot, with apt-get, when missing.
+# Installs what attnbench needs to build, test and plot, with apt-get, when missing
+# (python3-numpy: the crosscheck test's independent reference).
 # Idempotent: a second run installs nothing. Needs root or sudo on Debian 12.
 set -euo pipefail
 
 pkgs=(meson ninja-build pkg-config gcc g++ libjansson-dev libcriterion-dev
-      libopenblas-openmp-dev libopenblas0-openmp zlib1g-dev gnuplot-nox)
+      libopenblas-openmp-dev libopenblas0-openmp zlib1g-dev gnuplot-nox
+      python3-numpy)
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,0 +1,773 @@
+#!/usr/bin/env python3
+"""Cross-check of `attnbench op` against an independent float64 numpy reference.
+
+The reference below is written from the specification only (the paper's formulas, the
+README's "Variants and options" and "Definitions the paper leaves open", `attnbench
+list`, `attnbench op --help` and the Philox layout documented in harness/rng.h), not
+from the C sources, so that a shared misreading cannot hide a bug.
+
+For every case: random shapes and options from a fixed seed, inputs written as .npy
+with numpy's own writer, one `attnbench op` call (and one `--mode recurrent` call for
+causal variants that have a step), then out/dq/dk/dv compared with the reference:
+every element within TOL of the magnitude of the terms it is made of (see TOL), exact
+zeros where the definitions promise them; max|C - ref| / max|ref| per tensor is
+reported beside it.
+
+Gradients of sum(out * dout) are analytic in float64 (exact up to float64 rounding,
+cheap on every case); they are themselves checked against central finite differences
+of the float64 forward on small shapes before any case runs (see selftest_gradients),
+with LSH buckets held fixed under the perturbation.
+
+Usage: xcheck.py ATTNBENCH [--cases N] [--seed S] [--case K] [--variant NAME]
+                 [--max-n N] [--max-d D] [-v]
+Exit status: 0 all cases agree, 1 a disagreement (the case is named with the command
+that reproduces it), 2 a usage or setup error, 77 numpy missing (test skipped).
+"""
+
+import argparse
+import functools
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+try:
+    import numpy as np
+except ImportError:  # the test is skipped, not passed
+    print("crosscheck: SKIP: numpy is not installed for " + sys.executable +
+          " (Debian: apt-get install python3-numpy)")
+    sys.exit(77)
+
+# ---------------------------------------------------------------------------------------
+# Philox4x32-10 as harness/rng.h documents it
+# ---------------------------------------------------------------------------------------
+
+_M0, _M1 = 0xD2511F53, 0xCD9E8D57      # round multipliers (Salmon et al. 2011)
+_W0, _W1 = 0x9E3779B9, 0xBB67AE85      # key schedule increments
+_MASK32 = 0xFFFFFFFF
+
+
+def philox4x32_10(counter, key):
+    """Four 32-bit words from a 4-word counter and a 2-word key."""
+    c0, c1, c2, c3 = counter
+    k0, k1 = key
+    for rnd in range(10):
+        if rnd > 0:
+            k0 = (k0 + _W0) & _MASK32
+            k1 = (k1 + _W1) & _MASK32
+        p0 = _M0 * c0
+        p1 = _M1 * c2
+        c0, c1, c2, c3 = ((p1 >> 32) ^ c1 ^ k0, p1 & _MASK32,
+                          (p0 >> 32) ^ c3 ^ k1, p0 & _MASK32)
+    return c0, c1, c2, c3
+
+
+def philox_block(seed, stream, index):
+    """rng.h: key = (seed low 32, seed high 32), counter = (index low, index high,
+    stream low, stream high)."""
+    return philox4x32_10((index & _MASK32, (index >> 32) & _MASK32,
+                          stream & _MASK32, (stream >> 32) & _MASK32),
+                         (seed & _MASK32, (seed >> 32) & _MASK32))
+
+
+def _unit(w):
+    """rng.h's uniform conversion of a 32-bit word: ((w >> 8) + 0.5) / 2^24, in (0, 1)."""
+    return ((w >> 8) + 0.5) / 16777216.0
+
+
+def rng_normal(seed, stream, index):
+    """rng.h: block index/2, Box-Muller in double on words 0 and 1 (each word converted
+    as the uniform is), cos for even index, sin for odd."""
+    w = philox_block(seed, stream, index // 2)
+    u0, u1 = _unit(w[0]), _unit(w[1])
+    r = math.sqrt(-2.0 * math.log(u0))
+    return r * (math.cos if index % 2 == 0 else math.sin)(2.0 * math.pi * u1)
+
+
+# Known answers of Philox4x32-10 from the Random123 distribution (tests/kat_vectors).
+_PHILOX_KAT = [
+    ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+    ((_MASK32,) * 4, (_MASK32,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
+     (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+]
+
+
+def selftest_philox():
+    for ctr, key, want in _PHILOX_KAT:
+        got = philox4x32_10(ctr, key)
+        if got != want:
+            raise AssertionError("Philox4x32-10 known answer: got %s want %s" %
+                                 (["%08x" % x for x in got], ["%08x" % x for x in want]))
+
+
+@functools.lru_cache(maxsize=256)
+def lsh_rotation(seed, r, D, bits):
+    """R_r[d][j] = normal(seed, stream r, index d*bits + j), shape (D, bits)."""
+    return _readonly(np.array([[rng_normal(seed, r, d * bits + j) for j in range(bits)]
+                     for d in range(D)], dtype=np.float64))
+
+
+def _readonly(a):
+    a.flags.writeable = False
+    return a
+
+
+# ---------------------------------------------------------------------------------------
+# The reference, float64. Layout: q, k (B, H, N, D); v, dout (B, H, N, M).
+# Every variant returns a dict: out, dq, dk, dv (the gradients of sum(out * g)) and, for
+# each of them, "mag_" + name: an elementwise bound on the sum of the magnitudes of the
+# terms that make up that value when it is evaluated as the C code must (through the
+# feature map for linear and polynomial). A float32 evaluation errs by about u times
+# this magnitude, whatever cancellation leaves of the value itself; it is zero exactly
+# where the value is structurally zero (padding, length 0, lsh's dk, scale 0).
+# ---------------------------------------------------------------------------------------
+
+def _T(x):
+    return np.swapaxes(x, -1, -2)
+
+
+def base_mask(B, N, lengths, causal):
+    """(B, 1, N, N): query i may attend to key j. Positions >= lengths[b] take no part."""
+    L = np.full(B, N) if lengths is None else np.asarray(lengths)
+    pos = np.arange(N)
+    valid = pos[None, :] < L[:, None]                      # (B, N)
+    m = valid[:, :, None] & valid[:, None, :]
+    if causal:
+        m = m & (pos[:, None] >= pos[None, :])[None]
+    return m[:, None]
+
+
+def masked_softmax(s, mask):
+    """Row softmax of s over mask; rows with nothing allowed are zero (lse = -inf)."""
+    s = np.where(mask, s, -np.inf)
+    rmax = s.max(-1, keepdims=True)
+    rmax = np.where(np.isfinite(rmax), rmax, 0.0)
+    e = np.where(mask, np.exp(s - rmax), 0.0)
+    z = e.sum(-1, keepdims=True)
+    p = e / np.where(z > 0, z, 1.0)
+    lse = np.where(z > 0, np.log(np.where(z > 0, z, 1.0)) + rmax, -np.inf)[..., 0]
+    return p, lse
+
+
+def softmax_weight_mag(p, q, k, scale):
+    """Magnitude for the softmax weights: exp(s) turns the absolute rounding of a score,
+    about u |scale| |q|.|k|, into a relative error of the weight, so each weight counts
+    (1 + |scale| |q_i|.|k_j|) times."""
+    return p * (1.0 + abs(scale) * (np.abs(q) @ _T(np.abs(k))))
+
+
+def ref_softmax(q, k, v, g, lengths, causal, scale):
+    B, H, N, D = q.shape
+    mask = base_mask(B, N, lengths, causal)
+    p, _ = masked_softmax(scale * (q @ _T(k)), mask)      # (B, H, N, N)
+    out = p @ v
+    ds = p * (g @ _T(v) - (g * out).sum(-1, keepdims=True))
+    pm = softmax_weight_mag(p, q, k, scale)
+    mag_out = pm @ np.abs(v)
+    ds_mag = pm * (np.abs(g) @ _T(np.abs(v)) + (np.abs(g) * mag_out).sum(-1, keepdims=True))
+    return dict(out=out, dq=scale * (ds @ k), dk=scale * (_T(ds) @ q), dv=_T(p) @ g,
+                mag_out=mag_out,
+                mag_dq=abs(scale) * (ds_mag @ np.abs(k)),
+                mag_dk=abs(scale) * (_T(ds_mag) @ np.abs(q)),
+                mag_dv=_T(pm) @ np.abs(g))
+
+
+def _kernel_smoother(S, S_mag, v, g, mask, eps):
+    """out_i = sum_j S_ij v_j / (sum_j S_ij + eps) over allowed j; padded rows zero.
+    S_mag bounds the magnitude of the terms S is computed from. Returns a dict with
+    out, dv, dS (gradient of sum(out*g) w.r.t. S, zero off the mask) and their mags."""
+    S = np.where(mask, S, 0.0)
+    S_mag = np.where(mask, S_mag, 0.0)
+    live = mask.any(-1, keepdims=True)
+    den = np.where(live, S.sum(-1, keepdims=True) + eps, 1.0)
+    out = (S @ v) / den
+    gd = np.where(live, g / den, 0.0)
+    dS = np.where(mask, gd @ _T(v) - (gd * out).sum(-1, keepdims=True), 0.0)
+    agd = np.abs(gd)
+    # numerator and denominator both carry rounding of size u * S_mag.
+    mag_out = (S_mag @ np.abs(v) + np.abs(out) * S_mag.sum(-1, keepdims=True)) / den
+    # out enters the gradient with its own rounding, so with its magnitude.
+    dS_mag = np.where(mask, agd @ _T(np.abs(v)) + (agd * mag_out).sum(-1, keepdims=True), 0.0)
+    mag_dv = _T(S_mag) @ agd
+    return dict(out=out, dv=_T(S) @ gd, dS=dS, mag_out=mag_out, mag_dv=mag_dv, dS_mag=dS_mag)
+
+
+def feature_elu(x):
+    return np.where(x > 0, x + 1.0, np.exp(np.minimum(x, 0.0)))
+
+
+def feature_taylor(x):
+    n = np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+    return np.concatenate([np.ones(x.shape[:-1] + (1,)), x / n], axis=-1)
+
+
+def feature_backward(name, x, dphi, absolute=False):
+    """Gradient through the feature map; absolute=True gives the magnitude bound for a
+    nonnegative dphi magnitude."""
+    if name == "elu":
+        return dphi * np.where(x > 0, 1.0, np.exp(np.minimum(x, 0.0)))
+    nrm = np.linalg.norm(x, axis=-1, keepdims=True)
+    n = np.maximum(nrm, 1e-12)
+    u = x / n
+    dx = dphi[..., 1:]
+    if absolute:
+        return (dx + np.abs(u) * (np.abs(u) * dx).sum(-1, keepdims=True)) / n
+    # d(x/|x|) = (I - u u^T)/|x| where |x| > 1e-12; the constant 1e-12 below it.
+    return np.where(nrm > 1e-12, (dx - u * (u * dx).sum(-1, keepdims=True)) / n, dx / n)
+
+
+def ref_linear(q, k, v, g, lengths, causal, feature_map, eps):
+    B, H, N, D = q.shape
+    mask = base_mask(B, N, lengths, causal)
+    phi = feature_elu if feature_map == "elu" else feature_taylor
+    fq, fk = phi(q), phi(k)
+    r = _kernel_smoother(fq @ _T(fk), np.abs(fq) @ _T(np.abs(fk)), v, g, mask, eps)
+    dS, dS_mag = r.pop("dS"), r.pop("dS_mag")
+    r["dq"] = feature_backward(feature_map, q, dS @ fk)
+    r["dk"] = feature_backward(feature_map, k, _T(dS) @ fq)
+    r["mag_dq"] = feature_backward(feature_map, q, dS_mag @ np.abs(fk), absolute=True)
+    r["mag_dk"] = feature_backward(feature_map, k, _T(dS_mag) @ np.abs(fq), absolute=True)
+    return r
+
+
+def ref_polynomial(q, k, v, g, lengths, causal, c, scale, eps):
+    """sim = (c + scale q.k)^2, computed directly (no feature map). The magnitudes are
+    those of the exact features [c, sqrt(2 c scale) x, scale x_a x_b]: their products
+    sum to (c + scale |q|.|k|)^2."""
+    B, H, N, D = q.shape
+    mask = base_mask(B, N, lengths, causal)
+    t = c + scale * (q @ _T(k))
+    t_mag = c + scale * (np.abs(q) @ _T(np.abs(k)))
+    r = _kernel_smoother(t * t, t_mag * t_mag, v, g, mask, eps)
+    dS, dS_mag = r.pop("dS"), r.pop("dS_mag")
+    dA = dS * 2.0 * t * scale
+    dA_mag = dS_mag * 2.0 * t_mag * scale
+    r.update(dq=dA @ k, dk=_T(dA) @ q, mag_dq=dA_mag @ np.abs(k), mag_dk=_T(dA_mag) @ np.abs(q))
+    return r
+
+
+def lsh_buckets(q, R):
+    """First argmax of [xR, -xR] for every position, and the gap between the largest
+    and second largest entry for unit-norm x (how far the hash is from a tie)."""
+    n = np.maximum(np.linalg.norm(q, axis=-1, keepdims=True), 1e-12)
+    xr = (q / n) @ R
+    cand = np.concatenate([xr, -xr], axis=-1)
+    bucket = np.argmax(cand, axis=-1)                      # numpy: first maximum
+    srt = np.sort(cand, axis=-1)
+    return bucket, srt[..., -1] - srt[..., -2]
+
+
+def lsh_masks(q, lengths, causal, rounds, bits, chunk, seed):
+    """(rounds, B, H, N, N) boolean: who attends to whom in each round, following the
+    README: stable sort by (bucket, position), chunk c sees chunks c and c-1, causal by
+    original position, padding never attended, self only when nothing else is allowed.
+    Only positions < lengths[b] are sorted (padding takes no chunk slot, so the content
+    of padding cannot change the output)."""
+    B, H, N, D = q.shape
+    L = np.full(B, N) if lengths is None else np.asarray(lengths)
+    masks = np.zeros((rounds, B, H, N, N), dtype=bool)
+    pos = np.arange(N)
+    for r in range(rounds):
+        bucket, _ = lsh_buckets(q, lsh_rotation(seed, r, D, bits))
+        for b in range(B):
+            Lb = int(L[b])
+            for h in range(H):
+                order = np.lexsort((pos[:Lb], bucket[b, h, :Lb]))  # by bucket, then position
+                ch = np.empty(Lb, dtype=np.int64)
+                ch[order] = np.arange(Lb) // chunk
+                m = np.zeros((N, N), dtype=bool)
+                m[:Lb, :Lb] = (ch[None, :] == ch[:, None]) | (ch[None, :] == ch[:, None] - 1)
+                if causal:
+                    m &= pos[:, None] >= pos[None, :]
+                np.fill_diagonal(m, False)
+                alone = ~m.any(-1) & (pos < Lb)
+                m[alone, alone] = True
+                masks[r, b, h] = m
+    return masks
+
+
+def ref_lsh(q, k, v, g, lengths, causal, rounds, bits, chunk, combine, scale, seed,
+            masks=None):
+    """Shared-QK LSH attention; masks (from lsh_masks) may be passed to hold the buckets
+    fixed (finite differences)."""
+    if masks is None:
+        masks = lsh_masks(q, lengths, causal, rounds, bits, chunk, seed)
+    nrm = np.linalg.norm(q, axis=-1, keepdims=True)
+    n = np.maximum(nrm, 1e-12)
+    kn = q / n                                             # keys: normalised queries
+    s = scale * (q @ _T(kn))
+    ps, lses, outs = [], [], []
+    for r in range(rounds):
+        p, lse = masked_softmax(s, masks[r])
+        ps.append(p)
+        lses.append(lse)
+        outs.append(p @ v)
+    live = masks[0].any(-1)                                # (B, H, N): non-padded rows
+    if combine == "mean":
+        w = [np.full(live.shape, 1.0 / rounds)] * rounds
+    else:
+        lse = np.stack([np.where(live, x, 0.0) for x in lses])   # (R, B, H, N)
+        e = np.exp(lse - lse.max(0, keepdims=True))
+        w = list(np.where(live, e / e.sum(0, keepdims=True), 0.0))
+    out = sum(w[r][..., None] * outs[r] for r in range(rounds))
+
+    ag, av, aq, akn = np.abs(g), np.abs(v), np.abs(q), np.abs(kn)
+    dw = [(g * outs[r]).sum(-1) for r in range(rounds)]
+    out_mags = [softmax_weight_mag(ps[r], q, kn, scale) @ av for r in range(rounds)]
+    dw_mag = [(ag * out_mags[r]).sum(-1) for r in range(rounds)]
+    wdw = sum(w[r] * dw[r] for r in range(rounds))
+    wdw_mag = sum(w[r] * dw_mag[r] for r in range(rounds))
+    dq, dkn, dv = np.zeros_like(q), np.zeros_like(q), np.zeros_like(v)
+    mag_out, mag_dq, mag_dkn, mag_dv = (np.zeros_like(v), np.zeros_like(q),
+                                        np.zeros_like(q), np.zeros_like(v))
+    for r in range(rounds):
+        p, wr = ps[r], w[r][..., None]
+        pm = softmax_weight_mag(p, q, kn, scale)
+        gr = wr * g
+        if combine == "logsumexp":
+            dlse = w[r] * (dw[r] - wdw)
+            dlse_mag = w[r] * (dw_mag[r] + wdw_mag)
+        else:
+            dlse = dlse_mag = np.zeros_like(w[r])
+        ds = p * (gr @ _T(v) - (gr * outs[r]).sum(-1, keepdims=True) + dlse[..., None])
+        ds_mag = pm * (wr * (ag @ _T(av) + (ag * out_mags[r]).sum(-1, keepdims=True))
+                      + dlse_mag[..., None])
+        dv += _T(p) @ gr
+        dq += scale * (ds @ kn)
+        dkn += scale * (_T(ds) @ q)
+        mag_out += wr * out_mags[r]
+        mag_dv += _T(pm) @ (wr * ag)
+        mag_dq += scale * (ds_mag @ akn)
+        mag_dkn += scale * (_T(ds_mag) @ aq)
+    dq += np.where(nrm > 1e-12, (dkn - kn * (kn * dkn).sum(-1, keepdims=True)) / n, dkn / n)
+    mag_dq += (mag_dkn + akn * (akn * mag_dkn).sum(-1, keepdims=True)) / n
+    return dict(out=out, dq=dq, dk=np.zeros_like(q), dv=dv, mag_out=mag_out, mag_dq=mag_dq,
+                mag_dk=np.zeros_like(q), mag_dv=mag_dv)
+
+
+def reference(variant, q, k, v, g, lengths, causal, o, seed, masks=None):
+    """o: the options as given to `--set` (absent or "auto": the README's default)."""
+    D = q.shape[-1]
+    auto = 1.0 / math.sqrt(D)
+    o = {key: val for key, val in o.items() if val != "auto"}
+    if variant in ("softmax", "stateful-softmax"):
+        return ref_softmax(q, k, v, g, lengths, causal, o.get("scale", auto))
+    if variant == "linear":
+        return ref_linear(q, k, v, g, lengths, causal, o.get("feature_map", "elu"),
+                          o.get("eps", 1e-6))
+    if variant == "polynomial":
+        return ref_polynomial(q, k, v, g, lengths, causal, o.get("c", 1.0),
+                              o.get("scale", auto), o.get("eps", 1e-6))
+    if variant == "lsh":
+        return ref_lsh(q, k, v, g, lengths, causal, o.get("rounds", 1), o.get("bits", 8),
+                       o.get("chunk", 32), o.get("combine", "mean"), o.get("scale", auto),
+                       seed, masks)
+    raise ValueError(variant)
+
+# ---------------------------------------------------------------------------------------
+# Self-test of the reference: analytic gradients against central finite differences
+# ---------------------------------------------------------------------------------------
+
+def check_magnitudes(ref, what):
+    """The magnitude bounds must bound the values (a bound below |value| would excuse
+    nothing but points at a mistake in the reference)."""
+    for n in ("out", "dq", "dk", "dv"):
+        if not np.all(np.abs(ref[n]) <= ref["mag_" + n] * (1 + 1e-9) + 1e-300):
+            raise AssertionError("%s: |%s| exceeds its magnitude bound" % (what, n))
+
+
+def selftest_gradients():
+    """Every element of dq, dk, dv against (f(x+h) - f(x-h)) / 2h of f = sum(out*g),
+    in float64, on small shapes covering every variant, causal or not, padding and the
+    option branches. LSH buckets are held fixed (masks computed once). h = 1e-5: the
+    truncation error is O(h^2 |f'''|) ~ 1e-10 and the rounding error ~ 1e-16/h ~ 1e-11,
+    so 1e-7 relative to the largest gradient entry is a tolerance that a wrong
+    derivative (errors of order 1) cannot meet."""
+    rng = np.random.default_rng(12345)
+    configs = [
+        ("softmax", False, None, {}),
+        ("softmax", True, [3, 0], {"scale": -0.8}),
+        ("linear", False, [2, 4], {"feature_map": "elu", "eps": 0.3}),
+        ("linear", True, None, {"feature_map": "taylor", "eps": 1e-3}),
+        ("linear", False, [4, 1], {"feature_map": "taylor", "eps": 0.0}),
+        ("polynomial", True, [4, 2], {"c": 0.5, "scale": 0.7, "eps": 0.1}),
+        ("polynomial", False, None, {"c": 0.0, "scale": 0.4, "eps": 1e-6}),
+        ("lsh", False, None, {"rounds": 2, "bits": 2, "chunk": 2, "combine": "mean"}),
+        ("lsh", True, [4, 3], {"rounds": 3, "bits": 1, "chunk": 1, "combine": "logsumexp"}),
+        ("lsh", False, [3, 4], {"rounds": 2, "bits": 3, "chunk": 2, "combine": "logsumexp",
+                                "scale": 1.3}),
+    ]
+    B, H, N, D, M = 2, 1, 4, 3, 2
+    h = 1e-5
+    for variant, causal, lengths, o in configs:
+        q = rng.standard_normal((B, H, N, D))
+        k = rng.standard_normal((B, H, N, D))
+        v = rng.standard_normal((B, H, N, M))
+        g = rng.standard_normal((B, H, N, M))
+        L = None if lengths is None else np.array(lengths)
+        masks = None
+        if variant == "lsh":
+            masks = lsh_masks(q, L, causal, o["rounds"], o["bits"], o["chunk"], 7)
+        ref = reference(variant, q, k, v, g, L, causal, o, 7, masks=masks)
+        check_magnitudes(ref, "self-test %s %s" % (variant, o))
+        for name, x in (("q", q), ("k", k), ("v", v)):
+            dx = ref["d" + name]
+            fd = np.zeros_like(x)
+            for idx in np.ndindex(x.shape):
+                old = x[idx]
+                x[idx] = old + h
+                fp = (reference(variant, q, k, v, g, L, causal, o, 7, masks=masks)["out"] * g).sum()
+                x[idx] = old - h
+                fm = (reference(variant, q, k, v, g, L, causal, o, 7, masks=masks)["out"] * g).sum()
+                x[idx] = old
+                fd[idx] = (fp - fm) / (2 * h)
+            err = np.abs(fd - dx).max() / max(np.abs(fd).max(), 1e-300)
+            if not err < 1e-7:
+                raise AssertionError("reference gradient d%s of %s %s (causal=%s, lengths=%s) "
+                                     "differs from finite differences by %.2e" %
+                                     (name, variant, o, causal, lengths, err))
+
+
+# ---------------------------------------------------------------------------------------
+# Cases
+# ---------------------------------------------------------------------------------------
+
+VARIANTS = ["softmax", "stateful-softmax", "linear", "polynomial", "lsh"]
+HAS_STEP = {"stateful-softmax", "linear", "polynomial"}
+
+# Smallest gap between the two largest hash scores (unit-norm x, N(0,1) rotations) that
+# a case may contain. float32 evaluation of xR errs by at most about D * 2^-24 * sum|x_d
+# R_dj| <= 12 * 6e-8 * 3.5 * 4 ~ 1e-5 (seen: ~1e-7), so with gaps above 1e-4 the C code
+# and this reference choose the same bucket; rows of q closer to a tie are redrawn.
+LSH_MIN_GAP = 1e-4
+
+
+def make_case(seed, idx, only=None, max_n=70, max_d=12):
+    rng = np.random.default_rng([seed, idx])
+    variant = only or VARIANTS[idx % len(VARIANTS)]
+    B, H = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    if idx % 13 == 0:
+        N = 1
+    elif idx % 13 == 1:
+        N = int(rng.integers(max_n - 10 if max_n > 11 else 2, max_n + 1))
+    else:
+        N = int(rng.integers(2, max_n + 1))
+    D = int(rng.integers(1, max_d + 1))
+    M = D if rng.random() < 0.4 else int(rng.integers(1, max_d + 1))
+    causal = bool(rng.random() < 0.5)
+    lengths = None
+    if rng.random() < 0.5:
+        choices = rng.integers(0, 3, size=B)              # 0: zero, 1: N, 2: anything
+        lengths = np.where(choices == 0, 0, np.where(choices == 1, N,
+                                                       rng.integers(0, N + 1, size=B)))
+        if rng.random() < 0.5:
+            lengths[rng.integers(0, B)] = int(rng.integers(1, N + 1))
+    amp = float(rng.uniform(0.3, 2.0))
+    q = (amp * rng.standard_normal((B, H, N, D))).astype(np.float32)
+    k = (amp * rng.standard_normal((B, H, N, D))).astype(np.float32)
+    v = rng.standard_normal((B, H, N, M)).astype(np.float32)
+    dout = rng.standard_normal((B, H, N, M)).astype(np.float32)
+    o = {}
+    lsh_seed = int(rng.choice([0, 1, int(rng.integers(2, 2**31)), int(rng.integers(2**32, 2**40))]))
+    chunk_choices = [1, 2, 3, 5, 7, 8, 16, 32, 64, 100]
+    if variant in ("softmax", "stateful-softmax"):
+        if rng.random() < 0.6:
+            o["scale"] = float(np.float32(rng.choice([0.0, rng.uniform(-2, 2), 1.0])))
+        elif rng.random() < 0.5:
+            o["scale"] = "auto"
+    elif variant == "linear":
+        o["feature_map"] = str(rng.choice(["elu", "taylor"]))
+        if rng.random() < 0.7:
+            o["eps"] = float(rng.choice([0.0, 1e-6, 1e-3, 0.1, 1.0]))
+            if o["eps"] == 0.0 and o["feature_map"] == "taylor" and D == 1:
+                # taylor's sim = 1 + sign(q) sign(k) is 0 for opposite signs, so a row
+                # may have a zero denominator: 0/0, NaN on both sides (README).
+                o["eps"] = 1e-6
+        if rng.random() < 0.7:
+            o["chunk"] = int(rng.choice(chunk_choices))
+        elif rng.random() < 0.5:
+            o["chunk"] = "auto"
+    elif variant == "polynomial":
+        if rng.random() < 0.7:
+            o["c"] = float(rng.choice([0.0, 0.5, 1.0, 2.5]))
+        if rng.random() < 0.6:
+            o["scale"] = float(np.float32(rng.uniform(0.05, 1.0)))
+        elif rng.random() < 0.5:
+            o["scale"] = "auto"
+        if rng.random() < 0.6:
+            o["eps"] = float(rng.choice([0.0, 1e-6, 1e-3, 0.1]))
+        if rng.random() < 0.7:
+            o["chunk"] = int(rng.choice(chunk_choices))
+        elif rng.random() < 0.5:
+            o["chunk"] = "auto"
+    else:
+        # each option left at its default now and then (rounds 1, bits 8, chunk 32, mean)
+        if rng.random() < 0.85:
+            o["rounds"] = int(rng.choice([1, 2, 4]))
+        if rng.random() < 0.85:
+            o["bits"] = int(rng.choice([1, 2, 3, 4, 8]))
+        if rng.random() < 0.85:
+            o["chunk"] = int(rng.choice(chunk_choices))
+        if rng.random() < 0.85:
+            o["combine"] = str(rng.choice(["mean", "logsumexp"]))
+        if rng.random() < 0.6:
+            o["scale"] = float(np.float32(rng.uniform(0.0, 2.0)))
+        elif rng.random() < 0.5:
+            o["scale"] = "auto"
+    len_dtype = np.int32 if rng.random() < 0.5 else np.int64
+    if lengths is not None:
+        lengths = lengths.astype(len_dtype)
+    case = dict(idx=idx, variant=variant, B=B, H=H, N=N, D=D, M=M, causal=causal,
+                lengths=lengths, opts=o, seed=lsh_seed, q=q, k=k, v=v, dout=dout, redrawn=0,
+                threads=1 + idx % 3)
+    if variant == "lsh":
+        # Keep every hash away from a tie (see LSH_MIN_GAP): redraw the rows of q that
+        # come too close, deterministically; with D = 1 (or no luck) the rotations are
+        # at fault, so take the next seed.
+        for attempt in range(200):
+            bad = np.zeros((B, H, N), dtype=bool)
+            for r in range(o.get("rounds", 1)):
+                _, gap = lsh_buckets(q.astype(np.float64),
+                                     lsh_rotation(case["seed"], r, D, o.get("bits", 8)))
+                bad |= gap < LSH_MIN_GAP
+            if not bad.any():
+                break
+            case["redrawn"] += int(bad.sum())
+            if D == 1 or attempt >= 100:
+                case["seed"] += 1
+            else:
+                q[bad] = (amp * rng.standard_normal((int(bad.sum()), D))).astype(np.float32)
+        else:
+            raise RuntimeError("case %d: could not keep LSH hashes away from ties" % idx)
+    return case
+
+
+def describe(c):
+    L = "none" if c["lengths"] is None else "[%s] (%s)" % (
+        ",".join(str(int(x)) for x in c["lengths"]), c["lengths"].dtype)
+    s = "case %d: %s B=%d H=%d N=%d D=%d M=%d causal=%s lengths=%s opts=%s" % (
+        c["idx"], c["variant"], c["B"], c["H"], c["N"], c["D"], c["M"], c["causal"], L,
+        c["opts"] or "{}")
+    if c["variant"] == "lsh":
+        s += " seed=%d" % c["seed"]
+    return s
+
+
+def fmt_opt(x):
+    return repr(x) if isinstance(x, float) else str(x)
+
+
+def run_op(exe, c, folder, mode):
+    os.makedirs(folder, exist_ok=True)
+    files = {}
+    for name in ("q", "k", "v", "dout"):
+        files[name] = os.path.join(folder, name + ".npy")
+        np.save(files[name], c[name])
+    cmd = [exe, "op", "--variant", c["variant"], "--q", files["q"], "--k", files["k"],
+           "--v", files["v"], "--out", os.path.join(folder, "out"), "--seed", str(c["seed"]),
+           "--threads", str(c["threads"])]
+    if mode == "parallel":
+        cmd += ["--dout", files["dout"]]
+    else:
+        cmd += ["--mode", "recurrent"]
+    if c["causal"]:
+        cmd.append("--causal")
+    if c["lengths"] is not None and mode == "parallel":   # recurrent mode takes no lengths
+        lp = os.path.join(folder, "lengths.npy")
+        np.save(lp, c["lengths"])
+        cmd += ["--lengths", lp]
+    for key, val in c["opts"].items():
+        cmd += ["--set", "%s=%s" % (key, fmt_opt(val))]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError("attnbench op exited %d: %s\n  command: %s" %
+                           (p.returncode, (p.stderr or p.stdout).strip(), " ".join(cmd)))
+    names = ["out"] + (["dq", "dk", "dv"] if mode == "parallel" else [])
+    res = {}
+    for n in names:
+        a = np.load(os.path.join(folder, "out", n + ".npy"))
+        want = c["v"].shape if n in ("out", "dv") else c["q"].shape
+        if a.dtype != np.float32 or a.shape != want:
+            raise RuntimeError("%s.npy: dtype %s shape %s, expected float32 %s" %
+                               (n, a.dtype, a.shape, want))
+        res[n] = a.astype(np.float64)
+    return res
+
+
+# Tolerance. C works in float32 (unit roundoff u = 2^-24 = 6.0e-8), with double for
+# some reductions; the inputs are exact float32 values, so the whole difference from
+# this float64 reference is C's rounding. Every element must satisfy
+#     |C - ref| <= TOL * mag
+# where mag (see the reference) is the sum of the magnitudes of the terms the value is
+# made of, each softmax weight counted (1 + |score terms|) times. Rounding error
+# analysis bounds the error by n u mag, n the longest chain of roundings: a dot product
+# over D <= 12 values or C <= 157 features, a sum over N <= 70 keys, a few products
+# and a division, so n < 250 and n u < 1.5e-5; random rounding errors partly cancel and
+# the measured worst over 22,000 cases (seeds 300-339 with these shapes, 400-409 with
+# N <= 300 and D, M <= 20) is 1.1e-6 (18 u, polynomial dv). TOL = 1e-5 (170 u) leaves
+# a margin of 9 over it and stays under the worst-case bound. A wrong formula, mask,
+# bucket or option is off by a fair fraction of the values themselves, far above this
+# (checked by breaking the reference on purpose: a scale off by 1e-4, eps dropped, the
+# lsh seed, chunk, self rule or combine changed, a strict causal mask: all fail).
+# Besides the bound, values whose mag is exactly 0 (padded rows, lengths of 0, lsh's dk,
+# a score scale of 0) must be exactly 0 in C's output, as the README promises.
+TOL = 1e-5
+
+
+# A tensor whose values are all within 10^4 rounding units of zero (max|ref| <
+# 1e4 u max(mag), e.g. dq and dk at N = 1, which are exactly 0 in exact arithmetic)
+# says nothing through max|err|/max|ref|: it is held to the bound like any other but
+# left out of that figure.
+DEGENERATE = 1e4 * 2.0**-24
+
+
+# float32 underflows below 1.2e-38 (softmax weights exp(s - max) of rows with a large
+# score range, and what they multiply): there C's error is absolute, not relative, while
+# float64 still resolves values far smaller. Magnitudes below this floor count as it.
+UNDERFLOW = 1e-30
+
+
+def compare(got, ref, mag):
+    """Returns (figure, bound, message). figure: max|err|/max|ref| over the tensor, or
+    None where the tensor is exactly zero or degenerate; bound: max over elements of
+    |err| / mag (the measure held to the tolerance); message: why it fails outright."""
+    if got.size == 0:
+        return None, 0.0, None
+    if not np.all(np.isfinite(got)):
+        return math.inf, math.inf, "non-finite values"
+    err = np.abs(got - ref)
+    rmax, mmax = float(np.abs(ref).max()), float(mag.max())
+    fig = float(err.max()) / rmax if rmax > 0 and rmax >= DEGENERATE * mmax else None
+    live = mag > 0
+    bound = float((err[live] / np.maximum(mag[live], UNDERFLOW)).max()) if live.any() else 0.0
+    nonzero = ~live & (got != 0)
+    if nonzero.any():
+        i = tuple(int(x) for x in np.argwhere(nonzero)[0])
+        return fig, bound, ("%d values that must be exactly 0 are not, first at %s: %.3e" %
+                            (int(nonzero.sum()), i, got[i]))
+    return fig, bound, None
+
+
+def check_case(exe, c, folder, stats, failures, verbose):
+    f64 = {n: c[n].astype(np.float64) for n in ("q", "k", "v", "dout")}
+
+    def ref_for(lengths):
+        r = reference(c["variant"], f64["q"], f64["k"], f64["v"], f64["dout"], lengths,
+                      c["causal"], c["opts"], c["seed"])
+        check_magnitudes(r, describe(c))
+        return r
+
+    ref = ref_for(c["lengths"])
+    modes = ["parallel"]
+    if c["causal"] and c["variant"] in HAS_STEP:
+        modes.append("recurrent")
+    for mode in modes:
+        key = c["variant"] + ("/recurrent" if mode == "recurrent" else "")
+        r = ref
+        if mode == "recurrent" and c["lengths"] is not None:
+            r = ref_for(None)       # `op --mode recurrent` takes no lengths
+        try:
+            got = run_op(exe, c, folder, mode)
+        except RuntimeError as e:
+            failures.append((c, key, str(e)))
+            continue
+        st = stats.setdefault(key, {"cases": 0, "fig": {}, "bound": {}, "degenerate": 0})
+        st["cases"] += 1
+        for n, a in got.items():
+            fig, bound, msg = compare(a, r[n], r["mag_" + n])
+            tol = TOL
+            if fig is None and r["mag_" + n].max() > 0:
+                st["degenerate"] += 1
+            for which, e in (("fig", fig), ("bound", bound)):
+                if e is None:
+                    continue
+                w = st[which].get(n)
+                if w is None or e > w[0]:
+                    st[which][n] = (e, c["idx"])
+            if verbose:
+                print("  %-27s %-3s max|err|/max|ref| %s  max|err|/mag %.2e" %
+                      (key, n, "degenerate" if fig is None else "%.2e" % fig, bound))
+            if msg is not None:
+                failures.append((c, key, "%s: %s" % (n, msg)))
+            elif not bound <= tol:
+                failures.append((c, key, "%s: max |err|/mag = %.3e, over the tolerance "
+                                 "%.0e (max|err|/max|ref| = %s)" %
+                                 (n, bound, tol, "degenerate" if fig is None else "%.3e" % fig)))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("attnbench", help="path of the built attnbench binary")
+    ap.add_argument("--cases", type=int, default=500)
+    ap.add_argument("--seed", type=int, default=20240607)
+    ap.add_argument("--case", type=int, help="run only this case number")
+    ap.add_argument("--variant", choices=VARIANTS, help="run only this variant")
+    ap.add_argument("--max-n", type=int, default=70, help="largest sequence length (>= 2)")
+    ap.add_argument("--max-d", type=int, default=12, help="largest D and M")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args()
+    exe = os.path.abspath(args.attnbench)
+    if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+        print("crosscheck: error: %s is not an executable" % exe)
+        return 2
+
+    t0 = time.time()
+    selftest_philox()
+    selftest_gradients()
+    t_self = time.time() - t0
+
+    idxs = [args.case] if args.case is not None else range(args.cases)
+    stats, failures = {}, []
+    redrawn = 0
+    with tempfile.TemporaryDirectory(prefix="xcheck-") as tmp:
+        for i in idxs:
+            c = make_case(args.seed, i, args.variant, args.max_n, args.max_d)
+            redrawn += c["redrawn"]
+            if args.verbose:
+                print(describe(c))
+            check_case(exe, c, os.path.join(tmp, "c"), stats, failures, args.verbose)
+    elapsed = time.time() - t0
+
+    worst = (-1.0, None, None, None)
+    for key in sorted(stats):
+        st = stats[key]
+        figs = ", ".join("%s %.1e" % (n, st["fig"][n][0]) for n in ("out", "dq", "dk", "dv")
+                         if n in st["fig"])
+        bounds = []
+        for n in ("out", "dq", "dk", "dv"):
+            if n in st["bound"]:
+                e, ci = st["bound"][n]
+                bounds.append("%s %.1e (case %d)" % (n, e, ci))
+                tol = TOL
+                if e / tol > worst[0]:
+                    worst = (e / tol, key, n, ci)
+        print("crosscheck: %-26s %3d calls; worst max|err|/max|ref|: %s%s; max |err|/mag: %s" %
+              (key, st["cases"], figs,
+               " (%d degenerate tensors left out)" % st["degenerate"] if st["degenerate"] else "",
+               ", ".join(bounds)))
+    if worst[1] is not None:
+        wc = make_case(args.seed, worst[3], args.variant, args.max_n, args.max_d)
+        print("crosscheck: closest to its tolerance: %s of %s at %.0f%% of it, %s" %
+              (worst[2], worst[1], 100 * worst[0], describe(wc)))
+    print("crosscheck: %d cases, %d attnbench calls, seed %d, %.1f s (reference self-test %.1f s); "
+          "%d LSH query rows redrawn away from hash ties" %
+          (len(idxs), sum(s["cases"] for s in stats.values()), args.seed, elapsed, t_self, redrawn))
+    if failures:
+        print("crosscheck: FAILED: %d disagreements" % len(failures))
+        for c, key, msg in failures[:20]:
+            print("  %s [%s]: %s\n    reproduce: %s %s %s --seed %d --case %d%s -v" % (
+                describe(c), key, msg, os.path.basename(sys.executable), sys.argv[0],
+                args.attnbench, args.seed, c["idx"],
+                (" --variant " + args.variant if args.variant else "") +
+                (" --max-n %d" % args.max_n if args.max_n != 70 else "") +
+                (" --max-d %d" % args.max_d if args.max_d != 12 else "")))
+        return 1
+    print("crosscheck: OK")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
