@@ -22,10 +22,10 @@ extern "C" int ab_cuda_sgemm_batched(bool trans_a, bool trans_b, int m, int n, i
     for (long long i = 0; i < batch; i += MAX_BATCH_PER_CALL) {
         long long nb = batch - i < MAX_BATCH_PER_CALL ? batch - i : MAX_BATCH_PER_CALL;
         if (nb == 1)
-            AB_CUBLAS_CHECK(cublasSgemm(h, ob, oa, n, m, k, &alpha, b + i * stride_b, ldb, a + i * stride_a, lda,
+            AB_CUBLAS_CHECK(AB_CUBLAS(Sgemm)(h, ob, oa, n, m, k, &alpha, b + i * stride_b, ldb, a + i * stride_a, lda,
                                         &beta, c + i * stride_c, ldc));
         else
-            AB_CUBLAS_CHECK(cublasSgemmStridedBatched(h, ob, oa, n, m, k, &alpha, b + i * stride_b, ldb, stride_b,
+            AB_CUBLAS_CHECK(AB_CUBLAS(SgemmStridedBatched)(h, ob, oa, n, m, k, &alpha, b + i * stride_b, ldb, stride_b,
                                                       a + i * stride_a, lda, stride_a, &beta, c + i * stride_c, ldc,
                                                       stride_c, (int)nb));
     }

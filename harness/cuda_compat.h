@@ -33,6 +33,28 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* cuBLAS calls: AB_CUBLAS(Sgemm)(...) calls cublasSgemm. In the real build cuBLAS is
+ * not linked but opened with dlopen by ab_cuda_init (its initialisers take about 0.1 s
+ * and 200 MB of address space per process, which runs that never touch the GPU should
+ * not pay), and AB_CUBLAS(name) is the function of that name in this table; the
+ * emulator defines the functions themselves. Add a field here (and its symbol to
+ * cuda_device.cu's loader) before using another cuBLAS function. */
+#ifdef AB_CUDA_EMU
+#define AB_CUBLAS(name) cublas##name
+#else
+typedef struct {
+    decltype(&cublasCreate) Create;
+    decltype(&cublasDestroy) Destroy;
+    decltype(&cublasSetStream) SetStream;
+    decltype(&cublasGetVersion) GetVersion;
+    decltype(&cublasGetStatusString) GetStatusString;
+    decltype(&cublasSgemm) Sgemm;
+    decltype(&cublasSgemmStridedBatched) SgemmStridedBatched;
+} ab_cublas_api;
+extern ab_cublas_api ab_cublas_fn;
+#define AB_CUBLAS(name) (ab_cublas_fn.name)
+#endif
+
 /* The library's stream and cuBLAS handle (valid after ab_cuda_init). */
 cudaStream_t ab_cuda_stream(void);
 cublasHandle_t ab_cublas(void);

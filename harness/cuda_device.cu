@@ -4,9 +4,14 @@
 
 #include "memory.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+
+#ifndef AB_CUDA_EMU
+ab_cublas_api ab_cublas_fn;
+#endif
 
 namespace {
 
@@ -58,6 +63,36 @@ size_t forget(void *p) {
     return 0;
 }
 
+#define AB_STR_(x) #x
+#define AB_XSTR(x) AB_STR_(x) /* the name after macro expansion: cublasSgemm -> "cublasSgemm_v2" */
+
+#ifndef AB_CUDA_EMU
+/* Opens cuBLAS of this build's major version and fills ab_cublas_fn (cuda_compat.h);
+ * under g.mu. */
+int load_cublas() {
+    if (ab_cublas_fn.Sgemm) return 0;
+    const char *lib = "libcublas.so." AB_XSTR(CUBLAS_VER_MAJOR);
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!h) return ab_fail(AB_EDEVICE, "no CUDA device: cannot load cuBLAS: %s", dlerror());
+    ab_cublas_api f;
+#define AB_LOAD(field, fn)                                                                                             \
+    if (!(*(void **)&f.field = dlsym(h, AB_XSTR(fn))))                                                                 \
+        return ab_fail(AB_EDEVICE, "no CUDA device: %s lacks %s", lib, AB_XSTR(fn));
+    AB_LOAD(Create, cublasCreate)
+    AB_LOAD(Destroy, cublasDestroy)
+    AB_LOAD(SetStream, cublasSetStream)
+    AB_LOAD(GetVersion, cublasGetVersion)
+    AB_LOAD(GetStatusString, cublasGetStatusString)
+    AB_LOAD(Sgemm, cublasSgemm)
+    AB_LOAD(SgemmStridedBatched, cublasSgemmStridedBatched)
+#undef AB_LOAD
+    ab_cublas_fn = f;
+    return 0;
+}
+#else
+int load_cublas() { return 0; }
+#endif
+
 int init_locked() {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -76,8 +111,9 @@ int init_locked() {
         return ab_fail(AB_EDEVICE, "no CUDA device: %s has compute capability %d.%d; this build runs on 8.0 and newer",
                        p.name, p.major, p.minor);
     AB_CUDA_CHECK(cudaStreamCreate(&g.stream));
-    AB_CUBLAS_CHECK(cublasCreate(&g.cublas));
-    AB_CUBLAS_CHECK(cublasSetStream(g.cublas, g.stream));
+    AB_TRY(load_cublas());
+    AB_CUBLAS_CHECK(AB_CUBLAS(Create)(&g.cublas));
+    AB_CUBLAS_CHECK(AB_CUBLAS(SetStream)(g.cublas, g.stream));
     return 0;
 }
 
@@ -92,7 +128,7 @@ int ab_cuda_fail(cudaError_t e, const char *file, int line, const char *what) {
 int ab_cublas_fail(cublasStatus_t st, const char *file, int line, const char *what) {
     int code = st == CUBLAS_STATUS_ALLOC_FAILED ? AB_ENOMEM : AB_EDEVICE;
     return ab_fail(code, "%s:%d: %s: cuBLAS status %d: %s", base_name(file), line, what, (int)st,
-                   cublasGetStatusString(st));
+                   AB_CUBLAS(GetStatusString)(st));
 }
 
 cudaStream_t ab_cuda_stream(void) { return g.stream; }
@@ -106,6 +142,13 @@ extern "C" bool ab_cuda_emulated(void) {
 #else
     return false;
 #endif
+}
+
+extern "C" int ab_cuda_load_cublas(void) {
+    pthread_mutex_lock(&g.mu);
+    int rc = load_cublas();
+    pthread_mutex_unlock(&g.mu);
+    return rc;
 }
 
 extern "C" int ab_cuda_init(void) {
@@ -237,7 +280,7 @@ extern "C" int ab_cuda_device_info(ab_cuda_info *info) {
     info->cublas_version = 0;
     info->emulated = true;
 #else
-    AB_CUBLAS_CHECK(cublasGetVersion(g.cublas, &info->cublas_version));
+    AB_CUBLAS_CHECK(AB_CUBLAS(GetVersion)(g.cublas, &info->cublas_version));
     info->emulated = false;
 #endif
     return 0;

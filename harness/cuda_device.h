@@ -27,6 +27,10 @@ bool ab_cuda_emulated(void);
  * later calls return the first call's result. Fails with AB_EDEVICE and "no CUDA
  * device: ..." when there is none (or no driver), or "this build has no CUDA backend". */
 int ab_cuda_init(void);
+/* Opens cuBLAS (dlopen; cuda_compat.h says why), once per process; ab_cuda_init calls
+ * it. Needs no device, so tests on machines without a GPU check the loader too.
+ * AB_EDEVICE with a message when the library or one of its functions is missing. */
+int ab_cuda_load_cublas(void);
 /* True once ab_cuda_init has succeeded (never initialises). */
 bool ab_cuda_ready(void);
 

@@ -15,6 +15,7 @@
 bool ab_cuda_built(void) { return false; }
 bool ab_cuda_emulated(void) { return false; }
 int ab_cuda_init(void) { return ab_fail(AB_EDEVICE, NO_CUDA); }
+int ab_cuda_load_cublas(void) { return ab_fail(AB_EDEVICE, NO_CUDA); }
 bool ab_cuda_ready(void) { return false; }
 
 int ab_cuda_malloc(void **out, size_t bytes) {

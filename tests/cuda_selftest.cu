@@ -310,9 +310,9 @@ extern "C" int selftest_cublas(int ta, int tb, int m, int n, int k, float alpha,
     AB_TRY(ab_cuda_memcpy_h2d(dC, C, sizeof(float) * nc));
     cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     if (batch == 1)
-        AB_CUBLAS_CHECK(cublasSgemm(ab_cublas(), oa, ob, m, n, k, &alpha, dA, lda, dB, ldb, &beta, dC, ldc));
+        AB_CUBLAS_CHECK(AB_CUBLAS(Sgemm)(ab_cublas(), oa, ob, m, n, k, &alpha, dA, lda, dB, ldb, &beta, dC, ldc));
     else
-        AB_CUBLAS_CHECK(cublasSgemmStridedBatched(ab_cublas(), oa, ob, m, n, k, &alpha, dA, lda, sa, dB, ldb, sb,
+        AB_CUBLAS_CHECK(AB_CUBLAS(SgemmStridedBatched)(ab_cublas(), oa, ob, m, n, k, &alpha, dA, lda, sa, dB, ldb, sb,
                                                   &beta, dC, ldc, sc, batch));
     AB_TRY(ab_cuda_memcpy_d2h(C, dC, sizeof(float) * nc));
     ab_cuda_free(dA);
@@ -327,7 +327,7 @@ extern "C" int selftest_cublas_bad_lda(void) {
     float *d;
     CHECK_ALLOC(d, sizeof(float) * 16);
     const float one = 1.0f, zero = 0.0f;
-    cublasStatus_t st = cublasSgemm(ab_cublas(), CUBLAS_OP_N, CUBLAS_OP_N, 4, 2, 2, &one, d, 3, d, 4, &zero, d, 4);
+    cublasStatus_t st = AB_CUBLAS(Sgemm)(ab_cublas(), CUBLAS_OP_N, CUBLAS_OP_N, 4, 2, 2, &one, d, 3, d, 4, &zero, d, 4);
     ab_cuda_free(d);
     return st == CUBLAS_STATUS_INVALID_VALUE ? 0 : ab_fail(AB_EDEVICE, "cuBLAS status %d for lda < m", (int)st);
 }

@@ -587,6 +587,12 @@ Test(cuda_device, unsupported_variants_say_so) {
 /* In the build against the real library: without a usable device every test skips,
  * and the binary exits with 77 so that meson counts the suite as skipped. */
 int main(int argc, char *argv[]) {
+    /* cuBLAS is opened at run time (cuda_compat.h): check the loader finds it and every
+     * function it needs, which takes no device, so CI checks it too. */
+    if (ab_cuda_built() && !ab_cuda_emulated() && ab_cuda_load_cublas()) {
+        fprintf(stderr, "FAIL: %s\n", ab_error());
+        return 1;
+    }
     if (ab_cuda_init()) {
         fprintf(stderr, "skipped: %s\n", ab_error());
         return 77;
