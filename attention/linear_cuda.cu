@@ -64,7 +64,21 @@
  *
  * Precision: float32 products (cuBLAS) as the CPU's sgemm; double where the CPU uses
  * double (the taylor norm, 1/(den+eps), dout.out) and in the chunk scans and the step's
- * sums over C. */
+ * sums over C.
+ *
+ * Speed: not measured (developed without a GPU). Expected limits, in likely order:
+ * - the chunk scan walks the g chunks of a group sequentially per (slice, state entry)
+ *   (loads batched 8 at a time): with few slices and many chunks, e.g. B*H = 8 at
+ *   N = 65536 (elu, D = M = 64: 1024 chunks, ~110 per group), ~33 k threads each run a
+ *   serial loop of ~110 steps per group (a two-level scan would cure it);
+ * - polynomial: features are materialised (T x C per chunk, three buffers), so at D = 64
+ *   the default budget holds only 3 chunks of 8 slices per group, and each group costs
+ *   10 launches forward and 31 backward: launch-bound at large N (a larger budget, or
+ *   features fused into the products, would help);
+ * - batched GEMMs on 64 x 64 blocks and the separate mask pass run below cuBLAS's peak;
+ * - the polynomial feature backward reads the D x D gradient block both by rows and by
+ *   columns (one of them strided; L1-resident at D = 64);
+ * - the step is memory-bound: S (C (M+1) floats per slice) read and written once. */
 #include "cuda_util.cuh"
 
 #include "linear_cuda.h"
