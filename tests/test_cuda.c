@@ -14,7 +14,8 @@
  * true once its backend exists); every test loops over that table. Paths of one variant
  * (linear/polynomial: default chunk over several chunks, large feature sizes, the
  * grouped workspace, state reset) have their own tests below the table-driven ones.
- * Tolerances are relative to each tensor's largest entry (tu_rel_err). */
+ * Tolerances are relative to each tensor's largest entry (tu_rel_err); TC_PRINT=1 in
+ * the environment prints every measured error (how the figures below were taken). */
 #include "attention.h"
 #include "cuda_blas.h"
 #include "cuda_device.h"
@@ -585,9 +586,12 @@ Test(cuda_linear, wide_heads) {
 Test(cuda_linear, grouped_paths) {
     /* A workspace budget below the whole problem: slices and chunks go in groups, the
      * running state (forward, backward's first pass) and R (reverse pass) carried from
-     * group to group. B = 3, H = 2, N = 30, chunk 4 (8 chunks), D = 5, M = 4: budget 1
-     * gives one chunk of one slice at a time; 1000 floats one chunk of two slices;
-     * 3000 floats two chunks of all slices of a run; 0 the default (everything). */
+     * group to group. B = 3, H = 2, N = 30, D = 5, M = 4, runs of 6, 4 and 2 slices, 6 or
+     * 8 chunks. Budget 1 gives the smallest groups (one chunk of one slice for
+     * polynomial; elu and taylor fit two slices in the 64-float alignment of their tiny
+     * buffers); 1000 floats one chunk of 2-3 slices; 3000 floats 2-5 chunks of all the
+     * run's slices (polynomial: one chunk of 3 slices); the default budget everything at
+     * once. (Checked by printing the plans while writing this test.) */
     require_cuda();
     const size_t saved = lin_cuda_ws_floats;
     const size_t budgets[4] = {1, 1000, 3000, saved};
