@@ -66,18 +66,21 @@
  * double (the taylor norm, 1/(den+eps), dout.out) and in the chunk scans and the step's
  * sums over C.
  *
- * Speed: not measured (developed without a GPU). Expected limits, in likely order:
- * - the chunk scan walks the g chunks of a group sequentially per (slice, state entry)
- *   (loads batched 8 at a time): with few slices and many chunks, e.g. B*H = 8 at
- *   N = 65536 (elu, D = M = 64: 1024 chunks, ~110 per group), ~33 k threads each run a
- *   serial loop of ~110 steps per group (a two-level scan would cure it);
+ * Speed: not measured (developed without a GPU). Expected limits, from estimates only:
+ * - the batched GEMMs work on 64 x 64 blocks (and T x C, C x (M+1) ones): far from
+ *   cuBLAS's peak, and the per-chunk states are written, scanned and read back (4 passes
+ *   over C (M+1) / T floats per position); elu at D = M = 64 does ~2 MFLOP per chunk
+ *   forward, so a group of ~880 chunks (8 slices x 110) is ~2 GFLOP;
  * - polynomial: features are materialised (T x C per chunk, three buffers), so at D = 64
  *   the default budget holds only 3 chunks of 8 slices per group, and each group costs
  *   10 launches forward and 31 backward: launch-bound at large N (a larger budget, or
  *   features fused into the products, would help);
- * - batched GEMMs on 64 x 64 blocks and the separate mask pass run below cuBLAS's peak;
- * - the polynomial feature backward reads the D x D gradient block both by rows and by
- *   columns (one of them strided; L1-resident at D = 64);
+ * - the chunk scan walks a group's chunks serially per (slice, state entry), loads
+ *   batched 8 at a time: ~33 k threads x ~110 steps per group for elu at B*H = 8,
+ *   N = 65536 (latency-bound; estimated small next to the GEMMs; a two-level scan
+ *   would remove it);
+ * - the separate mask pass over the T x T blocks; the polynomial feature backward reads
+ *   the D x D gradient block by rows and by columns (one of them strided, L1-resident);
  * - the step is memory-bound: S (C (M+1) floats per slice) read and written once. */
 #include "cuda_util.cuh"
 
