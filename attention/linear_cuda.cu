@@ -73,8 +73,9 @@
  *   forward, so a group of ~880 chunks (8 slices x 110) is ~2 GFLOP;
  * - polynomial: features are materialised (T x C per chunk, three buffers), so at D = 64
  *   the default budget holds only 3 chunks of 8 slices per group, and each group costs
- *   10 launches forward and 31 backward: launch-bound at large N (a larger budget, or
- *   features fused into the products, would help);
+ *   10 launches forward and 31 backward for ~2.5 GFLOP (forward): launch overhead
+ *   and the feature buffers' traffic are not negligible (a larger budget, or features
+ *   fused into the products, would help);
  * - the chunk scan walks a group's chunks serially per (slice, state entry), loads
  *   batched 8 at a time: ~33 k threads x ~110 steps per group for elu at B*H = 8,
  *   N = 65536 (latency-bound; estimated small next to the GEMMs; a two-level scan
