@@ -36,6 +36,10 @@
 #include "feature_maps.h"
 #include "variant.h"
 
+#ifdef ATTNBENCH_HAVE_CUDA
+#include "linear_cuda.h"
+#endif
+
 #include "../harness/error.h"
 #include "../harness/memory.h"
 
@@ -52,7 +56,8 @@ static const char *const fmap_choices[] = {"elu", "taylor", NULL};
      1e30, false}
 #define OPT_CHUNK                                                                                                     \
     {"chunk", ATTN_OPT_INT, offsetof(attn_params, chunk), "auto",                                                     \
-     "chunk length of the chunk-parallel algorithm, 1..65536 or auto (measured best)", NULL, 1, 65536, true}
+     "chunk length of the chunk-parallel algorithm, 1..65536 or auto (CPU: 32, measured best; CUDA: 64)", NULL, 1,     \
+     65536, true}
 
 static const attn_option_spec linear_options[] = {
     {"feature_map", ATTN_OPT_CHOICE, offsetof(attn_params, feature_map), "elu",
@@ -507,6 +512,25 @@ static const attn_backend cpu_backend = {
     .step_workspace_bytes = step_workspace_bytes,
 };
 
+#ifdef ATTNBENCH_HAVE_CUDA
+/* CUDA (linear_cuda.cu): same shape checks, nothing saved, same state layout. */
+static const attn_backend cuda_backend = {
+    .check_shape = check_shape,
+    .saved_bytes = saved_bytes,
+    .workspace_bytes = lin_cuda_workspace_bytes,
+    .forward = lin_cuda_forward,
+    .backward = lin_cuda_backward,
+    .state_bytes = state_bytes,
+    .state_init = lin_cuda_state_init,
+    .prefill = lin_cuda_prefill,
+    .step = lin_cuda_step,
+    .step_workspace_bytes = lin_cuda_step_workspace_bytes,
+};
+#define CUDA_LINEAR (&cuda_backend)
+#else
+#define CUDA_LINEAR NULL
+#endif
+
 const attn_variant attn_variant_linear = {
     .name = "linear",
     .summary = "linear attention, sim = phi(q).phi(k) with phi = elu+1 or taylor (1 + cos); O(N D M)",
@@ -514,6 +538,7 @@ const attn_variant attn_variant_linear = {
     .n_options = (int)(sizeof linear_options / sizeof linear_options[0]),
     .defaults = defaults_linear,
     .cpu = &cpu_backend,
+    .cuda = CUDA_LINEAR,
 };
 
 const attn_variant attn_variant_polynomial = {
@@ -523,4 +548,5 @@ const attn_variant attn_variant_polynomial = {
     .n_options = (int)(sizeof poly_options / sizeof poly_options[0]),
     .defaults = defaults_poly,
     .cpu = &cpu_backend,
+    .cuda = CUDA_LINEAR,
 };

@@ -1,0 +1,888 @@
+/* linear and polynomial attention on CUDA, with the options, contract and results of
+ * the CPU version (linear.c): out_i = phi(q_i)^T S_i / (phi(q_i)^T Z_i + eps), where
+ * S_i, Z_i sum phi(k_j) v_j^T, phi(k_j) over the allowed keys (j <= i when causal,
+ * j < L otherwise; positions >= L are padding: never read, zero output and gradient).
+ * As on the CPU, V is augmented with a column of ones: Vaug [N x (M+1)],
+ * Saug = [S, Z] [C x (M+1)], Oaug = [numerator, denominator].
+ *
+ * Feature maps (feature_maps.h, the same definitions and float operations as the CPU):
+ * kernels with one warp per row (the taylor norm is a warp sum in double), forward into
+ * a feature buffer, backward from the feature gradient straight into dq / dk.
+ *
+ * Work is organised in runs of batch entries of equal valid length L (attn_run_at), and
+ * within a run in *groups*: cn slices x g chunks of T positions (chunk option; auto is
+ * 64 here, 32 on the CPU: both give the same result to float rounding). A group's
+ * buffers hold all its chunks back to back ([cn][g][T][...]), so every product below is
+ * ONE cuBLAS strided-batched GEMM over the cn*g chunks. Rows at positions >= L inside
+ * the last chunk are zero in the feature and Vaug buffers, so full T x T / T x C
+ * products give the right sums. Groups of one slice batch run in sequence, with a
+ * running state carried from group to group.
+ *
+ * Causal forward, per group:
+ *   phiK, phiQ, Vaug                                  (feature kernel, copy kernel)
+ *   Sc[c] = phiK_c^T Vaug_c                           (per-chunk states, C x (M+1))
+ *   Sc[c] <- S_run + sum_{c' < c} Sc[c'];  S_run += sum_c Sc[c]
+ *                                                     (exclusive scan over the chunk axis:
+ *                                                      one thread per (slice, state entry),
+ *                                                      double accumulation)
+ *   A_c = phiQ_c phiK_c^T, lower triangle incl. diagonal (GEMM + mask kernel)
+ *   O_c = phiQ_c Sc[c] + A_c Vaug_c;  out = O[:, :M] / (O[:, M] + eps)
+ * Causal backward (paper eqs. 13-15 in chunk form, as linear.c), with
+ * Gaug_i = [dout_i/(den_i+eps), -(dout_i . out_i)/(den_i+eps)]:
+ *   pass 1, groups in order: the forward's Sc and O again (so out_i and den_i as the
+ *     forward computed them), Gaug, and the two scalars 1/(den+eps), (dout.out)/(den+eps)
+ *     of each position kept in O(N) vectors; B_c = Gaug_c Vaug_c^T masked;
+ *     dphiQ_c = Gaug_c Sc[c]^T + B_c phiK_c -> feature backward -> dq
+ *   pass 2, groups in reverse: Gaug from the kept scalars; Rc[c] = phiQ_c^T Gaug_c,
+ *     reverse exclusive scan (R = sum over later chunks, carried between groups);
+ *     dphiK_c = Vaug_c R[c]^T + B_c^T phiQ_c -> dk;  dV_c = phiK_c R[c][:, :M] + A_c^T Gaug_c[:, :M]
+ * Non-causal (no chunk structure needed; a group is just g*T rows):
+ *   S = phiK^T Vaug (one GEMM per slice over the valid rows, accumulated over groups),
+ *   O = phiQ S; backward: dphiQ = Gaug S^T, R = phiQ^T Gaug, dphiK = Vaug R^T, dV = phiK R[:, :M].
+ *
+ * Memory (floats; C features, M1 = M + 1, T chunk, Np = ceil(L/T) * T):
+ * - saved for backward: nothing (saved_bytes 0, as the CPU): backward recomputes.
+ * - workspace, per (slice, chunk) of a group: phiQ, phiK, dphi (3 T C), Vaug, Gaug, O
+ *   (3 T M1), and when causal A, B (2 T^2) and the chunk's state (C M1); per slice of a
+ *   group: the running state (C M1; non-causal: S and R, 2 C M1) and, causal, the two
+ *   per-position scalars (2 Np: the only O(N) part, what the paper's Algorithm 1 also
+ *   needs for the denominator). All of it for all slices and chunks when that is below
+ *   lin_cuda_ws_floats (default 32 Mi floats = 128 MiB); otherwise that budget, the
+ *   groups made as large as fit (all slices of a run and as many chunks as fit, or
+ *   fewer slices of one chunk), and never less than one chunk of one slice. So the
+ *   backward's extra memory is bounded, like the paper's Algorithm 1 (no per-position
+ *   state stored), up to the budget: e.g. elu D = M = 64, T = 64: 37120 floats per
+ *   chunk (580 per position); polynomial D = M = 64 (C = 4161): 1.09 M floats per chunk.
+ * - recurrent state: Saug per slice, B*H*C*M1 floats (as the CPU); step workspace
+ *   B*H*M1 floats (the step's Oaug).
+ *
+ * Recurrent step: one kernel updates S += phi(k) vaug^T and forms Oaug = phi(q)^T S in
+ * the same pass over S (features computed on the fly, block per (slice, 32 columns),
+ * threads over the C rows, double accumulation), a second one divides. Prefill is the
+ * causal forward on the prompt with the running state kept in the recurrent state
+ * itself (no token-by-token loop).
+ *
+ * Precision: float32 products (cuBLAS) as the CPU's sgemm; double where the CPU uses
+ * double (the taylor norm, 1/(den+eps), dout.out) and in the chunk scans and the step's
+ * sums over C.
+ *
+ * Speed: not measured (developed without a GPU). Expected limits, from estimates only:
+ * - the batched GEMMs work on 64 x 64 blocks (and T x C, C x (M+1) ones): far from
+ *   cuBLAS's peak, and the per-chunk states are written, scanned and read back (4 passes
+ *   over C (M+1) / T floats per position); elu at D = M = 64 does ~2 MFLOP per chunk
+ *   forward, so a group of ~880 chunks (8 slices x 110) is ~2 GFLOP;
+ * - polynomial: features are materialised (T x C per chunk, three buffers), so at D = 64
+ *   the default budget holds only 3 chunks of 8 slices per group, and each group costs
+ *   10 launches forward and 31 backward for ~2.5 GFLOP (forward): launch overhead
+ *   and the feature buffers' traffic are not negligible (a larger budget, or features
+ *   fused into the products, would help);
+ * - the chunk scan walks a group's chunks serially per (slice, state entry), loads
+ *   batched 8 at a time: ~33 k threads x ~110 steps per group for elu at B*H = 8,
+ *   N = 65536 (latency-bound; estimated small next to the GEMMs; a two-level scan
+ *   would remove it);
+ * - the separate mask pass over the T x T blocks; the polynomial feature backward reads
+ *   the D x D gradient block by rows and by columns (one of them strided, L1-resident);
+ * - the step is memory-bound: S (C (M+1) floats per slice) read and written once. */
+#include "cuda_util.cuh"
+
+#include "linear_cuda.h"
+
+extern "C" {
+#include "feature_maps.h"
+}
+
+#include <limits.h>
+#include <math.h>
+
+size_t lin_cuda_ws_floats = (size_t)32 << 20;
+
+#define AUTO_CHUNK 64
+#define THREADS 256
+#define MAX_BLOCKS 65535LL /* enough blocks to fill any device; the loops do the rest */
+#define ALIGN_FLOATS 64    /* buffers carved at 256-byte boundaries */
+#define N_BUFFERS 13
+
+/* ---- feature maps on the device ---- */
+
+struct fm_dev {
+    int kind; /* fm_kind */
+    int D, C;
+    float c, lin, scale;
+};
+
+__device__ __forceinline__ double warp_sum_d(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Warp-collective: |x| of a row of D floats in double (every lane gets the same value:
+ * the butterfly adds the same pairs on every lane). */
+__device__ __forceinline__ double warp_norm(const float *x, int D, int lane) {
+    double s = 0;
+    for (int a = lane; a < D; a += 32) s += (double)x[a] * x[a];
+    return sqrt(warp_sum_d(s));
+}
+
+/* Feature c of row x; inv = 1 / max(|x|, floor) (taylor only). The float operations of
+ * fm_forward (feature_maps.c), so the features agree with the CPU's (elu: expf instead
+ * of the CPU's polynomial exp, both within 2 ulp). */
+__device__ __forceinline__ float fm_value(const fm_dev &f, const float *x, long long c, double inv) {
+    if (f.kind == FM_ELU) {
+        const float xv = x[c];
+        return xv > 0.0f ? xv + 1.0f : expf(xv);
+    }
+    if (f.kind == FM_TAYLOR) return c == 0 ? 1.0f : (float)((double)x[c - 1] * inv);
+    if (c == 0) return f.c;
+    if (c <= f.D) return f.lin * x[c - 1];
+    const long long r = c - 1 - f.D;
+    const float sa = f.scale * x[r / f.D];
+    return sa * x[r % f.D];
+}
+
+/* Rows of a group buffer: row r is position p0 + r % rows_per of slice r / rows_per;
+ * that slice's tensor rows start at (tensor base of the group's first slice) +
+ * slice * stride, width floats each. Positions >= L are padding. */
+struct rowmap {
+    long long n_rows, stride;
+    long long rows_per, p0, L; /* long long: the padded last chunk may reach past INT_MAX */
+};
+
+__device__ __forceinline__ void row_at(const rowmap &rm, long long r, long long *slice, long long *pos) {
+    *slice = r / rm.rows_per;
+    *pos = rm.p0 + r % rm.rows_per;
+}
+
+/* phi rows (n_rows x C) of the x rows (D wide); padding rows are zero. One warp per
+ * row (grid-stride over rows). */
+__global__ void fm_forward_kernel(fm_dev f, const float *x, rowmap rm, float *phi) {
+    const int lane = threadIdx.x & 31;
+    const long long nw = ((long long)gridDim.x * blockDim.x) >> 5;
+    for (long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rm.n_rows; r += nw) {
+        long long sl, p;
+        row_at(rm, r, &sl, &p);
+        float *out = phi + r * f.C;
+        if (p >= rm.L) {
+            for (long long c = lane; c < f.C; c += 32) out[c] = 0.0f;
+            continue;
+        }
+        const float *xr = x + sl * rm.stride + p * f.D;
+        double inv = 0.0;
+        if (f.kind == FM_TAYLOR) inv = 1.0 / fmax(warp_norm(xr, f.D, lane), FM_TAYLOR_NORM_FLOOR);
+        for (long long c = lane; c < f.C; c += 32) out[c] = fm_value(f, xr, c, inv);
+    }
+}
+
+/* gx rows (valid positions only, same layout as x) = (d phi / d x)^T gphi rows, as
+ * fm_backward (feature_maps.c). One warp per row. */
+__global__ void fm_backward_kernel(fm_dev f, const float *x, rowmap rm, const float *gphi, float *gx) {
+    const int lane = threadIdx.x & 31, D = f.D;
+    const long long nw = ((long long)gridDim.x * blockDim.x) >> 5;
+    for (long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rm.n_rows; r += nw) {
+        long long sl, p;
+        row_at(rm, r, &sl, &p);
+        if (p >= rm.L) continue;
+        const long long off = sl * rm.stride + p * D;
+        const float *xr = x + off, *g = gphi + r * f.C;
+        float *o = gx + off;
+        if (f.kind == FM_ELU) {
+            for (int a = lane; a < D; a += 32) o[a] = xr[a] > 0.0f ? g[a] : g[a] * expf(xr[a]);
+        } else if (f.kind == FM_TAYLOR) {
+            /* u = x / r: du/dx = (I - u u^T) / r above the floor, I / floor below it */
+            const double nr = warp_norm(xr, D, lane);
+            const float *gu = g + 1;
+            if (nr > FM_TAYLOR_NORM_FLOOR) {
+                double ug = 0;
+                for (int a = lane; a < D; a += 32) ug += xr[a] / nr * gu[a];
+                ug = warp_sum_d(ug);
+                for (int a = lane; a < D; a += 32) o[a] = (float)((gu[a] - xr[a] / nr * ug) / nr);
+            } else {
+                for (int a = lane; a < D; a += 32) o[a] = (float)(gu[a] / FM_TAYLOR_NORM_FLOOR);
+            }
+        } else {
+            /* d/dx_a of sum_{b,e} G_be x_b x_e = sum_e x_e G_ea + sum_e G_ae x_e */
+            const float *G = g + 1 + D;
+            for (int a = lane; a < D; a += 32) {
+                float col = 0.0f, row = 0.0f;
+                for (int e = 0; e < D; e++) col += xr[e] * G[(long long)e * D + a];
+                for (int e = 0; e < D; e++) row += G[(long long)a * D + e] * xr[e];
+                o[a] = f.lin * g[1 + a] + f.scale * (row + col);
+            }
+        }
+    }
+}
+
+/* ---- small kernels of the chunked algorithm ---- */
+
+/* vaug rows = [v row, 1], zero for padding. */
+__global__ void vaug_kernel(const float *v, rowmap rm, int M, float *vaug) {
+    const int M1 = M + 1;
+    const long long total = rm.n_rows * M1;
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (long long)gridDim.x * blockDim.x) {
+        long long sl, p;
+        const int m = (int)(e % M1);
+        row_at(rm, e / M1, &sl, &p);
+        vaug[e] = p >= rm.L ? 0.0f : m < M ? v[sl * rm.stride + p * M + m] : 1.0f;
+    }
+}
+
+/* Zeroes the strictly upper triangle of n_blocks consecutive T x T blocks. */
+__global__ void mask_upper_kernel(float *A, long long n_blocks, int T) {
+    const long long total = n_blocks * T * T;
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (long long)gridDim.x * blockDim.x) {
+        const long long i = (e / T) % T, j = e % T;
+        if (j > i) A[e] = 0.0f;
+    }
+}
+
+/* Exclusive scan of n_sl x g chunk states (E floats each, [slice][chunk][E]) along the
+ * chunk axis, starting from run ([slice][E]), which ends holding the total. Forward:
+ * chunks 0..g-1; reverse: g-1..0. Double accumulation; loads in batches of 8 so they
+ * are in flight together. */
+__global__ void scan_chunks_kernel(float *Sc, float *run, long long n_sl, int g, long long E, int reverse) {
+    const long long total = n_sl * E;
+    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+         idx += (long long)gridDim.x * blockDim.x) {
+        const long long sl = idx / E, e = idx % E;
+        float *base = Sc + sl * g * E + e;
+        double acc = run[idx];
+        for (int i0 = 0; i0 < g; i0 += 8) {
+            float t[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            const int n = g - i0 < 8 ? g - i0 : 8;
+            for (int u = 0; u < 8; u++) /* constant trip counts: unrolled, t[] in registers */
+                if (u < n) t[u] = base[(long long)(reverse ? g - 1 - (i0 + u) : i0 + u) * E];
+            for (int u = 0; u < 8; u++)
+                if (u < n) {
+                    base[(long long)(reverse ? g - 1 - (i0 + u) : i0 + u) * E] = (float)acc;
+                    acc += t[u];
+                }
+        }
+        run[idx] = (float)acc;
+    }
+}
+
+/* out rows (valid positions) = O[:, :M] / (O[:, M] + eps), as finish_rows (linear.c). */
+__global__ void finish_kernel(const float *O, rowmap rm, int M, double eps, float *out) {
+    const int M1 = M + 1;
+    const long long total = rm.n_rows * M;
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (long long)gridDim.x * blockDim.x) {
+        long long sl, p;
+        const long long r = e / M;
+        const int m = (int)(e % M);
+        row_at(rm, r, &sl, &p);
+        if (p >= rm.L) continue;
+        const float *o = O + r * M1;
+        out[sl * rm.stride + p * M + m] = o[m] * (float)(1.0 / ((double)o[M] + eps));
+    }
+}
+
+/* From Oaug rows and dout rows (one warp per row): inv = 1/(den+eps),
+ * gd = (dout . out) / (den+eps) (double, as grad_rows in linear.c), kept at
+ * inv_v / gd_v [slice * vstride + pos] when inv_v is not NULL, and
+ * Gaug = [dout * inv, -gd] (zero rows for padding). */
+__global__ void grad_rows_kernel(const float *O, const float *dout, rowmap rm, int M, double eps, float *inv_v,
+                                 float *gd_v, long long vstride, float *gaug) {
+    const int lane = threadIdx.x & 31, M1 = M + 1;
+    const long long nw = ((long long)gridDim.x * blockDim.x) >> 5;
+    for (long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rm.n_rows; r += nw) {
+        long long sl, p;
+        row_at(rm, r, &sl, &p);
+        float *gr = gaug + r * M1;
+        if (p >= rm.L) {
+            for (int m = lane; m < M1; m += 32) gr[m] = 0.0f;
+            continue;
+        }
+        const float *o = O + r * M1, *d = dout + sl * rm.stride + p * M;
+        const double rr = 1.0 / ((double)o[M] + eps);
+        double dn = 0;
+        for (int m = lane; m < M; m += 32) dn += (double)d[m] * o[m];
+        dn = warp_sum_d(dn);
+        const float iv = (float)rr, gd = (float)(dn * rr * rr);
+        if (lane == 0) {
+            if (inv_v) {
+                inv_v[sl * vstride + p] = iv;
+                gd_v[sl * vstride + p] = gd;
+            }
+            gr[M] = -gd;
+        }
+        for (int m = lane; m < M; m += 32) gr[m] = d[m] * iv;
+    }
+}
+
+/* Gaug rows from dout and the kept scalars (load_gaug in linear.c). */
+__global__ void gaug_kernel(const float *dout, rowmap rm, int M, const float *inv_v, const float *gd_v,
+                            long long vstride, float *gaug) {
+    const int M1 = M + 1;
+    const long long total = rm.n_rows * M1;
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (long long)gridDim.x * blockDim.x) {
+        long long sl, p;
+        const int m = (int)(e % M1);
+        row_at(rm, e / M1, &sl, &p);
+        gaug[e] = p >= rm.L ? 0.0f
+                  : m < M   ? dout[sl * rm.stride + p * M + m] * inv_v[sl * vstride + p]
+                            : -gd_v[sl * vstride + p];
+    }
+}
+
+/* dst rows (valid positions, M wide) = src rows (leading dimension ld). */
+__global__ void copy_rows_kernel(const float *src, int ld, rowmap rm, int M, float *dst) {
+    const long long total = rm.n_rows * M;
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (long long)gridDim.x * blockDim.x) {
+        long long sl, p;
+        const long long r = e / M;
+        row_at(rm, r, &sl, &p);
+        if (p < rm.L) dst[sl * rm.stride + p * M + e % M] = src[r * ld + e % M];
+    }
+}
+
+/* ---- configuration ---- */
+
+struct lin_cfg {
+    fm_dev f;
+    int T, C, D, M, M1;
+    double eps;
+};
+
+static void cfg_make(const attn *a, const attn_shape *s, lin_cfg *g) {
+    const bool poly = a->v == &attn_variant_polynomial;
+    const fm_kind kind = poly ? FM_POLY : a->p.feature_map == ATTN_FMAP_TAYLOR ? FM_TAYLOR : FM_ELU;
+    fm_spec sp;
+    fm_init(&sp, kind, s->qk_dim, a->p.c, poly ? attn_scale(a, s->qk_dim) : 1.0);
+    g->f.kind = (int)kind;
+    g->f.D = sp.D;
+    g->f.C = sp.C;
+    g->f.c = sp.c;
+    g->f.lin = sp.lin;
+    g->f.scale = sp.scale;
+    const int T = a->p.chunk > 0 ? a->p.chunk : AUTO_CHUNK;
+    g->T = T < s->len ? T : s->len;
+    if (g->T < 1) g->T = 1;
+    g->C = sp.C;
+    g->D = s->qk_dim;
+    g->M = s->v_dim;
+    g->M1 = s->v_dim + 1;
+    g->eps = a->p.eps;
+}
+
+/* Saturating size arithmetic (a need that overflows is simply "too much"). */
+static size_t smul(size_t a, size_t b) { return (a && b > SIZE_MAX / a) ? SIZE_MAX : a * b; }
+static size_t sadd(size_t a, size_t b) { return a > SIZE_MAX - b ? SIZE_MAX : a + b; }
+static size_t align_up(size_t n) { return sadd(n, ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS; }
+
+/* Floats of the buffers of one group of cn slices x g chunks, per-slice vectors of np
+ * positions (the layout carve() makes). */
+struct lin_bufs {
+    float *phiq, *phik, *dphi, *vaug, *gaug, *o, *A, *B, *Sc, *run, *R, *inv, *gd;
+};
+
+static size_t carve(const lin_cfg &c, bool causal, long long cn, long long g, long long np, float *ws, lin_bufs *b) {
+    const size_t rows = smul((size_t)cn, smul((size_t)g, (size_t)c.T)), C = (size_t)c.C, M1 = (size_t)c.M1;
+    const size_t chunks = smul((size_t)cn, (size_t)g), T = (size_t)c.T, CM = smul(C, M1);
+    const size_t sizes[N_BUFFERS] = {
+        smul(rows, C), smul(rows, C), smul(rows, C), smul(rows, M1), smul(rows, M1), smul(rows, M1),
+        causal ? smul(chunks, T * T) : 0, causal ? smul(chunks, T * T) : 0, causal ? smul(chunks, CM) : 0,
+        smul((size_t)cn, CM), causal ? 0 : smul((size_t)cn, CM),
+        causal ? smul((size_t)cn, (size_t)np) : 0, causal ? smul((size_t)cn, (size_t)np) : 0,
+    };
+    float **dst[N_BUFFERS] = {&b->phiq, &b->phik, &b->dphi, &b->vaug, &b->gaug, &b->o, &b->A,
+                              &b->B,    &b->Sc,   &b->run,  &b->R,    &b->inv,  &b->gd};
+    size_t off = 0;
+    for (int i = 0; i < N_BUFFERS; i++) {
+        if (ws) *dst[i] = sizes[i] ? ws + off : NULL;
+        off = sadd(off, align_up(sizes[i]));
+    }
+    return off;
+}
+
+static size_t need_floats(const lin_cfg &c, bool causal, long long cn, long long g, long long np) {
+    lin_bufs b;
+    return carve(c, causal, cn, g, np, NULL, &b);
+}
+
+/* Floats the calls may use at most for this configuration: the budget, but never below
+ * one chunk of one slice. */
+static size_t budget_floats(const lin_cfg &c, bool causal, long long np) {
+    const size_t min1 = need_floats(c, causal, 1, 1, np);
+    return lin_cuda_ws_floats > min1 ? lin_cuda_ws_floats : min1;
+}
+
+extern "C" size_t lin_cuda_workspace_bytes(const attn *a, const attn_shape *s) {
+    lin_cfg c;
+    cfg_make(a, s, &c);
+    const long long nc = ((long long)s->len + c.T - 1) / c.T, np = nc * c.T, BH = (long long)s->batch * s->heads;
+    const size_t all = need_floats(c, s->causal, BH, nc, np), budget = budget_floats(c, s->causal, np);
+    return smul(all < budget ? all : budget, sizeof(float));
+}
+
+/* How a run of ns slices of valid length L goes: cn slices and g chunks per group.
+ * All slices and as many chunks as fit; when not even one chunk of every slice fits,
+ * one chunk of as many slices as fit. */
+struct lin_plan {
+    long long cn;
+    int g, nc;
+    long long np;
+};
+
+static int make_plan(const attn *a, const lin_cfg &c, bool causal, long long ns, int L, lin_plan *pl) {
+    pl->nc = (int)(((long long)L + c.T - 1) / c.T);
+    pl->np = (long long)pl->nc * c.T;
+    size_t w = a->ws_bytes / sizeof(float);
+    const size_t budget = budget_floats(c, causal, pl->np);
+    if (w > budget) w = budget;
+    if (need_floats(c, causal, 1, 1, pl->np) > w)
+        return ab_fail(AB_EINVAL, "%s on CUDA: workspace of %zu floats is below one chunk", a->v->name, w);
+    if (need_floats(c, causal, ns, 1, pl->np) <= w) {
+        pl->cn = ns;
+        int lo = 1, hi = pl->nc; /* largest g in [lo, hi] that fits; g * T rows index with int */
+        if (hi > INT_MAX / c.T) hi = INT_MAX / c.T;
+        while (lo < hi) {
+            const int mid = lo + (hi - lo + 1) / 2;
+            if (need_floats(c, causal, ns, mid, pl->np) <= w) lo = mid;
+            else hi = mid - 1;
+        }
+        pl->g = lo;
+    } else {
+        pl->g = 1;
+        long long lo = 1, hi = ns;
+        while (lo < hi) {
+            const long long mid = lo + (hi - lo + 1) / 2;
+            if (need_floats(c, causal, mid, 1, pl->np) <= w) lo = mid;
+            else hi = mid - 1;
+        }
+        pl->cn = lo;
+    }
+    return 0;
+}
+
+/* ---- launch helpers ---- */
+
+static unsigned grid_elems(long long n) { return ab_cuda_grid(n, THREADS, MAX_BLOCKS); }
+static unsigned grid_warps(long long rows) { return ab_cuda_grid(rows, THREADS / 32, MAX_BLOCKS); }
+
+static int features(const lin_cfg &c, const float *x, const rowmap &rm, float *phi) {
+    AB_LAUNCH(fm_forward_kernel, grid_warps(rm.n_rows), THREADS, 0, ab_cuda_stream(), c.f, x, rm, phi);
+    return 0;
+}
+
+static int features_backward(const lin_cfg &c, const float *x, const rowmap &rm, const float *gphi, float *gx) {
+    AB_LAUNCH(fm_backward_kernel, grid_warps(rm.n_rows), THREADS, 0, ab_cuda_stream(), c.f, x, rm, gphi, gx);
+    return 0;
+}
+
+static int mask_upper(float *A, long long n_blocks, int T) {
+    if (T < 2) return 0;
+    AB_LAUNCH(mask_upper_kernel, grid_elems(n_blocks * T * T), THREADS, 0, ab_cuda_stream(), A, n_blocks, T);
+    return 0;
+}
+
+static int scan_chunks(float *Sc, float *run, long long n_sl, int g, long long E, bool reverse) {
+    AB_LAUNCH(scan_chunks_kernel, grid_elems(n_sl * E), THREADS, 0, ab_cuda_stream(), Sc, run, n_sl, g, E,
+              (int)reverse);
+    return 0;
+}
+
+/* One group: slices [sb, sb + cn) of a run (tensor bases q0.. already at slice sb),
+ * chunks [ch0, ch0 + g). */
+struct group {
+    long long cn, nch, nrows, p0;
+    int g, rows_per; /* rows_per = g * T <= INT_MAX (make_plan) */
+};
+
+static group group_at(const lin_cfg &c, long long cn, int g, int ch0) {
+    group gr;
+    gr.cn = cn;
+    gr.g = g;
+    gr.nch = cn * g;
+    gr.rows_per = g * c.T;
+    gr.nrows = cn * gr.rows_per;
+    gr.p0 = (long long)ch0 * c.T;
+    return gr;
+}
+
+static rowmap map_of(const group &gr, int L, long long stride) {
+    rowmap rm;
+    rm.n_rows = gr.nrows;
+    rm.stride = stride;
+    rm.rows_per = gr.rows_per;
+    rm.p0 = gr.p0;
+    rm.L = L;
+    return rm;
+}
+
+/* Tensors of one slice batch (bases at its first slice; N is the tensors' length). */
+struct lin_io {
+    const float *q, *k, *v, *dout;
+    float *out, *dq, *dk, *dv;
+    int N, L;
+};
+
+/* ---- causal ---- */
+
+/* phiQ (if want_q), phiK, Vaug, the chunk states and their exclusive scan with the
+ * running state; with want_o also A (masked) and Oaug. */
+static int causal_group_forward(const lin_cfg &c, const group &gr, const lin_io &io, const lin_bufs &b, float *run,
+                                bool want_o) {
+    const int T = c.T, C = c.C, M1 = c.M1;
+    const long long TC = (long long)T * C, TM = (long long)T * M1, TT = (long long)T * T, CM = (long long)C * M1;
+    const rowmap rq = map_of(gr, io.L, (long long)io.N * c.D), rv = map_of(gr, io.L, (long long)io.N * c.M);
+    AB_TRY(features(c, io.k, rq, b.phik));
+    AB_LAUNCH(vaug_kernel, grid_elems(gr.nrows * M1), THREADS, 0, ab_cuda_stream(), io.v, rv, c.M, b.vaug);
+    /* Sc[c] = phiK_c^T Vaug_c  (C, M1) per chunk */
+    AB_TRY(ab_cuda_sgemm_batched(true, false, C, M1, T, 1.0f, b.phik, C, TC, b.vaug, M1, TM, 0.0f, b.Sc, M1, CM,
+                                 gr.nch));
+    AB_TRY(scan_chunks(b.Sc, run, gr.cn, gr.g, CM, false));
+    if (!want_o) return 0;
+    AB_TRY(features(c, io.q, rq, b.phiq));
+    /* A = phiQ_c phiK_c^T  (T, T), lower triangle */
+    AB_TRY(ab_cuda_sgemm_batched(false, true, T, T, C, 1.0f, b.phiq, C, TC, b.phik, C, TC, 0.0f, b.A, T, TT, gr.nch));
+    AB_TRY(mask_upper(b.A, gr.nch, T));
+    /* O = phiQ_c Sc[c] + A Vaug_c  (T, M1) */
+    AB_TRY(ab_cuda_sgemm_batched(false, false, T, M1, C, 1.0f, b.phiq, C, TC, b.Sc, M1, CM, 0.0f, b.o, M1, TM,
+                                 gr.nch));
+    AB_TRY(ab_cuda_sgemm_batched(false, false, T, M1, T, 1.0f, b.A, T, TT, b.vaug, M1, TM, 1.0f, b.o, M1, TM, gr.nch));
+    return 0;
+}
+
+/* Causal forward of slices [0, ns) of io (state: NULL, or the recurrent state of those
+ * slices, which then carries the running state and keeps the final one). */
+static int causal_forward_run(const attn *a, const lin_cfg &c, long long ns, const lin_io &io0, float *state) {
+    lin_plan pl;
+    AB_TRY(make_plan(a, c, true, ns, io0.L, &pl));
+    lin_bufs b;
+    carve(c, true, pl.cn, pl.g, pl.np, (float *)a->ws, &b);
+    const long long CM = (long long)c.C * c.M1;
+    for (long long c0 = 0; c0 < ns; c0 += pl.cn) {
+        const long long cn = ns - c0 < pl.cn ? ns - c0 : pl.cn;
+        lin_io io = io0;
+        io.q += c0 * io.N * c.D;
+        io.k += c0 * io.N * c.D;
+        io.v += c0 * io.N * c.M;
+        if (io.out) io.out += c0 * io.N * c.M;
+        float *run = state ? state + c0 * CM : b.run;
+        if (!state) AB_CUDA_CHECK(cudaMemsetAsync(run, 0, (size_t)(cn * CM) * sizeof(float), ab_cuda_stream()));
+        for (int ch0 = 0; ch0 < pl.nc; ch0 += pl.g) {
+            const group gr = group_at(c, cn, pl.nc - ch0 < pl.g ? pl.nc - ch0 : pl.g, ch0);
+            AB_TRY(causal_group_forward(c, gr, io, b, run, io.out != NULL));
+            if (io.out) {
+                const rowmap rv = map_of(gr, io.L, (long long)io.N * c.M);
+                AB_LAUNCH(finish_kernel, grid_elems(gr.nrows * c.M), THREADS, 0, ab_cuda_stream(), b.o, rv, c.M,
+                          c.eps, io.out);
+            }
+        }
+    }
+    return 0;
+}
+
+static int causal_backward_run(const attn *a, const lin_cfg &c, long long ns, const lin_io &io0) {
+    lin_plan pl;
+    AB_TRY(make_plan(a, c, true, ns, io0.L, &pl));
+    lin_bufs b;
+    carve(c, true, pl.cn, pl.g, pl.np, (float *)a->ws, &b);
+    const int T = c.T, C = c.C, M = c.M, M1 = c.M1;
+    const long long TC = (long long)T * C, TM = (long long)T * M1, TT = (long long)T * T, CM = (long long)C * M1;
+    for (long long c0 = 0; c0 < ns; c0 += pl.cn) {
+        const long long cn = ns - c0 < pl.cn ? ns - c0 : pl.cn;
+        lin_io io = io0;
+        const long long oq = c0 * io.N * c.D, ov = c0 * io.N * c.M;
+        io.q += oq, io.k += oq, io.v += ov, io.dout += ov, io.dq += oq, io.dk += oq, io.dv += ov;
+        const long long sq = (long long)io.N * c.D, sv = (long long)io.N * c.M;
+        /* pass 1: chunks in order; Oaug, Gaug (kept scalars), dphiQ -> dq */
+        AB_CUDA_CHECK(cudaMemsetAsync(b.run, 0, (size_t)(cn * CM) * sizeof(float), ab_cuda_stream()));
+        for (int ch0 = 0; ch0 < pl.nc; ch0 += pl.g) {
+            const group gr = group_at(c, cn, pl.nc - ch0 < pl.g ? pl.nc - ch0 : pl.g, ch0);
+            const rowmap rq = map_of(gr, io.L, sq), rv = map_of(gr, io.L, sv);
+            AB_TRY(causal_group_forward(c, gr, io, b, b.run, true));
+            AB_LAUNCH(grad_rows_kernel, grid_warps(gr.nrows), THREADS, 0, ab_cuda_stream(), b.o, io.dout, rv, M,
+                      c.eps, b.inv, b.gd, pl.np, b.gaug);
+            /* B = Gaug_c Vaug_c^T  (T, T), lower triangle */
+            AB_TRY(ab_cuda_sgemm_batched(false, true, T, T, M1, 1.0f, b.gaug, M1, TM, b.vaug, M1, TM, 0.0f, b.B, T, TT,
+                                         gr.nch));
+            AB_TRY(mask_upper(b.B, gr.nch, T));
+            /* dphiQ = Gaug_c Sc[c]^T + B phiK_c  (T, C) */
+            AB_TRY(ab_cuda_sgemm_batched(false, true, T, C, M1, 1.0f, b.gaug, M1, TM, b.Sc, M1, CM, 0.0f, b.dphi, C,
+                                         TC, gr.nch));
+            AB_TRY(ab_cuda_sgemm_batched(false, false, T, C, T, 1.0f, b.B, T, TT, b.phik, C, TC, 1.0f, b.dphi, C, TC,
+                                         gr.nch));
+            AB_TRY(features_backward(c, io.q, rq, b.dphi, io.dq));
+        }
+        /* pass 2: chunks in reverse; R = sum over later chunks of phiQ^T Gaug */
+        AB_CUDA_CHECK(cudaMemsetAsync(b.run, 0, (size_t)(cn * CM) * sizeof(float), ab_cuda_stream()));
+        const int n_groups = (pl.nc + pl.g - 1) / pl.g;
+        for (int gi = n_groups - 1; gi >= 0; gi--) {
+            const int ch0 = gi * pl.g;
+            const group gr = group_at(c, cn, pl.nc - ch0 < pl.g ? pl.nc - ch0 : pl.g, ch0);
+            const rowmap rq = map_of(gr, io.L, sq), rv = map_of(gr, io.L, sv);
+            AB_TRY(features(c, io.q, rq, b.phiq));
+            AB_TRY(features(c, io.k, rq, b.phik));
+            AB_LAUNCH(vaug_kernel, grid_elems(gr.nrows * M1), THREADS, 0, ab_cuda_stream(), io.v, rv, M, b.vaug);
+            AB_LAUNCH(gaug_kernel, grid_elems(gr.nrows * M1), THREADS, 0, ab_cuda_stream(), io.dout, rv, M, b.inv,
+                      b.gd, pl.np, b.gaug);
+            /* Rc[c] = phiQ_c^T Gaug_c  (C, M1), reverse exclusive scan */
+            AB_TRY(ab_cuda_sgemm_batched(true, false, C, M1, T, 1.0f, b.phiq, C, TC, b.gaug, M1, TM, 0.0f, b.Sc, M1,
+                                         CM, gr.nch));
+            AB_TRY(scan_chunks(b.Sc, b.run, gr.cn, gr.g, CM, true));
+            AB_TRY(ab_cuda_sgemm_batched(false, true, T, T, C, 1.0f, b.phiq, C, TC, b.phik, C, TC, 0.0f, b.A, T, TT,
+                                         gr.nch));
+            AB_TRY(mask_upper(b.A, gr.nch, T));
+            AB_TRY(ab_cuda_sgemm_batched(false, true, T, T, M1, 1.0f, b.gaug, M1, TM, b.vaug, M1, TM, 0.0f, b.B, T, TT,
+                                         gr.nch));
+            AB_TRY(mask_upper(b.B, gr.nch, T));
+            /* dphiK = Vaug_c R[c]^T + B^T phiQ_c  (T, C) */
+            AB_TRY(ab_cuda_sgemm_batched(false, true, T, C, M1, 1.0f, b.vaug, M1, TM, b.Sc, M1, CM, 0.0f, b.dphi, C,
+                                         TC, gr.nch));
+            AB_TRY(ab_cuda_sgemm_batched(true, false, T, C, T, 1.0f, b.B, T, TT, b.phiq, C, TC, 1.0f, b.dphi, C, TC,
+                                         gr.nch));
+            /* dV = phiK_c R[c][:, :M] + A^T Gaug_c[:, :M]  (T, M), into the O buffer */
+            AB_TRY(ab_cuda_sgemm_batched(false, false, T, M, C, 1.0f, b.phik, C, TC, b.Sc, M1, CM, 0.0f, b.o, M1, TM,
+                                         gr.nch));
+            AB_TRY(ab_cuda_sgemm_batched(true, false, T, M, T, 1.0f, b.A, T, TT, b.gaug, M1, TM, 1.0f, b.o, M1, TM,
+                                         gr.nch));
+            AB_LAUNCH(copy_rows_kernel, grid_elems(gr.nrows * M), THREADS, 0, ab_cuda_stream(), b.o, M1, rv, M, io.dv);
+            AB_TRY(features_backward(c, io.k, rq, b.dphi, io.dk));
+        }
+    }
+    return 0;
+}
+
+/* ---- non-causal ---- */
+
+/* S = phiK^T Vaug over the run's valid rows, per slice of the batch (b.run). */
+static int noncausal_state(const lin_cfg &c, const lin_plan &pl, long long cn, const lin_io &io, const lin_bufs &b) {
+    const int C = c.C, M1 = c.M1;
+    for (int ch0 = 0; ch0 < pl.nc; ch0 += pl.g) {
+        const group gr = group_at(c, cn, pl.nc - ch0 < pl.g ? pl.nc - ch0 : pl.g, ch0);
+        const rowmap rq = map_of(gr, io.L, (long long)io.N * c.D), rv = map_of(gr, io.L, (long long)io.N * c.M);
+        const int R = gr.rows_per;
+        AB_TRY(features(c, io.k, rq, b.phik));
+        AB_LAUNCH(vaug_kernel, grid_elems(gr.nrows * M1), THREADS, 0, ab_cuda_stream(), io.v, rv, c.M, b.vaug);
+        /* S (+)= phiK^T Vaug  (C, M1) per slice */
+        AB_TRY(ab_cuda_sgemm_batched(true, false, C, M1, R, 1.0f, b.phik, C, (long long)R * C, b.vaug, M1,
+                                     (long long)R * M1, ch0 == 0 ? 0.0f : 1.0f, b.run, M1, (long long)C * M1, cn));
+    }
+    return 0;
+}
+
+static int noncausal_forward_run(const attn *a, const lin_cfg &c, long long ns, const lin_io &io0) {
+    lin_plan pl;
+    AB_TRY(make_plan(a, c, false, ns, io0.L, &pl));
+    lin_bufs b;
+    carve(c, false, pl.cn, pl.g, pl.np, (float *)a->ws, &b);
+    const int C = c.C, M1 = c.M1;
+    for (long long c0 = 0; c0 < ns; c0 += pl.cn) {
+        const long long cn = ns - c0 < pl.cn ? ns - c0 : pl.cn;
+        lin_io io = io0;
+        io.q += c0 * io.N * c.D, io.k += c0 * io.N * c.D, io.v += c0 * io.N * c.M, io.out += c0 * io.N * c.M;
+        AB_TRY(noncausal_state(c, pl, cn, io, b));
+        for (int ch0 = 0; ch0 < pl.nc; ch0 += pl.g) {
+            const group gr = group_at(c, cn, pl.nc - ch0 < pl.g ? pl.nc - ch0 : pl.g, ch0);
+            const rowmap rq = map_of(gr, io.L, (long long)io.N * c.D), rv = map_of(gr, io.L, (long long)io.N * c.M);
+            const int R = gr.rows_per;
+            AB_TRY(features(c, io.q, rq, b.phiq));
+            /* O = phiQ S  (R, M1) per slice */
+            AB_TRY(ab_cuda_sgemm_batched(false, false, R, M1, C, 1.0f, b.phiq, C, (long long)R * C, b.run, M1,
+                                         (long long)C * M1, 0.0f, b.o, M1, (long long)R * M1, cn));
+            AB_LAUNCH(finish_kernel, grid_elems(gr.nrows * c.M), THREADS, 0, ab_cuda_stream(), b.o, rv, c.M, c.eps,
+                      io.out);
+        }
+    }
+    return 0;
+}
+
+static int noncausal_backward_run(const attn *a, const lin_cfg &c, long long ns, const lin_io &io0) {
+    lin_plan pl;
+    AB_TRY(make_plan(a, c, false, ns, io0.L, &pl));
+    lin_bufs b;
+    carve(c, false, pl.cn, pl.g, pl.np, (float *)a->ws, &b);
+    const int C = c.C, M = c.M, M1 = c.M1;
+    const long long CM = (long long)C * M1;
+    for (long long c0 = 0; c0 < ns; c0 += pl.cn) {
+        const long long cn = ns - c0 < pl.cn ? ns - c0 : pl.cn;
+        lin_io io = io0;
+        const long long oq = c0 * io.N * c.D, ov = c0 * io.N * c.M;
+        io.q += oq, io.k += oq, io.v += ov, io.dout += ov, io.dq += oq, io.dk += oq, io.dv += ov;
+        const long long sq = (long long)io.N * c.D, sv = (long long)io.N * c.M;
+        AB_TRY(noncausal_state(c, pl, cn, io, b));
+        /* queries: Oaug, Gaug, dphiQ = Gaug S^T -> dq; R = sum phiQ^T Gaug */
+        for (int ch0 = 0; ch0 < pl.nc; ch0 += pl.g) {
+            const group gr = group_at(c, cn, pl.nc - ch0 < pl.g ? pl.nc - ch0 : pl.g, ch0);
+            const rowmap rq = map_of(gr, io.L, sq), rv = map_of(gr, io.L, sv);
+            const int R = gr.rows_per;
+            const long long RC = (long long)R * C, RM = (long long)R * M1;
+            AB_TRY(features(c, io.q, rq, b.phiq));
+            AB_TRY(ab_cuda_sgemm_batched(false, false, R, M1, C, 1.0f, b.phiq, C, RC, b.run, M1, CM, 0.0f, b.o, M1, RM,
+                                         cn));
+            AB_LAUNCH(grad_rows_kernel, grid_warps(gr.nrows), THREADS, 0, ab_cuda_stream(), b.o, io.dout, rv, M,
+                      c.eps, (float *)NULL, (float *)NULL, 0LL, b.gaug);
+            AB_TRY(ab_cuda_sgemm_batched(false, true, R, C, M1, 1.0f, b.gaug, M1, RM, b.run, M1, CM, 0.0f, b.dphi, C,
+                                         RC, cn));
+            AB_TRY(features_backward(c, io.q, rq, b.dphi, io.dq));
+            AB_TRY(ab_cuda_sgemm_batched(true, false, C, M1, R, 1.0f, b.phiq, C, RC, b.gaug, M1, RM,
+                                         ch0 == 0 ? 0.0f : 1.0f, b.R, M1, CM, cn));
+        }
+        /* keys: dphiK = Vaug R^T -> dk; dV = phiK R[:, :M] */
+        for (int ch0 = 0; ch0 < pl.nc; ch0 += pl.g) {
+            const group gr = group_at(c, cn, pl.nc - ch0 < pl.g ? pl.nc - ch0 : pl.g, ch0);
+            const rowmap rq = map_of(gr, io.L, sq), rv = map_of(gr, io.L, sv);
+            const int R = gr.rows_per;
+            const long long RC = (long long)R * C, RM = (long long)R * M1;
+            AB_TRY(features(c, io.k, rq, b.phik));
+            AB_LAUNCH(vaug_kernel, grid_elems(gr.nrows * M1), THREADS, 0, ab_cuda_stream(), io.v, rv, M, b.vaug);
+            AB_TRY(ab_cuda_sgemm_batched(false, true, R, C, M1, 1.0f, b.vaug, M1, RM, b.R, M1, CM, 0.0f, b.dphi, C, RC,
+                                         cn));
+            AB_TRY(features_backward(c, io.k, rq, b.dphi, io.dk));
+            AB_TRY(ab_cuda_sgemm_batched(false, false, R, M, C, 1.0f, b.phik, C, RC, b.R, M1, CM, 0.0f, b.o, M1, RM,
+                                         cn));
+            AB_LAUNCH(copy_rows_kernel, grid_elems(gr.nrows * M), THREADS, 0, ab_cuda_stream(), b.o, M1, rv, M, io.dv);
+        }
+    }
+    return 0;
+}
+
+/* ---- entry points ---- */
+
+extern "C" int lin_cuda_forward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,
+                                float *out, void *saved) {
+    (void)saved;
+    lin_cfg c;
+    cfg_make(a, s, &c);
+    const int H = s->heads, N = s->len, D = s->qk_dim, M = s->v_dim;
+    const long long ND = (long long)N * D, NM = (long long)N * M;
+    for (int b = 0; b < s->batch;) {
+        const attn_run r = attn_run_at(s, b);
+        b = r.b1;
+        const long long s0 = (long long)r.b0 * H, ns = (long long)(r.b1 - r.b0) * H;
+        AB_TRY(attn_cuda_zero_tail(out + s0 * NM, ns, NM, (long long)r.len * M));
+        if (r.len == 0) continue;
+        lin_io io = {q + s0 * ND, k + s0 * ND, v + s0 * NM, NULL, out + s0 * NM, NULL, NULL, NULL, N, r.len};
+        if (s->causal) AB_TRY(causal_forward_run(a, c, ns, io, NULL));
+        else AB_TRY(noncausal_forward_run(a, c, ns, io));
+    }
+    return 0;
+}
+
+extern "C" int lin_cuda_backward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,
+                                 const float *dout, const void *saved, float *dq, float *dk, float *dv) {
+    (void)saved;
+    lin_cfg c;
+    cfg_make(a, s, &c);
+    const int H = s->heads, N = s->len, D = s->qk_dim, M = s->v_dim;
+    const long long ND = (long long)N * D, NM = (long long)N * M;
+    for (int b = 0; b < s->batch;) {
+        const attn_run r = attn_run_at(s, b);
+        b = r.b1;
+        const long long s0 = (long long)r.b0 * H, ns = (long long)(r.b1 - r.b0) * H;
+        const int L = r.len;
+        AB_TRY(attn_cuda_zero_tail(dq + s0 * ND, ns, ND, (long long)L * D));
+        AB_TRY(attn_cuda_zero_tail(dk + s0 * ND, ns, ND, (long long)L * D));
+        AB_TRY(attn_cuda_zero_tail(dv + s0 * NM, ns, NM, (long long)L * M));
+        if (L == 0) continue;
+        lin_io io = {q + s0 * ND, k + s0 * ND, v + s0 * NM, dout + s0 * NM, NULL, dq + s0 * ND, dk + s0 * ND,
+                     dv + s0 * NM, N, L};
+        if (s->causal) AB_TRY(causal_backward_run(a, c, ns, io));
+        else AB_TRY(noncausal_backward_run(a, c, ns, io));
+    }
+    return 0;
+}
+
+/* ---- recurrent mode ---- */
+
+static size_t state_floats(const lin_cfg &c, const attn_shape *s) {
+    return (size_t)s->batch * (size_t)s->heads * (size_t)c.C * (size_t)c.M1;
+}
+
+extern "C" int lin_cuda_state_init(attn *a, const attn_shape *s, int capacity, void *state) {
+    (void)capacity;
+    lin_cfg c;
+    cfg_make(a, s, &c);
+    AB_CUDA_CHECK(cudaMemsetAsync(state, 0, state_floats(c, s) * sizeof(float), ab_cuda_stream()));
+    return 0;
+}
+
+extern "C" size_t lin_cuda_step_workspace_bytes(const attn *a, const attn_shape *s, int capacity) {
+    (void)a, (void)capacity;
+    return (size_t)s->batch * (size_t)s->heads * ((size_t)s->v_dim + 1) * sizeof(float);
+}
+
+extern "C" int lin_cuda_prefill(attn *a, const attn_shape *s, int capacity, int P, const float *q, const float *k,
+                                const float *v, float *out, void *state) {
+    (void)capacity;
+    attn_shape ps = *s;
+    ps.len = P;
+    lin_cfg c;
+    cfg_make(a, &ps, &c);
+    /* The state is empty here; cleared again so the prefill never builds on stale sums. */
+    AB_CUDA_CHECK(cudaMemsetAsync(state, 0, state_floats(c, s) * sizeof(float), ab_cuda_stream()));
+    lin_io io = {q, k, v, NULL, out, NULL, NULL, NULL, P, P};
+    return causal_forward_run(a, c, (long long)s->batch * s->heads, io, (float *)state);
+}
+
+/* S += phi(k) vaug^T and oaug = phi(q)^T S (the updated S) in one pass over S. Block:
+ * `cols` consecutive columns of one slice's S (coalesced) x blockDim.x / cols rows
+ * strided over C; partial sums (double) meet in shared memory. Features are computed
+ * from q and k on the fly (fm_value: the same floats as the feature kernel). */
+__global__ void step_update_kernel(fm_dev f, float *S, const float *q, const float *k, const float *v, float *oaug,
+                                   long long n_slices, int M, int cols, int tiles) {
+    __shared__ double part[THREADS];
+    __shared__ double norms[2];
+    const int tid = threadIdx.x, col = tid % cols, row = tid / cols, rows = blockDim.x / cols, M1 = M + 1;
+    const long long C = f.C;
+    for (long long blk = blockIdx.x; blk < n_slices * tiles; blk += gridDim.x) {
+        const long long bh = blk / tiles;
+        const int m = (int)(blk % tiles) * cols + col;
+        const float *qs = q + bh * f.D, *ks = k + bh * f.D;
+        double iq = 0.0, ik = 0.0;
+        if (f.kind == FM_TAYLOR) {
+            if (tid < 32) {
+                const double nq = warp_norm(qs, f.D, tid), nk = warp_norm(ks, f.D, tid);
+                if (tid == 0) {
+                    norms[0] = 1.0 / fmax(nq, FM_TAYLOR_NORM_FLOOR);
+                    norms[1] = 1.0 / fmax(nk, FM_TAYLOR_NORM_FLOOR);
+                }
+            }
+            __syncthreads();
+            iq = norms[0];
+            ik = norms[1];
+        }
+        double acc = 0.0;
+        if (m < M1) {
+            const float vm = m < M ? v[bh * M + m] : 1.0f;
+            float *Sb = S + bh * C * M1 + m;
+            for (long long c = row; c < C; c += rows) {
+                const float sv = Sb[c * M1] + fm_value(f, ks, c, ik) * vm;
+                Sb[c * M1] = sv;
+                acc += (double)fm_value(f, qs, c, iq) * sv;
+            }
+        }
+        part[tid] = acc;
+        __syncthreads();
+        if (row == 0 && m < M1) {
+            double sum = 0.0;
+            for (int r = 0; r < rows; r++) sum += part[r * cols + col];
+            oaug[bh * M1 + m] = (float)sum;
+        }
+        __syncthreads();
+    }
+}
+
+__global__ void step_finish_kernel(const float *oaug, long long n_slices, int M, double eps, float *out) {
+    const long long total = n_slices * M;
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (long long)gridDim.x * blockDim.x) {
+        const float *o = oaug + (e / M) * (M + 1);
+        out[e] = o[e % M] * (float)(1.0 / ((double)o[M] + eps));
+    }
+}
+
+extern "C" int lin_cuda_step(attn *a, const attn_shape *s, int capacity, void *state, int t, const float *q,
+                             const float *k, const float *v, float *out) {
+    (void)capacity, (void)t;
+    lin_cfg c;
+    cfg_make(a, s, &c);
+    const long long BH = (long long)s->batch * s->heads;
+    int cols = 1;
+    while (cols < c.M1 && cols < 32) cols *= 2;
+    const int tiles = (c.M1 + cols - 1) / cols;
+    float *oaug = (float *)a->ws;
+    AB_LAUNCH(step_update_kernel, ab_cuda_grid(BH * tiles, 1, AB_CUDA_MAX_GRID_X), THREADS, 0, ab_cuda_stream(), c.f,
+              (float *)state, q, k, v, oaug, BH, c.M, cols, tiles);
+    AB_LAUNCH(step_finish_kernel, grid_elems(BH * c.M), THREADS, 0, ab_cuda_stream(), oaug, BH, c.M, c.eps, out);
+    return 0;
+}

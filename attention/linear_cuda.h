@@ -1,0 +1,40 @@
+/* Internal: the CUDA backend of `linear` and `polynomial` (linear_cuda.cu). linear.c
+ * puts these functions into the attn_backend table of both variants when the build
+ * has CUDA (ATTNBENCH_HAVE_CUDA); check_shape, saved_bytes (0: forward saves nothing)
+ * and state_bytes (Saug, B*H*C*(M+1) floats) are the CPU's, same contract. */
+#ifndef ATTN_LINEAR_CUDA_H
+#define ATTN_LINEAR_CUDA_H
+
+#include "variant.h"
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Parallel mode. */
+size_t lin_cuda_workspace_bytes(const attn *a, const attn_shape *s);
+int lin_cuda_forward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v, float *out,
+                     void *saved);
+int lin_cuda_backward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,
+                      const float *dout, const void *saved, float *dq, float *dk, float *dv);
+
+/* Recurrent mode. */
+int lin_cuda_state_init(attn *a, const attn_shape *s, int capacity, void *state);
+int lin_cuda_prefill(attn *a, const attn_shape *s, int capacity, int prompt_len, const float *q, const float *k,
+                     const float *v, float *out, void *state);
+int lin_cuda_step(attn *a, const attn_shape *s, int capacity, void *state, int t, const float *q, const float *k,
+                  const float *v, float *out);
+size_t lin_cuda_step_workspace_bytes(const attn *a, const attn_shape *s, int capacity);
+
+/* Floats of workspace the parallel calls may use: they work on as many slices and
+ * chunks at a time as fit (at least one chunk of one slice). 32 Mi floats (128 MiB) by
+ * default; tests lower it to exercise the grouped paths. Not thread-safe. */
+extern size_t lin_cuda_ws_floats;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
