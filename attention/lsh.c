@@ -8,7 +8,9 @@
  *   rotation round r (0-based) uses R_r [D x bits] with
  *            R_r[d][j] = ab_rng_normal(seed, stream = r, index = d * bits + j),
  *            shared by every batch row and head.
- *   hash     p = k_i R_r (float32 product, ab_sgemm); bucket = argmax over the 2*bits
+ *   hash     p = k_i R_r in float32 as a chain of fused multiply-adds in a fixed
+ *            order (lsh_hash.h, shared with the CUDA backend: the same buckets bit for
+ *            bit, which a BLAS product would not give); bucket = argmax over the 2*bits
  *            values [p_0 .. p_{bits-1}, -p_0 .. -p_{bits-1}], first maximum on ties
  *            (bucket j < bits means +p_j, bits + j means -p_j).
  *   per round, with L = lengths[b] (or N) and only positions [0, L) taking part:
@@ -48,8 +50,8 @@
  * then runs even chunks, then odd chunks: chunk c writes the rows of chunks c-1 and c,
  * so chunks of one parity never share a row. Workspace: the rotations, a few O(N)
  * vectors per slice in flight, and per thread one set of chunk blocks (queries
- * [chunk x D], keys [2 chunk x D], scores [chunk x 2 chunk], ...). Every product
- * (hash, scores, outputs, gradients) is an ab_sgemm. No dense N x N mask, no
+ * [chunk x D], keys [2 chunk x D], scores [chunk x 2 chunk], ...). Every product of
+ * the attention (scores, outputs, gradients) is an ab_sgemm. No dense N x N mask, no
  * allocation inside a call. The rotations are regenerated from the seed by every
  * forward (rounds * D * bits normals: small next to the attention itself).
  * There is no recurrent mode: generation recomputes, as in the paper. */
@@ -65,7 +67,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#define HASH_ROWS 64 /* rows per hashing product */
+#define HASH_ROWS 64 /* rows per hashing block */
+#define HASH_TILE 8  /* projections computed together */
 
 static const char *const combine_names[] = {"mean", "logsumexp", NULL};
 
@@ -134,7 +137,7 @@ typedef struct {
 
 /* Chunk blocks, one set per thread. */
 typedef struct {
-    float *hk, *hp;           /* [HASH_ROWS x D], [HASH_ROWS x bits] */
+    float *hk;                /* [HASH_ROWS x D] normalised queries to hash */
     float *Qc, *Kc, *Vc, *Oc; /* [C x D], [K2 x D], [K2 x M], [C x M] (backward: dout rows) */
     float *S, *P;             /* [C x K2] */
     float *dQc, *dKc, *dVc;   /* [C x D], [K2 x D], [K2 x M] */
@@ -161,7 +164,6 @@ static size_t carve_vecs(const lsh_dims *d, char *base, lsh_vecs *x) {
 static size_t carve_blk(const lsh_dims *d, char *base, lsh_blk *x) {
     size_t off = 0, D = (size_t)d->D, M = (size_t)d->M, C = (size_t)d->C, K2 = (size_t)d->K2;
     PIECE(hk, float, (size_t)HASH_ROWS * D);
-    PIECE(hp, float, (size_t)HASH_ROWS * (size_t)d->bits);
     PIECE(Qc, float, C * D);
     PIECE(Kc, float, K2 * D);
     PIECE(Vc, float, K2 * M);
@@ -222,22 +224,29 @@ typedef struct {
     float *out;     /* [BH][N][M] combined output (logsumexp combine only) */
 } lsh_saved;
 
-static size_t saved_layout(const lsh_dims *d, char *base, lsh_saved *v) {
-    size_t per = (size_t)d->BH * d->R * d->N, off = 0;
-    if (base) v->perm = (int32_t *)base;
-    off += attn_align64(sizeof(int32_t) * per);
-    if (base) v->lse = (float *)(base + off);
-    off += attn_align64(sizeof(float) * per);
-    if (d->lse_combine) {
-        if (base) v->lse_tot = (float *)(base + off);
-        off += attn_align64(sizeof(float) * (size_t)d->BH * d->N);
-        if (base) v->out = (float *)(base + off);
-        off += attn_align64(sizeof(float) * (size_t)d->BH * d->N * d->M);
-    } else if (base) {
-        v->lse_tot = NULL;
-        v->out = NULL;
+attn_lsh_saved_layout attn_lsh_saved(size_t BH, int rounds, int N, int M, bool lse_combine) {
+    attn_lsh_saved_layout l;
+    size_t per = BH * (size_t)rounds * (size_t)N;
+    l.perm = 0;
+    l.lse = attn_align64(sizeof(int32_t) * per);
+    l.lse_tot = l.lse + attn_align64(sizeof(float) * per);
+    l.out = l.bytes = l.lse_tot;
+    if (lse_combine) {
+        l.out = l.lse_tot + attn_align64(sizeof(float) * BH * (size_t)N);
+        l.bytes = l.out + attn_align64(sizeof(float) * BH * (size_t)N * (size_t)M);
     }
-    return off;
+    return l;
+}
+
+static size_t saved_layout(const lsh_dims *d, char *base, lsh_saved *v) {
+    attn_lsh_saved_layout l = attn_lsh_saved((size_t)d->BH, d->R, d->N, d->M, d->lse_combine);
+    if (base) {
+        v->perm = (int32_t *)(base + l.perm);
+        v->lse = (float *)(base + l.lse);
+        v->lse_tot = d->lse_combine ? (float *)(base + l.lse_tot) : NULL;
+        v->out = d->lse_combine ? (float *)(base + l.out) : NULL;
+    }
+    return l.bytes;
 }
 
 static size_t saved_lsh(const attn *a, const attn_shape *s) {
@@ -250,7 +259,7 @@ static int check_lsh(const attn *a, const attn_shape *s) {
     lsh_dims d = get_dims(a, s);
     double C = d.C, K2 = d.K2, N = d.N, Dd = d.D, M = d.M;
     double vecs = 4.0 * (6 * N + 2 * d.nb) + 64.0 * 6;
-    double blk = 4.0 * (HASH_ROWS * (Dd + d.bits) + 2 * C * (Dd + M) + 2 * K2 * (Dd + M) + 2 * C * K2) + 64.0 * 11;
+    double blk = 4.0 * (HASH_ROWS * Dd + 2 * C * (Dd + M) + 2 * K2 * (Dd + M) + 2 * C * K2) + 64.0 * 10;
     double ws = 4.0 * d.R * Dd * d.bits + (double)d.slots * vecs + (double)d.nblk * blk;
     double saved = 8.0 * d.BH * d.R * N + 4.0 * d.BH * N * (M + 1) + 256;
     if (ws > (double)SIZE_MAX / 4 || saved > (double)SIZE_MAX / 4 || N * d.R > (double)INT32_MAX)
@@ -277,10 +286,8 @@ static void norms(const float *q, int L, int D, float *nrm, float *invn) {
     for (int i = 0; i < L; i++) {
         const float *x = q + (size_t)i * D;
         double ss = 0;
-        for (int t = 0; t < D; t++) ss += (double)x[t] * x[t];
-        double n = sqrt(ss);
-        nrm[i] = (float)n;
-        invn[i] = (float)(1.0 / (n > ATTN_LSH_NORM_FLOOR ? n : ATTN_LSH_NORM_FLOOR));
+        for (int t = 0; t < D; t++) ss = attn_lsh_sumsq_step(ss, x[t]);
+        invn[i] = attn_lsh_inv_norm(ss, &nrm[i]);
     }
 }
 
@@ -292,17 +299,28 @@ static void hash_rows(const float *q, const float *invn, int i0, int nr, int D, 
         float sc = invn[i0 + t];
         for (int c = 0; c < D; c++) w->hk[(size_t)t * D + c] = x[c] * sc;
     }
-    /* hp = hk R   (nr, bits) */
-    ab_sgemm(false, false, nr, bits, D, 1.0f, w->hk, D, R, bits, 0.0f, w->hp, bits);
+    /* p = hk R row by row, 8 projections at a time: fused chains over d in order
+     * (lsh_hash.h), vectorised across the 8 */
     for (int t = 0; t < nr; t++) {
-        const float *p = w->hp + (size_t)t * bits;
-        float best = p[0];
-        int arg = 0;
-        for (int j = 1; j < bits; j++)
-            if (p[j] > best) best = p[j], arg = j;
-        for (int j = 0; j < bits; j++)
-            if (-p[j] > best) best = -p[j], arg = bits + j;
-        bucket[i0 + t] = arg;
+        const float *k = w->hk + (size_t)t * D;
+        float p[HASH_TILE];
+        attn_lsh_argmax am = attn_lsh_argmax_first(0.0f);
+        for (int j0 = 0; j0 < bits; j0 += HASH_TILE) {
+            const int nj = bits - j0 < HASH_TILE ? bits - j0 : HASH_TILE;
+            for (int jj = 0; jj < HASH_TILE; jj++) p[jj] = 0.0f;
+            for (int c = 0; c < D; c++) {
+                const float kc = k[c], *rr = R + (size_t)c * bits + j0;
+                if (nj == HASH_TILE)
+                    for (int jj = 0; jj < HASH_TILE; jj++) p[jj] = attn_lsh_proj_step(p[jj], kc, rr[jj]);
+                else
+                    for (int jj = 0; jj < nj; jj++) p[jj] = attn_lsh_proj_step(p[jj], kc, rr[jj]);
+            }
+            for (int jj = 0; jj < nj; jj++) {
+                if (j0 + jj == 0) am = attn_lsh_argmax_first(p[0]);
+                else attn_lsh_argmax_add(&am, j0 + jj, p[jj]);
+            }
+        }
+        bucket[i0 + t] = attn_lsh_argmax_bucket(&am, bits);
     }
 }
 
@@ -621,9 +639,9 @@ static int backward_lsh(attn *a, const attn_shape *s, const float *q, const floa
 int attn_lsh_buckets(attn *a, const attn_shape *s, const float *q, int *buckets) {
     if (!a || !s || !q || !buckets) return ab_fail(AB_EINVAL, "attn_lsh_buckets: NULL argument");
     if (a->v != &attn_variant_lsh) return ab_fail(AB_EINVAL, "attn_lsh_buckets: variant '%s' is not lsh", a->v->name);
-    if (a->device != ATTN_DEVICE_CPU) return ab_fail(AB_EUNSUPPORTED, "attn_lsh_buckets: CPU objects only");
     int rc = attn_reserve(a, s);
     if (rc) return rc;
+    if (a->device != ATTN_DEVICE_CPU) return ab_fail(AB_EUNSUPPORTED, "attn_lsh_buckets: CPU objects only");
     lsh_dims d = get_dims(a, s);
     lsh_ws ws = ws_of(a, &d);
     make_rotations(a, &d, ws.rot);
@@ -650,6 +668,7 @@ static const attn_backend cpu_lsh = {
     .forward = forward_lsh,
     .backward = backward_lsh,
 };
+
 
 const attn_variant attn_variant_lsh = {
     .name = "lsh",
