@@ -66,9 +66,13 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__AVX__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
 
 #define HASH_ROWS 64 /* rows per hashing block */
 #define HASH_TILE 8  /* projections computed together */
+#define HASH_ILV 4   /* rows hashed together (project_tile4) */
 
 static const char *const combine_names[] = {"mean", "logsumexp", NULL};
 
@@ -291,6 +295,59 @@ static void norms(const float *q, int L, int D, float *nrm, float *invn) {
     }
 }
 
+/* p[u][jj] = projection j0 + jj of the keys k + u D (u < 4 rows of D) on R [D x bits],
+ * for jj < HASH_TILE: the fused chains of lsh_hash.h, a tile of projections of 4 rows
+ * at once, vectorised across the tile; the rows are independent chains, so their
+ * fused multiply-adds overlap instead of waiting on each other (with AVX and FMA
+ * explicitly: GCC's own vectorisation of this loop shuffles more than it computes).
+ * Rows past nr repeat row 0 (computed and ignored). R has at least j0 + HASH_TILE
+ * columns. */
+static void project_tile4(const float *restrict k, int nr, const float *restrict R, int D, int bits, int j0,
+                          float p[HASH_ILV][HASH_TILE]) {
+    const float *restrict k0 = k, *restrict k1 = k + (size_t)(nr > 1 ? 1 : 0) * D;
+    const float *restrict k2 = k + (size_t)(nr > 2 ? 2 : 0) * D, *restrict k3 = k + (size_t)(nr > 3 ? 3 : 0) * D;
+#if defined(__AVX__) && defined(__FMA__) && HASH_TILE == 8
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int c = 0; c < D; c++) {
+        const __m256 rr = _mm256_loadu_ps(R + (size_t)c * bits + j0);
+        a0 = _mm256_fmadd_ps(_mm256_set1_ps(k0[c]), rr, a0); /* = attn_lsh_proj_step per lane */
+        a1 = _mm256_fmadd_ps(_mm256_set1_ps(k1[c]), rr, a1);
+        a2 = _mm256_fmadd_ps(_mm256_set1_ps(k2[c]), rr, a2);
+        a3 = _mm256_fmadd_ps(_mm256_set1_ps(k3[c]), rr, a3);
+    }
+    _mm256_storeu_ps(p[0], a0);
+    _mm256_storeu_ps(p[1], a1);
+    _mm256_storeu_ps(p[2], a2);
+    _mm256_storeu_ps(p[3], a3);
+#else
+    float a0[HASH_TILE] = {0}, a1[HASH_TILE] = {0}, a2[HASH_TILE] = {0}, a3[HASH_TILE] = {0};
+    for (int c = 0; c < D; c++) {
+        const float *restrict rr = R + (size_t)c * bits + j0;
+        const float c0 = k0[c], c1 = k1[c], c2 = k2[c], c3 = k3[c];
+        for (int jj = 0; jj < HASH_TILE; jj++) {
+            a0[jj] = attn_lsh_proj_step(a0[jj], c0, rr[jj]);
+            a1[jj] = attn_lsh_proj_step(a1[jj], c1, rr[jj]);
+            a2[jj] = attn_lsh_proj_step(a2[jj], c2, rr[jj]);
+            a3[jj] = attn_lsh_proj_step(a3[jj], c3, rr[jj]);
+        }
+    }
+    for (int jj = 0; jj < HASH_TILE; jj++) p[0][jj] = a0[jj], p[1][jj] = a1[jj], p[2][jj] = a2[jj], p[3][jj] = a3[jj];
+#endif
+}
+
+/* The same for a partial tile (nj < HASH_TILE projections left). */
+static void project_tail(const float *k, int nr, const float *R, int D, int bits, int j0, int nj,
+                         float p[HASH_ILV][HASH_TILE]) {
+    for (int u = 0; u < HASH_ILV; u++) {
+        const float *ku = k + (size_t)(u < nr ? u : 0) * D;
+        for (int jj = 0; jj < nj; jj++) {
+            float acc = 0.0f;
+            for (int c = 0; c < D; c++) acc = attn_lsh_proj_step(acc, ku[c], R[(size_t)c * bits + j0 + jj]);
+            p[u][jj] = acc;
+        }
+    }
+}
+
 /* Buckets of positions [i0, i0 + nr) (nr <= HASH_ROWS) for rotation R [D x bits]. */
 static void hash_rows(const float *q, const float *invn, int i0, int nr, int D, int bits, const float *R,
                       const lsh_blk *w, int *bucket) {
@@ -299,28 +356,21 @@ static void hash_rows(const float *q, const float *invn, int i0, int nr, int D, 
         float sc = invn[i0 + t];
         for (int c = 0; c < D; c++) w->hk[(size_t)t * D + c] = x[c] * sc;
     }
-    /* p = hk R row by row, 8 projections at a time: fused chains over d in order
-     * (lsh_hash.h), vectorised across the 8 */
-    for (int t = 0; t < nr; t++) {
-        const float *k = w->hk + (size_t)t * D;
-        float p[HASH_TILE];
-        attn_lsh_argmax am = attn_lsh_argmax_first(0.0f);
+    for (int t0 = 0; t0 < nr; t0 += HASH_ILV) {
+        const int nu = nr - t0 < HASH_ILV ? nr - t0 : HASH_ILV;
+        float p[HASH_ILV][HASH_TILE];
+        attn_lsh_argmax am[HASH_ILV];
         for (int j0 = 0; j0 < bits; j0 += HASH_TILE) {
             const int nj = bits - j0 < HASH_TILE ? bits - j0 : HASH_TILE;
-            for (int jj = 0; jj < HASH_TILE; jj++) p[jj] = 0.0f;
-            for (int c = 0; c < D; c++) {
-                const float kc = k[c], *rr = R + (size_t)c * bits + j0;
-                if (nj == HASH_TILE)
-                    for (int jj = 0; jj < HASH_TILE; jj++) p[jj] = attn_lsh_proj_step(p[jj], kc, rr[jj]);
-                else
-                    for (int jj = 0; jj < nj; jj++) p[jj] = attn_lsh_proj_step(p[jj], kc, rr[jj]);
-            }
-            for (int jj = 0; jj < nj; jj++) {
-                if (j0 + jj == 0) am = attn_lsh_argmax_first(p[0]);
-                else attn_lsh_argmax_add(&am, j0 + jj, p[jj]);
-            }
+            if (nj == HASH_TILE) project_tile4(w->hk + (size_t)t0 * D, nu, R, D, bits, j0, p);
+            else project_tail(w->hk + (size_t)t0 * D, nu, R, D, bits, j0, nj, p);
+            for (int u = 0; u < nu; u++)
+                for (int jj = 0; jj < nj; jj++) {
+                    if (j0 + jj == 0) am[u] = attn_lsh_argmax_first(p[u][0]);
+                    else attn_lsh_argmax_add(&am[u], j0 + jj, p[u][jj]);
+                }
         }
-        bucket[i0 + t] = attn_lsh_argmax_bucket(&am, bits);
+        for (int u = 0; u < nu; u++) bucket[i0 + t0 + u] = attn_lsh_argmax_bucket(&am[u], bits);
     }
 }
 
