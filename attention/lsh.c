@@ -54,10 +54,13 @@
  * the attention (scores, outputs, gradients) is an ab_sgemm. No dense N x N mask, no
  * allocation inside a call. The rotations are regenerated from the seed by every
  * forward (rounds * D * bits normals: small next to the attention itself).
- * There is no recurrent mode: generation recomputes, as in the paper. */
+ * There is no recurrent mode: generation recomputes, as in the paper.
+ * The CUDA backend (lsh_cuda.cu) computes the same formula with the same hashing
+ * (lsh_hash.h) and the same saved layout (attn_lsh_saved). */
 #include "lsh.h"
 
 #include "cpu_util.h"
+#include "lsh_cuda.h"
 
 #include "../harness/error.h"
 #include "../harness/rng.h"
@@ -684,14 +687,17 @@ static int backward_lsh(attn *a, const attn_shape *s, const float *q, const floa
     return 0;
 }
 
-/* ---- buckets, for tests ---- */
+/* ---- buckets, for tests (and the CUDA backend's, lsh_cuda.cu) ---- */
 
 int attn_lsh_buckets(attn *a, const attn_shape *s, const float *q, int *buckets) {
     if (!a || !s || !q || !buckets) return ab_fail(AB_EINVAL, "attn_lsh_buckets: NULL argument");
     if (a->v != &attn_variant_lsh) return ab_fail(AB_EINVAL, "attn_lsh_buckets: variant '%s' is not lsh", a->v->name);
     int rc = attn_reserve(a, s);
     if (rc) return rc;
-    if (a->device != ATTN_DEVICE_CPU) return ab_fail(AB_EUNSUPPORTED, "attn_lsh_buckets: CPU objects only");
+#ifdef ATTNBENCH_HAVE_CUDA
+    if (a->device == ATTN_DEVICE_CUDA) return lsh_cuda_buckets(a, s, q, buckets);
+#endif
+    if (a->device != ATTN_DEVICE_CPU) return ab_fail(AB_EUNSUPPORTED, "attn_lsh_buckets: no such device");
     lsh_dims d = get_dims(a, s);
     lsh_ws ws = ws_of(a, &d);
     make_rotations(a, &d, ws.rot);
@@ -719,6 +725,23 @@ static const attn_backend cpu_lsh = {
     .backward = backward_lsh,
 };
 
+#ifdef ATTNBENCH_HAVE_CUDA
+static int check_lsh_cuda(const attn *a, const attn_shape *s) {
+    int rc = check_lsh(a, s);
+    return rc ? rc : lsh_cuda_check_shape(a, s);
+}
+
+static const attn_backend cuda_lsh = {
+    .check_shape = check_lsh_cuda,
+    .saved_bytes = saved_lsh,
+    .workspace_bytes = lsh_cuda_workspace_bytes,
+    .forward = lsh_cuda_forward,
+    .backward = lsh_cuda_backward,
+};
+#define CUDA_LSH (&cuda_lsh)
+#else
+#define CUDA_LSH NULL
+#endif
 
 const attn_variant attn_variant_lsh = {
     .name = "lsh",
@@ -728,4 +751,5 @@ const attn_variant attn_variant_lsh = {
     .n_options = (int)(sizeof lsh_options / sizeof lsh_options[0]),
     .defaults = defaults_lsh,
     .cpu = &cpu_lsh,
+    .cuda = CUDA_LSH,
 };

@@ -18,7 +18,8 @@ extern "C" {
  * buckets[((r * B + b) * H + h) * N + i] in [0, 2*bits) for valid positions
  * i < L (lengths[b] or N), and -1 for padded positions (they are not hashed). Same
  * code path and same products as the forward, so the values are identical to the
- * ones the forward sorted by. Sizes the workspace like attn_reserve.
+ * ones the forward sorted by. Sizes the workspace like attn_reserve. On a CUDA object
+ * q and buckets are device memory (and the work is queued on the library's stream).
  * Returns 0 or a negative ATTN_E* code with a message. */
 int attn_lsh_buckets(attn *a, const attn_shape *s, const float *q, int *buckets);
 
