@@ -711,6 +711,8 @@ static saved_ptrs saved_of(const lsh_plan *p, const void *saved) {
 }
 
 extern "C" int lsh_cuda_check_shape(const attn *a, const attn_shape *s) {
+    if (a->p.rounds > MAX_ROUNDS) /* the kernels keep per-round values in shared memory */
+        return ab_fail(AB_EINVAL, "lsh (cuda): rounds=%d is above %d", a->p.rounds, MAX_ROUNDS);
     lsh_plan p = plan_of(a, s);
     /* the workspace must be addressable (checked in double before any size_t product) */
     const double vec = 4.0 * (double)p.slots * p.N * 4 + 4.0 * p.R * (double)p.D * p.bits;
