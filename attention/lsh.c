@@ -8,7 +8,9 @@
  *   rotation round r (0-based) uses R_r [D x bits] with
  *            R_r[d][j] = ab_rng_normal(seed, stream = r, index = d * bits + j),
  *            shared by every batch row and head.
- *   hash     p = k_i R_r (float32 product, ab_sgemm); bucket = argmax over the 2*bits
+ *   hash     p = k_i R_r in float32 as a chain of fused multiply-adds in a fixed
+ *            order (lsh_hash.h, shared with the CUDA backend: the same buckets bit for
+ *            bit, which a BLAS product would not give); bucket = argmax over the 2*bits
  *            values [p_0 .. p_{bits-1}, -p_0 .. -p_{bits-1}], first maximum on ties
  *            (bucket j < bits means +p_j, bits + j means -p_j).
  *   per round, with L = lengths[b] (or N) and only positions [0, L) taking part:
@@ -48,14 +50,17 @@
  * then runs even chunks, then odd chunks: chunk c writes the rows of chunks c-1 and c,
  * so chunks of one parity never share a row. Workspace: the rotations, a few O(N)
  * vectors per slice in flight, and per thread one set of chunk blocks (queries
- * [chunk x D], keys [2 chunk x D], scores [chunk x 2 chunk], ...). Every product
- * (hash, scores, outputs, gradients) is an ab_sgemm. No dense N x N mask, no
+ * [chunk x D], keys [2 chunk x D], scores [chunk x 2 chunk], ...). Every product of
+ * the attention (scores, outputs, gradients) is an ab_sgemm. No dense N x N mask, no
  * allocation inside a call. The rotations are regenerated from the seed by every
  * forward (rounds * D * bits normals: small next to the attention itself).
- * There is no recurrent mode: generation recomputes, as in the paper. */
+ * There is no recurrent mode: generation recomputes, as in the paper.
+ * The CUDA backend (lsh_cuda.cu) computes the same formula with the same hashing
+ * (lsh_hash.h) and the same saved layout (attn_lsh_saved). */
 #include "lsh.h"
 
 #include "cpu_util.h"
+#include "lsh_cuda.h"
 
 #include "../harness/error.h"
 #include "../harness/rng.h"
@@ -64,8 +69,13 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__AVX__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
 
-#define HASH_ROWS 64 /* rows per hashing product */
+#define HASH_ROWS 64 /* rows per hashing block */
+#define HASH_TILE 8  /* projections computed together */
+#define HASH_ILV 4   /* rows hashed together (project_tile4) */
 
 static const char *const combine_names[] = {"mean", "logsumexp", NULL};
 
@@ -134,7 +144,7 @@ typedef struct {
 
 /* Chunk blocks, one set per thread. */
 typedef struct {
-    float *hk, *hp;           /* [HASH_ROWS x D], [HASH_ROWS x bits] */
+    float *hk;                /* [HASH_ROWS x D] normalised queries to hash */
     float *Qc, *Kc, *Vc, *Oc; /* [C x D], [K2 x D], [K2 x M], [C x M] (backward: dout rows) */
     float *S, *P;             /* [C x K2] */
     float *dQc, *dKc, *dVc;   /* [C x D], [K2 x D], [K2 x M] */
@@ -161,7 +171,6 @@ static size_t carve_vecs(const lsh_dims *d, char *base, lsh_vecs *x) {
 static size_t carve_blk(const lsh_dims *d, char *base, lsh_blk *x) {
     size_t off = 0, D = (size_t)d->D, M = (size_t)d->M, C = (size_t)d->C, K2 = (size_t)d->K2;
     PIECE(hk, float, (size_t)HASH_ROWS * D);
-    PIECE(hp, float, (size_t)HASH_ROWS * (size_t)d->bits);
     PIECE(Qc, float, C * D);
     PIECE(Kc, float, K2 * D);
     PIECE(Vc, float, K2 * M);
@@ -222,22 +231,29 @@ typedef struct {
     float *out;     /* [BH][N][M] combined output (logsumexp combine only) */
 } lsh_saved;
 
-static size_t saved_layout(const lsh_dims *d, char *base, lsh_saved *v) {
-    size_t per = (size_t)d->BH * d->R * d->N, off = 0;
-    if (base) v->perm = (int32_t *)base;
-    off += attn_align64(sizeof(int32_t) * per);
-    if (base) v->lse = (float *)(base + off);
-    off += attn_align64(sizeof(float) * per);
-    if (d->lse_combine) {
-        if (base) v->lse_tot = (float *)(base + off);
-        off += attn_align64(sizeof(float) * (size_t)d->BH * d->N);
-        if (base) v->out = (float *)(base + off);
-        off += attn_align64(sizeof(float) * (size_t)d->BH * d->N * d->M);
-    } else if (base) {
-        v->lse_tot = NULL;
-        v->out = NULL;
+attn_lsh_saved_layout attn_lsh_saved(size_t BH, int rounds, int N, int M, bool lse_combine) {
+    attn_lsh_saved_layout l;
+    size_t per = BH * (size_t)rounds * (size_t)N;
+    l.perm = 0;
+    l.lse = attn_align64(sizeof(int32_t) * per);
+    l.lse_tot = l.lse + attn_align64(sizeof(float) * per);
+    l.out = l.bytes = l.lse_tot;
+    if (lse_combine) {
+        l.out = l.lse_tot + attn_align64(sizeof(float) * BH * (size_t)N);
+        l.bytes = l.out + attn_align64(sizeof(float) * BH * (size_t)N * (size_t)M);
     }
-    return off;
+    return l;
+}
+
+static size_t saved_layout(const lsh_dims *d, char *base, lsh_saved *v) {
+    attn_lsh_saved_layout l = attn_lsh_saved((size_t)d->BH, d->R, d->N, d->M, d->lse_combine);
+    if (base) {
+        v->perm = (int32_t *)(base + l.perm);
+        v->lse = (float *)(base + l.lse);
+        v->lse_tot = d->lse_combine ? (float *)(base + l.lse_tot) : NULL;
+        v->out = d->lse_combine ? (float *)(base + l.out) : NULL;
+    }
+    return l.bytes;
 }
 
 static size_t saved_lsh(const attn *a, const attn_shape *s) {
@@ -250,7 +266,7 @@ static int check_lsh(const attn *a, const attn_shape *s) {
     lsh_dims d = get_dims(a, s);
     double C = d.C, K2 = d.K2, N = d.N, Dd = d.D, M = d.M;
     double vecs = 4.0 * (6 * N + 2 * d.nb) + 64.0 * 6;
-    double blk = 4.0 * (HASH_ROWS * (Dd + d.bits) + 2 * C * (Dd + M) + 2 * K2 * (Dd + M) + 2 * C * K2) + 64.0 * 11;
+    double blk = 4.0 * (HASH_ROWS * Dd + 2 * C * (Dd + M) + 2 * K2 * (Dd + M) + 2 * C * K2) + 64.0 * 10;
     double ws = 4.0 * d.R * Dd * d.bits + (double)d.slots * vecs + (double)d.nblk * blk;
     double saved = 8.0 * d.BH * d.R * N + 4.0 * d.BH * N * (M + 1) + 256;
     if (ws > (double)SIZE_MAX / 4 || saved > (double)SIZE_MAX / 4 || N * d.R > (double)INT32_MAX)
@@ -277,10 +293,61 @@ static void norms(const float *q, int L, int D, float *nrm, float *invn) {
     for (int i = 0; i < L; i++) {
         const float *x = q + (size_t)i * D;
         double ss = 0;
-        for (int t = 0; t < D; t++) ss += (double)x[t] * x[t];
-        double n = sqrt(ss);
-        nrm[i] = (float)n;
-        invn[i] = (float)(1.0 / (n > ATTN_LSH_NORM_FLOOR ? n : ATTN_LSH_NORM_FLOOR));
+        for (int t = 0; t < D; t++) ss = attn_lsh_sumsq_step(ss, x[t]);
+        invn[i] = attn_lsh_inv_norm(ss, &nrm[i]);
+    }
+}
+
+/* p[u][jj] = projection j0 + jj of the keys k + u D (u < 4 rows of D) on R [D x bits],
+ * for jj < HASH_TILE: the fused chains of lsh_hash.h, a tile of projections of 4 rows
+ * at once, vectorised across the tile; the rows are independent chains, so their
+ * fused multiply-adds overlap instead of waiting on each other (with AVX and FMA
+ * explicitly: GCC's own vectorisation of this loop shuffles more than it computes).
+ * Rows past nr repeat row 0 (computed and ignored). R has at least j0 + HASH_TILE
+ * columns. */
+static void project_tile4(const float *restrict k, int nr, const float *restrict R, int D, int bits, int j0,
+                          float p[HASH_ILV][HASH_TILE]) {
+    const float *restrict k0 = k, *restrict k1 = k + (size_t)(nr > 1 ? 1 : 0) * D;
+    const float *restrict k2 = k + (size_t)(nr > 2 ? 2 : 0) * D, *restrict k3 = k + (size_t)(nr > 3 ? 3 : 0) * D;
+#if defined(__AVX__) && defined(__FMA__) && HASH_TILE == 8
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int c = 0; c < D; c++) {
+        const __m256 rr = _mm256_loadu_ps(R + (size_t)c * bits + j0);
+        a0 = _mm256_fmadd_ps(_mm256_set1_ps(k0[c]), rr, a0); /* = attn_lsh_proj_step per lane */
+        a1 = _mm256_fmadd_ps(_mm256_set1_ps(k1[c]), rr, a1);
+        a2 = _mm256_fmadd_ps(_mm256_set1_ps(k2[c]), rr, a2);
+        a3 = _mm256_fmadd_ps(_mm256_set1_ps(k3[c]), rr, a3);
+    }
+    _mm256_storeu_ps(p[0], a0);
+    _mm256_storeu_ps(p[1], a1);
+    _mm256_storeu_ps(p[2], a2);
+    _mm256_storeu_ps(p[3], a3);
+#else
+    float a0[HASH_TILE] = {0}, a1[HASH_TILE] = {0}, a2[HASH_TILE] = {0}, a3[HASH_TILE] = {0};
+    for (int c = 0; c < D; c++) {
+        const float *restrict rr = R + (size_t)c * bits + j0;
+        const float c0 = k0[c], c1 = k1[c], c2 = k2[c], c3 = k3[c];
+        for (int jj = 0; jj < HASH_TILE; jj++) {
+            a0[jj] = attn_lsh_proj_step(a0[jj], c0, rr[jj]);
+            a1[jj] = attn_lsh_proj_step(a1[jj], c1, rr[jj]);
+            a2[jj] = attn_lsh_proj_step(a2[jj], c2, rr[jj]);
+            a3[jj] = attn_lsh_proj_step(a3[jj], c3, rr[jj]);
+        }
+    }
+    for (int jj = 0; jj < HASH_TILE; jj++) p[0][jj] = a0[jj], p[1][jj] = a1[jj], p[2][jj] = a2[jj], p[3][jj] = a3[jj];
+#endif
+}
+
+/* The same for a partial tile (nj < HASH_TILE projections left). */
+static void project_tail(const float *k, int nr, const float *R, int D, int bits, int j0, int nj,
+                         float p[HASH_ILV][HASH_TILE]) {
+    for (int u = 0; u < HASH_ILV; u++) {
+        const float *ku = k + (size_t)(u < nr ? u : 0) * D;
+        for (int jj = 0; jj < nj; jj++) {
+            float acc = 0.0f;
+            for (int c = 0; c < D; c++) acc = attn_lsh_proj_step(acc, ku[c], R[(size_t)c * bits + j0 + jj]);
+            p[u][jj] = acc;
+        }
     }
 }
 
@@ -292,17 +359,21 @@ static void hash_rows(const float *q, const float *invn, int i0, int nr, int D, 
         float sc = invn[i0 + t];
         for (int c = 0; c < D; c++) w->hk[(size_t)t * D + c] = x[c] * sc;
     }
-    /* hp = hk R   (nr, bits) */
-    ab_sgemm(false, false, nr, bits, D, 1.0f, w->hk, D, R, bits, 0.0f, w->hp, bits);
-    for (int t = 0; t < nr; t++) {
-        const float *p = w->hp + (size_t)t * bits;
-        float best = p[0];
-        int arg = 0;
-        for (int j = 1; j < bits; j++)
-            if (p[j] > best) best = p[j], arg = j;
-        for (int j = 0; j < bits; j++)
-            if (-p[j] > best) best = -p[j], arg = bits + j;
-        bucket[i0 + t] = arg;
+    for (int t0 = 0; t0 < nr; t0 += HASH_ILV) {
+        const int nu = nr - t0 < HASH_ILV ? nr - t0 : HASH_ILV;
+        float p[HASH_ILV][HASH_TILE];
+        attn_lsh_argmax am[HASH_ILV];
+        for (int j0 = 0; j0 < bits; j0 += HASH_TILE) {
+            const int nj = bits - j0 < HASH_TILE ? bits - j0 : HASH_TILE;
+            if (nj == HASH_TILE) project_tile4(w->hk + (size_t)t0 * D, nu, R, D, bits, j0, p);
+            else project_tail(w->hk + (size_t)t0 * D, nu, R, D, bits, j0, nj, p);
+            for (int u = 0; u < nu; u++)
+                for (int jj = 0; jj < nj; jj++) {
+                    if (j0 + jj == 0) am[u] = attn_lsh_argmax_first(p[u][0]);
+                    else attn_lsh_argmax_add(&am[u], j0 + jj, p[u][jj]);
+                }
+        }
+        for (int u = 0; u < nu; u++) bucket[i0 + t0 + u] = attn_lsh_argmax_bucket(&am[u], bits);
     }
 }
 
@@ -616,14 +687,17 @@ static int backward_lsh(attn *a, const attn_shape *s, const float *q, const floa
     return 0;
 }
 
-/* ---- buckets, for tests ---- */
+/* ---- buckets, for tests (and the CUDA backend's, lsh_cuda.cu) ---- */
 
 int attn_lsh_buckets(attn *a, const attn_shape *s, const float *q, int *buckets) {
     if (!a || !s || !q || !buckets) return ab_fail(AB_EINVAL, "attn_lsh_buckets: NULL argument");
     if (a->v != &attn_variant_lsh) return ab_fail(AB_EINVAL, "attn_lsh_buckets: variant '%s' is not lsh", a->v->name);
-    if (a->device != ATTN_DEVICE_CPU) return ab_fail(AB_EUNSUPPORTED, "attn_lsh_buckets: CPU objects only");
     int rc = attn_reserve(a, s);
     if (rc) return rc;
+#ifdef ATTNBENCH_HAVE_CUDA
+    if (a->device == ATTN_DEVICE_CUDA) return lsh_cuda_buckets(a, s, q, buckets);
+#endif
+    if (a->device != ATTN_DEVICE_CPU) return ab_fail(AB_EUNSUPPORTED, "attn_lsh_buckets: no such device");
     lsh_dims d = get_dims(a, s);
     lsh_ws ws = ws_of(a, &d);
     make_rotations(a, &d, ws.rot);
@@ -651,6 +725,24 @@ static const attn_backend cpu_lsh = {
     .backward = backward_lsh,
 };
 
+#ifdef ATTNBENCH_HAVE_CUDA
+static int check_lsh_cuda(const attn *a, const attn_shape *s) {
+    int rc = check_lsh(a, s);
+    return rc ? rc : lsh_cuda_check_shape(a, s);
+}
+
+static const attn_backend cuda_lsh = {
+    .check_shape = check_lsh_cuda,
+    .saved_bytes = saved_lsh,
+    .workspace_bytes = lsh_cuda_workspace_bytes,
+    .forward = lsh_cuda_forward,
+    .backward = lsh_cuda_backward,
+};
+#define CUDA_LSH (&cuda_lsh)
+#else
+#define CUDA_LSH NULL
+#endif
+
 const attn_variant attn_variant_lsh = {
     .name = "lsh",
     .summary = "Reformer LSH attention with shared query/key: keys are the normalised queries, sorted by hash "
@@ -659,4 +751,5 @@ const attn_variant attn_variant_lsh = {
     .n_options = (int)(sizeof lsh_options / sizeof lsh_options[0]),
     .defaults = defaults_lsh,
     .cpu = &cpu_lsh,
+    .cuda = CUDA_LSH,
 };

@@ -9,7 +9,10 @@
  *   ab_rng_uniform(seed, stream, i): word 0 of block i, as ((w >> 8) + 0.5) / 2^24, in (0, 1)
  *   ab_rng_normal(seed, stream, i):  block i/2, Box-Muller in double on u0, u1 = words 0
  *       and 1 converted as the uniform's word: r = sqrt(-2 ln u0), z = r cos(2 pi u1)
- *       for even i, r sin(2 pi u1) for odd i.
+ *       for even i, r sin(2 pi u1) for odd i, with ln, sin and cos computed by
+ *       rng_core.h from exactly rounded operations (not libm, whose last bits differ
+ *       between glibc, its FMA code path and CUDA): the same double on every machine
+ *       and on the GPU.
  */
 #ifndef AB_RNG_H
 #define AB_RNG_H

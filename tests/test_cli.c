@@ -661,8 +661,9 @@ static void expect_close(const char *file, const float *want, size_t n, double t
 }
 
 Test(cli, op_cuda_emulated_equals_cpu) {
-    static const char *const variants[] = {"softmax", "stateful-softmax", "linear", "polynomial"};
-    for (int vi = 0; vi < 4; vi++) {
+    static const char *const variants[] = {"softmax", "stateful-softmax", "linear", "polynomial",
+                                           "lsh"}; /* lsh: seed 0 on both */
+    for (int vi = 0; vi < 5; vi++) {
         char dir[64], f[96];
         snprintf(dir, sizeof dir, "cuda-%s", variants[vi]);
         const char *args[] = {"op",       "--variant", variants[vi], "--device", "cuda",          "--causal",
@@ -697,11 +698,12 @@ Test(cli, op_cuda_emulated_equals_cpu) {
 }
 
 Test(cli, op_cuda_emulated_refusals) {
-    /* A variant without a CUDA implementation, and no device at all: one line, status 2. */
-    const char *lin[] = {"op", "--variant", "lsh", "--device", "cuda", "--q", P("q.npy"), "--k", P("k.npy"),
-                         "--v", P("v.npy"), "--out", P("cuda-lin"), NULL};
-    const char *must_lin[] = {"lsh", "no CUDA implementation", NULL};
-    expect_usage_error(run_exe_argv(ATTNBENCH_EMU_EXE, NULL, lin), "lsh on cuda", must_lin);
+    /* A mode the variant lacks on the device (every variant has a CUDA implementation;
+     * lsh has no recurrent mode there either), and no device at all: one line, status 2. */
+    const char *lin[] = {"op", "--variant", "lsh", "--device", "cuda", "--causal", "--mode", "recurrent", "--q",
+                         P("q.npy"), "--k", P("k.npy"), "--v", P("v.npy"), "--out", P("cuda-lin"), NULL};
+    const char *must_lin[] = {"lsh", "recurrent", NULL};
+    expect_usage_error(run_exe_argv(ATTNBENCH_EMU_EXE, NULL, lin), "lsh recurrent on cuda", must_lin);
     const char *sm[] = {"op", "--variant", "softmax", "--device", "cuda", "--q", P("q.npy"), "--k", P("k.npy"),
                         "--v", P("v.npy"), "--out", P("cuda-nodev"), NULL};
     const char *must_dev[] = {"no CUDA device", NULL};

@@ -218,6 +218,26 @@ Test(lsh, hash_matches_formula_in_double) {
     attn_destroy(a);
 }
 
+/* The buckets are pinned bit for bit (a hash of 14400 of them, with 8-wide tiles and a
+ * partial one: bits = 13, D = 37): attention/lsh_hash.h fixes their arithmetic, so
+ * every build (with or without AVX/FMA, any BLAS) and the CUDA backend choose exactly
+ * these. A change of the hashing formula changes this constant: only on purpose. */
+Test(lsh, buckets_pinned_bit_for_bit) {
+    lcase c = {2, 3, 300, 37, 4, false, NULL, 4, 13, 32, 0, 0xb0c4e7};
+    attn *a = make(&c);
+    attn_shape s = shape_of(&c);
+    inputs in = make_inputs(&c, 91);
+    size_t nb = (size_t)c.rounds * c.B * c.H * c.N;
+    int *buckets = calloc(nb, sizeof(int));
+    cr_assert_eq(attn_lsh_buckets(a, &s, in.q, buckets), 0, "%s", attn_error());
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over the bucket numbers */
+    for (size_t e = 0; e < nb; e++) h = (h ^ (uint64_t)(unsigned)buckets[e]) * 1099511628211ull;
+    cr_assert_eq(h, 0x6da5c94d9a4a1fa1ull, "hash of the buckets %016llx", (unsigned long long)h);
+    free(buckets);
+    free_inputs(&in);
+    attn_destroy(a);
+}
+
 /* A zero query: its norm is floored (k = 0, no NaN), all 2*bits projections are 0
  * and the first maximum wins: bucket 0 (the tie rule, exactly). Its output stays
  * finite and matches the reference, which floors the same way. */
