@@ -6,7 +6,9 @@ time and peak memory against PyTorch's, and the ratios.
     python3 experiments/sweep/compare_torch.py results/compare-torch.json torch-train.json
 
 Pairs: softmax <-> softmax_causal, linear <-> linear_causal_chunked (the fastest PyTorch
-form of causal linear attention) and linear_causal_cumsum. Memory: ours is the tracked
+form of causal linear attention) and linear_causal_cumsum; with the GPU peer
+(torch_gpu_bench.py) also linear and softmax <-> sdpa_causal (PyTorch's fused causal
+scaled_dot_product_attention). Memory: ours is the tracked
 allocator's peak (inputs, outputs, gradients, saved state, workspace); PyTorch's is
 peak_alloc_step (bytes live in its allocator during one step, from its profiler) and
 peak_rss_delta (process RSS growth), as the peer reports them. Standard library only.
@@ -14,7 +16,8 @@ peak_rss_delta (process RSS growth), as the peer reports them. Standard library 
 import json
 import sys
 
-PAIRS = [("softmax", "softmax_causal"), ("linear", "linear_causal_chunked"), ("linear", "linear_causal_cumsum")]
+PAIRS = [("softmax", "softmax_causal"), ("linear", "linear_causal_chunked"), ("linear", "linear_causal_cumsum"),
+         ("linear", "sdpa_causal"), ("softmax", "sdpa_causal")]
 
 
 def main():
