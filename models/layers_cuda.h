@@ -6,11 +6,12 @@
  *
  * Where the results stand against the CPU's (tests/test_model_cuda.c measures them):
  * - bit for bit: embedding forward and backward (each row of dwte adds its positions
- *   in position order, as the CPU), positions, dropout masks and outputs, ReLU,
- *   heads, residuals;
+ *   in position order, as the CPU), positions, dropout masks and outputs, ReLU and its
+ *   backward, heads, residuals;
  * - to float rounding: dense (cuBLAS), layer normalisation (row sums in double in
  *   another order; fused multiply-adds), cross-entropy (double row sums in another
- *   order); every reduction over rows (bias, gain and embedding gradients, the loss)
+ *   order), dropout's backward (dx += dout * scale, which the device may fuse);
+ *   every reduction over rows (bias, gain and embedding gradients, the loss)
  *   runs in a fixed order that does not depend on the launch, so two runs give the
  *   same bits. No atomics. */
 #ifndef AB_MODELS_LAYERS_CUDA_H
