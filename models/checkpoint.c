@@ -538,7 +538,12 @@ int ab_ckpt_add_optim(ab_ckpt_writer *w, const char *name, ab_optim *o) {
     if (!o) return poison(w, ab_fail(AB_EINVAL, "checkpoint %s: blob '%s': no optimiser", w->af.path, name));
     const void *p;
     size_t n;
-    ab_optim_state(o, &p, &n);
+    int rc = ab_optim_get_state(o, &p, &n);
+    if (rc) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", ab_error());
+        return poison(w, ab_fail(rc, "checkpoint %s: blob '%s': %s", w->af.path, name, msg));
+    }
     return ab_ckpt_add(w, name, p, n);
 }
 

@@ -27,3 +27,13 @@ void embedding_backward(float *dwte, const float *dout, const int *tokens, int B
         }
     }
 }
+
+void embedding_token_index(int *order, int *starts, const int *tokens, int BT, int V) {
+    for (int v = 0; v <= V; v++) starts[v] = 0;
+    for (int i = 0; i < BT; i++) starts[tokens[i] + 1]++;
+    for (int v = 0; v < V; v++) starts[v + 1] += starts[v];
+    /* stable placement: starts[v] walks through bucket v, then is restored */
+    for (int i = 0; i < BT; i++) order[starts[tokens[i]]++] = i;
+    for (int v = V; v > 0; v--) starts[v] = starts[v - 1];
+    starts[0] = 0;
+}

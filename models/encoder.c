@@ -1,11 +1,17 @@
 #include "encoder.h"
 
+#include "layers_dev.h"
+
 #include "../harness/error.h"
 
 #include <stdio.h>
-#include <string.h>
 
-#define ENC_PAR_MIN 16384
+/* Evaluates a call returning an error code; returns it from the caller on failure. */
+#define TRY(call)                                                                                                      \
+    do {                                                                                                               \
+        int rc_ = (call);                                                                                              \
+        if (rc_) return rc_;                                                                                           \
+    } while (0)
 
 void enc_carve_params(tf_table *t, enc_params *p, const enc_config *c) {
     char base[TF_NAME_MAX];
@@ -55,18 +61,6 @@ void enc_carve_scratch(tf_table *t, enc_scratch *s, const enc_config *c, int B, 
 
 float *enc_output(const enc_config *c, const enc_acts *a) { return c->pre_norm ? a->res2 : a->ln2_out; }
 
-/* out = a + b */
-static void add(float *out, const float *a, const float *b, size_t n) {
-#pragma omp parallel for schedule(static) if (n > ENC_PAR_MIN)
-    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
-}
-
-/* y += x */
-static void acc(float *y, const float *x, size_t n) {
-#pragma omp parallel for schedule(static) if (n > ENC_PAR_MIN)
-    for (size_t i = 0; i < n; i++) y[i] += x[i];
-}
-
 static bool use_dropout(const enc_config *c, bool train) { return train && c->dropout > 0.0f; }
 
 int enc_forward(attn *a, const enc_config *c, const mha_dims *d, const mha_run *run, const float *x,
@@ -74,42 +68,47 @@ int enc_forward(attn *a, const enc_config *c, const mha_dims *d, const mha_run *
     int BT = d->B * d->N, C = c->C, F = c->F;
     size_t n = (size_t)BT * C;
     bool drop = use_dropout(c, train);
+    attn_device dev = d->device;
     if (drop && (!act->mask_attn || !act->mask_hidden || !act->mask_ffn))
         return ab_fail(AB_EINVAL, "encoder layer: dropout requested but no masks were carved");
     ffn_params fp = {p->w1, p->b1, p->w2, p->b2};
-    int rc;
     if (!c->pre_norm) {
-        if ((rc = mha_forward(a, d, run, ws->branch, x, &p->attn, &act->attn, &ws->attn))) return rc;
-        if (drop) dropout_forward(ws->branch, act->mask_attn, ws->branch, n, c->dropout, seed, stream_base + 0);
-        add(act->res1, x, ws->branch, n);
-        layernorm_forward(act->ln1_out, act->ln1_mean, act->ln1_rstd, act->res1, p->ln1_g, p->ln1_b, BT, C);
-        ffn_forward(ws->branch, act->hidden, drop ? act->mask_hidden : NULL, act->ln1_out, &fp, BT, C, F, c->dropout,
-                    seed, stream_base + 1);
-        if (drop) dropout_forward(ws->branch, act->mask_ffn, ws->branch, n, c->dropout, seed, stream_base + 2);
-        add(act->res2, act->ln1_out, ws->branch, n);
-        layernorm_forward(act->ln2_out, act->ln2_mean, act->ln2_rstd, act->res2, p->ln2_g, p->ln2_b, BT, C);
+        TRY(mha_forward(a, d, run, ws->branch, x, &p->attn, &act->attn, &ws->attn));
+        if (drop)
+            TRY(ld_dropout_forward(dev, ws->branch, act->mask_attn, ws->branch, n, c->dropout, seed, stream_base + 0));
+        TRY(ld_residual_add(dev, act->res1, x, ws->branch, n));
+        TRY(ld_layernorm_forward(dev, act->ln1_out, act->ln1_mean, act->ln1_rstd, act->res1, p->ln1_g, p->ln1_b, BT,
+                                 C));
+        TRY(ld_ffn_forward(dev, ws->branch, act->hidden, drop ? act->mask_hidden : NULL, act->ln1_out, &fp, BT, C, F,
+                           c->dropout, seed, stream_base + 1));
+        if (drop)
+            TRY(ld_dropout_forward(dev, ws->branch, act->mask_ffn, ws->branch, n, c->dropout, seed, stream_base + 2));
+        TRY(ld_residual_add(dev, act->res2, act->ln1_out, ws->branch, n));
+        TRY(ld_layernorm_forward(dev, act->ln2_out, act->ln2_mean, act->ln2_rstd, act->res2, p->ln2_g, p->ln2_b, BT,
+                                 C));
     } else {
-        layernorm_forward(act->ln1_out, act->ln1_mean, act->ln1_rstd, x, p->ln1_g, p->ln1_b, BT, C);
-        if ((rc = mha_forward(a, d, run, ws->branch, act->ln1_out, &p->attn, &act->attn, &ws->attn))) return rc;
-        if (drop) dropout_forward(ws->branch, act->mask_attn, ws->branch, n, c->dropout, seed, stream_base + 0);
-        add(act->res1, x, ws->branch, n);
-        layernorm_forward(act->ln2_out, act->ln2_mean, act->ln2_rstd, act->res1, p->ln2_g, p->ln2_b, BT, C);
-        ffn_forward(ws->branch, act->hidden, drop ? act->mask_hidden : NULL, act->ln2_out, &fp, BT, C, F, c->dropout,
-                    seed, stream_base + 1);
-        if (drop) dropout_forward(ws->branch, act->mask_ffn, ws->branch, n, c->dropout, seed, stream_base + 2);
-        add(act->res2, act->res1, ws->branch, n);
+        TRY(ld_layernorm_forward(dev, act->ln1_out, act->ln1_mean, act->ln1_rstd, x, p->ln1_g, p->ln1_b, BT, C));
+        TRY(mha_forward(a, d, run, ws->branch, act->ln1_out, &p->attn, &act->attn, &ws->attn));
+        if (drop)
+            TRY(ld_dropout_forward(dev, ws->branch, act->mask_attn, ws->branch, n, c->dropout, seed, stream_base + 0));
+        TRY(ld_residual_add(dev, act->res1, x, ws->branch, n));
+        TRY(ld_layernorm_forward(dev, act->ln2_out, act->ln2_mean, act->ln2_rstd, act->res1, p->ln2_g, p->ln2_b, BT,
+                                 C));
+        TRY(ld_ffn_forward(dev, ws->branch, act->hidden, drop ? act->mask_hidden : NULL, act->ln2_out, &fp, BT, C, F,
+                           c->dropout, seed, stream_base + 1));
+        if (drop)
+            TRY(ld_dropout_forward(dev, ws->branch, act->mask_ffn, ws->branch, n, c->dropout, seed, stream_base + 2));
+        TRY(ld_residual_add(dev, act->res2, act->res1, ws->branch, n));
     }
     return 0;
 }
 
 /* dst = dropout backward of src (or a copy without dropout); dst is overwritten */
-static void through_dropout(float *dst, const float *src, const uint8_t *mask, size_t n, float p, bool drop) {
-    if (drop) {
-        memset(dst, 0, sizeof(float) * n);
-        dropout_backward(dst, src, mask, n, p);
-    } else {
-        memcpy(dst, src, sizeof(float) * n);
-    }
+static int through_dropout(attn_device dev, float *dst, const float *src, const uint8_t *mask, size_t n, float p,
+                           bool drop) {
+    if (!drop) return ld_copy(dev, dst, src, sizeof(float) * n);
+    TRY(ld_zero(dev, dst, sizeof(float) * n));
+    return ld_dropout_backward(dev, dst, src, mask, n, p);
 }
 
 int enc_backward(attn *a, const enc_config *c, const mha_dims *d, float *dx, const enc_params *g, const float *dout,
@@ -117,37 +116,39 @@ int enc_backward(attn *a, const enc_config *c, const mha_dims *d, float *dx, con
     int BT = d->B * d->N, C = c->C, F = c->F;
     size_t n = (size_t)BT * C;
     bool drop = use_dropout(c, train);
+    attn_device dev = d->device;
     ffn_params fp = {p->w1, p->b1, p->w2, p->b2};
     ffn_grads fg = {g->w1, g->b1, g->w2, g->b2};
     float *d1 = ws->d1, *d2 = ws->d2;
     if (!c->pre_norm) {
         /* d1 = dr2 */
-        memset(d1, 0, sizeof(float) * n);
-        layernorm_backward(d1, g->ln2_g, g->ln2_b, dout, act->res2, p->ln2_g, act->ln2_mean, act->ln2_rstd, BT, C);
+        TRY(ld_zero(dev, d1, sizeof(float) * n));
+        TRY(ld_layernorm_backward(dev, d1, g->ln2_g, g->ln2_b, dout, act->res2, p->ln2_g, act->ln2_mean, act->ln2_rstd,
+                                  BT, C));
         /* d2 = d(FFN output); the FFN adds its input gradient into d1, which then is dh1 */
-        through_dropout(d2, d1, act->mask_ffn, n, c->dropout, drop);
-        ffn_backward(d1, &fg, ws->dhidden, d2, act->ln1_out, act->hidden, drop ? act->mask_hidden : NULL, &fp, BT, C, F,
-                     c->dropout);
+        TRY(through_dropout(dev, d2, d1, act->mask_ffn, n, c->dropout, drop));
+        TRY(ld_ffn_backward(dev, d1, &fg, ws->dhidden, d2, act->ln1_out, act->hidden, drop ? act->mask_hidden : NULL,
+                            &fp, BT, C, F, c->dropout));
         /* d2 = dr1 */
-        memset(d2, 0, sizeof(float) * n);
-        layernorm_backward(d2, g->ln1_g, g->ln1_b, d1, act->res1, p->ln1_g, act->ln1_mean, act->ln1_rstd, BT, C);
-        acc(dx, d2, n);
-        through_dropout(d1, d2, act->mask_attn, n, c->dropout, drop);
+        TRY(ld_zero(dev, d2, sizeof(float) * n));
+        TRY(ld_layernorm_backward(dev, d2, g->ln1_g, g->ln1_b, d1, act->res1, p->ln1_g, act->ln1_mean, act->ln1_rstd,
+                                  BT, C));
+        TRY(ld_residual_acc(dev, dx, d2, n));
+        TRY(through_dropout(dev, d1, d2, act->mask_attn, n, c->dropout, drop));
         return mha_backward(a, d, dx, &g->attn, d1, x, &p->attn, &act->attn, &ws->attn);
     }
     /* pre-norm: d1 = dr1, starting with the residual path of dout */
-    memcpy(d1, dout, sizeof(float) * n);
-    through_dropout(d2, dout, act->mask_ffn, n, c->dropout, drop);
+    TRY(ld_copy(dev, d1, dout, sizeof(float) * n));
+    TRY(through_dropout(dev, d2, dout, act->mask_ffn, n, c->dropout, drop));
     float *dh = ws->branch;
-    memset(dh, 0, sizeof(float) * n);
-    ffn_backward(dh, &fg, ws->dhidden, d2, act->ln2_out, act->hidden, drop ? act->mask_hidden : NULL, &fp, BT, C, F,
-                 c->dropout);
-    layernorm_backward(d1, g->ln2_g, g->ln2_b, dh, act->res1, p->ln2_g, act->ln2_mean, act->ln2_rstd, BT, C);
-    acc(dx, d1, n);
-    through_dropout(d2, d1, act->mask_attn, n, c->dropout, drop);
-    memset(dh, 0, sizeof(float) * n);
-    int rc = mha_backward(a, d, dh, &g->attn, d2, act->ln1_out, &p->attn, &act->attn, &ws->attn);
-    if (rc) return rc;
-    layernorm_backward(dx, g->ln1_g, g->ln1_b, dh, x, p->ln1_g, act->ln1_mean, act->ln1_rstd, BT, C);
-    return 0;
+    TRY(ld_zero(dev, dh, sizeof(float) * n));
+    TRY(ld_ffn_backward(dev, dh, &fg, ws->dhidden, d2, act->ln2_out, act->hidden, drop ? act->mask_hidden : NULL, &fp,
+                        BT, C, F, c->dropout));
+    TRY(ld_layernorm_backward(dev, d1, g->ln2_g, g->ln2_b, dh, act->res1, p->ln2_g, act->ln2_mean, act->ln2_rstd, BT,
+                              C));
+    TRY(ld_residual_acc(dev, dx, d1, n));
+    TRY(through_dropout(dev, d2, d1, act->mask_attn, n, c->dropout, drop));
+    TRY(ld_zero(dev, dh, sizeof(float) * n));
+    TRY(mha_backward(a, d, dh, &g->attn, d2, act->ln1_out, &p->attn, &act->attn, &ws->attn));
+    return ld_layernorm_backward(dev, dx, g->ln1_g, g->ln1_b, dh, x, p->ln1_g, act->ln1_mean, act->ln1_rstd, BT, C);
 }

@@ -11,8 +11,9 @@
  * the same rate: attention output (site 0), FFN hidden (site 1), FFN output (site 2).
  * Site k of a layer draws its mask from (seed, stream_base + k) (layers.h).
  *
- * CPU only for now (host pointers). Backward accumulates (+=) into dx and the
- * parameter gradients. */
+ * Tensors live on the device of the mha_dims passed to forward and backward (host
+ * memory for the CPU, device memory for CUDA), where the layers run. Backward
+ * accumulates (+=) into dx and the parameter gradients. */
 #ifndef AB_MODELS_ENCODER_H
 #define AB_MODELS_ENCODER_H
 

@@ -3,6 +3,9 @@
  * layer, then one step per layer for each new token). */
 #include "transformer_internal.h"
 
+#include "layers_dev.h"
+
+#include "../harness/device.h"
 #include "../harness/error.h"
 #include "../harness/memory.h"
 
@@ -17,18 +20,27 @@ struct tf_gen {
     mha_run *runs;       /* per layer */
 };
 
-static void copy_last(const tf_model *m, int B, int N, float *out) {
-    int V = m->cfg.vocab;
-    for (int b = 0; b < B; b++)
-        memcpy(out + (size_t)b * V, m->logits + ((size_t)b * N + (N - 1)) * V, sizeof(float) * (size_t)V);
+/* The logits (B, V) of position N-1 of the last forward into out (host memory). On
+ * CUDA the rows are first gathered in the dlogits scratch, then copied in one go. */
+static int copy_last(const tf_model *m, int B, int N, float *out) {
+    size_t V = (size_t)m->cfg.vocab;
+    const float *last = m->logits + (size_t)(N - 1) * V;
+    if (m->dev == ATTN_DEVICE_CPU) {
+        for (int b = 0; b < B; b++) memcpy(out + (size_t)b * V, last + (size_t)b * N * V, sizeof(float) * V);
+        return 0;
+    }
+    if (N > 1) {
+        int rc = ld_rows_copy(m->dev, m->dlogits, V, last, (size_t)N * V, (size_t)B, V);
+        if (rc) return rc;
+        last = m->dlogits;
+    }
+    return ab_dev_download((ab_device)m->dev, out, last, sizeof(float) * (size_t)B * V);
 }
 
 int tf_last_logits(tf_model *m, const int *tokens, int B, int N, uint64_t seed, float *out) {
     if (!out) return ab_fail(AB_EINVAL, "tf_last_logits: NULL output");
     int rc = tf_forward(m, tokens, B, N, NULL, false, seed);
-    if (rc) return rc;
-    copy_last(m, B, N, out);
-    return 0;
+    return rc ? rc : copy_last(m, B, N, out);
 }
 
 bool tf_has_recurrent(const tf_model *m) {
@@ -45,7 +57,7 @@ bool tf_has_recurrent(const tf_model *m) {
 }
 
 static attn_shape gen_shape(const tf_model *m, int B) {
-    mha_dims d = {B, 1, m->cfg.d_model, m->cfg.heads, true, NULL};
+    mha_dims d = {B, 1, m->cfg.d_model, m->cfg.heads, true, NULL, m->dev};
     return mha_shape(&d);
 }
 
@@ -144,8 +156,7 @@ int tf_gen_prefill(tf_gen *g, const int *tokens, int P, float *logits) {
         g->runs[l].t = 0;
     }
     rc = tf_forward_run(g->m, tokens, g->B, P, 0, NULL, false, 0, g->runs);
-    if (rc) return rc;
-    copy_last(g->m, g->B, P, logits);
+    if (rc || (rc = copy_last(g->m, g->B, P, logits))) return rc;
     g->t = P;
     return 0;
 }
@@ -160,8 +171,7 @@ int tf_gen_step(tf_gen *g, const int *tokens, float *logits) {
         g->runs[l].t = g->t;
     }
     rc = tf_forward_run(g->m, tokens, g->B, 1, g->t, NULL, false, 0, g->runs);
-    if (rc) return rc;
-    copy_last(g->m, g->B, 1, logits);
+    if (rc || (rc = copy_last(g->m, g->B, 1, logits))) return rc;
     g->t++;
     return 0;
 }

@@ -1,6 +1,6 @@
 /* Position-wise layers of the transformer, each a paired forward/backward (llm.c
- * style). CPU only for now: the pointers are host memory; the CUDA backend will add
- * device versions with the same signatures.
+ * style), on the CPU: the pointers are host memory. layers_cuda.h has the same layers
+ * on the CUDA device (device pointers), and layers_dev.h calls the one of a device.
  *
  * Conventions:
  * - Row-major, BT = B*N rows of C channels: x (BT, C) is the (B, N, C) tensor.
@@ -20,12 +20,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* ---- token embedding (embedding.c) ---- */
 
 /* out (BT, C) = wte[tokens] ; tokens (BT) in [0, V) (checked by the caller); wte (V, C) */
 void embedding_forward(float *out, const int *tokens, const float *wte, int BT, int C);
-/* dwte (V, C) += scatter of dout (BT, C) by token */
+/* dwte (V, C) += scatter of dout (BT, C) by token: row v of dwte adds the rows of
+ * dout whose token is v, one after another in position order. */
 void embedding_backward(float *dwte, const float *dout, const int *tokens, int BT, int C);
+/* The positions grouped by token (a stable counting sort, for the CUDA backward):
+ * order (BT) lists the positions of token 0 in increasing order, then those of token
+ * 1, ...; positions of token v are order[starts[v] .. starts[v + 1]), starts (V + 1). */
+void embedding_token_index(int *order, int *starts, const int *tokens, int BT, int V);
 
 /* ---- sinusoidal positions (positions.c); no parameters, backward is the identity ---- */
 
@@ -98,6 +107,25 @@ void ffn_forward(float *out, float *hidden, uint8_t *mask, const float *x, const
 void ffn_backward(float *dx, const ffn_grads *g, float *dhidden, const float *dout, const float *x,
                   const float *hidden, const uint8_t *mask, const ffn_params *p, int BT, int C, int F, float drop_p);
 
+/* ---- attention heads (heads.c): projections (B, N, C) <-> the attention library's
+ * layout (B, H, N, D), D = C / H; channel h*D + d is dimension d of head h ---- */
+
+/* qkv (B, N, 3C) -> q, k, v (B, H, N, D) (from the thirds [0, C), [C, 2C), [2C, 3C)) */
+void heads_split(float *q, float *k, float *v, const float *qkv, int B, int N, int C, int H);
+/* dq, dk, dv (B, H, N, D) -> dqkv (B, N, 3C), overwritten: the backward of heads_split */
+void heads_join(float *dqkv, const float *dq, const float *dk, const float *dv, int B, int N, int C, int H);
+/* heads (B, H, N, D) -> merged (B, N, C) */
+void heads_merge(float *merged, const float *heads, int B, int N, int C, int H);
+/* merged (B, N, C) -> heads (B, H, N, D), overwritten: the backward of heads_merge */
+void heads_unmerge(float *heads, const float *merged, int B, int N, int C, int H);
+
+/* ---- residual connections (residual.c) ---- */
+
+/* out (n) = a + b */
+void residual_add(float *out, const float *a, const float *b, size_t n);
+/* y (n) += x */
+void residual_acc(float *y, const float *x, size_t n);
+
 /* ---- softmax cross-entropy with per-position weights (cross_entropy.c) ---- */
 
 typedef struct {
@@ -119,5 +147,9 @@ void cross_entropy_forward(ce_stats *st, float *nll, const float *logits, const 
  * nothing when weight_sum = 0. */
 void cross_entropy_backward(float *dlogits, const float *logits, const int *targets, const float *weights,
                             double weight_sum, int BT, int V);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

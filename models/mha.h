@@ -4,8 +4,10 @@
  * registered variant, its options, causal flag and key lengths), merge of the heads
  * back to (B, N, C), and the output projection (C -> C).
  *
- * CPU only for now (host pointers); the attention calls already take a device.
- * Backward accumulates (+=) into dx and the parameter gradients, like the layers. */
+ * The tensors live on the device of mha_dims.device (host memory for the CPU, device
+ * memory for CUDA; the attention object must be of the same device), and the layers
+ * run there (layers_dev.h). Backward accumulates (+=) into dx and the parameter
+ * gradients, like the layers. */
 #ifndef AB_MODELS_MHA_H
 #define AB_MODELS_MHA_H
 
@@ -17,7 +19,8 @@
 typedef struct {
     int B, N, C, H;      /* batch, length, model width, heads */
     bool causal;
-    const int *lengths;  /* NULL or B valid lengths (keys and queries past them are padding) */
+    const int *lengths;  /* NULL or B valid lengths (keys and queries past them are padding); host memory */
+    attn_device device;  /* where the tensors are (ATTN_DEVICE_CPU when left zero) */
 } mha_dims;
 
 typedef struct {

@@ -1,7 +1,10 @@
 /* Adam and RAdam on flat float arrays; the update rules are written out in optim.h. */
 #include "optim.h"
 
+#include "optim_cuda.h"
+
 #include "config.h"
+#include "device.h"
 #include "error.h"
 #include "memory.h"
 
@@ -15,7 +18,10 @@
 #include <string.h>
 
 /* The state block: | header (64 B) | m (n floats) | v (n floats) | partials (doubles) |
- * ranges |. The first three parts are the serialised state (ab_optim_state). */
+ * ranges |. The first three parts are the serialised state (ab_optim_state).
+ * On CUDA the host block is | header | partials | ranges | and the device block
+ * | m | v | partials | ranges (optim_cuda_range) |; the serialised state is put
+ * together in a host copy (`mirror`) when asked for. */
 #define STATE_HEADER 64u
 #define STATE_VERSION 1u
 static const char STATE_MAGIC[8] = {'A', 'B', 'O', 'P', 'T', 'I', 'M', '\0'};
@@ -31,14 +37,20 @@ static const char STATE_MAGIC[8] = {'A', 'B', 'O', 'P', 'T', 'I', 'M', '\0'};
 
 struct ab_optim {
     ab_optim_config cfg;
+    ab_device dev;
     size_t n;
     long long step;
-    unsigned char *block; /* the one tracked allocation */
-    float *m, *v;         /* (n) each */
-    double *partials;     /* (n_blocks) */
+    unsigned char *block; /* the one tracked host allocation */
+    float *m, *v;         /* (n) each, memory of dev */
+    double *partials;     /* (n_blocks), host */
     size_t n_blocks;
-    ab_optim_range *ranges; /* sorted, non-empty, adjacent ranges of equal flag merged */
+    ab_optim_range *ranges; /* sorted, non-empty, adjacent ranges of equal flag merged (host) */
     int n_ranges;
+    /* CUDA */
+    void *dblock;                 /* the one device allocation */
+    double *dpartials;            /* (n_blocks) */
+    optim_cuda_range *dranges;    /* (n_ranges) */
+    unsigned char *mirror;        /* header + m + v on the host, made by the first ab_optim_get_state */
 };
 
 /* ------------------------------------------------------------------------------------
@@ -269,20 +281,50 @@ static uint64_t get_u64(const unsigned char *p) {
 }
 
 int ab_optim_create(const ab_optim_config *c, size_t n, const ab_optim_range *ranges, int n_ranges, ab_optim **out) {
+    return ab_optim_create_on(AB_DEV_CPU, c, n, ranges, n_ranges, out);
+}
+
+/* CUDA: the device block (m, v zeroed; the ranges uploaded). */
+static int create_device_block(ab_optim *o) {
+    size_t mv = 2 * o->n * sizeof(float), part = o->n_blocks * sizeof(double);
+    size_t rng = (size_t)o->n_ranges * sizeof(optim_cuda_range);
+    optim_cuda_range *h = malloc(rng);
+    if (!h) return ab_fail(AB_ENOMEM, "out of memory");
+    for (int r = 0; r < o->n_ranges; r++)
+        h[r] = (optim_cuda_range){o->ranges[r].offset, o->ranges[r].count, o->ranges[r].decay};
+    int rc = ab_dev_malloc(AB_DEV_CUDA, &o->dblock, mv + part + rng);
+    if (!rc) {
+        unsigned char *d = o->dblock;
+        o->m = (float *)d;
+        o->v = o->m + o->n;
+        o->dpartials = (double *)(d + mv); /* 8-aligned: mv is a multiple of 8 */
+        o->dranges = (optim_cuda_range *)(d + mv + part); /* 8-aligned as well */
+        rc = ab_dev_memset(AB_DEV_CUDA, o->m, 0, mv);
+        if (!rc) rc = ab_dev_upload(AB_DEV_CUDA, o->dranges, h, rng);
+    }
+    free(h);
+    return rc;
+}
+
+int ab_optim_create_on(ab_device dev, const ab_optim_config *c, size_t n, const ab_optim_range *ranges, int n_ranges,
+                       ab_optim **out) {
     *out = NULL;
     int rc = ab_optim_config_validate(c);
     if (rc) return rc;
+    if (dev != AB_DEV_CPU && dev != AB_DEV_CUDA) return ab_fail(AB_EINVAL, "optimiser: unknown device %d", (int)dev);
     if (n == 0) return ab_fail(AB_EINVAL, "optimiser: no parameters (n = 0)");
     if (n_ranges < 0 || (n_ranges > 0 && !ranges) || (ranges && n_ranges == 0))
         return ab_fail(AB_EINVAL, "optimiser ranges: %d ranges at %p (give NULL and 0 for one decayed range)", n_ranges,
                        (const void *)ranges);
 
+    const bool cuda = dev == AB_DEV_CUDA;
     size_t n_blocks = (n + NORM_BLOCK - 1) / NORM_BLOCK;
     size_t n_slots = ranges ? (size_t)n_ranges : 1;
     size_t mv, part, rng, total;
     if (ab_mul_size(n, 2 * sizeof(float), &mv) || ab_mul_size(n_blocks, sizeof(double), &part) ||
         ab_mul_size(n_slots, sizeof(ab_optim_range), &rng) || mv > SIZE_MAX - STATE_HEADER - part - rng)
         return ab_fail(AB_ENOMEM, "optimiser: state for %zu parameters does not fit in memory", n);
+    if (cuda) mv = 0; /* m and v live on the device */
     total = STATE_HEADER + mv + part + rng;
 
     ab_optim *o = calloc(1, sizeof *o);
@@ -293,6 +335,7 @@ int ab_optim_create(const ab_optim_config *c, size_t n, const ab_optim_range *ra
         return AB_ENOMEM; /* ab_alloc left the message */
     }
     o->cfg = *c;
+    o->dev = dev;
     o->n = n;
     o->m = (float *)(o->block + STATE_HEADER);
     o->v = o->m + n;
@@ -305,6 +348,10 @@ int ab_optim_create(const ab_optim_config *c, size_t n, const ab_optim_range *ra
         return rc;
     }
     o->n_ranges = rc;
+    if (cuda && (rc = create_device_block(o))) {
+        ab_optim_destroy(o);
+        return rc;
+    }
 
     memcpy(o->block, STATE_MAGIC, 8);
     put_u32(o->block + 8, STATE_VERSION);
@@ -319,9 +366,12 @@ int ab_optim_create(const ab_optim_config *c, size_t n, const ab_optim_range *ra
 void ab_optim_destroy(ab_optim *o) {
     if (!o) return;
     ab_free(o->block);
+    ab_free(o->mirror);
+    if (o->dblock) ab_dev_free(AB_DEV_CUDA, o->dblock);
     free(o);
 }
 
+ab_device ab_optim_device(const ab_optim *o) { return o->dev; }
 long long ab_optim_steps(const ab_optim *o) { return o->step; }
 size_t ab_optim_size(const ab_optim *o) { return o->n; }
 const ab_optim_config *ab_optim_get_config(const ab_optim *o) { return &o->cfg; }
@@ -340,17 +390,8 @@ int ab_optim_set_config(ab_optim *o, const ab_optim_config *c) {
  * The step
  * ---------------------------------------------------------------------------------- */
 
-/* Per-step scalars, rounded to float once. */
-typedef struct {
-    float gscale;   /* clipping factor */
-    float b1, c1;   /* beta1, 1 - beta1 */
-    float b2, c2;   /* beta2, 1 - beta2 */
-    float alpha;    /* step size multiplying m (or m / denom) */
-    float vscale;   /* denom = sqrt(v) * vscale + eps */
-    float eps;
-    float keep;     /* decoupled decay factor for decayed ranges */
-    float l2;       /* L2 coefficient for decayed ranges */
-} step_coef;
+/* Per-step scalars, rounded to float once (optim_cuda.h, shared with the kernels). */
+typedef ab_optim_coef step_coef;
 
 /* Adaptive update (Adam, rectified RAdam) of `count` entries. Kept free of branches so
  * the compiler can vectorise it (GCC does when sqrtf need not set errno). */
@@ -383,26 +424,61 @@ static void update_momentum(float *restrict p, const float *restrict g, float *r
 }
 
 /* sqrt(sum g_i^2): per-block sums in double in index order, then the block sums in
- * block order; independent of the thread count. */
-static double grad_norm(ab_optim *o, const float *g) {
+ * block order; independent of the thread count. On CUDA the block sums are computed
+ * on the device the same way and copied back (which waits for the device). */
+static int grad_norm(ab_optim *o, const float *g, double *norm) {
     const size_t n = o->n, nb = o->n_blocks;
     double *part = o->partials;
+    if (o->dev == AB_DEV_CUDA) {
+#ifdef ATTNBENCH_HAVE_CUDA
+        int rc = optim_cuda_norm_partials(o->dpartials, g, n, NORM_BLOCK);
+        if (rc || (rc = ab_dev_download(AB_DEV_CUDA, part, o->dpartials, nb * sizeof(double)))) return rc;
+#else
+        return ab_fail(AB_EDEVICE, "this build has no CUDA backend");
+#endif
+    } else {
 #pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
-    for (size_t b = 0; b < nb; b++) {
-        size_t lo = b * NORM_BLOCK, hi = lo + NORM_BLOCK < n ? lo + NORM_BLOCK : n;
-        double s = 0.0;
-        for (size_t i = lo; i < hi; i++) s += (double)g[i] * (double)g[i];
-        part[b] = s;
+        for (size_t b = 0; b < nb; b++) {
+            size_t lo = b * NORM_BLOCK, hi = lo + NORM_BLOCK < n ? lo + NORM_BLOCK : n;
+            double s = 0.0;
+            for (size_t i = lo; i < hi; i++) s += (double)g[i] * (double)g[i];
+            part[b] = s;
+        }
     }
     double s = 0.0;
     for (size_t b = 0; b < nb; b++) s += part[b];
-    return sqrt(s);
+    *norm = sqrt(s);
+    return 0;
+}
+
+/* The update on the CPU: ranges in chunks of UPDATE_CHUNK over the OpenMP threads. */
+static void update_cpu(ab_optim *o, float *params, const float *grad, const step_coef *k, bool adaptive) {
+    const size_t n = o->n;
+    const int nr = o->n_ranges;
+    const ab_optim_range *rg = o->ranges;
+    float *m = o->m, *v = o->v;
+#pragma omp parallel if (n >= PARALLEL_MIN)
+    for (int r = 0; r < nr; r++) {
+        const size_t off = rg[r].offset, cnt = rg[r].count;
+        const float keep = rg[r].decay ? k->keep : 1.0f;
+        const float l2 = rg[r].decay ? k->l2 : 0.0f;
+        const size_t nchunks = (cnt + UPDATE_CHUNK - 1) / UPDATE_CHUNK;
+#pragma omp for schedule(static) nowait
+        for (size_t ch = 0; ch < nchunks; ch++) {
+            size_t lo = off + ch * UPDATE_CHUNK;
+            size_t len = cnt - ch * UPDATE_CHUNK < UPDATE_CHUNK ? cnt - ch * UPDATE_CHUNK : UPDATE_CHUNK;
+            if (adaptive) update_adaptive(params + lo, grad + lo, m + lo, v + lo, len, k, keep, l2);
+            else update_momentum(params + lo, grad + lo, m + lo, v + lo, len, k, keep, l2);
+        }
+    }
 }
 
 int ab_optim_step(ab_optim *o, float *params, const float *grad, ab_optim_info *info) {
     if (!params || !grad) return ab_fail(AB_EINVAL, "optimiser step: NULL %s", params ? "gradient" : "parameters");
     const ab_optim_config *c = &o->cfg;
-    double norm = grad_norm(o, grad);
+    double norm = 0.0;
+    int rc = grad_norm(o, grad, &norm);
+    if (rc) return rc;
     if (!isfinite(norm))
         return ab_fail(AB_EINVAL, "optimiser step %lld: the gradient norm is %s (NaN or infinite gradients); "
                                   "parameters left unchanged",
@@ -442,23 +518,13 @@ int ab_optim_step(ab_optim *o, float *params, const float *grad, ab_optim_info *
         k.vscale = 1.0f;
     }
 
-    const size_t n = o->n;
-    const int nr = o->n_ranges;
-    const ab_optim_range *rg = o->ranges;
-    float *m = o->m, *v = o->v;
-#pragma omp parallel if (n >= PARALLEL_MIN)
-    for (int r = 0; r < nr; r++) {
-        const size_t off = rg[r].offset, cnt = rg[r].count;
-        const float keep = rg[r].decay ? k.keep : 1.0f;
-        const float l2 = rg[r].decay ? k.l2 : 0.0f;
-        const size_t nchunks = (cnt + UPDATE_CHUNK - 1) / UPDATE_CHUNK;
-#pragma omp for schedule(static) nowait
-        for (size_t ch = 0; ch < nchunks; ch++) {
-            size_t lo = off + ch * UPDATE_CHUNK;
-            size_t len = cnt - ch * UPDATE_CHUNK < UPDATE_CHUNK ? cnt - ch * UPDATE_CHUNK : UPDATE_CHUNK;
-            if (adaptive) update_adaptive(params + lo, grad + lo, m + lo, v + lo, len, &k, keep, l2);
-            else update_momentum(params + lo, grad + lo, m + lo, v + lo, len, &k, keep, l2);
-        }
+    if (o->dev == AB_DEV_CUDA) {
+#ifdef ATTNBENCH_HAVE_CUDA
+        rc = optim_cuda_update(params, grad, o->m, o->v, o->n, o->dranges, o->n_ranges, &k, adaptive);
+        if (rc) return rc;
+#endif
+    } else {
+        update_cpu(o, params, grad, &k, adaptive);
     }
     o->step = t;
     if (info) {
@@ -476,10 +542,30 @@ int ab_optim_step(ab_optim *o, float *params, const float *grad, ab_optim_info *
  * State
  * ---------------------------------------------------------------------------------- */
 
-void ab_optim_state(ab_optim *o, const void **data, size_t *bytes) {
+int ab_optim_get_state(ab_optim *o, const void **data, size_t *bytes) {
+    *data = NULL;
+    *bytes = 0;
     put_u64(o->block + 24, (uint64_t)o->step);
-    *data = o->block;
-    *bytes = STATE_HEADER + 2 * o->n * sizeof(float);
+    const size_t total = STATE_HEADER + 2 * o->n * sizeof(float);
+    if (o->dev == AB_DEV_CPU) {
+        *data = o->block;
+        *bytes = total;
+        return 0;
+    }
+    if (!o->mirror && !(o->mirror = ab_alloc(total))) return AB_ENOMEM;
+    memcpy(o->mirror, o->block, STATE_HEADER);
+    int rc = ab_dev_download(AB_DEV_CUDA, o->mirror + STATE_HEADER, o->m, 2 * o->n * sizeof(float));
+    if (rc) return rc;
+    *data = o->mirror;
+    *bytes = total;
+    return 0;
+}
+
+void ab_optim_state(ab_optim *o, const void **data, size_t *bytes) {
+    if (ab_optim_get_state(o, data, bytes)) {
+        *data = NULL;
+        *bytes = 0;
+    }
 }
 
 int ab_optim_set_state(ab_optim *o, const void *data, size_t bytes) {
@@ -513,7 +599,12 @@ int ab_optim_set_state(ab_optim *o, const void *data, size_t bytes) {
             return ab_fail(AB_EINVAL, "optimiser state: %s moment %zu is %g (must be finite%s)",
                            i < o->n ? "first" : "second", i % o->n, (double)x, i < o->n ? "" : " and >= 0");
     }
-    memmove(o->m, mv, 2 * o->n * sizeof(float)); /* data may be our own block */
+    if (o->dev == AB_DEV_CPU) {
+        memmove(o->m, mv, 2 * o->n * sizeof(float)); /* data may be our own block */
+    } else {
+        int rc = ab_dev_upload(AB_DEV_CUDA, o->m, mv, 2 * o->n * sizeof(float));
+        if (rc) return rc;
+    }
     o->step = (long long)step;
     put_u64(o->block + 24, step);
     return 0;

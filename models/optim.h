@@ -52,9 +52,23 @@
  *
  * Memory: m, v, the norm partials and a serialisable state header live in one block
  * from the tracked allocator, made at creation; a step allocates nothing.
+ *
+ * Devices: ab_optim_create_on(AB_DEV_CUDA, ...) keeps m, v (and the norm partials and
+ * ranges) in one device allocation (tracked on AB_DEV_CUDA), the header and a copy of
+ * the partials on the host; ab_optim_step then takes DEVICE pointers (e.g. tf_params()
+ * and tf_grads() of a model on CUDA) and runs the norm and the update as kernels
+ * (models/optim_cuda.cu). The results are the CPU's bit for bit: the same block sums
+ * (one thread per block of 4096, in index order, in double) added on the host in block
+ * order, and the same float operations in the same order (IEEE intrinsics that are
+ * never contracted). A step waits for the device once (the partials come back to the
+ * host, where the norm is checked and the clipping factor chosen) and returns with
+ * the update queued. The state calls copy: ab_optim_get_state downloads m and v into
+ * a host copy (allocated by the first call and kept), ab_optim_set_state uploads them.
  */
 #ifndef AB_OPTIM_H
 #define AB_OPTIM_H
+
+#include "memory.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -119,9 +133,15 @@ typedef struct ab_optim ab_optim;
 /* Creates an optimiser for n > 0 parameters with zeroed moments and step 0. `ranges`
  * (n_ranges entries, in any order) must cover [0, n) exactly, without gaps or overlap;
  * ranges = NULL with n_ranges = 0 means one decayed range [0, n). Empty ranges are
- * allowed and ignored. 0, or AB_EINVAL / AB_ENOMEM with a message. */
+ * allowed and ignored. 0, or AB_EINVAL / AB_ENOMEM with a message. On the CPU. */
 int ab_optim_create(const ab_optim_config *c, size_t n, const ab_optim_range *ranges, int n_ranges, ab_optim **out);
+/* The same on device `dev` (AB_DEV_CPU or AB_DEV_CUDA): its moments in memory of that
+ * device, and ab_optim_step's arrays too. CUDA without a device or in a build without
+ * CUDA: AB_EDEVICE ("no CUDA device: ..."). */
+int ab_optim_create_on(ab_device dev, const ab_optim_config *c, size_t n, const ab_optim_range *ranges, int n_ranges,
+                       ab_optim **out);
 void ab_optim_destroy(ab_optim *o);
+ab_device ab_optim_device(const ab_optim *o);
 
 /* What one step did, for the training log. */
 typedef struct {
@@ -134,9 +154,10 @@ typedef struct {
 } ab_optim_info;
 
 /* One step: params (n floats) updated in place from grad (n floats, read only; the two
- * must not overlap). `info` may be NULL. 0, or AB_EINVAL (NULL arrays, or a non-finite
- * gradient norm: nothing changed). One thread at a time per optimiser; the step itself
- * runs on the OpenMP threads. */
+ * must not overlap), both in memory of the optimiser's device. `info` may be NULL. 0,
+ * or AB_EINVAL (NULL arrays, or a non-finite gradient norm: nothing changed), or (CUDA)
+ * a device error. One thread at a time per optimiser; the step itself runs on the
+ * OpenMP threads (CPU) or the device. */
 int ab_optim_step(ab_optim *o, float *params, const float *grad, ab_optim_info *info);
 
 long long ab_optim_steps(const ab_optim *o); /* steps taken so far */
@@ -145,15 +166,22 @@ const ab_optim_config *ab_optim_get_config(const ab_optim *o);
 /* Changes the config of a live optimiser (e.g. lr on resume); the kind cannot change. */
 int ab_optim_set_config(ab_optim *o, const ab_optim_config *c);
 
-/* The optimiser's complete state as one contiguous byte blob: a 64-byte header
- * (magic "ABOPTIM", version, kind, n, step) followed by m[n] and v[n] (float32,
- * native byte order). The pointer stays valid, and its contents current, until the
- * next step or destroy; `ab_optim_set_state` on an optimiser of the same kind and n
- * restores it exactly, so continuing gives bit-identical parameters. The config is
- * not part of the state (store it beside, e.g. as the checkpoint's config JSON). */
+/* The optimiser's complete state as one contiguous byte blob in host memory: a 64-byte
+ * header (magic "ABOPTIM", version, kind, n, step) followed by m[n] and v[n]
+ * (float32, native byte order), the same on either device. The pointer stays valid,
+ * and its contents current, until the next step or destroy; `ab_optim_set_state` on an
+ * optimiser of the same kind and n (on either device) restores it exactly, so
+ * continuing gives bit-identical parameters. The config is not part of the state
+ * (store it beside, e.g. as the checkpoint's config JSON). On CUDA this downloads m
+ * and v into the host copy (waits for the device): 0, or an error code with *data =
+ * NULL and *bytes = 0. */
+int ab_optim_get_state(ab_optim *o, const void **data, size_t *bytes);
+/* ab_optim_get_state without the result (on a CUDA failure *data is NULL and *bytes
+ * 0; the CPU cannot fail). */
 void ab_optim_state(ab_optim *o, const void **data, size_t *bytes);
 /* 0, or AB_EINVAL naming what differs (not an optimiser state, other kind, other n,
- * wrong size, a negative or non-finite second moment); nothing is changed on error. */
+ * wrong size, a negative or non-finite second moment); nothing is changed on error.
+ * On CUDA the moments are uploaded (a failed upload is a device error). */
 int ab_optim_set_state(ab_optim *o, const void *data, size_t bytes);
 
 #endif

@@ -2,6 +2,9 @@
  * initialisation), forward, loss and backward. Generation is in generate.c. */
 #include "transformer_internal.h"
 
+#include "layers_dev.h"
+
+#include "../harness/device.h"
 #include "../harness/error.h"
 #include "../harness/memory.h"
 #include "../harness/rng.h"
@@ -26,6 +29,7 @@ void tf_config_default(tf_config *c) {
     c->causal = true;
     c->attention = "linear";
     c->seed = 1;
+    c->device = ATTN_DEVICE_CPU;
 }
 
 uint64_t tf_step_seed(uint64_t run_seed, uint64_t step) {
@@ -56,6 +60,9 @@ static int check_config(const tf_config *c, int max_batch) {
     if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
         return ab_fail(AB_EINVAL, "model dropout %g must be in [0, 1)", (double)c->dropout);
     if (max_batch < 1) return ab_fail(AB_EINVAL, "model max batch %d must be >= 1", max_batch);
+    if (c->device != ATTN_DEVICE_CPU && c->device != ATTN_DEVICE_CUDA)
+        return ab_fail(AB_EINVAL, "model device %d is neither the CPU (%d) nor CUDA (%d)", (int)c->device,
+                       (int)ATTN_DEVICE_CPU, (int)ATTN_DEVICE_CUDA);
     if (!c->attention || !*c->attention) return ab_fail(AB_EINVAL, "model attention variant is not set");
     if (c->n_attn_settings < 0 || (c->n_attn_settings > 0 && !c->attn_settings))
         return ab_fail(AB_EINVAL, "model attention settings list is malformed");
@@ -96,11 +103,18 @@ static void carve_params(tf_model *m, tf_table *t, bool grads) {
 
 static void carve_acts(tf_model *m, tf_table *t) {
     const tf_config *c = &m->cfg;
+    const bool cuda = m->dev == ATTN_DEVICE_CUDA;
     int B = m->max_batch, N = m->max_len, C = c->d_model, V = c->vocab;
     m->tokens = tf_carve(t, "tokens", sizeof(int), false, 2, B, N, 0, 0);
-    m->lengths = tf_carve(t, "lengths", sizeof(int), false, 1, B, 0, 0, 0);
+    /* CUDA: embedding_token_index of the tokens, starts (V + 1) then order (B N) */
+    int *index = tf_carve(t, "token_index", sizeof(int), false, 1, cuda ? (int64_t)V + 1 + (int64_t)B * N : 0, 0, 0, 0);
+    m->starts = index;
+    m->order = index ? index + V + 1 : NULL;
     m->targets = tf_carve(t, "targets", sizeof(int), false, 2, B, N, 0, 0);
     m->weights = tf_carve_f(t, "weights", false, 2, B, N, 0, 0);
+    /* lengths stay in host memory (attention.h): here on the CPU, in the staging on CUDA */
+    int *lengths = tf_carve(t, "lengths", sizeof(int), false, 1, cuda ? 0 : B, 0, 0, 0);
+    if (!cuda) m->lengths = lengths;
     m->pos_table = tf_carve_f(t, "positions", false, 2, N, C, 0, 0);
     m->emb = tf_carve_f(t, "emb", false, 3, B, N, C, 0);
     for (int l = 0; l < c->layers; l++) {
@@ -120,7 +134,29 @@ static void carve_acts(tf_model *m, tf_table *t) {
     m->dx_a = tf_carve_f(t, "dx_a", false, 3, B, N, C, 0);
     m->dx_b = tf_carve_f(t, "dx_b", false, 3, B, N, C, 0);
     m->dlogits = tf_carve_f(t, "dlogits", false, 3, B, N, V, 0);
+    m->ce_ws = tf_carve(t, "ce", 1, false, 1, (int64_t)ld_cross_entropy_ws_bytes(m->dev, B * N), 0, 0, 0);
     tf_table_prefix(t, "%s", "");
+}
+
+/* CUDA: the host staging of the inputs, laid out as the device tensors from "tokens"
+ * to the end of "token_index" and from "targets" to the end of "weights" (each range
+ * one upload), then the lengths. Needs the sized activation table. */
+static int make_staging(tf_model *m) {
+    if (m->dev != ATTN_DEVICE_CUDA) return 0;
+    const tf_tensor *tt = tf_table_find(&m->atab, "tokens"), *ti = tf_table_find(&m->atab, "token_index");
+    const tf_tensor *tg = tf_table_find(&m->atab, "targets"), *tw = tf_table_find(&m->atab, "weights");
+    size_t tok = (ti->offset + ti->count * sizeof(int) - tt->offset + 63) / 64 * 64;
+    size_t tgt = (tw->offset + tw->count * sizeof(float) - tg->offset + 63) / 64 * 64;
+    char *h = ab_alloc(tok + tgt + sizeof(int) * (size_t)m->max_batch);
+    if (!h) return AB_ENOMEM;
+    m->host_in = h;
+    m->h_tokens = (int *)h;
+    m->h_starts = (int *)(h + (ti->offset - tt->offset));
+    m->h_order = m->h_starts + m->cfg.vocab + 1;
+    m->h_targets = (int *)(h + tok);
+    m->h_weights = (float *)(h + tok + (tw->offset - tg->offset));
+    m->lengths = (int *)(h + tok + tgt);
+    return 0;
 }
 
 /* ---- initialisation ---- */
@@ -132,47 +168,85 @@ static uint64_t init_stream(const tf_model *m, const float *p) {
     return TF_STREAM_INIT + 0xFFFFFFFFu; /* not reached: every tensor is in the table */
 }
 
-static void fill_uniform(tf_model *m, float *p, size_t n, double bound, uint64_t seed) {
-    uint64_t st = init_stream(m, p);
-    for (size_t j = 0; j < n; j++) p[j] = (float)((2.0 * ab_rng_uniform(seed, st, j) - 1.0) * bound);
+/* The values are drawn into host memory `h` laid out as the parameters (the
+ * parameters themselves on the CPU; a copy uploaded afterwards on CUDA): tensor p of
+ * the model is h + (p - params). */
+typedef struct {
+    tf_model *m;
+    float *h;
+    uint64_t seed;
+} init_ctx;
+
+static float *host_of(const init_ctx *x, const float *p) { return x->h + (p - x->m->params); }
+
+static void fill_uniform(const init_ctx *x, const float *p, size_t n, double bound) {
+    uint64_t st = init_stream(x->m, p);
+    float *h = host_of(x, p);
+    for (size_t j = 0; j < n; j++) h[j] = (float)((2.0 * ab_rng_uniform(x->seed, st, j) - 1.0) * bound);
 }
 
-static void fill_normal(tf_model *m, float *p, size_t n, double sd, uint64_t seed) {
-    uint64_t st = init_stream(m, p);
-    for (size_t j = 0; j < n; j++) p[j] = (float)(sd * ab_rng_normal(seed, st, j));
+static void fill_normal(const init_ctx *x, const float *p, size_t n, double sd) {
+    uint64_t st = init_stream(x->m, p);
+    float *h = host_of(x, p);
+    for (size_t j = 0; j < n; j++) h[j] = (float)(sd * ab_rng_normal(x->seed, st, j));
 }
 
-static void fill_const(float *p, size_t n, float v) {
-    for (size_t j = 0; j < n; j++) p[j] = v;
+static void fill_const(const init_ctx *x, const float *p, size_t n, float v) {
+    float *h = host_of(x, p);
+    for (size_t j = 0; j < n; j++) h[j] = v;
 }
 
 /* nn.Linear's default: weights and bias uniform(+-1/sqrt(fan_in)) */
-static void init_dense(tf_model *m, float *w, float *b, int out, int in, uint64_t seed) {
+static void init_dense(const init_ctx *x, const float *w, const float *b, int out, int in) {
     double bound = 1.0 / sqrt((double)in);
-    fill_uniform(m, w, (size_t)out * in, bound, seed);
-    if (b) fill_uniform(m, b, (size_t)out, bound, seed);
+    fill_uniform(x, w, (size_t)out * in, bound);
+    if (b) fill_uniform(x, b, (size_t)out, bound);
 }
 
-void tf_init_params(tf_model *m, uint64_t seed) {
+int tf_init_params(tf_model *m, uint64_t seed) {
     const tf_config *c = &m->cfg;
     int C = c->d_model, F = c->d_ff, V = c->vocab;
-    fill_normal(m, m->tok_emb, (size_t)V * C, 1.0, seed);
+    const bool cuda = m->dev == ATTN_DEVICE_CUDA;
+    const size_t bytes = sizeof(float) * m->ptab.total;
+    init_ctx x = {m, cuda ? ab_alloc(bytes) : m->params, seed};
+    if (!x.h) return AB_ENOMEM;
+    fill_normal(&x, m->tok_emb, (size_t)V * C, 1.0);
     for (int l = 0; l < c->layers; l++) {
         enc_params *p = &m->lp[l];
-        fill_const(p->ln1_g, (size_t)C, 1.0f);
-        fill_const(p->ln1_b, (size_t)C, 0.0f);
-        init_dense(m, p->attn.wqkv, p->attn.bqkv, 3 * C, C, seed);
-        init_dense(m, p->attn.wo, p->attn.bo, C, C, seed);
-        fill_const(p->ln2_g, (size_t)C, 1.0f);
-        fill_const(p->ln2_b, (size_t)C, 0.0f);
-        init_dense(m, p->w1, p->b1, F, C, seed);
-        init_dense(m, p->w2, p->b2, C, F, seed);
+        fill_const(&x, p->ln1_g, (size_t)C, 1.0f);
+        fill_const(&x, p->ln1_b, (size_t)C, 0.0f);
+        init_dense(&x, p->attn.wqkv, p->attn.bqkv, 3 * C, C);
+        init_dense(&x, p->attn.wo, p->attn.bo, C, C);
+        fill_const(&x, p->ln2_g, (size_t)C, 1.0f);
+        fill_const(&x, p->ln2_b, (size_t)C, 0.0f);
+        init_dense(&x, p->w1, p->b1, F, C);
+        init_dense(&x, p->w2, p->b2, C, F);
     }
     if (c->final_norm) {
-        fill_const(m->lnf_g, (size_t)C, 1.0f);
-        fill_const(m->lnf_b, (size_t)C, 0.0f);
+        fill_const(&x, m->lnf_g, (size_t)C, 1.0f);
+        fill_const(&x, m->lnf_b, (size_t)C, 0.0f);
     }
-    init_dense(m, m->head_w, m->head_b, V, C, seed);
+    init_dense(&x, m->head_w, m->head_b, V, C);
+    if (!cuda) return 0;
+    int rc = ab_dev_upload(AB_DEV_CUDA, m->params, x.h, bytes);
+    ab_free(x.h);
+    return rc;
+}
+
+/* The positions table (computed on the host; uploaded on CUDA). */
+static int init_tables(tf_model *m) {
+    int N = m->max_len, C = m->cfg.d_model;
+    if (m->dev == ATTN_DEVICE_CPU) {
+        positions_table(m->pos_table, N, C);
+        return 0;
+    }
+    size_t bytes = sizeof(float) * (size_t)N * C;
+    float *h = ab_alloc(bytes);
+    if (!h) return AB_ENOMEM;
+    positions_table(h, N, C);
+    int rc = ab_dev_upload(AB_DEV_CUDA, m->pos_table, h, bytes);
+    ab_free(h);
+    return rc;
 }
 
 /* ---- lifetime ---- */
@@ -180,9 +254,10 @@ void tf_init_params(tf_model *m, uint64_t seed) {
 void tf_destroy(tf_model *m) {
     if (!m) return;
     attn_destroy(m->att);
-    ab_free(m->params);
-    ab_free(m->grads);
-    ab_free(m->acts);
+    ab_dev_free((ab_device)m->dev, m->params);
+    ab_dev_free((ab_device)m->dev, m->grads);
+    ab_dev_free((ab_device)m->dev, m->acts);
+    ab_free(m->host_in);
     tf_table_free(&m->ptab);
     tf_table_free(&m->atab);
     free(m->lp);
@@ -205,6 +280,7 @@ int tf_create(const tf_config *cfg, int max_batch, tf_model **out) {
     m->cfg = *cfg;
     m->max_batch = max_batch;
     m->max_len = cfg->max_len;
+    m->dev = cfg->device;
     m->variant = dup_str(cfg->attention);
     m->settings = cfg->n_attn_settings ? calloc((size_t)cfg->n_attn_settings, sizeof(char *)) : NULL;
     m->lp = calloc((size_t)cfg->layers, sizeof *m->lp);
@@ -227,13 +303,13 @@ int tf_create(const tf_config *cfg, int max_batch, tf_model **out) {
     m->enc = (enc_config){cfg->d_model, cfg->heads, cfg->d_ff, cfg->dropout, cfg->pre_norm, cfg->causal};
 
     /* the attention, checked at the largest shape */
-    attn_options ao = {.variant = m->variant, .device = ATTN_DEVICE_CPU, .seed = tf_attn_seed(cfg->seed, 0),
+    attn_options ao = {.variant = m->variant, .device = m->dev, .seed = tf_attn_seed(cfg->seed, 0),
                        .n_settings = cfg->n_attn_settings, .settings = (const char *const *)m->settings};
     if ((rc = attn_create(&ao, &m->att))) {
         tf_destroy(m);
         return rc;
     }
-    mha_dims md = {max_batch, m->max_len, cfg->d_model, cfg->heads, cfg->causal, NULL};
+    mha_dims md = {max_batch, m->max_len, cfg->d_model, cfg->heads, cfg->causal, NULL, m->dev};
     attn_shape as = mha_shape(&md);
     if ((rc = attn_check_shape(m->att, &as))) {
         char msg[512];
@@ -259,16 +335,27 @@ int tf_create(const tf_config *cfg, int max_batch, tf_model **out) {
         tf_destroy(m);
         return ab_fail(AB_EINVAL, "model parameters overflow");
     }
-    m->params = ab_calloc(pbytes);
-    m->grads = ab_calloc(pbytes);
-    m->acts = ab_calloc(m->atab.total);
-    if (!m->params || !m->grads || !m->acts) {
+    if (m->dev == ATTN_DEVICE_CPU) {
+        m->params = ab_calloc(pbytes);
+        m->grads = ab_calloc(pbytes);
+        m->acts = ab_calloc(m->atab.total);
+        rc = m->params && m->grads && m->acts ? 0 : AB_ENOMEM;
+    } else {
+        /* device memory comes uninitialised: the gradients are zeroed below, the
+         * parameters initialised, and the activations are written before being read */
+        if (!(rc = ab_dev_malloc(AB_DEV_CUDA, (void **)&m->params, pbytes)) &&
+            !(rc = ab_dev_malloc(AB_DEV_CUDA, (void **)&m->grads, pbytes)))
+            rc = ab_dev_malloc(AB_DEV_CUDA, &m->acts, m->atab.total);
+        if (!rc) rc = make_staging(m);
+    }
+    if (rc) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", ab_error());
         size_t total = 2 * pbytes + m->atab.total;
+        const char *where = m->dev == ATTN_DEVICE_CUDA ? "the CUDA device" : "the host";
         tf_destroy(m);
-        return ab_fail(AB_ENOMEM, "model needs %.1f MiB (parameters, gradients, activations): %s",
-                       (double)total / 1048576.0, msg);
+        return ab_fail(rc, "model needs %.1f MiB (parameters, gradients, activations) on %s: %s",
+                       (double)total / 1048576.0, where, msg);
     }
     tf_table gtab;
     tf_table_init(&gtab, sizeof(float), 1);
@@ -284,14 +371,17 @@ int tf_create(const tf_config *cfg, int max_batch, tf_model **out) {
         tf_destroy(m);
         return rc;
     }
-    positions_table(m->pos_table, m->max_len, cfg->d_model);
-    tf_init_params(m, cfg->seed);
+    if ((rc = init_tables(m)) || (rc = tf_init_params(m, cfg->seed)) || (rc = tf_zero_grad(m))) {
+        tf_destroy(m);
+        return rc;
+    }
     *out = m;
     return 0;
 }
 
 const tf_config *tf_get_config(const tf_model *m) { return &m->cfg; }
 int tf_max_batch(const tf_model *m) { return m->max_batch; }
+attn_device tf_device(const tf_model *m) { return m->dev; }
 size_t tf_param_count(const tf_model *m) { return m->ptab.total; }
 float *tf_params(tf_model *m) { return m->params; }
 float *tf_grads(tf_model *m) { return m->grads; }
@@ -301,16 +391,37 @@ size_t tf_act_bytes(const tf_model *m) { return m->atab.total; }
 void *tf_acts(tf_model *m) { return m->acts; }
 int tf_act_tensor_count(const tf_model *m) { return m->atab.n; }
 const tf_tensor *tf_act_tensor(const tf_model *m, int i) { return i >= 0 && i < m->atab.n ? &m->atab.t[i] : NULL; }
-void tf_zero_grad(tf_model *m) { memset(m->grads, 0, sizeof(float) * m->ptab.total); }
+int tf_zero_grad(tf_model *m) { return ld_zero(m->dev, m->grads, sizeof(float) * m->ptab.total); }
 const float *tf_logits(const tf_model *m) { return m->logits; }
+
+int tf_params_download(const tf_model *m, float *host) {
+    if (!m || !host) return ab_fail(AB_EINVAL, "tf_params_download: NULL argument");
+    return ab_dev_download((ab_device)m->dev, host, m->params, sizeof(float) * m->ptab.total);
+}
+
+int tf_params_upload(tf_model *m, const float *host) {
+    if (!m || !host) return ab_fail(AB_EINVAL, "tf_params_upload: NULL argument");
+    return ab_dev_upload((ab_device)m->dev, m->params, host, sizeof(float) * m->ptab.total);
+}
+
+int tf_grads_download(const tf_model *m, float *host) {
+    if (!m || !host) return ab_fail(AB_EINVAL, "tf_grads_download: NULL argument");
+    return ab_dev_download((ab_device)m->dev, host, m->grads, sizeof(float) * m->ptab.total);
+}
+
+int tf_logits_download(const tf_model *m, float *host) {
+    if (!m || !host) return ab_fail(AB_EINVAL, "tf_logits_download: NULL argument");
+    if (!m->have_forward) return ab_fail(AB_EINVAL, "tf_logits_download: no forward (call tf_forward first)");
+    return ab_dev_download((ab_device)m->dev, host, m->logits, sizeof(float) * (size_t)m->B * m->N * m->cfg.vocab);
+}
 
 /* ---- forward ---- */
 
 /* input: token embedding + positions -> emb (B, N, C) */
-static void input_forward(tf_model *m, const int *tokens, int B, int N, int pos0) {
+static int input_forward(tf_model *m, const int *tokens, int B, int N, int pos0) {
     int C = m->cfg.d_model;
-    embedding_forward(m->emb, tokens, m->tok_emb, B * N, C);
-    positions_add(m->emb, m->pos_table, B, N, C, pos0);
+    int rc = ld_embedding_forward(m->dev, m->emb, tokens, m->tok_emb, B * N, C);
+    return rc ? rc : ld_positions_add(m->dev, m->emb, m->pos_table, B, N, C, pos0);
 }
 
 static const float *layer_input(const tf_model *m, int l) {
@@ -330,25 +441,37 @@ static int body_forward(tf_model *m, const mha_dims *d, bool train, uint64_t see
         if (rc) return rc;
     }
     if (m->cfg.final_norm)
-        layernorm_forward(m->lnf_out, m->lnf_mean, m->lnf_rstd, layer_input(m, m->cfg.layers), m->lnf_g, m->lnf_b,
-                          d->B * d->N, m->cfg.d_model);
+        return ld_layernorm_forward(m->dev, m->lnf_out, m->lnf_mean, m->lnf_rstd, layer_input(m, m->cfg.layers),
+                                    m->lnf_g, m->lnf_b, d->B * d->N, m->cfg.d_model);
     return 0;
 }
 
-static void head_forward(tf_model *m, int BT) {
-    dense_forward(m->logits, body_output(m), m->head_w, m->head_b, BT, m->cfg.d_model, m->cfg.vocab);
+static int head_forward(tf_model *m, int BT) {
+    return ld_dense_forward(m->dev, m->logits, body_output(m), m->head_w, m->head_b, BT, m->cfg.d_model,
+                            m->cfg.vocab);
+}
+
+/* The tokens (B N) into the model's buffer; on CUDA with their token index for the
+ * embedding backward, in one upload. */
+static int put_tokens(tf_model *m, const int *tokens, int BT) {
+    if (m->dev == ATTN_DEVICE_CPU) {
+        memcpy(m->tokens, tokens, sizeof(int) * (size_t)BT);
+        return 0;
+    }
+    memcpy(m->h_tokens, tokens, sizeof(int) * (size_t)BT);
+    embedding_token_index(m->h_order, m->h_starts, tokens, BT, m->cfg.vocab);
+    size_t bytes = (size_t)((char *)(m->h_order + BT) - (char *)m->h_tokens);
+    return ab_dev_upload(AB_DEV_CUDA, m->tokens, m->h_tokens, bytes);
 }
 
 int tf_forward_run(tf_model *m, const int *tokens, int B, int N, int pos0, const int *lengths, bool train,
                    uint64_t seed, const mha_run *runs) {
     m->have_forward = m->have_loss = false;
-    memcpy(m->tokens, tokens, sizeof(int) * (size_t)B * N);
-    input_forward(m, m->tokens, B, N, pos0);
-    mha_dims d = {B, N, m->cfg.d_model, m->cfg.heads, m->cfg.causal, lengths};
-    int rc = body_forward(m, &d, train, seed, runs);
-    if (rc) return rc;
-    head_forward(m, B * N);
-    return 0;
+    int rc = put_tokens(m, tokens, B * N);
+    if (rc || (rc = input_forward(m, m->tokens, B, N, pos0))) return rc;
+    mha_dims d = {B, N, m->cfg.d_model, m->cfg.heads, m->cfg.causal, lengths, m->dev};
+    if ((rc = body_forward(m, &d, train, seed, runs))) return rc;
+    return head_forward(m, B * N);
 }
 
 static int check_tokens(const tf_model *m, const int *tokens, size_t n, const char *what) {
@@ -374,7 +497,7 @@ int tf_forward(tf_model *m, const int *tokens, int B, int N, const int *lengths,
                 return ab_fail(AB_EINVAL, "tf_forward: lengths[%d] = %d is outside [0, N=%d]", b, lengths[b], N);
         memcpy(m->lengths, lengths, sizeof(int) * (size_t)B);
     }
-    mha_dims d = {B, N, m->cfg.d_model, m->cfg.heads, m->cfg.causal, NULL};
+    mha_dims d = {B, N, m->cfg.d_model, m->cfg.heads, m->cfg.causal, NULL, m->dev};
     attn_shape s = mha_shape(&d);
     if (attn_saved_bytes(m->att, &s) > m->attn_saved)
         return ab_fail(AB_EINVAL, "tf_forward: attention at batch %d, length %d saves more than at the maximum shape",
@@ -405,22 +528,33 @@ int tf_loss(tf_model *m, const int *targets, const float *weights, ce_stats *st)
             return ab_fail(AB_EINVAL, "tf_loss: target %d at index %zu is outside [0, vocab=%d)", targets[i], i,
                            m->cfg.vocab);
     }
-    memcpy(m->targets, targets, sizeof(int) * n);
     m->has_weights = weights != NULL;
-    if (weights) memcpy(m->weights, weights, sizeof(float) * n);
-    cross_entropy_forward(st, m->nll, m->logits, m->targets, m->has_weights ? m->weights : NULL, (int)n,
-                          m->cfg.vocab);
+    int rc;
+    if (m->dev == ATTN_DEVICE_CPU) {
+        memcpy(m->targets, targets, sizeof(int) * n);
+        if (weights) memcpy(m->weights, weights, sizeof(float) * n);
+    } else {
+        /* targets, and the weights after them, in one upload */
+        memcpy(m->h_targets, targets, sizeof(int) * n);
+        if (weights) memcpy(m->h_weights, weights, sizeof(float) * n);
+        size_t bytes = weights ? (size_t)((char *)(m->h_weights + n) - (char *)m->h_targets) : sizeof(int) * n;
+        if ((rc = ab_dev_upload(AB_DEV_CUDA, m->targets, m->h_targets, bytes))) return rc;
+    }
+    if ((rc = ld_cross_entropy_forward(m->dev, st, m->nll, m->logits, m->targets, m->has_weights ? m->weights : NULL,
+                                       (int)n, m->cfg.vocab, m->ce_ws)))
+        return rc;
     m->weight_sum = st->weight_sum;
     m->have_loss = true;
     return 0;
 }
 
-static void head_backward(tf_model *m, float *dx, int BT) {
+static int head_backward(tf_model *m, float *dx, int BT) {
     int C = m->cfg.d_model, V = m->cfg.vocab;
-    memset(m->dlogits, 0, sizeof(float) * (size_t)BT * V);
-    cross_entropy_backward(m->dlogits, m->logits, m->targets, m->has_weights ? m->weights : NULL, m->weight_sum, BT,
-                           V);
-    dense_backward(dx, m->g_head_w, m->g_head_b, m->dlogits, body_output(m), m->head_w, BT, C, V);
+    int rc = ld_zero(m->dev, m->dlogits, sizeof(float) * (size_t)BT * V);
+    if (rc || (rc = ld_cross_entropy_backward(m->dev, m->dlogits, m->logits, m->targets,
+                                              m->has_weights ? m->weights : NULL, m->weight_sum, BT, V)))
+        return rc;
+    return ld_dense_backward(m->dev, dx, m->g_head_w, m->g_head_b, m->dlogits, body_output(m), m->head_w, BT, C, V);
 }
 
 /* dtop: gradient at the body's output; returns the buffer holding d(emb) */
@@ -428,18 +562,20 @@ static int body_backward(tf_model *m, const mha_dims *d, float *dtop, float **de
     int BT = d->B * d->N, C = m->cfg.d_model;
     size_t n = (size_t)BT * C;
     float *dcur = m->dx_a, *dnext = m->dx_b;
+    int rc;
     if (m->cfg.final_norm) {
-        memset(dcur, 0, sizeof(float) * n);
-        layernorm_backward(dcur, m->g_lnf_g, m->g_lnf_b, dtop, layer_input(m, m->cfg.layers), m->lnf_g, m->lnf_mean,
-                           m->lnf_rstd, BT, C);
-    } else if (dtop != dcur) {
-        memcpy(dcur, dtop, sizeof(float) * n);
+        if ((rc = ld_zero(m->dev, dcur, sizeof(float) * n)) ||
+            (rc = ld_layernorm_backward(m->dev, dcur, m->g_lnf_g, m->g_lnf_b, dtop, layer_input(m, m->cfg.layers),
+                                        m->lnf_g, m->lnf_mean, m->lnf_rstd, BT, C)))
+            return rc;
+    } else if ((rc = ld_copy(m->dev, dcur, dtop, sizeof(float) * n))) {
+        return rc;
     }
     for (int l = m->cfg.layers - 1; l >= 0; l--) {
-        memset(dnext, 0, sizeof(float) * n);
+        if ((rc = ld_zero(m->dev, dnext, sizeof(float) * n))) return rc;
         attn_reseed(m->att, tf_attn_seed(m->seed, l));
-        int rc = enc_backward(m->att, &m->enc, d, dnext, &m->lg[l], dcur, layer_input(m, l), &m->lp[l], &m->la[l],
-                              &m->ws, m->train);
+        rc = enc_backward(m->att, &m->enc, d, dnext, &m->lg[l], dcur, layer_input(m, l), &m->lp[l], &m->la[l], &m->ws,
+                          m->train);
         if (rc) return rc;
         float *t = dcur;
         dcur = dnext;
@@ -457,13 +593,14 @@ int tf_backward(tf_model *m) {
     size_t n = (size_t)BT * m->cfg.d_model;
     /* the head's input gradient goes to dx_b (free until the first layer) */
     float *dtop = m->dx_b;
-    memset(dtop, 0, sizeof(float) * n);
-    head_backward(m, dtop, BT);
-    mha_dims d = {m->B, m->N, m->cfg.d_model, m->cfg.heads, m->cfg.causal, m->has_lengths ? m->lengths : NULL};
+    int rc = ld_zero(m->dev, dtop, sizeof(float) * n);
+    if (rc || (rc = head_backward(m, dtop, BT))) return rc;
+    mha_dims d = {m->B, m->N, m->cfg.d_model, m->cfg.heads, m->cfg.causal, m->has_lengths ? m->lengths : NULL, m->dev};
     float *demb;
-    int rc = body_backward(m, &d, dtop, &demb);
-    if (rc) return rc;
-    embedding_backward(m->g_tok_emb, demb, m->tokens, BT, m->cfg.d_model);
+    if ((rc = body_backward(m, &d, dtop, &demb))) return rc;
+    if ((rc = ld_embedding_backward(m->dev, m->g_tok_emb, demb, m->tokens, m->order, m->starts, BT, m->cfg.d_model,
+                                    m->cfg.vocab)))
+        return rc;
     m->have_loss = false;
     return 0;
 }

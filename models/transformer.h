@@ -1,5 +1,5 @@
 /* A causal (or bidirectional) transformer over tokens, with forward and backward on
- * the CPU, and generation by recomputation or as an RNN.
+ * the CPU or a CUDA device, and generation by recomputation or as an RNN.
  *
  *   input:  token embedding (V, C) + sinusoidal positions (no parameters)
  *   body:   L encoder layers (encoder.h: post-norm as fast-transformers, or pre-norm),
@@ -37,12 +37,28 @@
  * the attention ignores them as keys and gives them zero output; the loss should give
  * them weight 0. Position-wise layers still compute them (cheap, and harmless).
  *
- * CPU only: every pointer here is host memory. The layout (one parameter, gradient and
- * activation block each) is meant to move to a device as a whole when the CUDA
- * backend exists; the attention calls already take a device. */
+ * Devices (cfg.device): with ATTN_DEVICE_CPU (the default) everything is host memory.
+ * With ATTN_DEVICE_CUDA the parameter, gradient and activation blocks are each one
+ * device allocation (ab_cuda_malloc, tracked on AB_DEV_CUDA) carved by the same
+ * tables, the attention object lives on the device, and every layer runs there
+ * (layers_cuda.h). What the caller passes and receives stays on the host: tokens,
+ * lengths, targets and weights are host arrays, copied into preallocated device
+ * buffers (one copy per tf_forward and per tf_loss; a small host staging block is
+ * allocated at tf_create, so steps allocate nothing on either side); ce_stats and the
+ * generation logits come back to the host. But the pointers the model hands out,
+ * tf_params(), tf_grads(), tf_logits() and tf_acts(), point into DEVICE memory on
+ * CUDA: pass them to device code (ab_optim created on AB_DEV_CUDA steps them in
+ * place), or copy with tf_params_download / tf_params_upload / tf_grads_download /
+ * tf_logits_download, which work on either device. Initialisation draws the same
+ * numbers on the host and uploads them, so a seed gives the same parameters on both
+ * devices, and dropout masks are the same on both (layers.h). CUDA calls return once
+ * their work is queued, except tf_loss and the downloads, which wait for the device.
+ * Results agree with the CPU's to float rounding (matrix products and reductions
+ * run in another order); two runs on one device give the same bits. */
 #ifndef AB_MODELS_TRANSFORMER_H
 #define AB_MODELS_TRANSFORMER_H
 
+#include "attention.h"
 #include "layers.h"
 #include "table.h"
 
@@ -70,41 +86,55 @@ typedef struct {
     int n_attn_settings;                /* "key=value" options of the variant */
     const char *const *attn_settings;
     uint64_t seed;       /* initialisation */
+    attn_device device;  /* ATTN_DEVICE_CPU (default, 0) or ATTN_DEVICE_CUDA */
 } tf_config;
 
 typedef struct tf_model tf_model;
 
 /* Defaults: the copy task of the paper (V 12, N 257, C 128, 8 heads, 4 layers,
- * F 4C, dropout 0.1, post-norm with final LN, causal, linear attention, seed 1). */
+ * F 4C, dropout 0.1, post-norm with final LN, causal, linear attention, seed 1, CPU). */
 void tf_config_default(tf_config *c);
 
 /* Validates cfg (one-line message: sizes positive, d_model % heads, dropout range,
- * attention variant and its options, sizes that overflow), then allocates everything
- * for batches up to max_batch and lengths up to cfg->max_len and initialises the
- * parameters from cfg->seed. The config's strings are copied. */
+ * attention variant and its options, device, sizes that overflow), then allocates
+ * everything for batches up to max_batch and lengths up to cfg->max_len on
+ * cfg->device and initialises the parameters from cfg->seed. The config's strings are
+ * copied. CUDA without a usable device or in a build without CUDA: AB_EDEVICE with
+ * the attention's message ("no CUDA device: ..."); a device too small: AB_ENOMEM. */
 int tf_create(const tf_config *cfg, int max_batch, tf_model **out);
 void tf_destroy(tf_model *m);
 /* The model's config (its strings owned by the model). */
 const tf_config *tf_get_config(const tf_model *m);
 int tf_max_batch(const tf_model *m);
+/* Where the model's parameters, gradients and activations live (cfg.device). */
+attn_device tf_device(const tf_model *m);
 
 /* ---- parameters and gradients ---- */
 
 size_t tf_param_count(const tf_model *m); /* floats */
-float *tf_params(tf_model *m);            /* tf_param_count() floats */
-float *tf_grads(tf_model *m);             /* same layout */
+float *tf_params(tf_model *m);            /* tf_param_count() floats, memory of tf_device() */
+float *tf_grads(tf_model *m);             /* same layout and device */
 int tf_param_tensor_count(const tf_model *m);
 /* Entry i of the parameter table: offset and count in floats; decay is true for the
  * dense weight matrices only (not biases, LN gains/biases or the embedding). */
 const tf_tensor *tf_param_tensor(const tf_model *m, int i);
-/* Re-initialises every parameter from `seed` (the scheme above). */
-void tf_init_params(tf_model *m, uint64_t seed);
-void tf_zero_grad(tf_model *m);
+/* Re-initialises every parameter from `seed` (the scheme above). 0, or (CUDA) an
+ * error code with a message. */
+int tf_init_params(tf_model *m, uint64_t seed);
+/* Sets the gradients to zero (queued on CUDA). 0, or (CUDA) an error code. */
+int tf_zero_grad(tf_model *m);
+
+/* Copies between the model's device and host arrays of tf_param_count() floats
+ * (checkpoints, inspection), on either device; the downloads wait for queued work.
+ * 0, or an error code with a message. */
+int tf_params_download(const tf_model *m, float *host);
+int tf_params_upload(tf_model *m, const float *host);
+int tf_grads_download(const tf_model *m, float *host);
 
 /* ---- activations ---- */
 
 size_t tf_act_bytes(const tf_model *m);
-void *tf_acts(tf_model *m); /* the activation block (tests and inspection) */
+void *tf_acts(tf_model *m); /* the activation block (tests and inspection), memory of tf_device() */
 int tf_act_tensor_count(const tf_model *m);
 const tf_tensor *tf_act_tensor(const tf_model *m, int i); /* offsets in bytes */
 
@@ -120,8 +150,10 @@ uint64_t tf_attn_seed(uint64_t seed, int layer);
 /* tokens (B, N) in [0, V), 1 <= B <= max_batch, 1 <= N <= max_len; lengths NULL or B
  * values in [0, N]. Computes logits (B, N, V). train: dropout on (masks from seed). */
 int tf_forward(tf_model *m, const int *tokens, int B, int N, const int *lengths, bool train, uint64_t seed);
-/* Logits (B, N, V) of the last tf_forward. */
+/* Logits (B, N, V) of the last tf_forward, in memory of tf_device(). */
 const float *tf_logits(const tf_model *m);
+/* Copies them to host (B * N * V floats of the last forward; AB_EINVAL without one). */
+int tf_logits_download(const tf_model *m, float *host);
 /* Loss of the last forward: targets (B, N), weights (B, N) or NULL (all 1); positions
  * with weight 0 are not scored (their target may be anything); weighted targets must
  * be in [0, V), weights finite and >= 0. Fills st (loss = sum(w nll) / sum(w), the
@@ -134,7 +166,8 @@ int tf_backward(tf_model *m);
 /* ---- generation ---- */
 
 /* Recomputation (every variant): a full forward over tokens (B, N) in evaluation mode
- * (attention seeds from `seed`), then logits (B, V) of position N-1 copied to out. */
+ * (attention seeds from `seed`), then logits (B, V) of position N-1 copied to out
+ * (host memory, on either device; the logits of the generator calls below too). */
 int tf_last_logits(tf_model *m, const int *tokens, int B, int N, uint64_t seed, float *out);
 
 /* Recurrent mode (variants with a step: linear, polynomial, stateful-softmax; causal

@@ -13,6 +13,7 @@ struct tf_model {
     char **settings;
     enc_config enc;
     int max_batch, max_len;
+    attn_device dev;    /* cfg.device: where params, grads, acts and the attention live */
     attn *att;          /* one attention object shared by the layers (reseeded per layer) */
     size_t attn_saved;  /* bytes of each layer's saved buffer (for max_batch, max_len) */
 
@@ -26,8 +27,11 @@ struct tf_model {
     enc_params *lp, *lg; /* per layer */
 
     /* activations */
-    int *tokens, *lengths, *targets; /* copies of the inputs: (B, N), (B), (B, N) */
+    int *tokens, *targets;           /* copies of the inputs: (B, N) each */
+    int *lengths;                    /* (B): host memory on either device (attention.h) */
     float *weights;                  /* (B, N) */
+    int *starts, *order;             /* CUDA: embedding_token_index of the tokens, (V + 1), (B, N) */
+    void *ce_ws;                     /* CUDA: cross_entropy_forward_cuda's scratch */
     float *pos_table;                /* (max_len, C) */
     float *emb;                      /* (B, N, C): layer 0's input */
     enc_acts *la;                    /* per layer */
@@ -36,6 +40,13 @@ struct tf_model {
     enc_scratch ws;
     float *dx_a, *dx_b;              /* (B, N, C): gradients between layers */
     float *dlogits;                  /* (B, N, V) */
+
+    /* CUDA: host staging of the inputs (one tracked host block made at creation),
+     * laid out as their device tensors so that each group goes up in one copy:
+     * tokens .. token_index (tokens, starts, order) and targets .. weights. */
+    void *host_in;
+    int *h_tokens, *h_starts, *h_order, *h_targets;
+    float *h_weights;
 
     /* the last forward */
     int B, N;

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 bash harness/scripts/build.sh
 mkdir -p results
 set +e
-meson test -C build --print-errorlogs cuda cuda_selftest 2>&1 | tee results/gpu-tests.log
+meson test -C build --print-errorlogs cuda cuda_selftest model_cuda 2>&1 | tee results/gpu-tests.log
 set -e
 build/attnbench bench experiments/sweep/figure1-gpu.json --device cuda --out results/figure1-gpu.json
 build/attnbench plot results/figure1-gpu.json

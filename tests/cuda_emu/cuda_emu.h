@@ -8,7 +8,8 @@
  *   storage: valid because blocks run one after another), dynamic shared memory (through
  *   AB_DYN_SMEM in cuda_compat.h), threadIdx/blockIdx/blockDim/gridDim, warpSize,
  *   __syncthreads(_count/_or/_and), __syncwarp, warp shuffles (__shfl_sync, _up, _down,
- *   _xor), __ballot_sync/__any_sync/__all_sync/__activemask, atomics, device math.
+ *   _xor), __ballot_sync/__any_sync/__all_sync/__activemask, atomics, device math (with
+ *   the uncontracted __fadd_rn, __fsub_rn, __fmul_rn, __fdiv_rn, __fsqrt_rn).
  *   A launch runs the grid's blocks one after another; the threads of a block are
  *   cooperative fibers that switch only at barriers (__syncthreads, warp operations).
  * - runtime: cudaMalloc/Free (host memory, with an emulated capacity so out-of-memory
@@ -353,6 +354,13 @@ static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 static inline float __frcp_rn(float x) { return 1.0f / x; }
 static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+/* Single IEEE operations that CUDA never contracts into a fused multiply-add. Out of
+ * line, because g++ (like nvcc) fuses an inlined product into a following sum. */
+static inline __attribute__((noinline)) float __fadd_rn(float a, float b) { return a + b; }
+static inline __attribute__((noinline)) float __fsub_rn(float a, float b) { return a - b; }
+static inline __attribute__((noinline)) float __fmul_rn(float a, float b) { return a * b; }
+static inline __attribute__((noinline)) float __fdiv_rn(float a, float b) { return a / b; }
+static inline __attribute__((noinline)) float __fsqrt_rn(float a) { return sqrtf(a); }
 static inline float __saturatef(float x) { return x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }
 static inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
 static inline int __float2int_rz(float x) { return (int)x; }

@@ -1,0 +1,58 @@
+/* The layers on the device their tensors live on: each call runs the CPU layer
+ * (layers.h) or the CUDA one (layers_cuda.h) for `dev`, so the blocks built from them
+ * (mha.c, encoder.c) and the model (transformer.c) are written once for both.
+ * Arguments as in layers.h, pointers in memory of `dev`; 0 or an error code with its
+ * message (on the CPU always 0). In a build without CUDA, ATTN_DEVICE_CUDA fails with
+ * AB_EDEVICE (a model cannot get there: its attention fails first). */
+#ifndef AB_MODELS_LAYERS_DEV_H
+#define AB_MODELS_LAYERS_DEV_H
+
+#include "attention.h"
+#include "layers.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+int ld_zero(attn_device dev, void *p, size_t bytes);
+int ld_copy(attn_device dev, void *dst, const void *src, size_t bytes);
+/* rows x cols floats between row strides (logits rows for generation) */
+int ld_rows_copy(attn_device dev, float *dst, size_t dst_ld, const float *src, size_t src_ld, size_t rows,
+                 size_t cols);
+
+int ld_embedding_forward(attn_device dev, float *out, const int *tokens, const float *wte, int BT, int C);
+/* CPU: from tokens; CUDA: from embedding_token_index's order and starts (V + 1) */
+int ld_embedding_backward(attn_device dev, float *dwte, const float *dout, const int *tokens, const int *order,
+                          const int *starts, int BT, int C, int V);
+int ld_positions_add(attn_device dev, float *x, const float *table, int B, int N, int C, int pos0);
+int ld_layernorm_forward(attn_device dev, float *out, float *mean, float *rstd, const float *x, const float *g,
+                         const float *b, int BT, int C);
+int ld_layernorm_backward(attn_device dev, float *dx, float *dg, float *db, const float *dout, const float *x,
+                          const float *g, const float *mean, const float *rstd, int BT, int C);
+int ld_dense_forward(attn_device dev, float *out, const float *x, const float *w, const float *b, int BT, int C,
+                     int OC);
+int ld_dense_backward(attn_device dev, float *dx, float *dw, float *db, const float *dout, const float *x,
+                      const float *w, int BT, int C, int OC);
+int ld_dropout_forward(attn_device dev, float *out, uint8_t *mask, const float *x, size_t n, float p, uint64_t seed,
+                       uint64_t stream);
+int ld_dropout_backward(attn_device dev, float *dx, const float *dout, const uint8_t *mask, size_t n, float p);
+int ld_ffn_forward(attn_device dev, float *out, float *hidden, uint8_t *mask, const float *x, const ffn_params *p,
+                   int BT, int C, int F, float drop_p, uint64_t seed, uint64_t stream);
+int ld_ffn_backward(attn_device dev, float *dx, const ffn_grads *g, float *dhidden, const float *dout,
+                    const float *x, const float *hidden, const uint8_t *mask, const ffn_params *p, int BT, int C,
+                    int F, float drop_p);
+int ld_heads_split(attn_device dev, float *q, float *k, float *v, const float *qkv, int B, int N, int C, int H);
+int ld_heads_join(attn_device dev, float *dqkv, const float *dq, const float *dk, const float *dv, int B, int N,
+                  int C, int H);
+int ld_heads_merge(attn_device dev, float *merged, const float *heads, int B, int N, int C, int H);
+int ld_heads_unmerge(attn_device dev, float *heads, const float *merged, int B, int N, int C, int H);
+int ld_residual_add(attn_device dev, float *out, const float *a, const float *b, size_t n);
+int ld_residual_acc(attn_device dev, float *y, const float *x, size_t n);
+/* Scratch the forward needs on dev (0 on the CPU). */
+size_t ld_cross_entropy_ws_bytes(attn_device dev, int BT);
+/* st on the host; on CUDA this waits for the device (the sums come back). */
+int ld_cross_entropy_forward(attn_device dev, ce_stats *st, float *nll, const float *logits, const int *targets,
+                             const float *weights, int BT, int V, void *ws);
+int ld_cross_entropy_backward(attn_device dev, float *dlogits, const float *logits, const int *targets,
+                              const float *weights, double weight_sum, int BT, int V);
+
+#endif

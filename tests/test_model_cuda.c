@@ -1,0 +1,905 @@
+/* The model on CUDA against the model on the CPU: every position-wise layer's device
+ * forward and backward (models/layers_cuda.h) against its CPU layer, the dropout masks
+ * bit for bit, a tiny transformer's logits, loss, every gradient and one optimiser
+ * step (softmax, linear, stateful-softmax and lsh attention; dropout on and off;
+ * post- and pre-norm; padding and weights), generation on the device (recurrent ==
+ * recomputation, the CPU's greedy tokens), the optimiser on the device (bit for bit
+ * against the CPU's, state download and upload, checkpoints), and no allocation per
+ * training step on either side.
+ *
+ * Written once, built twice (tests/meson.build), like test_cuda.c:
+ * - test_model_cuda: linked to the real library; runs on a machine with a GPU and
+ *   skips (with the reason) without one, or in a build without CUDA (where the
+ *   layer-level tests, which call layers_cuda.h directly, are not compiled).
+ * - test_model_cuda_emu: linked to the emulated library (the same .cu sources on the
+ *   CPU emulator of tests/cuda_emu/), so it runs everywhere. Shapes stay tiny: the
+ *   emulator runs every GPU thread as a fiber.
+ *
+ * Error figures are tu_rel_err (max abs error over a tensor / the tensor's max abs).
+ * TEST_VERBOSE=1 prints every measured error; the tolerance comments quote what the
+ * emulator measured. On a GPU cuBLAS and the device's fused multiply-adds round
+ * differently from the emulator (whose GEMM accumulates in double): the margins
+ * below are meant to cover that, but no GPU has run this suite yet. */
+#include <criterion/criterion.h>
+
+#include "checkpoint.h"
+#include "cuda_device.h"
+#include "device.h"
+#include "error.h"
+#include "layers.h"
+#include "memory.h"
+#include "optim.h"
+#include "rng.h"
+#include "test_util.h"
+#include "transformer.h"
+#ifdef TEST_CUDA_BACKEND
+#include "layers_cuda.h"
+#endif
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef TEST_CUDA_EMU
+/* The emulator's device capacity (tests/cuda_emu/cuda_emu.cpp). */
+size_t ab_emu_device_memory(void);
+void ab_emu_set_device_memory(size_t bytes);
+#endif
+
+static bool verbose(void) { return getenv("TEST_VERBOSE") != NULL; }
+
+/* Skips the test when this build or machine has no CUDA device. */
+static void require_cuda(void) {
+    int rc = ab_cuda_init();
+    if (rc) cr_skip_test("CUDA not available here: %s", ab_error());
+}
+
+/* ---- device buffers ---- */
+
+static void *dput(const void *h, size_t bytes) {
+    void *d = NULL;
+    cr_assert_eq(ab_dev_malloc(AB_DEV_CUDA, &d, bytes ? bytes : 4), 0, "%s", ab_error());
+    if (h && bytes) cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, d, h, bytes), 0, "%s", ab_error());
+    return d;
+}
+
+static void dget(void *h, const void *d, size_t bytes) {
+    cr_assert_eq(ab_dev_download(AB_DEV_CUDA, h, d, bytes), 0, "%s", ab_error());
+}
+
+static void dfree(void *d) { ab_dev_free(AB_DEV_CUDA, d); }
+
+static float *rnd(size_t n, uint64_t seed, uint64_t stream, double sd) {
+    float *x = tu_alloc_f(n);
+    tu_fill_normal(x, n, seed, stream, sd);
+    return x;
+}
+
+static float *fdup(const float *x, size_t n) {
+    float *y = tu_alloc_f(n);
+    memcpy(y, x, sizeof(float) * n);
+    return y;
+}
+
+/* Whether a device result equals the CPU's bit for bit. */
+static bool dev_same(const void *d, const void *cpu, size_t bytes) {
+    void *h = malloc(bytes ? bytes : 1);
+    dget(h, d, bytes);
+    bool same = memcmp(h, cpu, bytes) == 0;
+    free(h);
+    return same;
+}
+
+/* ======================================================================================
+ * Layers
+ * ==================================================================================== */
+
+#ifdef TEST_CUDA_BACKEND
+
+/* tu_rel_err of a device result (downloaded) against the CPU's float result. */
+static double dev_err(const float *d, const float *cpu, size_t n, const char *what) {
+    float *h = tu_alloc_f(n);
+    dget(h, d, sizeof(float) * n);
+    double *want = tu_to_double(cpu, n);
+    double e = tu_rel_err(h, want, n, 1e-30);
+    if (verbose()) fprintf(stderr, "%s: err %.3g\n", what, e);
+    free(h);
+    free(want);
+    return e;
+}
+
+/* Position-wise layers, forward and backward: the same formulas as the CPU's in another
+ * summation order (cuBLAS, or the emulator's double-accumulated GEMM, against
+ * OpenBLAS; row sums of a warp in double against a loop in double; fused
+ * multiply-adds on the device). Sums over at most 40 terms of O(1) values: each side
+ * is within test_layers.c's bounds of the exact result (measured <= 3e-7 there), so
+ * 1e-5 covers both with a wide margin, while an indexing or formula error gives 1e-2
+ * or more. Measured on the emulator: at most 1.3e-7 (FFN gradients; dense <= 8.7e-8,
+ * layer norm <= 1.1e-7, cross-entropy 0). */
+#define LAYER_TOL 1e-5
+
+Test(layers_cuda, dense_forward_backward_accumulate) {
+    require_cuda();
+    const int BT = 7, C = 5, OC = 9;
+    for (int bias = 0; bias < 2; bias++) {
+        float *x = rnd((size_t)BT * C, 1, 1, 1.0), *w = rnd((size_t)OC * C, 1, 2, 0.5), *b = rnd(OC, 1, 3, 0.5);
+        float *dout = rnd((size_t)BT * OC, 1, 4, 1.0);
+        /* gradients start non-zero: backward must add */
+        float *dx = rnd((size_t)BT * C, 1, 5, 1.0), *dw = rnd((size_t)OC * C, 1, 6, 1.0), *db = rnd(OC, 1, 7, 1.0);
+        float *out = tu_alloc_f((size_t)BT * OC);
+        float *d_x = dput(x, sizeof(float) * BT * C), *d_w = dput(w, sizeof(float) * OC * C);
+        float *d_b = dput(b, sizeof(float) * OC), *d_dout = dput(dout, sizeof(float) * BT * OC);
+        float *d_dx = dput(dx, sizeof(float) * BT * C), *d_dw = dput(dw, sizeof(float) * OC * C);
+        float *d_db = dput(db, sizeof(float) * OC), *d_out = dput(NULL, sizeof(float) * BT * OC);
+        dense_forward(out, x, w, bias ? b : NULL, BT, C, OC);
+        cr_assert_eq(dense_forward_cuda(d_out, d_x, d_w, bias ? d_b : NULL, BT, C, OC), 0, "%s", ab_error());
+        cr_expect_lt(dev_err(d_out, out, (size_t)BT * OC, "dense out"), LAYER_TOL);
+        dense_backward(dx, dw, bias ? db : NULL, dout, x, w, BT, C, OC);
+        cr_assert_eq(dense_backward_cuda(d_dx, d_dw, bias ? d_db : NULL, d_dout, d_x, d_w, BT, C, OC), 0, "%s",
+                     ab_error());
+        cr_expect_lt(dev_err(d_dx, dx, (size_t)BT * C, "dense dx"), LAYER_TOL);
+        cr_expect_lt(dev_err(d_dw, dw, (size_t)OC * C, "dense dw"), LAYER_TOL);
+        cr_expect_lt(dev_err(d_db, db, OC, "dense db"), LAYER_TOL);
+        /* dx = NULL is allowed */
+        cr_assert_eq(dense_backward_cuda(NULL, d_dw, NULL, d_dout, d_x, d_w, BT, C, OC), 0, "%s", ab_error());
+        void *ptrs[] = {x, w, b, dout, dx, dw, db, out};
+        for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++) free(ptrs[i]);
+        void *dptrs[] = {d_x, d_w, d_b, d_dout, d_dx, d_dw, d_db, d_out};
+        for (size_t i = 0; i < sizeof dptrs / sizeof *dptrs; i++) dfree(dptrs[i]);
+    }
+}
+
+Test(layers_cuda, layernorm_forward_backward) {
+    require_cuda();
+    /* C > 32 (lanes stride over channels, two column blocks); BT > 16 (row lanes of the
+     * column sums) */
+    const int BT = 40, C = 37;
+    const size_t n = (size_t)BT * C;
+    float *x = rnd(n, 2, 1, 2.0), *g = rnd(C, 2, 2, 0.3), *b = rnd(C, 2, 3, 0.5), *dout = rnd(n, 2, 4, 1.0);
+    for (int c = 0; c < C; c++) g[c] += 1.0f;
+    for (size_t i = 0; i < n; i++) x[i] += 3.0f; /* an offset the mean must remove */
+    float *out = tu_alloc_f(n), *mean = tu_alloc_f(BT), *rstd = tu_alloc_f(BT);
+    float *dx = rnd(n, 2, 5, 1.0), *dg = rnd(C, 2, 6, 1.0), *db = rnd(C, 2, 7, 1.0);
+    float *d_x = dput(x, 4 * n), *d_g = dput(g, 4 * C), *d_b = dput(b, 4 * C), *d_dout = dput(dout, 4 * n);
+    float *d_out = dput(NULL, 4 * n), *d_mean = dput(NULL, 4 * BT), *d_rstd = dput(NULL, 4 * BT);
+    float *d_dx = dput(dx, 4 * n), *d_dg = dput(dg, 4 * C), *d_db = dput(db, 4 * C);
+    layernorm_forward(out, mean, rstd, x, g, b, BT, C);
+    cr_assert_eq(layernorm_forward_cuda(d_out, d_mean, d_rstd, d_x, d_g, d_b, BT, C), 0, "%s", ab_error());
+    cr_expect_lt(dev_err(d_out, out, n, "layernorm out"), LAYER_TOL);
+    cr_expect_lt(dev_err(d_mean, mean, BT, "layernorm mean"), LAYER_TOL);
+    cr_expect_lt(dev_err(d_rstd, rstd, BT, "layernorm rstd"), LAYER_TOL);
+    /* backward from the CPU's saved statistics on both sides */
+    cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, d_mean, mean, 4 * BT), 0);
+    cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, d_rstd, rstd, 4 * BT), 0);
+    layernorm_backward(dx, dg, db, dout, x, g, mean, rstd, BT, C);
+    cr_assert_eq(layernorm_backward_cuda(d_dx, d_dg, d_db, d_dout, d_x, d_g, d_mean, d_rstd, BT, C), 0, "%s",
+                 ab_error());
+    cr_expect_lt(dev_err(d_dx, dx, n, "layernorm dx"), LAYER_TOL);
+    cr_expect_lt(dev_err(d_dg, dg, C, "layernorm dg"), LAYER_TOL);
+    cr_expect_lt(dev_err(d_db, db, C, "layernorm db"), LAYER_TOL);
+    void *ptrs[] = {x, g, b, dout, out, mean, rstd, dx, dg, db};
+    for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++) free(ptrs[i]);
+    void *dptrs[] = {d_x, d_g, d_b, d_dout, d_out, d_mean, d_rstd, d_dx, d_dg, d_db};
+    for (size_t i = 0; i < sizeof dptrs / sizeof *dptrs; i++) dfree(dptrs[i]);
+}
+
+Test(layers_cuda, embedding_positions_bit_for_bit) {
+    require_cuda();
+    const int V = 7, B = 3, N = 9, BT = B * N, C = 10, pos0 = 2;
+    int tokens[27], order[27], starts[8];
+    tu_fill_int(tokens, BT, 3, 1, 0, V - 2); /* token V-1 never occurs: its rows stay */
+    tokens[5] = tokens[6] = tokens[20] = 1; /* repeats, summed in position order */
+    embedding_token_index(order, starts, tokens, BT, V);
+    /* the index itself: each bucket lists its positions in increasing order */
+    for (int v = 0; v < V; v++)
+        for (int j = starts[v]; j < starts[v + 1]; j++) {
+            cr_assert_eq(tokens[order[j]], v);
+            if (j > starts[v]) cr_assert_lt(order[j - 1], order[j]);
+        }
+    cr_assert_eq(starts[V], BT);
+    float *wte = rnd((size_t)V * C, 3, 2, 1.0), *dout = rnd((size_t)BT * C, 3, 3, 1.0);
+    float *dwte = rnd((size_t)V * C, 3, 4, 1.0), *out = tu_alloc_f((size_t)BT * C);
+    float *table = tu_alloc_f((size_t)(N + pos0) * C);
+    positions_table(table, N + pos0, C);
+    int *d_tokens = dput(tokens, sizeof tokens), *d_order = dput(order, sizeof order);
+    int *d_starts = dput(starts, sizeof starts);
+    float *d_wte = dput(wte, 4 * V * C), *d_dout = dput(dout, 4 * BT * C), *d_dwte = dput(dwte, 4 * V * C);
+    float *d_out = dput(NULL, 4 * BT * C), *d_table = dput(table, 4 * (N + pos0) * C);
+    embedding_forward(out, tokens, wte, BT, C);
+    positions_add(out, table, B, N, C, pos0);
+    cr_assert_eq(embedding_forward_cuda(d_out, d_tokens, d_wte, BT, C), 0, "%s", ab_error());
+    cr_assert_eq(positions_add_cuda(d_out, d_table, B, N, C, pos0), 0, "%s", ab_error());
+    cr_expect(dev_same(d_out, out, 4 * (size_t)BT * C), "embedding + positions differ from the CPU");
+    embedding_backward(dwte, dout, tokens, BT, C);
+    cr_assert_eq(embedding_backward_cuda(d_dwte, d_dout, d_order, d_starts, V, C), 0, "%s", ab_error());
+    cr_expect(dev_same(d_dwte, dwte, 4 * (size_t)V * C), "embedding gradient differs from the CPU's sums");
+    free(wte), free(dout), free(dwte), free(out), free(table);
+    dfree(d_tokens), dfree(d_order), dfree(d_starts), dfree(d_wte), dfree(d_dout), dfree(d_dwte), dfree(d_out);
+    dfree(d_table);
+}
+
+Test(layers_cuda, dropout_masks_and_outputs_bit_for_bit) {
+    require_cuda();
+    const size_t n = 1003; /* not a multiple of 4 */
+    const float rates[3] = {0.1f, 0.3f, 0.9f};
+    float *x = rnd(n, 4, 1, 1.0), *dout = rnd(n, 4, 2, 1.0), *out = tu_alloc_f(n), *dx = rnd(n, 4, 3, 1.0);
+    uint8_t *mask = malloc(n), *mask2 = malloc(n);
+    float *d_x = dput(x, 4 * n), *d_dout = dput(dout, 4 * n), *d_out = dput(NULL, 4 * n), *d_dx = dput(dx, 4 * n);
+    uint8_t *d_mask = dput(NULL, n);
+    for (int r = 0; r < 3; r++) {
+        const float p = rates[r];
+        const uint64_t seed = 77 + (uint64_t)r, stream = 0x1234567890ULL + (uint64_t)r;
+        dropout_mask(mask, n, p, seed, stream);
+        cr_assert_eq(dropout_mask_cuda(d_mask, n, p, seed, stream), 0, "%s", ab_error());
+        cr_expect(dev_same(d_mask, mask, n), "p=%g: device mask differs from the CPU's", (double)p);
+        dropout_forward(out, mask2, x, n, p, seed, stream);
+        cr_assert_eq(dropout_forward_cuda(d_out, d_mask, d_x, n, p, seed, stream), 0, "%s", ab_error());
+        cr_expect(dev_same(d_out, out, 4 * n), "p=%g: dropout output differs", (double)p);
+        cr_expect(dev_same(d_mask, mask2, n), "p=%g: forward's mask differs", (double)p);
+        /* backward: one multiply-add per element, which the device (and g++ for the
+         * emulator) may fuse: one rounding instead of two, <= 1 ulp of the O(1) sums.
+         * Measured on the emulator: up to 1e-7 (one ulp relative to the largest). */
+        dropout_backward(dx, dout, mask2, n, p);
+        cr_assert_eq(dropout_backward_cuda(d_dx, d_dout, d_mask, n, p), 0, "%s", ab_error());
+        cr_expect_lt(dev_err(d_dx, dx, n, "dropout dx"), 1e-6);
+    }
+    /* in place, as the encoder uses it */
+    dropout_forward(out, mask, x, n, 0.5f, 5, 6);
+    cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, d_out, x, 4 * n), 0);
+    cr_assert_eq(dropout_forward_cuda(d_out, d_mask, d_out, n, 0.5f, 5, 6), 0, "%s", ab_error());
+    cr_expect(dev_same(d_out, out, 4 * n), "in-place dropout differs");
+    free(x), free(dout), free(out), free(dx), free(mask), free(mask2);
+    dfree(d_x), dfree(d_dout), dfree(d_out), dfree(d_dx), dfree(d_mask);
+}
+
+Test(layers_cuda, relu_heads_residuals_bit_for_bit) {
+    require_cuda();
+    const int B = 2, N = 3, C = 6, H = 3;
+    const size_t n = (size_t)B * N * C;
+    float *qkv = rnd(3 * n, 5, 1, 1.0), *q = tu_alloc_f(n), *k = tu_alloc_f(n), *v = tu_alloc_f(n);
+    float *back = tu_alloc_f(3 * n), *merged = tu_alloc_f(n), *heads = tu_alloc_f(n);
+    float *d_qkv = dput(qkv, 12 * n), *d_q = dput(NULL, 4 * n), *d_k = dput(NULL, 4 * n), *d_v = dput(NULL, 4 * n);
+    float *d_back = dput(NULL, 12 * n), *d_merged = dput(NULL, 4 * n), *d_heads = dput(NULL, 4 * n);
+    heads_split(q, k, v, qkv, B, N, C, H);
+    cr_assert_eq(heads_split_cuda(d_q, d_k, d_v, d_qkv, B, N, C, H), 0, "%s", ab_error());
+    cr_expect(dev_same(d_q, q, 4 * n) && dev_same(d_k, k, 4 * n) && dev_same(d_v, v, 4 * n), "split differs");
+    heads_join(back, q, k, v, B, N, C, H);
+    cr_assert_eq(heads_join_cuda(d_back, d_q, d_k, d_v, B, N, C, H), 0, "%s", ab_error());
+    cr_expect(dev_same(d_back, back, 12 * n), "join differs");
+    cr_expect(memcmp(back, qkv, 12 * n) == 0, "join is not the inverse of split");
+    heads_merge(merged, q, B, N, C, H);
+    cr_assert_eq(heads_merge_cuda(d_merged, d_q, B, N, C, H), 0, "%s", ab_error());
+    cr_expect(dev_same(d_merged, merged, 4 * n), "merge differs");
+    heads_unmerge(heads, merged, B, N, C, H);
+    cr_assert_eq(heads_unmerge_cuda(d_heads, d_merged, B, N, C, H), 0, "%s", ab_error());
+    cr_expect(dev_same(d_heads, heads, 4 * n), "unmerge differs");
+    cr_expect(memcmp(heads, q, 4 * n) == 0, "unmerge is not the inverse of merge");
+    /* residuals and ReLU */
+    residual_add(merged, q, k, n);
+    cr_assert_eq(residual_add_cuda(d_merged, d_q, d_k, n), 0, "%s", ab_error());
+    cr_expect(dev_same(d_merged, merged, 4 * n), "residual add differs");
+    residual_acc(merged, v, n);
+    cr_assert_eq(residual_acc_cuda(d_merged, d_v, n), 0, "%s", ab_error());
+    cr_expect(dev_same(d_merged, merged, 4 * n), "residual acc differs");
+    relu_forward(merged, n);
+    cr_assert_eq(relu_forward_cuda(d_merged, n), 0, "%s", ab_error());
+    cr_expect(dev_same(d_merged, merged, 4 * n), "relu differs");
+    relu_backward(q, k, merged, n);
+    cr_assert_eq(relu_backward_cuda(d_q, d_k, d_merged, n), 0, "%s", ab_error());
+    cr_expect(dev_same(d_q, q, 4 * n), "relu backward differs");
+    /* strided rows */
+    cr_assert_eq(rows_copy_cuda(d_heads, 2, d_qkv + 1, 5, 4, 2), 0, "%s", ab_error());
+    float got[8];
+    dget(got, d_heads, sizeof got);
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 2; c++) cr_expect_eq(got[r * 2 + c], qkv[1 + r * 5 + c]);
+    free(qkv), free(q), free(k), free(v), free(back), free(merged), free(heads);
+    dfree(d_qkv), dfree(d_q), dfree(d_k), dfree(d_v), dfree(d_back), dfree(d_merged), dfree(d_heads);
+}
+
+static void ffn_case(float p) {
+    const int BT = 6, C = 5, F = 11;
+    const size_t nx = (size_t)BT * C, nh = (size_t)BT * F;
+    float *x = rnd(nx, 6, 1, 1.0), *par = rnd(2 * F * C + F + C, 6, 2, 0.5), *dout = rnd(nx, 6, 3, 1.0);
+    float *gr = rnd(2 * F * C + F + C, 6, 4, 0.1), *dx = rnd(nx, 6, 5, 1.0);
+    float *out = tu_alloc_f(nx), *hidden = tu_alloc_f(nh), *dh = tu_alloc_f(nh);
+    uint8_t *mask = p > 0 ? malloc(nh) : NULL;
+    float *d_x = dput(x, 4 * nx), *d_par = dput(par, 4 * (2 * F * C + F + C)), *d_dout = dput(dout, 4 * nx);
+    float *d_gr = dput(gr, 4 * (2 * F * C + F + C)), *d_dx = dput(dx, 4 * nx), *d_out = dput(NULL, 4 * nx);
+    float *d_hidden = dput(NULL, 4 * nh), *d_dh = dput(NULL, 4 * nh);
+    uint8_t *d_mask = p > 0 ? dput(NULL, nh) : NULL;
+    ffn_params hp = {par, par + F * C, par + F * C + F, par + 2 * F * C + F};
+    ffn_params dp = {d_par, d_par + F * C, d_par + F * C + F, d_par + 2 * F * C + F};
+    ffn_grads hg = {gr, gr + F * C, gr + F * C + F, gr + 2 * F * C + F};
+    ffn_grads dg = {d_gr, d_gr + F * C, d_gr + F * C + F, d_gr + 2 * F * C + F};
+    ffn_forward(out, hidden, mask, x, &hp, BT, C, F, p, 8, 9);
+    cr_assert_eq(ffn_forward_cuda(d_out, d_hidden, d_mask, d_x, &dp, BT, C, F, p, 8, 9), 0, "%s", ab_error());
+    cr_expect_lt(dev_err(d_out, out, nx, "ffn out"), LAYER_TOL, "p=%g", (double)p);
+    cr_expect_lt(dev_err(d_hidden, hidden, nh, "ffn hidden"), LAYER_TOL, "p=%g", (double)p);
+    if (mask) cr_expect(dev_same(d_mask, mask, nh), "ffn mask differs");
+    ffn_backward(dx, &hg, dh, dout, x, hidden, mask, &hp, BT, C, F, p);
+    cr_assert_eq(ffn_backward_cuda(d_dx, &dg, d_dh, d_dout, d_x, d_hidden, d_mask, &dp, BT, C, F, p), 0, "%s",
+                 ab_error());
+    cr_expect_lt(dev_err(d_dx, dx, nx, "ffn dx"), LAYER_TOL, "p=%g", (double)p);
+    cr_expect_lt(dev_err(d_gr, gr, 2 * F * C + F + C, "ffn grads"), LAYER_TOL, "p=%g", (double)p);
+    free(x), free(par), free(dout), free(gr), free(dx), free(out), free(hidden), free(dh), free(mask);
+    dfree(d_x), dfree(d_par), dfree(d_dout), dfree(d_gr), dfree(d_dx), dfree(d_out), dfree(d_hidden), dfree(d_dh);
+    dfree(d_mask);
+}
+
+Test(layers_cuda, ffn_with_and_without_dropout) {
+    require_cuda();
+    ffn_case(0.0f);
+    ffn_case(0.25f);
+}
+
+static void ce_case(int BT, int V, bool weighted, uint64_t seed) {
+    float *logits = rnd((size_t)BT * V, seed, 1, 2.0), *w = tu_alloc_f(BT);
+    int *targets = malloc(sizeof(int) * BT);
+    tu_fill_int(targets, BT, seed, 2, 0, V - 1);
+    for (int i = 0; i < BT; i++) {
+        w[i] = (float)(i % 4) * 0.5f; /* 0, 0.5, 1, 1.5 */
+        if (w[i] == 0.0f && weighted) targets[i] = -1; /* unscored: never read */
+    }
+    /* first-argmax ties: rows 1 and 2 have their maximum at columns 0 and 2 and the
+     * target 2, which is not correct (the first argmax is 0) */
+    for (int r = 1; r <= 2; r++) {
+        logits[r * V + 0] = logits[r * V + 2] = 9.0f;
+        targets[r] = 2;
+    }
+    float *nll = tu_alloc_f(BT), *dl = rnd((size_t)BT * V, seed, 3, 1.0);
+    float *d_logits = dput(logits, 4 * (size_t)BT * V), *d_w = dput(w, 4 * (size_t)BT);
+    int *d_targets = dput(targets, sizeof(int) * BT);
+    float *d_nll = dput(NULL, 4 * (size_t)BT), *d_dl = dput(dl, 4 * (size_t)BT * V);
+    void *d_ws = dput(NULL, cross_entropy_cuda_ws_bytes(BT));
+    ce_stats st, dst;
+    const float *wts = weighted ? w : NULL, *d_wts = weighted ? d_w : NULL;
+    cross_entropy_forward(&st, nll, logits, targets, wts, BT, V);
+    cr_assert_eq(cross_entropy_forward_cuda(&dst, d_nll, d_logits, d_targets, d_wts, BT, V, d_ws), 0, "%s",
+                 ab_error());
+    /* loss: the mean of float nll values (each the same to <= 1 ulp) in double; the
+     * weight sum of multiples of 0.5: exact in any order. Measured 0 (the double sums
+     * round to the same float nll; the loss sums differ in order only). */
+    double le = fabs(dst.loss - st.loss) / st.loss;
+    if (verbose()) fprintf(stderr, "ce BT=%d V=%d: loss err %.3g\n", BT, V, le);
+    cr_expect_lt(le, 1e-6, "loss %.17g vs %.17g", dst.loss, st.loss);
+    cr_expect_eq(dst.weight_sum, st.weight_sum);
+    cr_expect_eq(dst.correct, st.correct);
+    cr_expect_eq(dst.counted, st.counted);
+    cr_expect_lt(dev_err(d_nll, nll, BT, "ce nll"), LAYER_TOL);
+    cross_entropy_backward(dl, logits, targets, wts, st.weight_sum, BT, V);
+    cr_assert_eq(cross_entropy_backward_cuda(d_dl, d_logits, d_targets, d_wts, st.weight_sum, BT, V), 0, "%s",
+                 ab_error());
+    cr_expect_lt(dev_err(d_dl, dl, (size_t)BT * V, "ce dlogits"), LAYER_TOL);
+    free(logits), free(w), free(targets), free(nll), free(dl);
+    dfree(d_logits), dfree(d_w), dfree(d_targets), dfree(d_nll), dfree(d_dl), dfree(d_ws);
+}
+
+Test(layers_cuda, cross_entropy_weights_ties_and_wide_rows) {
+    require_cuda();
+    ce_case(13, 7, true, 7);
+    ce_case(13, 7, false, 8);
+    ce_case(300, 40, true, 9); /* V > 32: lanes stride over classes; more rows than the sum's threads */
+}
+
+#endif /* TEST_CUDA_BACKEND */
+
+/* ======================================================================================
+ * The model
+ * ==================================================================================== */
+
+static tf_config tiny_config(const char *variant, attn_device dev) {
+    tf_config c;
+    tf_config_default(&c);
+    c.vocab = 5;
+    c.max_len = 6;
+    c.d_model = 8;
+    c.heads = 2;
+    c.layers = 2;
+    c.d_ff = 16;
+    c.dropout = 0.0f;
+    c.attention = variant;
+    c.seed = 3;
+    c.device = dev;
+    return c;
+}
+
+static tf_model *make(const tf_config *c, int max_batch) {
+    tf_model *m = NULL;
+    int rc = tf_create(c, max_batch, &m);
+    if (c->device == ATTN_DEVICE_CUDA && rc == AB_EDEVICE) cr_skip_test("CUDA not available here: %s", ab_error());
+    cr_assert_eq(rc, 0, "tf_create: %s", ab_error());
+    return m;
+}
+
+static ab_optim_range *param_ranges(const tf_model *m) {
+    int n = tf_param_tensor_count(m);
+    ab_optim_range *r = malloc(sizeof *r * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        const tf_tensor *t = tf_param_tensor(m, i);
+        r[i] = (ab_optim_range){t->offset, t->count, t->decay};
+    }
+    return r;
+}
+
+/* The whole model on CUDA against the model on the CPU: each is within test_model.c's
+ * bounds of the double reference (logits <= 2.2e-7, gradients <= 1.3e-6 measured
+ * there), so they agree within about the sum; the tolerances are test_model.c's
+ * (1e-5 forward, 5e-5 gradients: 40x margins), while a missing term, a wrong mask or
+ * a device buffer read before it is written (NaN on the emulator) is 1e-2 or worse.
+ * Measured on the emulator: logits <= 2.5e-7, loss <= 3.7e-8 relative, gradients
+ * <= 1.1e-6 per tensor (stateful-softmax; the others <= 6.9e-7). After one RAdam step
+ * (its first is a momentum step, linear in the gradient, lr 1e-2) the parameters agree
+ * to <= 9.1e-8 per tensor (a rounding of p): 1e-6 leaves 10x. */
+#define MODEL_FWD_TOL 1e-5
+#define MODEL_GRAD_TOL 5e-5
+#define MODEL_STEP_TOL 1e-6
+
+typedef struct {
+    const char *variant;
+    bool pre_norm, final_norm, causal, weighted;
+    float dropout;
+    int lengths[2];
+    bool has_lengths;
+} model_case;
+
+static void model_vs_cpu(const model_case *mc, uint64_t seed) {
+    tf_config cc = tiny_config(mc->variant, ATTN_DEVICE_CPU);
+    cc.pre_norm = mc->pre_norm;
+    cc.final_norm = mc->final_norm;
+    cc.causal = mc->causal;
+    cc.dropout = mc->dropout;
+    tf_config gc = cc;
+    gc.device = ATTN_DEVICE_CUDA;
+    const int B = 2, N = 6, V = cc.vocab;
+    tf_model *g = make(&gc, B), *m = make(&cc, B);
+    cr_assert_eq(tf_device(g), ATTN_DEVICE_CUDA);
+    const size_t np = tf_param_count(m);
+    cr_assert_eq(tf_param_count(g), np);
+    /* the same initialisation on both devices */
+    float *pg = tu_alloc_f(np), *gg = tu_alloc_f(np), *pc = tf_params(m);
+    cr_assert_eq(tf_params_download(g, pg), 0, "%s", ab_error());
+    cr_assert(memcmp(pg, pc, sizeof(float) * np) == 0, "initial parameters differ between the devices");
+    /* move every parameter off its initial value, on both */
+    for (size_t i = 0; i < np; i++) pc[i] += (float)(0.2 * ab_rng_normal(seed, 900, i));
+    cr_assert_eq(tf_params_upload(g, pc), 0, "%s", ab_error());
+    int tokens[12], targets[12];
+    float weights[12];
+    tu_fill_int(tokens, 12, seed, 1, 0, V - 1);
+    tu_fill_int(targets, 12, seed, 2, 0, V - 1);
+    for (int i = 0; i < 12; i++) weights[i] = mc->weighted ? (float)(i % 3) * 0.5f + 0.25f : 1.0f;
+    const int *lengths = mc->has_lengths ? mc->lengths : NULL;
+    if (lengths)
+        for (int b = 0; b < B; b++)
+            for (int n = lengths[b]; n < N; n++) {
+                weights[b * N + n] = 0.0f;
+                targets[b * N + n] = -1;
+            }
+    const uint64_t step_seed = 77;
+    ce_stats sc, sg;
+    tf_model *both[2] = {m, g};
+    ce_stats *st[2] = {&sc, &sg};
+    for (int d = 0; d < 2; d++) {
+        cr_assert_eq(tf_zero_grad(both[d]), 0);
+        cr_assert_eq(tf_forward(both[d], tokens, B, N, lengths, true, step_seed), 0, "%s", ab_error());
+        cr_assert_eq(tf_loss(both[d], targets, mc->weighted || lengths ? weights : NULL, st[d]), 0, "%s", ab_error());
+        cr_assert_eq(tf_backward(both[d]), 0, "%s", ab_error());
+    }
+    char what[160];
+    snprintf(what, sizeof what, "%s pre_norm=%d final_norm=%d causal=%d dropout=%g lengths=%d weighted=%d",
+             mc->variant, mc->pre_norm, mc->final_norm, mc->causal, (double)mc->dropout, lengths != NULL,
+             mc->weighted);
+    /* logits and loss */
+    const size_t nl = (size_t)B * N * V;
+    float *lg = tu_alloc_f(nl);
+    cr_assert_eq(tf_logits_download(g, lg), 0, "%s", ab_error());
+    double *want = tu_to_double(tf_logits(m), nl);
+    double le = tu_rel_err(lg, want, nl, 1e-30), lerr = fabs(sg.loss - sc.loss) / sc.loss;
+    free(want);
+    if (verbose()) fprintf(stderr, "%s: logits err %.3g, loss err %.3g\n", what, le, lerr);
+    cr_expect_lt(le, MODEL_FWD_TOL, "%s: logits err %g", what, le);
+    cr_expect_lt(lerr, MODEL_FWD_TOL, "%s: loss %.9g vs CPU %.9g", what, sg.loss, sc.loss);
+    cr_expect_eq(sg.counted, sc.counted);
+    cr_expect_eq(sg.weight_sum, sc.weight_sum);
+    /* the dropout masks are the CPU's, bit for bit */
+    if (mc->dropout > 0) {
+        int masks = 0;
+        char *acts = tf_acts(m);
+        for (int i = 0; i < tf_act_tensor_count(m); i++) {
+            const tf_tensor *t = tf_act_tensor(m, i);
+            if (!strstr(t->name, "mask") || t->count == 0) continue;
+            const tf_tensor *tg = tf_act_tensor(g, i);
+            cr_assert_str_eq(tg->name, t->name);
+            cr_expect(dev_same((char *)tf_acts(g) + tg->offset, acts + t->offset, (size_t)B * N * t->shape[2]),
+                      "%s: %s differs from the CPU's", what, t->name);
+            masks++;
+        }
+        cr_expect_eq(masks, 3 * cc.layers, "%s: %d dropout masks", what, masks);
+    }
+    /* every gradient */
+    cr_assert_eq(tf_grads_download(g, gg), 0, "%s", ab_error());
+    double worst = 0;
+    for (int i = 0; i < tf_param_tensor_count(m); i++) {
+        const tf_tensor *t = tf_param_tensor(m, i);
+        double *gw = tu_to_double(tf_grads(m) + t->offset, t->count);
+        double e = tu_rel_err(gg + t->offset, gw, t->count, 1e-30);
+        worst = fmax(worst, e);
+        cr_expect_lt(e, MODEL_GRAD_TOL, "%s: gradient of %s: err %g", what, t->name, e);
+        cr_expect_gt(tu_max_abs(gw, t->count), 1e-6, "%s: %s has no gradient to compare", what, t->name);
+        free(gw);
+    }
+    if (verbose()) fprintf(stderr, "%s: worst gradient err %.3g\n", what, worst);
+    /* one optimiser step on each device (RAdam: its first step is lr * g / (1 - beta1)
+     * with the gradient's momentum, linear in the gradient) */
+    ab_optim_config oc;
+    ab_optim_config_default(&oc);
+    oc.lr = 1e-2;
+    oc.weight_decay = 0.1;
+    ab_optim_range *r = param_ranges(m);
+    ab_optim *oc_cpu = NULL, *oc_gpu = NULL;
+    cr_assert_eq(ab_optim_create_on(AB_DEV_CPU, &oc, np, r, tf_param_tensor_count(m), &oc_cpu), 0, "%s", ab_error());
+    cr_assert_eq(ab_optim_create_on(AB_DEV_CUDA, &oc, np, r, tf_param_tensor_count(m), &oc_gpu), 0, "%s",
+                 ab_error());
+    ab_optim_info ic, ig;
+    float *before = fdup(pc, np);
+    cr_assert_eq(ab_optim_step(oc_cpu, tf_params(m), tf_grads(m), &ic), 0, "%s", ab_error());
+    cr_assert_eq(ab_optim_step(oc_gpu, tf_params(g), tf_grads(g), &ig), 0, "%s", ab_error());
+    cr_expect_lt(fabs(ig.grad_norm - ic.grad_norm) / ic.grad_norm, MODEL_GRAD_TOL, "%s: gradient norms", what);
+    cr_assert_eq(tf_params_download(g, pg), 0, "%s", ab_error());
+    cr_expect(memcmp(before, tf_params(m), sizeof(float) * np) != 0, "%s: the step changed nothing", what);
+    worst = 0;
+    for (int i = 0; i < tf_param_tensor_count(m); i++) {
+        const tf_tensor *t = tf_param_tensor(m, i);
+        double *pw = tu_to_double(tf_params(m) + t->offset, t->count);
+        double e = tu_rel_err(pg + t->offset, pw, t->count, 1e-30);
+        worst = fmax(worst, e);
+        cr_expect_lt(e, MODEL_STEP_TOL, "%s: %s after one step: err %g", what, t->name, e);
+        free(pw);
+    }
+    if (verbose()) fprintf(stderr, "%s: parameters after a step err %.3g\n", what, worst);
+    ab_optim_destroy(oc_cpu);
+    ab_optim_destroy(oc_gpu);
+    free(r), free(before), free(lg), free(pg), free(gg);
+    tf_destroy(m);
+    tf_destroy(g);
+}
+
+Test(model_cuda, softmax_post_norm) {
+    model_case c = {"softmax", false, true, true, false, 0.0f, {0, 0}, false};
+    model_vs_cpu(&c, 11);
+}
+
+Test(model_cuda, linear_post_norm_padded_dropout) {
+    model_case c = {"linear", false, true, true, true, 0.2f, {6, 4}, true};
+    model_vs_cpu(&c, 12);
+}
+
+Test(model_cuda, softmax_pre_norm_bidirectional_padded_dropout) {
+    model_case c = {"softmax", true, true, false, true, 0.2f, {3, 6}, true};
+    model_vs_cpu(&c, 13);
+}
+
+Test(model_cuda, linear_pre_norm_no_final_norm) {
+    model_case c = {"linear", true, false, true, true, 0.0f, {0, 0}, false};
+    model_vs_cpu(&c, 14);
+}
+
+Test(model_cuda, stateful_softmax_and_lsh) {
+    model_case c = {"stateful-softmax", false, false, true, false, 0.1f, {0, 0}, false};
+    model_vs_cpu(&c, 15);
+    model_case l = {"lsh", false, true, true, true, 0.0f, {5, 6}, true};
+    model_vs_cpu(&l, 16);
+}
+
+/* Two training steps (of two shapes) with the optimiser on the device: no memory is
+ * taken on either side, and a repeat gives the same bits. */
+Test(model_cuda, no_allocation_per_step_and_repeatable) {
+    tf_config c = tiny_config("linear", ATTN_DEVICE_CUDA);
+    c.dropout = 0.1f;
+    tf_model *m = make(&c, 3);
+    ab_optim_config oc;
+    ab_optim_config_default(&oc);
+    ab_optim *o = NULL;
+    cr_assert_eq(ab_optim_create_on(AB_DEV_CUDA, &oc, tf_param_count(m), NULL, 0, &o), 0, "%s", ab_error());
+    int tokens[18], targets[18], lens[3] = {6, 2, 5};
+    tu_fill_int(tokens, 18, 21, 1, 0, c.vocab - 1);
+    tu_fill_int(targets, 18, 21, 2, 0, c.vocab - 1);
+    float weights[18];
+    for (int i = 0; i < 18; i++) weights[i] = 1.0f;
+    size_t gpu0 = ab_mem_current(AB_DEV_CUDA), cpu0 = ab_mem_current(AB_DEV_CPU);
+    ab_mem_reset_peak(AB_DEV_CUDA);
+    ab_mem_reset_peak(AB_DEV_CPU);
+    double losses[3];
+    const size_t np = tf_param_count(m);
+    float *p0 = tu_alloc_f(np), *p1 = tu_alloc_f(np), *g0 = tu_alloc_f(np), *g2 = tu_alloc_f(np);
+    cr_assert_eq(tf_params_download(m, p0), 0);
+    /* step 0: batch A (3 x 6, padded); step 1: batch B (2 x 4); step 2: A again from
+     * the initial parameters, without the optimiser */
+    for (int s = 0; s < 3; s++) {
+        if (s == 2) cr_assert_eq(tf_params_upload(m, p0), 0);
+        bool a = s != 1;
+        int B = a ? 3 : 2, N = a ? 6 : 4;
+        ce_stats st;
+        cr_assert_eq(tf_zero_grad(m), 0);
+        cr_assert_eq(tf_forward(m, tokens, B, N, a ? lens : NULL, true, tf_step_seed(5, a ? 0 : 1)), 0, "%s",
+                     ab_error());
+        cr_assert_eq(tf_loss(m, targets, a ? weights : NULL, &st), 0, "%s", ab_error());
+        cr_assert_eq(tf_backward(m), 0, "%s", ab_error());
+        if (s == 0) cr_assert_eq(tf_grads_download(m, g0), 0);
+        if (s == 2) cr_assert_eq(tf_grads_download(m, g2), 0);
+        if (s < 2) cr_assert_eq(ab_optim_step(o, tf_params(m), tf_grads(m), NULL), 0, "%s", ab_error());
+        if (s == 1) cr_assert_eq(tf_params_download(m, p1), 0);
+        losses[s] = st.loss;
+    }
+    cr_assert_eq(ab_cuda_sync(), 0, "%s", ab_error());
+    cr_expect_eq(ab_mem_current(AB_DEV_CUDA), gpu0, "device memory changed during steps");
+    cr_expect_eq(ab_mem_peak(AB_DEV_CUDA), gpu0, "a step allocated device memory");
+    cr_expect_eq(ab_mem_current(AB_DEV_CPU), cpu0, "host memory changed during steps");
+    cr_expect_eq(ab_mem_peak(AB_DEV_CPU), cpu0, "a step allocated host memory");
+    /* the same parameters, batch and seed give the same loss and gradients, bit for bit */
+    cr_expect_eq(losses[2], losses[0], "loss %.17g on a repeat, %.17g before", losses[2], losses[0]);
+    cr_expect(memcmp(g2, g0, sizeof(float) * np) == 0, "gradients differ on a repeat");
+    cr_expect(memcmp(p1, p0, sizeof(float) * np) != 0, "the optimiser changed nothing");
+    free(p0), free(p1), free(g0), free(g2);
+    ab_optim_destroy(o);
+    tf_destroy(m);
+}
+
+/* ---- generation on the device ---- */
+
+static int argmax(const float *x, int n) {
+    int a = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[a]) a = i;
+    return a;
+}
+
+/* Recurrent (prefill, steps) against recomputation, both on the device, and against the
+ * CPU model's recomputation: the same float sums in other orders through two layers
+ * (test_model.c measures <= 3.6e-7 on the CPU and allows 2e-5). Measured on the
+ * emulator: <= 1.9e-7 (device recurrent vs device recompute) and <= 3.9e-7 (device vs
+ * CPU). The greedy tokens must be the CPU's, which the test only trusts when the top
+ * two logits are further apart than that (asserted). */
+#define GEN_TOL 2e-5
+
+static void generation_case(const char *variant) {
+    tf_config c = tiny_config(variant, ATTN_DEVICE_CUDA);
+    c.vocab = 11;
+    c.max_len = 12;
+    c.d_model = 16;
+    c.d_ff = 32;
+    c.dropout = 0.1f;
+    tf_model *g = make(&c, 2);
+    c.device = ATTN_DEVICE_CPU;
+    tf_model *m = make(&c, 2);
+    const int B = 2, P = 3, G = 8, V = c.vocab, cap = P + G;
+    int seq[2 * 11], flat[2 * 11];
+    tu_fill_int(seq, (size_t)B * cap, 61, 1, 0, V - 1);
+    float rec[22], rnn[22], cpu[22];
+    tf_gen *gen = NULL;
+    cr_assert_eq(tf_gen_create(g, B, cap, &gen), 0, "%s", ab_error());
+    double worst = 0, worst_cpu = 0, min_gap = INFINITY;
+    for (int len = P; len < cap; len++) {
+        for (int b = 0; b < B; b++) memcpy(flat + b * len, seq + b * cap, sizeof(int) * (size_t)len);
+        cr_assert_eq(tf_last_logits(g, flat, B, len, 0, rec), 0, "%s", ab_error());
+        cr_assert_eq(tf_last_logits(m, flat, B, len, 0, cpu), 0, "%s", ab_error());
+        if (len == P) {
+            cr_assert_eq(tf_gen_prefill(gen, flat, P, rnn), 0, "%s", ab_error());
+        } else {
+            int tok[2] = {seq[len - 1], seq[cap + len - 1]};
+            cr_assert_eq(tf_gen_step(gen, tok, rnn), 0, "%s", ab_error());
+        }
+        double *want = tu_to_double(rec, (size_t)B * V), *wcpu = tu_to_double(cpu, (size_t)B * V);
+        double e = tu_rel_err(rnn, want, (size_t)B * V, 1e-30), ec = tu_rel_err(rec, wcpu, (size_t)B * V, 1e-30);
+        free(want), free(wcpu);
+        worst = fmax(worst, e);
+        worst_cpu = fmax(worst_cpu, ec);
+        cr_expect_lt(e, GEN_TOL, "%s: recurrent logits at length %d differ by %g", variant, len, e);
+        cr_expect_lt(ec, GEN_TOL, "%s: device logits at length %d differ from the CPU's by %g", variant, len, ec);
+        for (int b = 0; b < B; b++) {
+            int t_cpu = argmax(cpu + b * V, V);
+            cr_expect_eq(argmax(rec + b * V, V), t_cpu, "%s: recomputed token differs at %d", variant, len);
+            cr_expect_eq(argmax(rnn + b * V, V), t_cpu, "%s: recurrent token differs at %d", variant, len);
+            float second = -INFINITY;
+            for (int v = 0; v < V; v++)
+                if (v != t_cpu && cpu[b * V + v] > second) second = cpu[b * V + v];
+            min_gap = fmin(min_gap, (double)(cpu[b * V + t_cpu] - second));
+            seq[b * cap + len] = t_cpu; /* greedy continuation */
+        }
+    }
+    if (verbose())
+        fprintf(stderr, "generation %s: recurrent vs recompute %.3g, device vs CPU %.3g, min gap %.3g\n", variant,
+                worst, worst_cpu, min_gap);
+    cr_expect_gt(min_gap, 1e-3, "a greedy decision was nearly a tie: pick another seed");
+    tf_gen_destroy(gen);
+    tf_destroy(g);
+    tf_destroy(m);
+}
+
+Test(generation_cuda, linear_recurrent_equals_recompute_and_cpu) { generation_case("linear"); }
+Test(generation_cuda, stateful_softmax_recurrent_equals_recompute_and_cpu) { generation_case("stateful-softmax"); }
+
+/* ======================================================================================
+ * The optimiser on the device
+ * ==================================================================================== */
+
+/* CUDA and CPU optimisers fed the same gradients: parameters, moments and every info
+ * field equal bit for bit, step after step (optim_cuda.h says why). */
+static void optim_case(ab_optim_kind kind, bool decoupled, double clip, uint64_t seed) {
+    const size_t n = 10007; /* three norm blocks, the last one short */
+    const ab_optim_range r[3] = {{0, 4000, true}, {4000, 17, false}, {4017, n - 4017, true}};
+    ab_optim_config c;
+    ab_optim_config_default(&c);
+    c.kind = kind;
+    c.lr = 3e-3;
+    c.weight_decay = 0.05;
+    c.decoupled_decay = decoupled;
+    c.clip_norm = clip;
+    c.n_milestones = 1;
+    c.milestones[0] = 5;
+    c.warmup = 3;
+    ab_optim *oc = NULL, *og = NULL;
+    cr_assert_eq(ab_optim_create_on(AB_DEV_CPU, &c, n, r, 3, &oc), 0, "%s", ab_error());
+    int rc = ab_optim_create_on(AB_DEV_CUDA, &c, n, r, 3, &og);
+    if (rc == AB_EDEVICE) cr_skip_test("CUDA not available here: %s", ab_error());
+    cr_assert_eq(rc, 0, "%s", ab_error());
+    cr_assert_eq(ab_optim_device(og), AB_DEV_CUDA);
+    float *p = rnd(n, seed, 1, 1.0), *g = tu_alloc_f(n);
+    float *d_p = dput(p, 4 * n), *d_g = dput(NULL, 4 * n);
+    for (int t = 1; t <= 8; t++) { /* RAdam: steps 1-5 momentum, 6-8 rectified */
+        tu_fill_normal(g, n, seed, 10 + (uint64_t)t, t == 2 ? 30.0 : 1.0); /* step 2 is clipped */
+        cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, d_g, g, 4 * n), 0);
+        ab_optim_info ic, ig;
+        cr_assert_eq(ab_optim_step(oc, p, g, &ic), 0, "%s", ab_error());
+        cr_assert_eq(ab_optim_step(og, d_p, d_g, &ig), 0, "%s", ab_error());
+        cr_expect_eq(ig.grad_norm, ic.grad_norm, "step %d: norm %.17g vs %.17g", t, ig.grad_norm, ic.grad_norm);
+        cr_expect_eq(ig.clip_scale, ic.clip_scale);
+        cr_expect_eq(ig.lr, ic.lr);
+        cr_expect_eq(ig.rho, ic.rho);
+        cr_expect_eq(ig.rectified, ic.rectified);
+        cr_expect_eq(ig.step, t);
+        cr_expect(dev_same(d_p, p, 4 * n), "%s decoupled=%d clip=%g: parameters differ after step %d",
+                  ab_optim_kind_name(kind), decoupled, clip, t);
+    }
+    /* the states are the same blob */
+    const void *sc, *sg;
+    size_t bc, bg;
+    cr_assert_eq(ab_optim_get_state(oc, &sc, &bc), 0);
+    cr_assert_eq(ab_optim_get_state(og, &sg, &bg), 0, "%s", ab_error());
+    cr_assert_eq(bg, bc);
+    cr_expect(memcmp(sg, sc, bc) == 0, "the device's state differs from the CPU's");
+    free(p), free(g);
+    dfree(d_p), dfree(d_g);
+    ab_optim_destroy(oc);
+    ab_optim_destroy(og);
+}
+
+Test(optim_cuda, adam_and_radam_bit_for_bit) {
+    optim_case(AB_OPTIM_RADAM, true, 50.0, 31);
+    optim_case(AB_OPTIM_ADAM, true, 50.0, 32);
+    optim_case(AB_OPTIM_ADAM, false, 0.0, 33);
+    optim_case(AB_OPTIM_RADAM, false, 0.0, 34);
+}
+
+/* State moves between devices and through a checkpoint; a non-finite gradient changes
+ * nothing on the device. */
+Test(optim_cuda, state_checkpoint_and_refusals) {
+    const size_t n = 3001;
+    ab_optim_config c;
+    ab_optim_config_default(&c);
+    ab_optim *a = NULL, *b = NULL, *cpu = NULL;
+    int rc = ab_optim_create_on(AB_DEV_CUDA, &c, n, NULL, 0, &a);
+    if (rc == AB_EDEVICE) cr_skip_test("CUDA not available here: %s", ab_error());
+    cr_assert_eq(rc, 0, "%s", ab_error());
+    cr_assert_eq(ab_optim_create_on(AB_DEV_CUDA, &c, n, NULL, 0, &b), 0, "%s", ab_error());
+    cr_assert_eq(ab_optim_create(&c, n, NULL, 0, &cpu), 0, "%s", ab_error());
+    float *p = rnd(n, 41, 1, 1.0), *g = tu_alloc_f(n);
+    float *d_pa = dput(p, 4 * n), *d_pb = dput(p, 4 * n), *d_g = dput(NULL, 4 * n);
+    char path[512];
+    snprintf(path, sizeof path, "%s/model_cuda_optim_%d.ckpt", TEST_DATA_DIR, (int)getpid());
+    for (int t = 1; t <= 9; t++) {
+        tu_fill_normal(g, n, 41, (uint64_t)t, 1.0);
+        cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, d_g, g, 4 * n), 0);
+        cr_assert_eq(ab_optim_step(a, d_pa, d_g, NULL), 0, "%s", ab_error());
+        if (t <= 4) cr_assert_eq(ab_optim_step(b, d_pb, d_g, NULL), 0, "%s", ab_error());
+        if (t == 4) {
+            /* b's state through a checkpoint into the CPU optimiser, then back into a
+             * fresh device optimiser, which carries on */
+            ab_ckpt_writer *w = NULL;
+            cr_assert_eq(ab_ckpt_begin(path, &w), 0, "%s", ab_error());
+            cr_assert_eq(ab_ckpt_add_optim(w, AB_CKPT_OPTIM, b), 0, "%s", ab_error());
+            cr_assert_eq(ab_ckpt_commit(w), 0, "%s", ab_error());
+            ab_ckpt_reader *r = NULL;
+            cr_assert_eq(ab_ckpt_open(path, &r), 0, "%s", ab_error());
+            cr_assert_eq(ab_ckpt_get_optim(r, AB_CKPT_OPTIM, cpu), 0, "%s", ab_error());
+            ab_ckpt_close(r);
+            unlink(path);
+            cr_assert_eq(ab_optim_steps(cpu), 4);
+            const void *st;
+            size_t sb;
+            cr_assert_eq(ab_optim_get_state(cpu, &st, &sb), 0);
+            ab_optim *b2 = NULL;
+            cr_assert_eq(ab_optim_create_on(AB_DEV_CUDA, &c, n, NULL, 0, &b2), 0, "%s", ab_error());
+            cr_assert_eq(ab_optim_set_state(b2, st, sb), 0, "%s", ab_error());
+            cr_assert_eq(ab_optim_steps(b2), 4);
+            ab_optim_destroy(b);
+            b = b2;
+        } else if (t > 4) {
+            cr_assert_eq(ab_optim_step(b, d_pb, d_g, NULL), 0, "%s", ab_error());
+        }
+    }
+    float *pa = tu_alloc_f(n);
+    dget(pa, d_pa, 4 * n);
+    cr_expect(dev_same(d_pb, pa, 4 * n), "resumed parameters differ from the uninterrupted run");
+    /* a NaN gradient: refused, nothing changes */
+    g[17] = NAN;
+    cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, d_g, g, 4 * n), 0);
+    cr_expect_eq(ab_optim_step(a, d_pa, d_g, NULL), AB_EINVAL);
+    cr_expect(strstr(ab_error(), "nan"), "%s", ab_error());
+    cr_expect_eq(ab_optim_steps(a), 9);
+    cr_expect(dev_same(d_pa, pa, 4 * n), "a refused step changed the parameters");
+    free(p), free(g), free(pa);
+    dfree(d_pa), dfree(d_pb), dfree(d_g);
+    ab_optim_destroy(a), ab_optim_destroy(b), ab_optim_destroy(cpu);
+}
+
+/* ======================================================================================
+ * Errors
+ * ==================================================================================== */
+
+Test(errors_cuda, bad_device_and_out_of_memory) {
+    tf_config c = tiny_config("linear", (attn_device)7);
+    tf_model *m = (tf_model *)1;
+    cr_expect_eq(tf_create(&c, 2, &m), AB_EINVAL);
+    cr_expect_null(m);
+    cr_expect(strstr(ab_error(), "model device 7"), "%s", ab_error());
+    ab_optim_config oc;
+    ab_optim_config_default(&oc);
+    ab_optim *o = (ab_optim *)1;
+    cr_expect_eq(ab_optim_create_on((ab_device)7, &oc, 10, NULL, 0, &o), AB_EINVAL);
+    cr_expect_null(o);
+    require_cuda();
+#ifdef TEST_CUDA_EMU
+    /* a device too small for the model: AB_ENOMEM naming the size, nothing leaked */
+    const size_t cap0 = ab_emu_device_memory(), c0 = ab_mem_current(AB_DEV_CUDA);
+    ab_emu_set_device_memory(c0 + 4096);
+    c = tiny_config("linear", ATTN_DEVICE_CUDA);
+    m = (tf_model *)1;
+    int rc = tf_create(&c, 2, &m);
+    ab_emu_set_device_memory(cap0);
+    cr_expect_eq(rc, AB_ENOMEM, "%s", ab_error());
+    cr_expect_null(m);
+    cr_expect(strstr(ab_error(), "on the CUDA device"), "%s", ab_error());
+    cr_expect_eq(ab_mem_current(AB_DEV_CUDA), c0, "a failed creation leaked device memory");
+#endif
+    /* misuse on the device is refused as on the CPU */
+    c = tiny_config("linear", ATTN_DEVICE_CUDA);
+    m = make(&c, 2);
+    float h[60];
+    cr_expect_lt(tf_logits_download(m, h), 0, "logits before any forward");
+    int toks[12] = {0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1}, tg[12] = {0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 0};
+    cr_expect_lt(tf_forward(m, toks, 3, 4, NULL, true, 0), 0);
+    cr_assert_eq(tf_forward(m, toks, 2, 6, NULL, true, 0), 0, "%s", ab_error());
+    ce_stats st;
+    cr_expect_lt(tf_loss(m, tg, NULL, &st), 0);
+    cr_expect(strstr(ab_error(), "target 5 at index 5"), "%s", ab_error());
+    tf_destroy(m);
+}
+
+#ifdef TEST_SKIP_WITHOUT_DEVICE
+/* In the build against the real library: without a usable device every test skips,
+ * and the binary exits with 77 so that meson counts the suite as skipped. */
+int main(int argc, char *argv[]) {
+    if (ab_cuda_init()) {
+        fprintf(stderr, "skipped: %s\n", ab_error());
+        return 77;
+    }
+    struct criterion_test_set *tests = criterion_initialize();
+    int result = 0;
+    if (criterion_handle_args(argc, argv, true)) result = !criterion_run_all_tests(tests);
+    criterion_finalize(tests);
+    return result;
+}
+#endif
