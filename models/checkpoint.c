@@ -2,6 +2,7 @@
  * is described in checkpoint.h. */
 #include "checkpoint.h"
 
+#include "bytes.h"
 #include "error.h"
 #include "fileio.h"
 #include "memory.h"
@@ -30,18 +31,6 @@ typedef struct {
     uint32_t crc;
 } entry;
 
-static void put_u32(unsigned char *p, uint32_t x) { memcpy(p, &x, 4); }
-static void put_u64(unsigned char *p, uint64_t x) { memcpy(p, &x, 8); }
-static uint32_t get_u32(const unsigned char *p) {
-    uint32_t x;
-    memcpy(&x, p, 4);
-    return x;
-}
-static uint64_t get_u64(const unsigned char *p) {
-    uint64_t x;
-    memcpy(&x, p, 8);
-    return x;
-}
 
 static uint64_t align_up(uint64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
 
@@ -181,24 +170,24 @@ int ab_ckpt_commit(ab_ckpt_writer *w) {
     for (int i = 0; i < w->count; i++) {
         unsigned char *t = table + (size_t)i * ENTRY_BYTES;
         memcpy(t, w->entries[i].name, NAME_BYTES);
-        put_u64(t + 40, w->entries[i].offset);
-        put_u64(t + 48, w->entries[i].bytes);
-        put_u32(t + 56, w->entries[i].crc);
+        ab_put_u64(t + 40, w->entries[i].offset);
+        ab_put_u64(t + 48, w->entries[i].bytes);
+        ab_put_u32(t + 56, w->entries[i].crc);
     }
     unsigned char h[HEADER_BYTES];
     memset(h, 0, sizeof h);
     memcpy(h, MAGIC, 8);
-    put_u32(h + 8, AB_CKPT_VERSION);
-    put_u32(h + 12, BYTE_ORDER_TAG);
-    put_u32(h + 16, HEADER_BYTES);
-    put_u32(h + 20, ENTRY_BYTES);
-    put_u32(h + 24, (uint32_t)w->count);
-    put_u32(h + 28, cap);
-    put_u32(h + 32, ALIGN);
-    put_u64(h + 40, data_offset_for(cap));
-    put_u64(h + 48, w->pos);
-    put_u32(h + 56, crc_of(table, sizeof table));
-    put_u32(h + 36, crc_of(h, sizeof h)); /* last: covers everything above with itself zero */
+    ab_put_u32(h + 8, AB_CKPT_VERSION);
+    ab_put_u32(h + 12, BYTE_ORDER_TAG);
+    ab_put_u32(h + 16, HEADER_BYTES);
+    ab_put_u32(h + 20, ENTRY_BYTES);
+    ab_put_u32(h + 24, (uint32_t)w->count);
+    ab_put_u32(h + 28, cap);
+    ab_put_u32(h + 32, ALIGN);
+    ab_put_u64(h + 40, data_offset_for(cap));
+    ab_put_u64(h + 48, w->pos);
+    ab_put_u32(h + 56, crc_of(table, sizeof table));
+    ab_put_u32(h + 36, crc_of(h, sizeof h)); /* last: covers everything above with itself zero */
 
     errno = 0;
     if (fseek(w->af.f, 0, SEEK_SET) != 0 || fwrite(h, 1, sizeof h, w->af.f) != sizeof h ||
@@ -252,27 +241,27 @@ static int check_header(const char *path, const unsigned char *b, size_t size, h
     if (size < HEADER_BYTES)
         return ab_fail(AB_EINVAL, "%s: truncated checkpoint (%zu bytes, shorter than its %u-byte header)", path, size,
                        HEADER_BYTES);
-    uint32_t order = get_u32(b + 12);
+    uint32_t order = ab_get_u32(b + 12);
     if (order == 0x04030201u)
         return ab_fail(AB_EINVAL, "%s: checkpoint written on a machine of the other byte order", path);
     if (order != BYTE_ORDER_TAG) return ab_fail(AB_EINVAL, "%s: checkpoint header is corrupt (byte order tag)", path);
-    uint32_t version = get_u32(b + 8);
+    uint32_t version = ab_get_u32(b + 8);
     if (version != AB_CKPT_VERSION)
         return ab_fail(AB_EINVAL, "%s: checkpoint format version %u, this build reads %d", path, version,
                        AB_CKPT_VERSION);
     unsigned char h[HEADER_BYTES];
     memcpy(h, b, HEADER_BYTES);
-    put_u32(h + 36, 0);
-    if (crc_of(h, HEADER_BYTES) != get_u32(b + 36))
+    ab_put_u32(h + 36, 0);
+    if (crc_of(h, HEADER_BYTES) != ab_get_u32(b + 36))
         return ab_fail(AB_EINVAL, "%s: checkpoint header is corrupt (CRC mismatch)", path);
 
     /* The header is what its writer meant; now check that it makes sense. */
-    uint32_t hbytes = get_u32(b + 16), ebytes = get_u32(b + 20), align = get_u32(b + 32), zero = get_u32(b + 60);
-    hf->count = get_u32(b + 24);
-    hf->cap = get_u32(b + 28);
-    hf->table_crc = get_u32(b + 56);
-    hf->data_off = get_u64(b + 40);
-    hf->file_bytes = get_u64(b + 48);
+    uint32_t hbytes = ab_get_u32(b + 16), ebytes = ab_get_u32(b + 20), align = ab_get_u32(b + 32), zero = ab_get_u32(b + 60);
+    hf->count = ab_get_u32(b + 24);
+    hf->cap = ab_get_u32(b + 28);
+    hf->table_crc = ab_get_u32(b + 56);
+    hf->data_off = ab_get_u64(b + 40);
+    hf->file_bytes = ab_get_u64(b + 48);
     if (hbytes != HEADER_BYTES || ebytes != ENTRY_BYTES || align != ALIGN || zero != 0)
         return ab_fail(AB_EINVAL, "%s: malformed checkpoint header (sizes %u/%u/%u)", path, hbytes, ebytes, align);
     if (hf->cap > MAX_CAPACITY || hf->count > hf->cap)
@@ -356,10 +345,10 @@ static int validate(ab_ckpt_reader *r, const header_fields *hf) {
         for (size_t j = len; j < NAME_BYTES; j++)
             if (t[j]) return ab_fail(AB_EINVAL, "%s: bad checkpoint table (entry %u: bytes after its name)", path, i);
         memcpy(e->name, t, NAME_BYTES);
-        e->offset = get_u64(t + 40);
-        e->bytes = get_u64(t + 48);
-        e->crc = get_u32(t + 56);
-        if (get_u32(t + 60) != 0)
+        e->offset = ab_get_u64(t + 40);
+        e->bytes = ab_get_u64(t + 48);
+        e->crc = ab_get_u32(t + 56);
+        if (ab_get_u32(t + 60) != 0)
             return ab_fail(AB_EINVAL, "%s: bad checkpoint table (entry '%s': reserved field)", path, e->name);
         for (uint32_t j = 0; j < i; j++)
             if (strcmp(r->entries[j].name, e->name) == 0)
@@ -450,19 +439,19 @@ int ab_ckpt_read(const ab_ckpt_reader *r, const char *name, void *dst, size_t ex
 #define META_BYTES (8u + 8u * 6u + 8u * 4u + 24u * AB_CKPT_META_RNGS)
 
 static unsigned char *w64(unsigned char *p, uint64_t x) {
-    put_u64(p, x);
+    ab_put_u64(p, x);
     return p + 8;
 }
 static const unsigned char *r64(const unsigned char *p, uint64_t *x) {
-    *x = get_u64(p);
+    *x = ab_get_u64(p);
     return p + 8;
 }
 
 int ab_ckpt_add_meta(ab_ckpt_writer *w, const ab_ckpt_meta *m) {
     unsigned char b[META_BYTES];
     memset(b, 0, sizeof b);
-    put_u32(b, META_VERSION);
-    put_u32(b + 4, AB_CKPT_META_RNGS);
+    ab_put_u32(b, META_VERSION);
+    ab_put_u32(b + 4, AB_CKPT_META_RNGS);
     uint64_t elapsed;
     memcpy(&elapsed, &m->elapsed_s, 8);
     unsigned char *p = b + 8;
@@ -487,9 +476,9 @@ int ab_ckpt_get_meta(const ab_ckpt_reader *r, ab_ckpt_meta *m) {
     int rc = ab_ckpt_get(r, AB_CKPT_META, &data, &n);
     if (rc) return rc;
     const unsigned char *b = data;
-    if (n < 8 || get_u32(b) != META_VERSION)
+    if (n < 8 || ab_get_u32(b) != META_VERSION)
         return ab_fail(AB_EINVAL, "%s: blob '%s' is not a version %u meta record", r->path, AB_CKPT_META, META_VERSION);
-    if (n != META_BYTES || get_u32(b + 4) != AB_CKPT_META_RNGS)
+    if (n != META_BYTES || ab_get_u32(b + 4) != AB_CKPT_META_RNGS)
         return ab_fail(AB_EINVAL, "%s: blob '%s' has %zu bytes, expected %u", r->path, AB_CKPT_META, n, META_BYTES);
     const unsigned char *p = b + 8;
     uint64_t elapsed;

@@ -3,6 +3,7 @@
 
 #include "optim_cuda.h"
 
+#include "bytes.h"
 #include "config.h"
 #include "device.h"
 #include "error.h"
@@ -267,18 +268,6 @@ static int tidy_ranges(size_t n, const ab_optim_range *in, int n_in, ab_optim_ra
     return m;
 }
 
-static void put_u32(unsigned char *p, uint32_t x) { memcpy(p, &x, 4); }
-static void put_u64(unsigned char *p, uint64_t x) { memcpy(p, &x, 8); }
-static uint32_t get_u32(const unsigned char *p) {
-    uint32_t x;
-    memcpy(&x, p, 4);
-    return x;
-}
-static uint64_t get_u64(const unsigned char *p) {
-    uint64_t x;
-    memcpy(&x, p, 8);
-    return x;
-}
 
 int ab_optim_create(const ab_optim_config *c, size_t n, const ab_optim_range *ranges, int n_ranges, ab_optim **out) {
     return ab_optim_create_on(AB_DEV_CPU, c, n, ranges, n_ranges, out);
@@ -354,11 +343,11 @@ int ab_optim_create_on(ab_device dev, const ab_optim_config *c, size_t n, const 
     }
 
     memcpy(o->block, STATE_MAGIC, 8);
-    put_u32(o->block + 8, STATE_VERSION);
-    put_u32(o->block + 12, (uint32_t)c->kind);
-    put_u64(o->block + 16, (uint64_t)n);
-    put_u64(o->block + 24, 0);
-    put_u32(o->block + 32, (uint32_t)sizeof(float));
+    ab_put_u32(o->block + 8, STATE_VERSION);
+    ab_put_u32(o->block + 12, (uint32_t)c->kind);
+    ab_put_u64(o->block + 16, (uint64_t)n);
+    ab_put_u64(o->block + 24, 0);
+    ab_put_u32(o->block + 32, (uint32_t)sizeof(float));
     *out = o;
     return 0;
 }
@@ -545,7 +534,7 @@ int ab_optim_step(ab_optim *o, float *params, const float *grad, ab_optim_info *
 int ab_optim_get_state(ab_optim *o, const void **data, size_t *bytes) {
     *data = NULL;
     *bytes = 0;
-    put_u64(o->block + 24, (uint64_t)o->step);
+    ab_put_u64(o->block + 24, (uint64_t)o->step);
     const size_t total = STATE_HEADER + 2 * o->n * sizeof(float);
     if (o->dev == AB_DEV_CPU) {
         *data = o->block;
@@ -572,8 +561,8 @@ int ab_optim_set_state(ab_optim *o, const void *data, size_t bytes) {
     const unsigned char *p = data;
     if (!p || bytes < STATE_HEADER || memcmp(p, STATE_MAGIC, 8) != 0)
         return ab_fail(AB_EINVAL, "optimiser state: not an attnbench optimiser state (%zu bytes, wrong magic)", bytes);
-    uint32_t version = get_u32(p + 8), kind = get_u32(p + 12), fsize = get_u32(p + 32);
-    uint64_t n = get_u64(p + 16), step = get_u64(p + 24);
+    uint32_t version = ab_get_u32(p + 8), kind = ab_get_u32(p + 12), fsize = ab_get_u32(p + 32);
+    uint64_t n = ab_get_u64(p + 16), step = ab_get_u64(p + 24);
     if (version != STATE_VERSION)
         return ab_fail(AB_EINVAL, "optimiser state: format version %u, this build reads %u", version, STATE_VERSION);
     if (kind != (uint32_t)o->cfg.kind)
@@ -606,6 +595,6 @@ int ab_optim_set_state(ab_optim *o, const void *data, size_t bytes) {
         if (rc) return rc;
     }
     o->step = (long long)step;
-    put_u64(o->block + 24, step);
+    ab_put_u64(o->block + 24, step);
     return 0;
 }

@@ -331,19 +331,3 @@ Test(cuda_emulator, fresh_device_memory_is_poisoned) {
     cr_assert(ab_cuda_emulated());
 }
 #endif
-
-#ifdef TEST_SKIP_WITHOUT_DEVICE
-/* In the build against the real library: without a usable device every test skips,
- * and the binary exits with 77 so that meson counts the suite as skipped. */
-int main(int argc, char *argv[]) {
-    if (ab_cuda_init()) {
-        fprintf(stderr, "skipped: %s\n", ab_error());
-        return 77;
-    }
-    struct criterion_test_set *tests = criterion_initialize();
-    int result = 0;
-    if (criterion_handle_args(argc, argv, true)) result = !criterion_run_all_tests(tests);
-    criterion_finalize(tests);
-    return result;
-}
-#endif
