@@ -202,12 +202,24 @@ static const char *const TINY_FMT =
 static trainer *make_trainer(const char *variant, double clip) {
     char buf[1024];
     snprintf(buf, sizeof buf, TINY_FMT, variant, clip);
+    if (strcmp(variant, "lsh") == 0) { /* options: 2 rounds, chunks of 2 of the 6 positions */
+        char *v = strstr(buf, "\"lsh\"");
+        char rest[1024];
+        snprintf(rest, sizeof rest, "%s", v + 5);
+        snprintf(v, sizeof buf - (size_t)(v - buf), "\"lsh\", \"set\": {\"rounds\": 2, \"chunk\": 2, \"bits\": 2}%s", rest);
+    }
     json_t *j = parse_json(buf);
     train_config c;
     cr_assert_eq(train_config_parse(j, &c), 0, "%s", ab_error());
     json_decref(j);
     trainer *t = NULL;
     cr_assert_eq(trainer_create(&c, &t), 0, "%s", ab_error());
+    if (strcmp(variant, "lsh") == 0) { /* the options reached the model */
+        const tf_config *mc = tf_get_config(t->model);
+        cr_assert_eq(mc->n_attn_settings, 3);
+        cr_assert_str_eq(mc->attn_settings[0], "rounds=2");
+        cr_assert_str_eq(mc->attn_settings[1], "chunk=2");
+    }
     return t;
 }
 

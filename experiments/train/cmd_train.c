@@ -72,9 +72,9 @@ typedef struct {
     char ckpt_path[4200];
     long long ckpt_step;     /* step of the checkpoint on disk (-1: none) */
     uint64_t t0_ns;          /* this process's start of training */
-    /* the current log interval */
+    /* the steps of the current log interval run by this process */
     long long int_steps;
-    double int_loss_sum, int_time_s;
+    double int_time_s;
     train_step_info last;
     train_eval_info last_eval;
     bool have_eval;
@@ -177,27 +177,37 @@ static void do_eval(run_state *s) {
     log_line(s, "train: step %lld eval loss %.6g accuracy %.4f\n", t->step, e.loss, e.accuracy);
 }
 
+/* A "train" record for the log interval ending at this step: the steps since the
+ * previous multiple of log_every. The mean loss comes from the per-step losses (which
+ * a resumed run restores), so it does not depend on where a run was interrupted;
+ * tokens/s covers the steps this process timed. */
 static void do_log(run_state *s) {
     trainer *t = s->t;
-    if (s->int_steps == 0) return;
+    if (t->step == 0) return;
+    long long prev = (t->step - 1) / t->cfg.log_every * t->cfg.log_every;
+    double sum = 0;
+    for (long long i = prev; i < t->step; i++) sum += t->losses[i];
+    double mean = sum / (double)(t->step - prev);
     json_t *r = json_object();
     double tps = s->int_time_s > 0 ? (double)s->int_steps * t->batch.B * t->batch.N / s->int_time_s : NAN;
     json_object_set_new(r, "kind", json_string("train"));
     json_object_set_new(r, "step", json_integer(t->step));
-    json_object_set_new(r, "loss", ab_json_num(s->int_loss_sum / (double)s->int_steps));
-    json_object_set_new(r, "loss_last", ab_json_num(s->last.loss));
-    json_object_set_new(r, "accuracy_last",
-                        ab_json_num(s->last.counted ? (double)s->last.correct / (double)s->last.counted : NAN));
-    json_object_set_new(r, "steps", json_integer(s->int_steps));
-    json_object_set_new(r, "lr", ab_json_num(s->last.lr));
-    json_object_set_new(r, "grad_norm", ab_json_num(s->last.grad_norm));
+    json_object_set_new(r, "loss", ab_json_num(mean));
+    json_object_set_new(r, "loss_last", ab_json_num(t->losses[t->step - 1]));
+    json_object_set_new(r, "accuracy_last", s->int_steps ? ab_json_num(s->last.counted ? (double)s->last.correct /
+                                                                                               (double)s->last.counted
+                                                                                         : NAN)
+                                                         : json_null());
+    json_object_set_new(r, "steps", json_integer(t->step - prev));
+    json_object_set_new(r, "lr", s->int_steps ? ab_json_num(s->last.lr) : json_null());
+    json_object_set_new(r, "grad_norm", s->int_steps ? ab_json_num(s->last.grad_norm) : json_null());
     json_object_set_new(r, "tokens_per_s", ab_json_num(tps));
     json_object_set_new(r, "elapsed_s", ab_json_num(elapsed(s)));
     json_array_append_new(ab_run_records(s->run), r);
-    log_line(s, "train: step %lld/%lld loss %.6g lr %.3g grad_norm %.3g %.0f tokens/s\n", t->step, t->cfg.steps,
-             s->int_loss_sum / (double)s->int_steps, s->last.lr, s->last.grad_norm, tps);
+    log_line(s, "train: step %lld/%lld loss %.6g lr %.3g grad_norm %.3g %.0f tokens/s\n", t->step, t->cfg.steps, mean,
+             s->last.lr, s->last.grad_norm, tps);
     s->int_steps = 0;
-    s->int_loss_sum = s->int_time_s = 0;
+    s->int_time_s = 0;
 }
 
 /* Copies the records of an earlier document at DIR/train.json with step <= `upto`
@@ -423,7 +433,6 @@ int train_main(int argc, char **argv, const char *command_line) {
         double dt = (double)(ab_now_ns() - t1) * 1e-9;
         t->step_s += dt;
         s.int_steps++;
-        s.int_loss_sum += info.loss;
         s.int_time_s += dt;
         s.last = info;
         json_array_append_new(s.step_loss, json_real(info.loss));
@@ -451,7 +460,7 @@ int train_main(int argc, char **argv, const char *command_line) {
     const char *status = "ok";
     if (t->step < c->steps) { /* stopped by a signal */
         status = "interrupted";
-        do_log(&s);
+        if (t->step % c->log_every != 0) do_log(&s); /* at a multiple, the record exists */
         if (save_checkpoint(&s)) die_run(&s, AB_EXIT_FAILURE, "%s", ab_error());
     }
     ab_run_set(s.run, "summary", summary_json(&s));

@@ -43,7 +43,8 @@ typedef struct {
     json_t *canon;              /* canonical config (owned) */
     const char *name, *label;   /* point into canon */
     train_task *task;           /* owned */
-    tf_config model;            /* strings point into canon / attn_settings */
+    tf_config model;            /* strings point into canon and attn_settings (a copy of the
+                                   struct must re-point model.attn_settings) */
     char *attn_settings[TRAIN_MAX_ATTN_SETTINGS];
     ab_optim_config optim;
     long long steps, batch, eval_every, eval_batches, checkpoint_every, log_every;

@@ -27,6 +27,7 @@ int trainer_create(train_config *cfg, trainer **out) {
         return ab_fail(AB_ENOMEM, "out of memory");
     }
     t->cfg = *cfg;
+    t->cfg.model.attn_settings = (const char *const *)t->cfg.attn_settings; /* into the moved copy */
     memset(cfg, 0, sizeof *cfg);
     int rc = tf_create(&t->cfg.model, (int)t->cfg.batch, &t->model);
     if (rc) {
