@@ -304,8 +304,14 @@ Test(train_cli, smoke_run_is_complete_and_learns) {
     cr_expect(n0 == n1 && memcmp(before, after, n0) == 0, "the refused run touched the checkpoint");
     free(before);
     free(after);
-    /* a resume of a finished run does nothing more */
+    /* a resume of a finished run does nothing, and writes nothing */
+    char *doc0 = slurp(P("run/train.json"), &n0);
     cr_assert_eq(run("train", "--resume", "--out", P("run"), NULL), 0, "%s", g_err);
+    cr_expect(strstr(g_err, "nothing to do"), "%s", g_err);
+    char *doc1 = slurp(P("run/train.json"), &n1);
+    cr_expect(n0 == n1 && memcmp(doc0, doc1, n0) == 0, "a resume of a complete run rewrote its document");
+    free(doc0);
+    free(doc1);
     cr_expect_eq(ckpt_step(P("run/checkpoint.bin")), 100);
 }
 

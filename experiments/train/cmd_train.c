@@ -358,6 +358,13 @@ int train_main(int argc, char **argv, const char *command_line) {
         ab_ckpt_close(reader);
         json_decref(ckpt_config);
         reader = NULL;
+        if (t->step >= t->cfg.steps) { /* a complete run: leave its files as they are */
+            if (!quiet)
+                fprintf(stderr, "train: the run in %s is complete (step %lld of %lld): nothing to do\n", dir, t->step,
+                        t->cfg.steps);
+            trainer_destroy(t);
+            return 0;
+        }
     }
 
     run_state s;
