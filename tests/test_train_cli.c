@@ -437,6 +437,13 @@ Test(train_cli, divergence_stops_and_keeps_the_last_good_checkpoint) {
     float *p = blob(P("nan/checkpoint.bin"), AB_CKPT_PARAMS, &bytes);
     for (size_t i = 0; i < bytes / sizeof(float); i++) cr_assert(isfinite(p[i]), "parameter %zu is %g", i, p[i]);
     free(p);
+    /* --overwrite over that run, diverging before its first checkpoint: the earlier
+     * run's checkpoint is gone (it must not pass for this run's) */
+    st = run("train", SMOKE, "--out", P("nan"), "--overwrite", "--quiet", "--set", "optim.schedule.milestones=[6]",
+             "--set", "optim.schedule.gamma=1e33", "--set", "checkpoint_every=100", NULL);
+    cr_assert_eq(st, 1, "exit status %d: %s", st, g_err);
+    cr_expect(strstr(g_err, "no checkpoint had been written yet"), "%s", g_err);
+    cr_expect(!exists(P("nan/checkpoint.bin")), "the earlier run's checkpoint is still there");
 }
 
 /* ---- bad input ---- */

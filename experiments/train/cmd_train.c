@@ -26,6 +26,7 @@
 #include "timer.h"
 #include "trainer.h"
 
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -346,6 +347,10 @@ int train_main(int argc, char **argv, const char *command_line) {
     trainer *t;
     int rc = trainer_create(&cfg, &t);
     if (rc) cli_die(cli_status_for(rc), "%s", ab_error());
+    /* --overwrite: the earlier run's checkpoint goes now, so that it can never be
+     * taken for this run's (its document is replaced by the first save below) */
+    if (!resume && file_exists(ckpt_path) && remove(ckpt_path) != 0)
+        cli_die(AB_EXIT_USAGE, "cannot remove the earlier checkpoint %s: %s", ckpt_path, strerror(errno));
     if (resume) {
         if (!reader && train_ckpt_open(ckpt_path, &reader, &ckpt_config)) cli_die(AB_EXIT_USAGE, "%s", ab_error());
         char key[512];
