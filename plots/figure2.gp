@@ -33,6 +33,8 @@ set key top right
 set xlabel "gradient step"
 set ylabel "cross-entropy loss (copied half)"
 
+set label 1 "lines: training loss (mean per log interval)\npoints: loss on the fixed evaluation set" at graph 0.02, graph 0.08 font ",9"
+
 is(r, k) = (strcol("run") eq r && strcol("kind") eq k) ? column("loss") : NaN
 
 plot for [i=1:n] data using "step":(is(word(runs, i), "train")) with lines lw 2 lc i title word(runs, i) noenhanced, \

@@ -5,8 +5,8 @@
     python3 experiments/copy/table.py results/copy-cpu-softmax results/copy-cpu-linear ...
 
 Columns: final eval loss and accuracy (teacher forcing, the fixed evaluation set),
-the mean and relative standard deviation of the per-step training loss over the last
-10% of the steps, greedy-generation copy accuracy and exact-copy rate, training wall
+the mean and standard deviation of the per-step training loss over the last 10% of
+the steps, greedy-generation copy accuracy and exact-copy rate, training wall
 time (all processes of the run), training tokens/s (positions processed per second
 inside the steps), generation mode and tokens/s."""
 import json
@@ -19,9 +19,9 @@ def fmt(x, spec):
 
 
 def main(dirs):
-    print("| variant | steps | final eval loss | eval accuracy | train loss (last 10%) | rel. std | "
+    print("| variant | steps | final eval loss | eval accuracy | train loss, last 10% (std) | "
           "generation accuracy | exact copies | wall time | train tokens/s | generation mode | generation tokens/s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for d in dirs:
         run = json.load(open(os.path.join(d, "train.json")))
         s = run.get("summary", {})
@@ -31,9 +31,9 @@ def main(dirs):
             g = json.load(open(gp))
         label = run["config"].get("label", run["config"]["name"])
         wall = s.get("wall_s")
-        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            label, s.get("steps_done"), fmt(s.get("final_eval_loss"), ".4f"), fmt(s.get("final_eval_accuracy"), ".4f"),
-            fmt(s.get("final_train_loss_mean"), ".4f"), fmt(s.get("final_train_loss_rel_std"), ".3f"),
+        print("| %s | %s | %s | %s | %s (%s) | %s | %s | %s | %s | %s | %s |" % (
+            label, s.get("steps_done"), fmt(s.get("final_eval_loss"), ".3g"), fmt(s.get("final_eval_accuracy"), ".4f"),
+            fmt(s.get("final_train_loss_mean"), ".3g"), fmt(s.get("final_train_loss_std"), ".2g"),
             fmt(g.get("accuracy"), ".4f"), fmt(g.get("exact_rate"), ".3f"),
             "-" if wall is None else "%.1f min" % (wall / 60), fmt(s.get("train_tokens_per_s"), ".0f"),
             g.get("mode", "-"), fmt(g.get("tokens_per_s"), ".0f")))
