@@ -1,4 +1,5 @@
-/* attnbench plot RESULT.json: draws a sweep's Figure 1 (PNG and SVG) with gnuplot. */
+/* attnbench plot RESULT.json...: draws a sweep's Figure 1, or the loss curves of
+ * training runs (Figure 2), as PNG and SVG with gnuplot. */
 #include "cli_util.h"
 #include "commands.h"
 #include "config.h"
@@ -6,6 +7,7 @@
 #include "fileio.h"
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,21 +16,26 @@
 #include <unistd.h>
 
 static const char PLOT_USAGE[] =
-    "usage: attnbench plot RESULT.json [--out PREFIX] [--title TEXT]\n"
+    "usage: attnbench plot RESULT.json... [--out PREFIX] [--title TEXT]\n"
     "\n"
-    "Draws the two panels of Figure 1 (time and peak memory per sample against N,\n"
-    "log-log, one line per variant) from a result of `attnbench bench`, with\n"
-    "plots/figure1.gp. Writes PREFIX.png and PREFIX.svg (default PREFIX: RESULT\n"
-    "without .json) and PREFIX.plot.tsv, the data the figure was drawn from.\n";
+    "From a result of `attnbench bench`: the two panels of Figure 1 (time and peak\n"
+    "memory per sample against N, log-log, one line per variant), plots/figure1.gp.\n"
+    "From one or more results of `attnbench train` (their train.json): Figure 2, the\n"
+    "loss against the gradient step, log y, one colour per run labelled with its\n"
+    "config's label (line: training loss per log interval; points: evaluation loss),\n"
+    "plots/figure2.gp. Writes PREFIX.png and PREFIX.svg (default PREFIX: the first\n"
+    "RESULT without .json) and PREFIX.plot.tsv, the data the figure was drawn from.\n";
 
-/* Where plots/figure1.gp is: $ATTNBENCH_PLOTS, the source tree, or the installed copy. */
-static const char *find_script(char *buf, size_t cap) {
+#define MAX_INPUTS 32
+
+/* Where plots/NAME is: $ATTNBENCH_PLOTS, the source tree, or the installed copy. */
+static const char *find_script(const char *name, char *buf, size_t cap) {
     const char *env = getenv("ATTNBENCH_PLOTS");
     const char *dirs[3] = {env, ATTNBENCH_SOURCE_DIR "/plots", ATTNBENCH_DATADIR "/plots"};
     struct stat st;
     for (int i = 0; i < 3; i++) {
         if (!dirs[i]) continue;
-        snprintf(buf, cap, "%s/figure1.gp", dirs[i]);
+        snprintf(buf, cap, "%s/%s", dirs[i], name);
         if (stat(buf, &st) == 0) return buf;
     }
     return NULL;
@@ -51,8 +58,90 @@ static void put_num(FILE *f, json_t *v) {
     else fputs("NaN", f);
 }
 
+static json_t *load_run(const char *in) {
+    json_t *doc = ab_config_load(in);
+    if (!doc) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+    json_t *schema = json_object_get(doc, "schema"), *recs = json_object_get(doc, "records");
+    if (!json_is_string(schema) || strcmp(json_string_value(schema), "attnbench/run/1") != 0 || !json_is_array(recs))
+        cli_die(AB_EXIT_USAGE, "%s: not an attnbench run document (schema attnbench/run/1 with records)", in);
+    return doc;
+}
+
+/* A training run's document: records of kind "train" or "eval". */
+static bool is_train_doc(json_t *doc) {
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(doc, "records"), i, r) {
+        const char *k = json_string_value(json_object_get(r, "kind"));
+        if (k && (strcmp(k, "train") == 0 || strcmp(k, "eval") == 0)) return true;
+    }
+    return false;
+}
+
+static void default_prefix(const char *in, const char *prefix, char *pre, size_t cap) {
+    if (prefix) snprintf(pre, cap, "%s", prefix);
+    else {
+        snprintf(pre, cap, "%s", in);
+        size_t n = strlen(pre);
+        if (n > 5 && strcmp(pre + n - 5, ".json") == 0) pre[n - 5] = '\0';
+    }
+}
+
+/* Figure 2 from training runs: rows run, kind, step, loss. */
+static int plot_train(json_t **docs, const char **ins, int n, const char *prefix, const char *title) {
+    char pre[4096], script[4096], data[4200], png[4200], svg[4200];
+    default_prefix(ins[0], prefix, pre, sizeof pre);
+    if (!find_script("figure2.gp", script, sizeof script))
+        cli_die(AB_EXIT_USAGE, "plot: cannot find figure2.gp (set ATTNBENCH_PLOTS to the plots/ folder)");
+    snprintf(data, sizeof data, "%s.plot.tsv", pre);
+    snprintf(png, sizeof png, "%s.png", pre);
+    snprintf(svg, sizeof svg, "%s.svg", pre);
+    ab_atomic_file af;
+    if (ab_atomic_open(&af, data)) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+    fputs("run\tkind\tstep\tloss\n", af.f);
+    size_t rows = 0;
+    for (int d = 0; d < n; d++) {
+        if (!is_train_doc(docs[d])) {
+            ab_atomic_abort(&af);
+            cli_die(AB_EXIT_USAGE, "%s: not a training run (plot sweeps and training runs separately)", ins[d]);
+        }
+        json_t *cfg = json_object_get(docs[d], "config");
+        const char *label = json_string_value(json_object_get(cfg, "label"));
+        if (!label) label = json_string_value(json_object_get(cfg, "name"));
+        char lab[128];
+        snprintf(lab, sizeof lab, "%s", label ? label : ins[d]);
+        for (char *c = lab; *c; c++)
+            if (*c == ' ' || *c == '\t' || *c == '"' || *c == '\'') *c = '_'; /* one word for gnuplot */
+        size_t i;
+        json_t *r;
+        json_array_foreach(json_object_get(docs[d], "records"), i, r) {
+            const char *k = json_string_value(json_object_get(r, "kind"));
+            if (!k || (strcmp(k, "train") && strcmp(k, "eval"))) continue;
+            fprintf(af.f, "%s\t%s\t", lab, k);
+            put_num(af.f, json_object_get(r, "step"));
+            fputc('\t', af.f);
+            put_num(af.f, json_object_get(r, strcmp(k, "train") == 0 ? "loss" : "eval_loss"));
+            fputc('\n', af.f);
+            rows++;
+        }
+    }
+    if (ab_atomic_commit(&af)) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+    if (rows == 0) cli_die(AB_EXIT_USAGE, "%s: no training records to plot", ins[0]);
+    char deftitle[512];
+    if (!title) {
+        const char *task = json_string_value(json_object_get(docs[0], "task"));
+        snprintf(deftitle, sizeof deftitle, "%s: loss per gradient step", task && strcmp(task, "copy") == 0 ? "Sequence copy" : task ? task : "training");
+        title = deftitle;
+    }
+    if (run_gnuplot(script, data, png, title) != 0 || run_gnuplot(script, data, svg, title) != 0)
+        cli_die(AB_EXIT_FAILURE, "plot: gnuplot failed (is gnuplot installed? harness/scripts/setup.sh installs it)");
+    printf("plot: wrote %s and %s\n", png, svg);
+    return 0;
+}
+
 int cmd_plot(int argc, char **argv) {
-    const char *in = NULL, *prefix = NULL, *title = NULL;
+    const char *ins[MAX_INPUTS], *prefix = NULL, *title = NULL;
+    int n_in = 0;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0) {
             fputs(PLOT_USAGE, stdout);
@@ -60,25 +149,26 @@ int cmd_plot(int argc, char **argv) {
         } else if (strcmp(argv[i], "--out") == 0) prefix = cli_value(argc, argv, &i);
         else if (strcmp(argv[i], "--title") == 0) title = cli_value(argc, argv, &i);
         else if (argv[i][0] == '-') cli_die(AB_EXIT_USAGE, "plot: unknown argument '%s'", argv[i]);
-        else if (!in) in = argv[i];
-        else cli_die(AB_EXIT_USAGE, "plot: more than one result given");
+        else if (n_in == MAX_INPUTS) cli_die(AB_EXIT_USAGE, "plot: at most %d results", MAX_INPUTS);
+        else ins[n_in++] = argv[i];
     }
-    if (!in) cli_die(AB_EXIT_USAGE, "plot: a RESULT.json from `attnbench bench` is required");
-    json_t *doc = ab_config_load(in);
-    if (!doc) cli_die(AB_EXIT_USAGE, "%s", ab_error());
-    json_t *schema = json_object_get(doc, "schema"), *recs = json_object_get(doc, "records");
-    if (!json_is_string(schema) || strcmp(json_string_value(schema), "attnbench/run/1") != 0 || !json_is_array(recs))
-        cli_die(AB_EXIT_USAGE, "%s: not an attnbench run document (schema attnbench/run/1 with records)", in);
+    if (n_in == 0) cli_die(AB_EXIT_USAGE, "plot: a RESULT.json from `attnbench bench` or `attnbench train` is required");
+    json_t *docs[MAX_INPUTS];
+    for (int i = 0; i < n_in; i++) docs[i] = load_run(ins[i]);
+    if (is_train_doc(docs[0])) {
+        int rc = plot_train(docs, ins, n_in, prefix, title);
+        for (int i = 0; i < n_in; i++) json_decref(docs[i]);
+        return rc;
+    }
+    if (n_in > 1) cli_die(AB_EXIT_USAGE, "plot: a sweep's figure takes one result (%d given)", n_in);
+    const char *in = ins[0];
+    json_t *doc = docs[0];
+    json_t *recs = json_object_get(doc, "records");
 
     char pre[4096];
-    if (prefix) snprintf(pre, sizeof pre, "%s", prefix);
-    else {
-        snprintf(pre, sizeof pre, "%s", in);
-        size_t n = strlen(pre);
-        if (n > 5 && strcmp(pre + n - 5, ".json") == 0) pre[n - 5] = '\0';
-    }
+    default_prefix(in, prefix, pre, sizeof pre);
     char script[4096];
-    if (!find_script(script, sizeof script))
+    if (!find_script("figure1.gp", script, sizeof script))
         cli_die(AB_EXIT_USAGE, "plot: cannot find figure1.gp (set ATTNBENCH_PLOTS to the plots/ folder)");
 
     /* The figure's data: parallel-mode records only. */

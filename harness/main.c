@@ -3,6 +3,7 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "sweep.h"
+#include "train_cmds.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +17,10 @@ static const char USAGE[] =
     "  op                   one attention call on .npy tensors (forward, backward, recurrent)\n"
     "  inputs               write seeded random q, k, v, dout .npy files for op\n"
     "  bench CONFIG.json    the attention sweep over sequence lengths (Figure 1) -> results/\n"
-    "  plot RESULT.json     draw a sweep's figure (PNG and SVG) with gnuplot\n"
+    "  plot RESULT.json..   draw a figure (PNG and SVG) with gnuplot: a sweep's Figure 1, or\n"
+    "                       the loss curves of training runs (Figure 2)\n"
+    "  train CONFIG.json    train a model (e.g. the copy task, experiments/copy/) -> results/NAME/\n"
+    "  generate CHECKPOINT  greedy generation from a training checkpoint: accuracy and tokens/s\n"
     "Run `attnbench COMMAND --help` for a command's arguments.\n"
     "\n"
     "Options:\n"
@@ -64,7 +68,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "op") == 0) return cmd_op(sub_argc, sub_argv);
     if (strcmp(cmd, "inputs") == 0) return cmd_inputs(sub_argc, sub_argv);
     if (strcmp(cmd, "plot") == 0) return cmd_plot(sub_argc, sub_argv);
-    if (strcmp(cmd, "bench") == 0) {
+    if (strcmp(cmd, "bench") == 0 || strcmp(cmd, "train") == 0 || strcmp(cmd, "generate") == 0) {
         /* The command line, recorded in the result so it can be rerun. */
         size_t n = 1;
         for (int j = 0; j < argc; j++) n += strlen(argv[j]) + 1;
@@ -74,7 +78,9 @@ int main(int argc, char **argv) {
             strcat(line, argv[j]);
             if (j + 1 < argc) strcat(line, " ");
         }
-        int rc = sweep_main(sub_argc, sub_argv, line);
+        int rc = strcmp(cmd, "bench") == 0   ? sweep_main(sub_argc, sub_argv, line)
+                 : strcmp(cmd, "train") == 0 ? train_main(sub_argc, sub_argv, line)
+                                             : generate_main(sub_argc, sub_argv, line);
         free(line);
         return rc;
     }
@@ -82,5 +88,5 @@ int main(int argc, char **argv) {
         fputs(USAGE, stdout);
         return 0;
     }
-    cli_die(AB_EXIT_USAGE, "unknown command '%s' (commands: list, op, inputs, bench, plot; see attnbench --help)", cmd);
+    cli_die(AB_EXIT_USAGE, "unknown command '%s' (commands: list, op, inputs, bench, plot, train, generate; see attnbench --help)", cmd);
 }

@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""The copy experiment's results table (markdown) from run folders written by
+`attnbench train` (train.json) and `attnbench generate` (generate.json).
+
+    python3 experiments/copy/table.py results/copy-cpu-softmax results/copy-cpu-linear ...
+
+Columns: final eval loss and accuracy (teacher forcing, the fixed evaluation set),
+the mean and standard deviation of the per-step training loss over the last 10% of
+the steps, greedy-generation copy accuracy and exact-copy rate, training wall
+time (all processes of the run), training tokens/s (positions processed per second
+inside the steps), generation mode and tokens/s."""
+import json
+import os
+import sys
+
+
+def fmt(x, spec):
+    return "-" if x is None else format(x, spec)
+
+
+def main(dirs):
+    print("| variant | steps | final eval loss | eval accuracy | train loss, last 10% (std) | "
+          "generation accuracy | exact copies | wall time | train tokens/s | generation mode | generation tokens/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for d in dirs:
+        run = json.load(open(os.path.join(d, "train.json")))
+        s = run.get("summary", {})
+        g = {}
+        gp = os.path.join(d, "generate.json")
+        if os.path.exists(gp):
+            g = json.load(open(gp))
+        label = run["config"].get("label", run["config"]["name"])
+        wall = s.get("wall_s")
+        print("| %s | %s | %s | %s | %s (%s) | %s | %s | %s | %s | %s | %s |" % (
+            label, s.get("steps_done"), fmt(s.get("final_eval_loss"), ".3g"), fmt(s.get("final_eval_accuracy"), ".4f"),
+            fmt(s.get("final_train_loss_mean"), ".3g"), fmt(s.get("final_train_loss_std"), ".2g"),
+            fmt(g.get("accuracy"), ".4f"), fmt(g.get("exact_rate"), ".3f"),
+            "-" if wall is None else "%.1f min" % (wall / 60), fmt(s.get("train_tokens_per_s"), ".0f"),
+            g.get("mode", "-"), fmt(g.get("tokens_per_s"), ".0f")))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit("usage: table.py RUN_DIR...")
+    main(sys.argv[1:])

@@ -1,0 +1,490 @@
+/* attnbench train: runs a training config (train_config.h) with periodic evaluation,
+ * logging and checkpoints; --resume continues a run from its checkpoint.
+ *
+ * Output folder DIR (default results/NAME/):
+ *   train.json       the run document (DESIGN.md "Results"): config (canonical),
+ *                    seed, machine, git, started, finished, status, records (one
+ *                    "train" record per log point, one "eval" record per evaluation),
+ *                    step_loss (the loss of every step), summary; rewritten atomically
+ *                    at every log, evaluation and checkpoint point
+ *   train.tsv        the records as a table (gnuplot, figure 2)
+ *   checkpoint.bin   the training state (trainer.h), rewritten atomically every
+ *                    checkpoint_every steps, at the end and on an interruption
+ *
+ * A resumed run keeps the earlier records up to the checkpoint's step (those after it
+ * are dropped: the resumed run computes the same steps again, bit for bit on the same
+ * number of threads). */
+#include "train_cmds.h"
+
+#include "blas.h"
+#include "cli_util.h"
+#include "config.h"
+#include "error.h"
+#include "memory.h"
+#include "progress.h"
+#include "results.h"
+#include "timer.h"
+#include "trainer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static volatile sig_atomic_t g_stop = 0;
+static void on_signal(int sig) {
+    (void)sig;
+    g_stop = 1;
+}
+
+static const char TRAIN_USAGE[] =
+    "usage: attnbench train CONFIG.json [--set KEY=VALUE]... [--device cpu|cuda] [--out DIR]\n"
+    "                       [--resume] [--overwrite] [--quiet]\n"
+    "       attnbench train --resume --out DIR [--set KEY=VALUE]...\n"
+    "\n"
+    "Trains the model of CONFIG (see experiments/copy/) with evaluation every\n"
+    "eval_every steps and a checkpoint every checkpoint_every steps. --set overrides a\n"
+    "config value by its dotted path (e.g. --set steps=2000, --set optim.lr=3e-4).\n"
+    "Writes DIR/train.json, DIR/train.tsv and DIR/checkpoint.bin (DIR default:\n"
+    "results/NAME). --resume continues the run in DIR from its checkpoint (CONFIG may\n"
+    "then be left out; only name, label, description, steps, eval_every,\n"
+    "checkpoint_every and log_every may differ from the checkpoint's config).\n"
+    "--overwrite replaces a run already in DIR. Ctrl-C stops at the end of the step\n"
+    "with a checkpoint (status \"interrupted\"). A progress bar is drawn when stderr is\n"
+    "a terminal; otherwise one line per log point (--quiet: none).\n";
+
+static const char *const TSV_COLUMNS[] = {"kind",        "step",          "loss",          "loss_last",
+                                          "lr",          "grad_norm",     "tokens_per_s",  "elapsed_s",
+                                          "eval_loss",   "eval_accuracy", NULL};
+
+static bool file_exists(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+typedef struct {
+    trainer *t;
+    ab_run *run;
+    json_t *step_loss;       /* borrowed from the run document */
+    char ckpt_path[4200];
+    long long ckpt_step;     /* step of the checkpoint on disk (-1: none) */
+    uint64_t t0_ns;          /* this process's start of training */
+    /* the steps of the current log interval run by this process */
+    long long int_steps;
+    double int_time_s;
+    train_step_info last;
+    train_eval_info last_eval;
+    bool have_eval;
+    ab_progress bar;
+    bool quiet;
+} run_state;
+
+static double elapsed(const run_state *s) { return s->t->elapsed_s + (double)(ab_now_ns() - s->t0_ns) * 1e-9; }
+
+static void die_run(run_state *s, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int save_checkpoint(run_state *s) {
+    if (s->ckpt_step == s->t->step) return 0;
+    int rc = trainer_save(s->t, s->ckpt_path, elapsed(s));
+    if (!rc) s->ckpt_step = s->t->step;
+    return rc;
+}
+
+/* Mean and standard deviation of the losses of the last `w` steps. */
+static void window_stats(const trainer *t, long long w, double *mean, double *sd) {
+    *mean = *sd = NAN;
+    if (w <= 0 || t->step == 0) return;
+    if (w > t->step) w = t->step;
+    double s = 0, ss = 0;
+    for (long long i = t->step - w; i < t->step; i++) s += t->losses[i];
+    double m = s / (double)w;
+    for (long long i = t->step - w; i < t->step; i++) ss += (t->losses[i] - m) * (t->losses[i] - m);
+    *mean = m;
+    *sd = w > 1 ? sqrt(ss / (double)(w - 1)) : 0.0;
+}
+
+static json_t *summary_json(run_state *s) {
+    trainer *t = s->t;
+    json_t *o = json_object();
+    long long w = t->step / 10 > 0 ? t->step / 10 : 1;
+    double mean, sd;
+    window_stats(t, w, &mean, &sd);
+    double el = elapsed(s);
+    double positions = (double)t->step * (double)t->batch.B * (double)t->batch.N;
+    json_object_set_new(o, "steps_done", json_integer(t->step));
+    json_object_set_new(o, "final_eval_loss", s->have_eval ? ab_json_num(s->last_eval.loss) : json_null());
+    json_object_set_new(o, "final_eval_accuracy", s->have_eval ? ab_json_num(s->last_eval.accuracy) : json_null());
+    json_object_set_new(o, "final_train_loss_window", json_integer(t->step ? w : 0));
+    json_object_set_new(o, "final_train_loss_mean", ab_json_num(mean));
+    json_object_set_new(o, "final_train_loss_std", ab_json_num(sd));
+    json_object_set_new(o, "final_train_loss_rel_std", ab_json_num(sd / mean));
+    json_object_set_new(o, "wall_s", ab_json_num(el));
+    json_object_set_new(o, "step_s", ab_json_num(s->t->step_s));
+    json_object_set_new(o, "train_tokens_per_s", ab_json_num(s->t->step_s > 0 ? positions / s->t->step_s : NAN));
+    json_object_set_new(o, "peak_bytes", json_integer((json_int_t)ab_mem_peak(AB_DEV_CPU)));
+    json_object_set_new(o, "peak_rss_bytes", json_integer((json_int_t)ab_process_peak_rss()));
+    json_object_set_new(o, "params", json_integer((json_int_t)tf_param_count(t->model)));
+    json_object_set_new(o, "threads", json_integer(ab_threads()));
+    return o;
+}
+
+static int save_doc(run_state *s) {
+    ab_run_set(s->run, "summary", summary_json(s));
+    return ab_run_save(s->run);
+}
+
+/* Ends the run with status `status` and reason, prints the one-line error, exits. */
+static void die_run(run_state *s, int status, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    ab_progress_end(&s->bar);
+    ab_run_set(s->run, "reason", json_string(msg));
+    ab_run_set(s->run, "summary", summary_json(s));
+    ab_run_finish(s->run, "failed");
+    cli_die(status, "%s", msg);
+}
+
+static void log_line(run_state *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void log_line(run_state *s, const char *fmt, ...) {
+    if (s->quiet || ab_progress_on(&s->bar)) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+}
+
+static void do_eval(run_state *s) {
+    trainer *t = s->t;
+    train_eval_info e;
+    int rc = trainer_eval(t, &e);
+    if (rc) die_run(s, AB_EXIT_FAILURE, "evaluation at step %lld failed: %s", t->step, ab_error());
+    s->last_eval = e;
+    s->have_eval = true;
+    json_t *r = json_object();
+    json_object_set_new(r, "kind", json_string("eval"));
+    json_object_set_new(r, "step", json_integer(t->step));
+    json_object_set_new(r, "eval_loss", ab_json_num(e.loss));
+    json_object_set_new(r, "eval_accuracy", ab_json_num(e.accuracy));
+    json_object_set_new(r, "eval_positions", json_integer(e.counted));
+    json_object_set_new(r, "elapsed_s", ab_json_num(elapsed(s)));
+    json_array_append_new(ab_run_records(s->run), r);
+    log_line(s, "train: step %lld eval loss %.6g accuracy %.4f\n", t->step, e.loss, e.accuracy);
+}
+
+/* A "train" record for the log interval ending at this step: the steps since the
+ * previous multiple of log_every. The mean loss comes from the per-step losses (which
+ * a resumed run restores), so it does not depend on where a run was interrupted;
+ * tokens/s covers the steps this process timed. */
+static void do_log(run_state *s) {
+    trainer *t = s->t;
+    if (t->step == 0) return;
+    long long prev = (t->step - 1) / t->cfg.log_every * t->cfg.log_every;
+    double sum = 0;
+    for (long long i = prev; i < t->step; i++) sum += t->losses[i];
+    double mean = sum / (double)(t->step - prev);
+    json_t *r = json_object();
+    double tps = s->int_time_s > 0 ? (double)s->int_steps * t->batch.B * t->batch.N / s->int_time_s : NAN;
+    json_object_set_new(r, "kind", json_string("train"));
+    json_object_set_new(r, "step", json_integer(t->step));
+    json_object_set_new(r, "loss", ab_json_num(mean));
+    json_object_set_new(r, "loss_last", ab_json_num(t->losses[t->step - 1]));
+    json_object_set_new(r, "accuracy_last", s->int_steps ? ab_json_num(s->last.counted ? (double)s->last.correct /
+                                                                                               (double)s->last.counted
+                                                                                         : NAN)
+                                                         : json_null());
+    json_object_set_new(r, "steps", json_integer(t->step - prev));
+    json_object_set_new(r, "lr", s->int_steps ? ab_json_num(s->last.lr) : json_null());
+    json_object_set_new(r, "grad_norm", s->int_steps ? ab_json_num(s->last.grad_norm) : json_null());
+    json_object_set_new(r, "tokens_per_s", ab_json_num(tps));
+    json_object_set_new(r, "elapsed_s", ab_json_num(elapsed(s)));
+    json_array_append_new(ab_run_records(s->run), r);
+    log_line(s, "train: step %lld/%lld loss %.6g lr %.3g grad_norm %.3g %.0f tokens/s\n", t->step, t->cfg.steps, mean,
+             s->last.lr, s->last.grad_norm, tps);
+    s->int_steps = 0;
+    s->int_time_s = 0;
+}
+
+/* Copies the records of an earlier document at DIR/train.json with step <= `upto`
+ * and its list of resumes; returns its "started" (new reference) or NULL when there
+ * is no readable earlier document. */
+static json_t *adopt_earlier(run_state *s, const char *path, long long upto, json_t *resumes) {
+    json_error_t err;
+    json_t *old = json_load_file(path, 0, &err);
+    if (!old) return NULL;
+    json_t *recs = json_object_get(old, "records"), *schema = json_object_get(old, "schema");
+    json_t *started = NULL;
+    if (json_is_array(recs) && json_is_string(schema) && strcmp(json_string_value(schema), "attnbench/run/1") == 0) {
+        size_t i;
+        json_t *r;
+        json_array_foreach(recs, i, r) {
+            json_t *st = json_object_get(r, "step");
+            if (json_is_integer(st) && json_integer_value(st) <= upto)
+                json_array_append(ab_run_records(s->run), r);
+        }
+        started = json_incref(json_object_get(old, "started"));
+        json_t *res = json_object_get(old, "resumes");
+        if (json_is_array(res)) json_array_extend(resumes, res);
+        /* the last evaluation so far, for the summary */
+        json_array_foreach(recs, i, r) {
+            json_t *st = json_object_get(r, "step"), *k = json_object_get(r, "kind");
+            if (json_is_integer(st) && json_integer_value(st) <= upto && json_is_string(k) &&
+                strcmp(json_string_value(k), "eval") == 0) {
+                s->last_eval.loss = json_number_value(json_object_get(r, "eval_loss"));
+                s->last_eval.accuracy = json_number_value(json_object_get(r, "eval_accuracy"));
+                s->have_eval = true;
+            }
+        }
+    }
+    json_decref(old);
+    return started;
+}
+
+/* Whether the dotted path names a value inside `obj`. */
+static bool has_path(const json_t *obj, const char *path) {
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", path);
+    char *save = NULL;
+    const json_t *cur = obj;
+    for (char *tok = strtok_r(buf, ".", &save); tok; tok = strtok_r(NULL, ".", &save)) {
+        if (!json_is_object(cur)) return false;
+        cur = json_object_get(cur, tok);
+        if (!cur) return false;
+    }
+    return true;
+}
+
+/* --set KEY=VALUE on the config as written. A key the file leaves out (its default
+ * applies) may be set too: it must be a key of the canonical config (so a misspelt
+ * key is still an error), or an option under model.attention.set (the variant checks
+ * those). */
+static void apply_sets(json_t *root, const char *const *sets, int n, const char *config_path) {
+    json_t *canon = NULL;
+    for (int i = 0; i < n; i++) {
+        if (ab_config_set(root, sets[i], false) == 0) continue;
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", ab_error());
+        const char *eq = strchr(sets[i], '=');
+        char key[512];
+        snprintf(key, sizeof key, "%.*s", eq ? (int)(eq - sets[i]) : 0, sets[i]);
+        if (!eq || !*key) cli_die(AB_EXIT_USAGE, "%s", msg);
+        if (!canon) {
+            train_config c;
+            if (train_config_parse(root, &c))
+                cli_die(AB_EXIT_USAGE, "%s%s%s", config_path ? config_path : "", config_path ? ": " : "", ab_error());
+            canon = json_incref(c.canon);
+            train_config_free(&c);
+        }
+        bool known = has_path(canon, key) || strncmp(key, "model.attention.set.", 20) == 0;
+        if (!known || ab_config_set(root, sets[i], true)) cli_die(AB_EXIT_USAGE, "%s", msg);
+    }
+    json_decref(canon);
+}
+
+int train_main(int argc, char **argv, const char *command_line) {
+    const char *config_path = NULL, *out_dir = NULL;
+    const char *sets[64];
+    int n_sets = 0;
+    bool resume = false, overwrite = false, quiet = false;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0) {
+            fputs(TRAIN_USAGE, stdout);
+            return 0;
+        } else if (strcmp(argv[i], "--set") == 0) {
+            if (n_sets == 64) cli_die(AB_EXIT_USAGE, "train: too many --set options");
+            sets[n_sets++] = cli_value(argc, argv, &i);
+        } else if (strcmp(argv[i], "--out") == 0) out_dir = cli_value(argc, argv, &i);
+        else if (strcmp(argv[i], "--device") == 0) {
+            const char *d = cli_value(argc, argv, &i);
+            if (strcmp(d, "cuda") == 0)
+                cli_die(AB_EXIT_USAGE, "train --device cuda: the models have no CUDA implementation yet; train with --device cpu");
+            if (strcmp(d, "cpu") != 0) cli_die(AB_EXIT_USAGE, "--device %s: must be cpu or cuda", d);
+        } else if (strcmp(argv[i], "--resume") == 0) resume = true;
+        else if (strcmp(argv[i], "--overwrite") == 0) overwrite = true;
+        else if (strcmp(argv[i], "--quiet") == 0) quiet = true;
+        else if (argv[i][0] == '-') cli_die(AB_EXIT_USAGE, "train: unknown argument '%s' (see attnbench train --help)", argv[i]);
+        else if (!config_path) config_path = argv[i];
+        else cli_die(AB_EXIT_USAGE, "train: more than one config given ('%s' and '%s')", config_path, argv[i]);
+    }
+    if (resume && overwrite) cli_die(AB_EXIT_USAGE, "train: --resume and --overwrite exclude each other");
+    if (!config_path && !(resume && out_dir))
+        cli_die(AB_EXIT_USAGE, "train: a CONFIG.json is required (or --resume --out DIR to continue a run)");
+
+    /* The config: the file's, or with --resume and no file, the checkpoint's. */
+    char ckpt_path[4200], json_path[4200], dir[4096];
+    ab_ckpt_reader *reader = NULL;
+    json_t *ckpt_config = NULL, *root;
+    if (config_path) {
+        root = ab_config_load(config_path);
+        if (!root) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+    } else {
+        snprintf(ckpt_path, sizeof ckpt_path, "%s/checkpoint.bin", out_dir);
+        if (!file_exists(ckpt_path)) cli_die(AB_EXIT_USAGE, "train --resume: no checkpoint %s to resume", ckpt_path);
+        if (train_ckpt_open(ckpt_path, &reader, &ckpt_config)) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+        root = json_deep_copy(ckpt_config);
+    }
+    apply_sets(root, sets, n_sets, config_path);
+    train_config cfg;
+    if (train_config_parse(root, &cfg))
+        cli_die(AB_EXIT_USAGE, "%s%s%s", config_path ? config_path : "", config_path ? ": " : "", ab_error());
+    json_decref(root);
+
+    if (out_dir) snprintf(dir, sizeof dir, "%s", out_dir);
+    else snprintf(dir, sizeof dir, "results/%s", cfg.name);
+    snprintf(ckpt_path, sizeof ckpt_path, "%s/checkpoint.bin", dir);
+    snprintf(json_path, sizeof json_path, "%s/train.json", dir);
+    if (resume && !file_exists(ckpt_path)) cli_die(AB_EXIT_USAGE, "train --resume: no checkpoint %s to resume", ckpt_path);
+    if (!resume && !overwrite && (file_exists(ckpt_path) || file_exists(json_path)))
+        cli_die(AB_EXIT_USAGE, "%s already holds a run; continue it with --resume, or replace it with --overwrite",
+                dir);
+
+    trainer *t;
+    int rc = trainer_create(&cfg, &t);
+    if (rc) cli_die(cli_status_for(rc), "%s", ab_error());
+    /* --overwrite: the earlier run's checkpoint goes now, so that it can never be
+     * taken for this run's (its document is replaced by the first save below) */
+    if (!resume && file_exists(ckpt_path) && remove(ckpt_path) != 0)
+        cli_die(AB_EXIT_USAGE, "cannot remove the earlier checkpoint %s: %s", ckpt_path, strerror(errno));
+    if (resume) {
+        if (!reader && train_ckpt_open(ckpt_path, &reader, &ckpt_config)) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+        char key[512];
+        if (train_config_diff(ckpt_config, t->cfg.canon, key, sizeof key))
+            cli_die(AB_EXIT_USAGE,
+                    "train --resume: '%s' differs from the checkpoint's config (only name, label, description, steps, "
+                    "eval_every, checkpoint_every and log_every may change)",
+                    key);
+        if (trainer_restore(t, reader)) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+        ab_ckpt_close(reader);
+        json_decref(ckpt_config);
+        reader = NULL;
+        if (t->step >= t->cfg.steps) { /* a complete run: leave its files as they are */
+            if (!quiet)
+                fprintf(stderr, "train: the run in %s is complete (step %lld of %lld): nothing to do\n", dir, t->step,
+                        t->cfg.steps);
+            trainer_destroy(t);
+            return 0;
+        }
+    }
+
+    run_state s;
+    memset(&s, 0, sizeof s);
+    s.t = t;
+    s.quiet = quiet;
+    s.ckpt_step = resume ? t->step : -1;
+    snprintf(s.ckpt_path, sizeof s.ckpt_path, "%s", ckpt_path);
+    s.run = ab_run_begin(json_path, command_line, t->cfg.canon, t->cfg.seed, TSV_COLUMNS);
+    if (!s.run) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+    ab_run_set(s.run, "task", json_string(t->cfg.task->name));
+    ab_run_set(s.run, "device", json_string("cpu"));
+    json_t *resumes = json_array();
+    if (resume) {
+        json_t *started = adopt_earlier(&s, json_path, t->step, resumes);
+        if (started) ab_run_set(s.run, "started", started);
+        json_t *r = json_object();
+        char now[32];
+        ab_iso_time(now, sizeof now);
+        json_object_set_new(r, "step", json_integer(t->step));
+        json_object_set_new(r, "time", json_string(now));
+        json_object_set_new(r, "threads", json_integer(ab_threads()));
+        json_object_set_new(r, "earlier_records", json_boolean(started != NULL));
+        json_array_append_new(resumes, r);
+        ab_run_set(s.run, "resumes", json_incref(resumes));
+        if (!quiet) {
+            fprintf(stderr, "train: resuming %s from step %lld%s\n", dir, t->step,
+                    started ? "" : " (no readable earlier train.json: earlier records are not carried over)");
+            if (t->ckpt_threads && t->ckpt_threads != ab_threads())
+                fprintf(stderr,
+                        "train: note: the checkpoint was written with %d threads, this run uses %d: the steps are "
+                        "not bit-identical to an uninterrupted run (use --threads %d)\n",
+                        t->ckpt_threads, ab_threads(), t->ckpt_threads);
+        }
+    }
+    json_decref(resumes);
+    /* the loss of every step so far (restored from the checkpoint on a resume) */
+    s.step_loss = json_array();
+    for (long long i = 0; i < t->step; i++) json_array_append_new(s.step_loss, json_real(t->losses[i]));
+    ab_run_set(s.run, "step_loss", json_incref(s.step_loss));
+    json_decref(s.step_loss); /* the document holds it */
+    if (save_doc(&s)) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    s.t0_ns = ab_now_ns();
+    const train_config *c = &t->cfg;
+    if (!quiet && !resume)
+        fprintf(stderr, "train: %s: %zu parameters, %s attention, %lld steps of %lld x %d positions, %d threads -> %s\n",
+                c->name, tf_param_count(t->model), c->model.attention, c->steps, c->batch, t->batch.N, ab_threads(),
+                dir);
+    ab_progress_begin(&s.bar, t->step, c->steps, !quiet);
+    if (t->step == 0 && c->eval_batches > 0 && c->eval_every > 0) {
+        do_eval(&s);
+        if (save_doc(&s)) die_run(&s, AB_EXIT_FAILURE, "%s", ab_error());
+    }
+    while (t->step < c->steps && !g_stop) {
+        uint64_t t1 = ab_now_ns();
+        train_step_info info;
+        rc = trainer_step(t, &info);
+        if (rc) {
+            if (info.diverged) {
+                char where[4400];
+                if (s.ckpt_step >= 0)
+                    snprintf(where, sizeof where, "the last good checkpoint (step %lld) is kept in %s", s.ckpt_step,
+                             s.ckpt_path);
+                else
+                    snprintf(where, sizeof where, "no checkpoint had been written yet");
+                die_run(&s, AB_EXIT_FAILURE, "%s; %s", ab_error(), where);
+            }
+            die_run(&s, AB_EXIT_FAILURE, "step %lld failed: %s", t->step + 1, ab_error());
+        }
+        double dt = (double)(ab_now_ns() - t1) * 1e-9;
+        t->step_s += dt;
+        s.int_steps++;
+        s.int_time_s += dt;
+        s.last = info;
+        json_array_append_new(s.step_loss, json_real(info.loss));
+        bool last = t->step == c->steps;
+        bool log = t->step % c->log_every == 0 || last;
+        bool eval = c->eval_batches > 0 && ((c->eval_every > 0 && t->step % c->eval_every == 0) || last);
+        bool ckpt = (c->checkpoint_every > 0 && t->step % c->checkpoint_every == 0) || last;
+        if (log) do_log(&s);
+        if (eval) do_eval(&s);
+        /* the checkpoint first, then the document: the document never runs ahead of a
+         * checkpoint at a checkpoint step */
+        if (ckpt && save_checkpoint(&s)) die_run(&s, AB_EXIT_FAILURE, "%s", ab_error());
+        if ((log || eval || ckpt) && save_doc(&s)) die_run(&s, AB_EXIT_FAILURE, "%s", ab_error());
+        if (ab_progress_on(&s.bar)) {
+            char st[160];
+            if (s.have_eval)
+                snprintf(st, sizeof st, "loss %.4g eval %.4g acc %.3f", info.loss, s.last_eval.loss,
+                         s.last_eval.accuracy);
+            else
+                snprintf(st, sizeof st, "loss %.4g", info.loss);
+            ab_progress_draw(&s.bar, t->step, st, last);
+        }
+    }
+    ab_progress_end(&s.bar);
+    const char *status = "ok";
+    if (t->step < c->steps) { /* stopped by a signal */
+        status = "interrupted";
+        if (t->step % c->log_every != 0) do_log(&s); /* at a multiple, the record exists */
+        if (save_checkpoint(&s)) die_run(&s, AB_EXIT_FAILURE, "%s", ab_error());
+    }
+    ab_run_set(s.run, "summary", summary_json(&s));
+    if (ab_run_finish(s.run, status)) cli_die(AB_EXIT_FAILURE, "%s", ab_error());
+    if (!quiet) {
+        if (strcmp(status, "ok") == 0)
+            fprintf(stderr, "train: done: %lld steps, final eval loss %.6g, accuracy %.4f, %.1f s -> %s\n", t->step,
+                    s.have_eval ? s.last_eval.loss : NAN, s.have_eval ? s.last_eval.accuracy : NAN, elapsed(&s), dir);
+        else
+            fprintf(stderr, "train: interrupted at step %lld; checkpoint written; continue with: attnbench train --resume --out %s\n",
+                    t->step, dir);
+    }
+    trainer_destroy(t);
+    return strcmp(status, "ok") == 0 ? 0 : 130;
+}

@@ -1,0 +1,238 @@
+/* Training config parsing, canonical form and comparison (train_config.h). */
+#include "train_config.h"
+
+#include "attention.h"
+#include "config.h"
+#include "error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const TRAIN_RESUMABLE_KEYS[] = {"name", "label", "description", "steps", "eval_every",
+                                            "checkpoint_every", "log_every", NULL};
+
+void train_config_free(train_config *c) {
+    if (!c) return;
+    task_destroy(c->task);
+    for (int i = 0; i < TRAIN_MAX_ATTN_SETTINGS; i++) free(c->attn_settings[i]);
+    json_decref(c->canon);
+    memset(c, 0, sizeof *c);
+}
+
+/* model.attention: {"variant": NAME, "set": {KEY: VALUE, ...}} -> settings "KEY=VALUE" */
+static int parse_attention(const json_t *obj, train_config *c, json_t *canon_model) {
+    const char *where = "model.attention";
+    if (!json_is_object(obj))
+        return ab_fail(AB_EINVAL, "config: '%s' must be an object {\"variant\": NAME, \"set\": {...}}", where);
+    static const char *const keys[] = {"variant", "set", NULL};
+    int rc = ab_config_only_keys(obj, where, keys);
+    if (rc) return rc;
+    const char *variant;
+    if ((rc = ab_config_str(obj, where, "variant", true, NULL, &variant))) return rc;
+    if (attn_variant_find(variant) < 0)
+        return ab_fail(AB_EINVAL, "config: 'model.attention.variant' = '%s' is not an attention variant (see attnbench list)",
+                       variant);
+    json_t *set = json_object_get(obj, "set");
+    json_t *cset = json_object();
+    if (set && !json_is_object(set)) {
+        json_decref(cset);
+        return ab_fail(AB_EINVAL, "config: 'model.attention.set' must be an object of option values");
+    }
+    int n = 0;
+    const char *key;
+    json_t *val;
+    json_object_foreach(set, key, val) {
+        char buf[256];
+        if (n == TRAIN_MAX_ATTN_SETTINGS) rc = ab_fail(AB_EINVAL, "config: 'model.attention.set' has more than %d options",
+                                                      TRAIN_MAX_ATTN_SETTINGS);
+        else if (json_is_string(val)) snprintf(buf, sizeof buf, "%s=%s", key, json_string_value(val));
+        else if (json_is_integer(val)) snprintf(buf, sizeof buf, "%s=%lld", key, (long long)json_integer_value(val));
+        else if (json_is_real(val)) snprintf(buf, sizeof buf, "%s=%.17g", key, json_real_value(val));
+        else rc = ab_fail(AB_EINVAL, "config: 'model.attention.set.%s' must be a string or a number", key);
+        if (rc) break;
+        if (!(c->attn_settings[n++] = strdup(buf))) rc = ab_fail(AB_ENOMEM, "out of memory");
+        if (rc) break;
+        json_object_set(cset, key, val);
+    }
+    if (rc) {
+        json_decref(cset);
+        return rc;
+    }
+    /* the variant checks its options now (names, values) */
+    attn_options o = {variant, ATTN_DEVICE_CPU, 0, n, (const char *const *)c->attn_settings};
+    attn *a;
+    if ((rc = attn_create(&o, &a))) {
+        char msg[512]; /* copied: ab_fail writes the buffer attn_error() points to */
+        snprintf(msg, sizeof msg, "%s", attn_error());
+        json_decref(cset);
+        return ab_fail(AB_EINVAL, "config: 'model.attention': %s", msg);
+    }
+    attn_destroy(a);
+    json_t *ca = json_object();
+    json_object_set_new(ca, "variant", json_string(variant));
+    json_object_set_new(ca, "set", cset);
+    json_object_set_new(canon_model, "attention", ca);
+    c->model.n_attn_settings = n;
+    c->model.attn_settings = (const char *const *)c->attn_settings;
+    return 0;
+}
+
+static int parse_model(const json_t *obj, train_config *c, json_t *canon) {
+    const char *where = "model";
+    if (!json_is_object(obj)) return ab_fail(AB_EINVAL, "config: 'model' must be an object");
+    static const char *const keys[] = {"d_model", "heads", "layers", "d_ff", "dropout", "pre_norm", "final_norm",
+                                       "attention", NULL};
+    int rc = ab_config_only_keys(obj, where, keys);
+    if (rc) return rc;
+    tf_config d;
+    tf_config_default(&d);
+    tf_config *m = &c->model;
+    long long x;
+    double f;
+    if ((rc = ab_config_int(obj, where, "d_model", false, d.d_model, 1, 1 << 20, &x))) return rc;
+    m->d_model = (int)x;
+    if ((rc = ab_config_int(obj, where, "heads", false, d.heads, 1, 1 << 16, &x))) return rc;
+    m->heads = (int)x;
+    if (m->d_model % m->heads)
+        return ab_fail(AB_EINVAL, "config: 'model.d_model' = %d is not divisible by 'model.heads' = %d", m->d_model,
+                       m->heads);
+    if ((rc = ab_config_int(obj, where, "layers", false, d.layers, 1, 1024, &x))) return rc;
+    m->layers = (int)x;
+    if ((rc = ab_config_int(obj, where, "d_ff", false, 4LL * m->d_model, 1, 1 << 24, &x))) return rc;
+    m->d_ff = (int)x;
+    if ((rc = ab_config_num(obj, where, "dropout", false, d.dropout, 0.0, 0.999, &f))) return rc;
+    m->dropout = (float)f;
+    if ((rc = ab_config_bool(obj, where, "pre_norm", false, d.pre_norm, &m->pre_norm))) return rc;
+    if ((rc = ab_config_bool(obj, where, "final_norm", false, d.final_norm, &m->final_norm))) return rc;
+    json_t *cm = json_object();
+    json_object_set_new(canon, "model", cm);
+    json_object_set_new(cm, "d_model", json_integer(m->d_model));
+    json_object_set_new(cm, "heads", json_integer(m->heads));
+    json_object_set_new(cm, "layers", json_integer(m->layers));
+    json_object_set_new(cm, "d_ff", json_integer(m->d_ff));
+    json_object_set_new(cm, "dropout", json_real(f));
+    json_object_set_new(cm, "pre_norm", json_boolean(m->pre_norm));
+    json_object_set_new(cm, "final_norm", json_boolean(m->final_norm));
+    json_t *att = json_object_get(obj, "attention");
+    if (!att) return ab_fail(AB_EINVAL, "config: missing key 'model.attention' ({\"variant\": NAME, \"set\": {...}})");
+    return parse_attention(att, c, cm);
+}
+
+int train_config_parse(const json_t *root, train_config *c) {
+    memset(c, 0, sizeof *c);
+    static const char *const keys[] = {"name",  "label", "description", "task",       "model",           "optim",
+                                       "steps", "batch", "eval_every",  "eval_batches", "checkpoint_every", "log_every",
+                                       "seed",  NULL};
+    if (!json_is_object(root)) return ab_fail(AB_EINVAL, "config: the top level must be an object");
+    int rc = ab_config_only_keys(root, "", keys);
+    if (rc) return rc;
+    c->canon = json_object();
+    if (!c->canon) return ab_fail(AB_ENOMEM, "out of memory");
+    const char *name, *label, *desc;
+    long long x;
+    tf_config_default(&c->model);
+    if ((rc = ab_config_str(root, "", "name", true, NULL, &name))) goto fail;
+    if (!*name || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0) {
+        rc = ab_fail(AB_EINVAL, "config: 'name' = '%s' must be a non-empty file name (no '/')", name);
+        goto fail;
+    }
+    if ((rc = ab_config_str(root, "", "label", false, name, &label))) goto fail;
+    if ((rc = ab_config_str(root, "", "description", false, "", &desc))) goto fail;
+    json_object_set_new(c->canon, "name", json_string(name));
+    json_object_set_new(c->canon, "label", json_string(label));
+    json_object_set_new(c->canon, "description", json_string(desc));
+
+    json_t *task = json_object_get(root, "task");
+    if (!task) {
+        rc = ab_fail(AB_EINVAL, "config: missing key 'task' (e.g. {\"name\": \"copy\", \"max_symbols\": 128})");
+        goto fail;
+    }
+    if ((rc = task_create(task, &c->task))) goto fail;
+    json_object_set_new(c->canon, "task", c->task->to_json(c->task));
+
+    json_t *model = json_object_get(root, "model");
+    if (!model) {
+        rc = ab_fail(AB_EINVAL, "config: missing key 'model'");
+        goto fail;
+    }
+    if ((rc = parse_model(model, c, c->canon))) goto fail;
+    c->model.vocab = c->task->vocab;
+    c->model.max_len = c->task->seq_len;
+    c->model.causal = c->task->causal;
+    c->model.attention = json_string_value(
+        json_object_get(json_object_get(json_object_get(c->canon, "model"), "attention"), "variant"));
+
+    ab_optim_config_default(&c->optim);
+    json_t *optim = json_object_get(root, "optim");
+    if (optim && (rc = ab_optim_config_from_json(optim, "optim", &c->optim))) goto fail;
+    json_t *co = ab_optim_config_to_json(&c->optim);
+    if (!co) {
+        rc = ab_fail(AB_ENOMEM, "out of memory");
+        goto fail;
+    }
+    json_object_set_new(c->canon, "optim", co);
+
+    struct {
+        const char *key;
+        long long def, min, max;
+        long long *out;
+    } ints[] = {
+        {"steps", 1000, 0, 1LL << 40, &c->steps},
+        {"batch", 64, 1, 1 << 20, &c->batch},
+        {"eval_every", 100, 0, 1LL << 40, &c->eval_every},
+        {"eval_batches", 4, 0, 1 << 20, &c->eval_batches},
+        {"checkpoint_every", 500, 0, 1LL << 40, &c->checkpoint_every},
+        {"log_every", 10, 1, 1LL << 40, &c->log_every},
+        {"seed", 1, 0, INT64_MAX, &x},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof *ints; i++) {
+        if ((rc = ab_config_int(root, "", ints[i].key, false, ints[i].def, ints[i].min, ints[i].max, ints[i].out)))
+            goto fail;
+        json_object_set_new(c->canon, ints[i].key, json_integer(*ints[i].out));
+    }
+    c->seed = (uint64_t)x;
+    c->model.seed = c->seed;
+    /* pointers into the canonical config (stable: canon is not modified again) */
+    c->name = json_string_value(json_object_get(c->canon, "name"));
+    c->label = json_string_value(json_object_get(c->canon, "label"));
+    return 0;
+fail:
+    train_config_free(c);
+    return rc;
+}
+
+static bool resumable(const char *key) {
+    for (int i = 0; TRAIN_RESUMABLE_KEYS[i]; i++)
+        if (strcmp(TRAIN_RESUMABLE_KEYS[i], key) == 0) return true;
+    return false;
+}
+
+static int diff(const json_t *a, const json_t *b, const char *path, bool top, char *key, size_t cap) {
+    if (json_is_object(a) && json_is_object(b)) {
+        const char *k;
+        json_t *v;
+        char sub[512];
+        for (int pass = 0; pass < 2; pass++) {
+            const json_t *x = pass ? b : a, *y = pass ? a : b;
+            json_object_foreach((json_t *)x, k, v) {
+                if (top && resumable(k)) continue;
+                snprintf(sub, sizeof sub, "%s%s%s", path, *path ? "." : "", k);
+                json_t *w = json_object_get(y, k);
+                if (!w) {
+                    snprintf(key, cap, "%s", sub);
+                    return 1;
+                }
+                if (!pass && diff(v, w, sub, false, key, cap)) return 1;
+            }
+        }
+        return 0;
+    }
+    if (!json_equal((json_t *)a, (json_t *)b)) {
+        snprintf(key, cap, "%s", *path ? path : "(the whole config)");
+        return 1;
+    }
+    return 0;
+}
+
+int train_config_diff(const json_t *a, const json_t *b, char *key, size_t cap) { return diff(a, b, "", true, key, cap); }

@@ -1,0 +1,67 @@
+/* The config of a training run (`attnbench train CONFIG.json`), parsed and validated.
+ *
+ *   {
+ *     "name": "copy-cpu-linear",           required; default output folder results/NAME/
+ *     "label": "linear",                   legend label in figures (default: name)
+ *     "description": "...",
+ *     "task": {"name": "copy", ...},       the task and its options (task.h, copy_task.h)
+ *     "model": {
+ *       "d_model": 256, "heads": 8, "layers": 4, "d_ff": 1024, "dropout": 0.0,
+ *       "pre_norm": false, "final_norm": true,
+ *       "attention": {"variant": "lsh", "set": {"rounds": 4, "chunk": 32}}
+ *     },
+ *     "optim": {...},                      models/optim.h's JSON (RAdam, schedule, ...)
+ *     "steps": 10000, "batch": 64,
+ *     "eval_every": 250, "eval_batches": 4,
+ *     "checkpoint_every": 500, "log_every": 25,
+ *     "seed": 1
+ *   }
+ *
+ * The model's vocabulary, length and causality come from the task; its
+ * initialisation seed is the run's seed. Every key but name, task and model is
+ * optional (defaults: model as tf_config_default, optim as ab_optim_config_default,
+ * steps 1000, batch 64, eval_every 100, eval_batches 4, checkpoint_every 500,
+ * log_every 10, seed 1). Unknown keys, wrong types and values out of range are
+ * errors whose one-line message names the dotted key.
+ *
+ * The canonical form (train_config.canon) has every key with its value, defaults
+ * filled in: it is what results and checkpoints record and what a resume compares. */
+#ifndef AB_TRAIN_CONFIG_H
+#define AB_TRAIN_CONFIG_H
+
+#include "optim.h"
+#include "task.h"
+#include "transformer.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define TRAIN_MAX_ATTN_SETTINGS 16
+
+typedef struct {
+    json_t *canon;              /* canonical config (owned) */
+    const char *name, *label;   /* point into canon */
+    train_task *task;           /* owned */
+    tf_config model;            /* strings point into canon and attn_settings (a copy of the
+                                   struct must re-point model.attn_settings) */
+    char *attn_settings[TRAIN_MAX_ATTN_SETTINGS];
+    ab_optim_config optim;
+    long long steps, batch, eval_every, eval_batches, checkpoint_every, log_every;
+    uint64_t seed;
+} train_config;
+
+/* Parses and validates `root` (the attention variant and its options included). 0 or
+ * AB_EINVAL / AB_ENOMEM with a one-line message; on error *c holds nothing to free. */
+int train_config_parse(const json_t *root, train_config *c);
+void train_config_free(train_config *c);
+
+/* Keys a resumed run may change (NULL-terminated): name, label, description, steps,
+ * eval_every, checkpoint_every, log_every. */
+extern const char *const TRAIN_RESUMABLE_KEYS[];
+
+/* Compares two canonical configs, ignoring TRAIN_RESUMABLE_KEYS at the top level.
+ * 0 when equal; otherwise 1 with the first differing dotted key in `key`. */
+int train_config_diff(const json_t *a, const json_t *b, char *key, size_t cap);
+
+#endif

@@ -1,0 +1,623 @@
+/* `attnbench train`, `generate` and `plot` of training runs, end to end, on the
+ * seconds-long copy config experiments/copy/smoke.json: a complete run document and
+ * TSV, the loss going down, resume equal to an uninterrupted run (checkpoint blobs and
+ * losses bit for bit), kill -9 and SIGINT in the middle of a run, a diverging run
+ * stopped with its last good checkpoint kept, corrupt / foreign / truncated
+ * checkpoints and bad configs refused with one line and exit status 2, generation in
+ * every variant (recurrent and recomputed tokens equal), and Figure 2. */
+#include <criterion/criterion.h>
+
+#include "checkpoint.h"
+#include "error.h"
+#include "fileio.h"
+#include "trainer.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define SMOKE ATTNBENCH_SOURCE_DIR "/experiments/copy/smoke.json"
+
+static char g_dir[600];
+static char *g_out, *g_err;
+
+static void rm_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char p[1024];
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) rm_tree(p);
+        else remove(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+static void setup(void) {
+    char base[512];
+    snprintf(base, sizeof base, "%s/train-cli-tmp", TEST_DATA_DIR);
+    cr_assert_eq(ab_mkdir_p(base), 0, "%s", ab_error());
+    snprintf(g_dir, sizeof g_dir, "%s/XXXXXX", base);
+    cr_assert_not_null(mkdtemp(g_dir), "mkdtemp: %s", strerror(errno));
+}
+
+static void teardown(void) {
+    rm_tree(g_dir);
+    free(g_out);
+    free(g_err);
+    g_out = g_err = NULL;
+}
+
+TestSuite(train_cli, .init = setup, .fini = teardown, .timeout = 300);
+
+/* A path in the scratch folder (static ring of buffers). */
+static const char *P(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static const char *P(const char *fmt, ...) {
+    static char bufs[16][1100];
+    static int k;
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    char *b = bufs[k++ % 16];
+    snprintf(b, 1100, "%s/%s", g_dir, name);
+    return b;
+}
+
+static char *slurp(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    cr_assert_eq(fread(s, 1, (size_t)n, f), (size_t)n);
+    s[n] = '\0';
+    fclose(f);
+    if (size) *size = (size_t)n;
+    return s;
+}
+
+static bool exists(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+/* Starts attnbench --threads 1 ARGS (NULL-terminated) with stdout/stderr to files. */
+static pid_t spawn_argv(const char *const *args) {
+    const char *argv[64];
+    int n = 0;
+    argv[n++] = ATTNBENCH_EXE;
+    argv[n++] = "--threads";
+    argv[n++] = "1";
+    for (int i = 0; args[i]; i++) {
+        cr_assert_lt(n, 63);
+        argv[n++] = args[i];
+    }
+    argv[n] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, P("stdout.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 2, P("stderr.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_t pid;
+    int rc = posix_spawn(&pid, ATTNBENCH_EXE, &fa, NULL, (char *const *)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    cr_assert_eq(rc, 0, "cannot run %s: %s", ATTNBENCH_EXE, strerror(rc));
+    return pid;
+}
+
+static int wait_status(pid_t pid) {
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    free(g_out);
+    free(g_err);
+    g_out = slurp(P("stdout.txt"), NULL);
+    g_err = slurp(P("stderr.txt"), NULL);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static int run(const char *first, ...) {
+    const char *args[64];
+    int n = 0;
+    va_list ap;
+    va_start(ap, first);
+    for (const char *a = first; a; a = va_arg(ap, const char *)) {
+        cr_assert_lt(n, 63);
+        args[n++] = a;
+    }
+    va_end(ap);
+    args[n] = NULL;
+    return wait_status(spawn_argv(args));
+}
+
+/* Exit status 2 and one line "attnbench: error: ..." holding `needle`. */
+static void expect_usage_error(int status, const char *what, const char *needle) {
+    cr_expect_eq(status, 2, "%s: exit status %d, want 2 (stderr: %s)", what, status, g_err);
+    cr_expect(strncmp(g_err, "attnbench: error: ", 18) == 0, "%s: stderr: %s", what, g_err);
+    char *nl = strchr(g_err, '\n');
+    cr_expect(nl && nl[1] == '\0', "%s: stderr is not exactly one line: %s", what, g_err);
+    if (needle) cr_expect(strstr(g_err, needle) != NULL, "%s: message lacks '%s': %s", what, needle, g_err);
+}
+
+static json_t *load(const char *path) {
+    json_error_t e;
+    json_t *j = json_load_file(path, 0, &e);
+    cr_assert_not_null(j, "%s is not JSON: %s", path, e.text);
+    return j;
+}
+
+static const char *status_of(json_t *doc) { return json_string_value(json_object_get(doc, "status")); }
+
+/* The last eval record's loss and accuracy, and the first eval loss. */
+static void eval_losses(json_t *doc, double *first, double *last, double *last_acc) {
+    *first = *last = *last_acc = NAN;
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(doc, "records"), i, r) {
+        if (strcmp(json_string_value(json_object_get(r, "kind")), "eval") != 0) continue;
+        double l = json_number_value(json_object_get(r, "eval_loss"));
+        if (isnan(*first)) *first = l;
+        *last = l;
+        *last_acc = json_number_value(json_object_get(r, "eval_accuracy"));
+    }
+}
+
+/* A blob of a checkpoint, copied (malloc). */
+static void *blob(const char *path, const char *name, size_t *n) {
+    ab_ckpt_reader *r;
+    cr_assert_eq(ab_ckpt_open(path, &r), 0, "%s", ab_error());
+    const void *p;
+    cr_assert_eq(ab_ckpt_get(r, name, &p, n), 0, "%s", ab_error());
+    void *c = malloc(*n ? *n : 1);
+    memcpy(c, p, *n);
+    ab_ckpt_close(r);
+    return c;
+}
+
+static long long ckpt_step(const char *path) {
+    ab_ckpt_reader *r;
+    if (ab_ckpt_open(path, &r)) return -1;
+    ab_ckpt_meta m;
+    cr_assert_eq(ab_ckpt_get_meta(r, &m), 0, "%s", ab_error());
+    ab_ckpt_close(r);
+    return (long long)m.step;
+}
+
+/* The blobs a resumed run must reproduce exactly (meta and config hold times and the
+ * resumable keys). */
+static void expect_same_state(const char *a, const char *b, const char *what) {
+    const char *names[3] = {AB_CKPT_PARAMS, AB_CKPT_OPTIM, "losses"};
+    for (int i = 0; i < 3; i++) {
+        size_t na, nb;
+        void *pa = blob(a, names[i], &na), *pb = blob(b, names[i], &nb);
+        cr_expect(na == nb && memcmp(pa, pb, na) == 0, "%s: blob '%s' differs", what, names[i]);
+        free(pa);
+        free(pb);
+    }
+    cr_expect_eq(ckpt_step(a), ckpt_step(b), "%s: steps differ", what);
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Waits until the checkpoint of a running process reaches `step` (or the process
+ * ends, or 60 s pass). Returns the step seen. */
+static long long wait_for_checkpoint(pid_t pid, const char *path, long long step) {
+    for (int i = 0; i < 6000; i++) {
+        long long s = exists(path) ? ckpt_step(path) : -1;
+        cr_assert(!exists(path) || s >= 0, "checkpoint %s is unreadable while the run writes it", path);
+        if (s >= step) return s;
+        if (waitpid(pid, NULL, WNOHANG) == pid) cr_assert_fail("the run ended before step %lld", step);
+        sleep_ms(10);
+    }
+    cr_assert_fail("no checkpoint at step %lld after 60 s", step);
+    return -1;
+}
+
+/* ------------------------------------------------------------------------------------ */
+
+Test(train_cli, smoke_run_is_complete_and_learns) {
+    cr_assert_eq(run("train", SMOKE, "--out", P("run"), NULL), 0, "train failed: %s", g_err);
+    /* stderr is not a terminal: log lines, no progress bar */
+    cr_expect(strstr(g_err, "train: step 5/100 loss") != NULL, "no log lines: %s", g_err);
+    cr_expect(strchr(g_err, '\r') == NULL, "a progress bar was drawn on a non-terminal");
+    json_t *doc = load(P("run/train.json"));
+    cr_assert_str_eq(json_string_value(json_object_get(doc, "schema")), "attnbench/run/1");
+    cr_assert_str_eq(status_of(doc), "ok");
+    const char *keys[] = {"command", "config", "seed", "machine", "git", "started", "finished", "records",
+                          "step_loss", "summary", "task"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        cr_expect_not_null(json_object_get(doc, keys[i]), "missing top-level key %s", keys[i]);
+    json_t *cfg = json_object_get(doc, "config");
+    cr_expect_eq(json_integer_value(json_object_get(cfg, "steps")), 100);
+    cr_expect_not_null(json_object_get(json_object_get(cfg, "optim"), "beta2"), "config is not the canonical one");
+    cr_expect_eq(json_array_size(json_object_get(doc, "step_loss")), 100);
+    /* records: train every 5 steps, eval at 0, 20, ..., 100 */
+    size_t i, n_train = 0, n_eval = 0;
+    json_t *r;
+    json_array_foreach(json_object_get(doc, "records"), i, r) {
+        const char *k = json_string_value(json_object_get(r, "kind"));
+        long long s = json_integer_value(json_object_get(r, "step"));
+        if (strcmp(k, "train") == 0) {
+            cr_expect_eq(s, 5 * (long long)(++n_train));
+            const char *f[] = {"loss", "loss_last", "lr", "grad_norm", "tokens_per_s", "elapsed_s"};
+            for (int j = 0; j < 6; j++)
+                cr_expect(json_is_number(json_object_get(r, f[j])), "train record at %lld: %s", s, f[j]);
+        } else {
+            cr_expect_str_eq(k, "eval");
+            cr_expect_eq(s, 20 * (long long)(n_eval++));
+            cr_expect(json_is_number(json_object_get(r, "eval_accuracy")));
+        }
+    }
+    cr_expect_eq(n_train, 20);
+    cr_expect_eq(n_eval, 6);
+    /* The loss goes down: copying 4 symbols out of 4, a model that has not learnt to
+     * copy cannot beat ln 4 = 1.386 on the copied half (it starts near 2.0). Measured
+     * after 100 steps: 0.95, accuracy 0.61 (chance 0.25). */
+    double first, last, acc;
+    eval_losses(doc, &first, &last, &acc);
+    cr_expect_gt(first, 1.7, "initial eval loss %g", first);
+    cr_expect_lt(last, 0.8 * log(4.0), "eval loss %g -> %g: the model did not learn to copy", first, last);
+    cr_expect_gt(acc, 0.45, "eval accuracy %g", acc);
+    json_t *sum = json_object_get(doc, "summary");
+    cr_expect_eq(json_integer_value(json_object_get(sum, "steps_done")), 100);
+    cr_expect_eq(json_real_value(json_object_get(sum, "final_eval_loss")), last);
+    cr_expect_gt(json_integer_value(json_object_get(sum, "peak_bytes")), 0);
+    /* TSV: a header and one row per record */
+    char *tsv = slurp(P("run/train.tsv"), NULL);
+    cr_assert_not_null(tsv);
+    cr_expect(strncmp(tsv, "kind\tstep\tloss\t", 15) == 0, "TSV header: %.60s", tsv);
+    int lines = 0;
+    for (char *c = tsv; *c; c++) lines += *c == '\n';
+    cr_expect_eq(lines, 1 + 26);
+    free(tsv);
+    cr_expect_eq(ckpt_step(P("run/checkpoint.bin")), 100);
+    json_decref(doc);
+
+    /* a second run into the same folder is refused unless --overwrite or --resume */
+    size_t n0, n1;
+    char *before = slurp(P("run/checkpoint.bin"), &n0);
+    expect_usage_error(run("train", SMOKE, "--out", P("run"), NULL), "existing run", "--resume");
+    char *after = slurp(P("run/checkpoint.bin"), &n1);
+    cr_expect(n0 == n1 && memcmp(before, after, n0) == 0, "the refused run touched the checkpoint");
+    free(before);
+    free(after);
+    /* a resume of a finished run does nothing, and writes nothing */
+    char *doc0 = slurp(P("run/train.json"), &n0);
+    cr_assert_eq(run("train", "--resume", "--out", P("run"), NULL), 0, "%s", g_err);
+    cr_expect(strstr(g_err, "nothing to do"), "%s", g_err);
+    char *doc1 = slurp(P("run/train.json"), &n1);
+    cr_expect(n0 == n1 && memcmp(doc0, doc1, n0) == 0, "a resume of a complete run rewrote its document");
+    free(doc0);
+    free(doc1);
+    cr_expect_eq(ckpt_step(P("run/checkpoint.bin")), 100);
+}
+
+Test(train_cli, resume_equals_uninterrupted_run) {
+    cr_assert_eq(run("train", SMOKE, "--out", P("a"), "--quiet", NULL), 0, "%s", g_err);
+    cr_assert_eq(run("train", SMOKE, "--out", P("b"), "--quiet", "--set", "steps=40", NULL), 0, "%s", g_err);
+    cr_assert_eq(ckpt_step(P("b/checkpoint.bin")), 40);
+    /* resume with the config file and a longer run */
+    cr_assert_eq(run("train", SMOKE, "--out", P("b"), "--resume", NULL), 0, "%s", g_err);
+    cr_expect(strstr(g_err, "resuming") && strstr(g_err, "from step 40"), "%s", g_err);
+    expect_same_state(P("a/checkpoint.bin"), P("b/checkpoint.bin"), "resumed at 40");
+    /* the documents: same per-step losses, same records (kind, step, loss) */
+    json_t *da = load(P("a/train.json")), *db = load(P("b/train.json"));
+    cr_expect(json_equal(json_object_get(da, "step_loss"), json_object_get(db, "step_loss")), "step losses differ");
+    json_t *ra = json_object_get(da, "records"), *rb = json_object_get(db, "records");
+    cr_assert_eq(json_array_size(ra), json_array_size(rb), "records: %zu vs %zu", json_array_size(ra),
+                 json_array_size(rb));
+    for (size_t i = 0; i < json_array_size(ra); i++) {
+        json_t *x = json_array_get(ra, i), *y = json_array_get(rb, i);
+        const char *fields[] = {"kind", "step", "loss", "eval_loss", "eval_accuracy"};
+        for (int f = 0; f < 5; f++)
+            cr_expect(json_equal(json_object_get(x, fields[f]), json_object_get(y, fields[f])) ||
+                          (!json_object_get(x, fields[f]) && !json_object_get(y, fields[f])),
+                      "record %zu: %s differs", i, fields[f]);
+    }
+    cr_expect_eq(json_array_size(json_object_get(db, "resumes")), 1);
+    cr_expect_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(db, "resumes"), 0), "time")) ? "x" : "",
+                     "x", "the resume is not recorded");
+    json_decref(da);
+    json_decref(db);
+    /* without the config file: the checkpoint's config, --set of a resumable key */
+    cr_assert_eq(run("train", SMOKE, "--out", P("c"), "--quiet", "--set", "steps=60", NULL), 0, "%s", g_err);
+    cr_assert_eq(run("train", "--resume", "--out", P("c"), "--quiet", "--set", "steps=100", NULL), 0, "%s", g_err);
+    expect_same_state(P("a/checkpoint.bin"), P("c/checkpoint.bin"), "resumed at 60 without the config");
+    /* a resume that changes the model or the optimiser is refused, the run untouched */
+    size_t n0, n1;
+    char *before = slurp(P("c/checkpoint.bin"), &n0);
+    expect_usage_error(run("train", SMOKE, "--out", P("c"), "--resume", "--set", "model.d_model=32", NULL),
+                       "changed model", "'model.d_model' differs");
+    expect_usage_error(run("train", "--resume", "--out", P("c"), "--set", "optim.lr=0.5", NULL), "changed lr",
+                       "'optim.lr' differs");
+    expect_usage_error(run("train", "--resume", "--out", P("c"), "--set", "model.attention.variant=softmax", NULL),
+                       "changed variant", "'model.attention.variant' differs");
+    char *after = slurp(P("c/checkpoint.bin"), &n1);
+    cr_expect(n0 == n1 && memcmp(before, after, n0) == 0, "a refused resume touched the checkpoint");
+    free(before);
+    free(after);
+}
+
+Test(train_cli, kill_9_then_resume_loses_only_steps_since_the_checkpoint) {
+    /* a run that would go on for long, checkpoints every 50 steps */
+    const char *args[] = {"train", SMOKE, "--out", P("k"), "--quiet", "--set", "steps=1000000",
+                          "--set", "checkpoint_every=50", "--set", "eval_every=0", NULL};
+    pid_t pid = spawn_argv(args);
+    long long seen = wait_for_checkpoint(pid, P("k/checkpoint.bin"), 150);
+    cr_assert_eq(kill(pid, SIGKILL), 0);
+    cr_assert_eq(wait_status(pid), 128 + SIGKILL);
+    /* what the run had logged when it died, and the checkpoint it left: complete */
+    json_t *doc = load(P("k/train.json"));
+    cr_expect_str_eq(status_of(doc), "running");
+    size_t logged = json_array_size(json_object_get(doc, "step_loss"));
+    json_decref(doc);
+    long long ck = ckpt_step(P("k/checkpoint.bin"));
+    cr_assert_geq(ck, seen, "the checkpoint went back");
+    cr_expect_eq(ck % 50, 0);
+    /* the JSON is written after the checkpoint of a step: at most 49 logged steps are newer */
+    cr_expect_leq((long long)logged - ck, 49, "logged %zu steps, checkpoint at %lld", logged, ck);
+    cr_assert_lt(ck, 400, "the run went too far before the kill (%lld steps)", ck);
+    /* resume and finish at step 400 */
+    cr_assert_eq(run("train", SMOKE, "--out", P("k"), "--resume", "--set", "steps=400", "--set", "checkpoint_every=50",
+                     "--set", "eval_every=0", NULL),
+                 0, "%s", g_err);
+    char want[64];
+    snprintf(want, sizeof want, "from step %lld", ck);
+    cr_expect(strstr(g_err, want), "resume message: %s", g_err);
+    doc = load(P("k/train.json"));
+    cr_expect_str_eq(status_of(doc), "ok");
+    cr_expect_eq(json_array_size(json_object_get(doc, "step_loss")), 400);
+    json_decref(doc);
+    /* equal to a run that was never killed */
+    cr_assert_eq(run("train", SMOKE, "--out", P("straight"), "--quiet", "--set", "steps=400", "--set",
+                     "checkpoint_every=50", "--set", "eval_every=0", NULL),
+                 0, "%s", g_err);
+    expect_same_state(P("straight/checkpoint.bin"), P("k/checkpoint.bin"), "killed and resumed");
+}
+
+Test(train_cli, sigint_stops_with_a_checkpoint) {
+    const char *args[] = {"train", SMOKE, "--out", P("i"), "--set", "steps=1000000", "--set", "eval_every=0", NULL};
+    pid_t pid = spawn_argv(args);
+    wait_for_checkpoint(pid, P("i/checkpoint.bin"), 40);
+    cr_assert_eq(kill(pid, SIGINT), 0);
+    cr_assert_eq(wait_status(pid), 130, "stderr: %s", g_err);
+    json_t *doc = load(P("i/train.json"));
+    cr_expect_str_eq(status_of(doc), "interrupted");
+    long long done = (long long)json_array_size(json_object_get(doc, "step_loss"));
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(doc, "summary"), "steps_done")), done);
+    cr_expect_eq(ckpt_step(P("i/checkpoint.bin")), done, "the checkpoint is not at the last step");
+    cr_expect(strstr(g_err, "--resume"), "%s", g_err);
+    json_decref(doc);
+}
+
+Test(train_cli, divergence_stops_and_keeps_the_last_good_checkpoint) {
+    /* lr 0.01 for 6 steps, then 1e31: the parameters overflow and a loss turns NaN */
+    int st = run("train", SMOKE, "--out", P("nan"), "--set", "optim.schedule.milestones=[6]", "--set",
+                 "optim.schedule.gamma=1e33", "--set", "checkpoint_every=5", "--set", "steps=30", NULL);
+    cr_assert_eq(st, 1, "exit status %d: %s", st, g_err);
+    const char *last = g_err;
+    for (const char *c = g_err; *c; c++)
+        if (c[0] == '\n' && c[1]) last = c + 1;
+    cr_expect(strncmp(last, "attnbench: error: training diverged", 35) == 0, "%s", g_err);
+    cr_expect(strstr(last, "last good checkpoint (step 5)"), "%s", last);
+    json_t *doc = load(P("nan/train.json"));
+    cr_expect_str_eq(status_of(doc), "failed");
+    const char *reason = json_string_value(json_object_get(doc, "reason"));
+    cr_expect(reason && strstr(reason, "diverged"), "reason: %s", reason ? reason : "(none)");
+    size_t n = json_array_size(json_object_get(doc, "step_loss"));
+    cr_expect(n >= 6 && n < 30, "%zu step losses", n);
+    for (size_t i = 0; i < n; i++) cr_expect(json_is_number(json_array_get(json_object_get(doc, "step_loss"), i)));
+    json_decref(doc);
+    /* the checkpoint is the good one of step 5: finite parameters */
+    cr_expect_eq(ckpt_step(P("nan/checkpoint.bin")), 5);
+    size_t bytes;
+    float *p = blob(P("nan/checkpoint.bin"), AB_CKPT_PARAMS, &bytes);
+    for (size_t i = 0; i < bytes / sizeof(float); i++) cr_assert(isfinite(p[i]), "parameter %zu is %g", i, p[i]);
+    free(p);
+    /* --overwrite over that run, diverging before its first checkpoint: the earlier
+     * run's checkpoint is gone (it must not pass for this run's) */
+    st = run("train", SMOKE, "--out", P("nan"), "--overwrite", "--quiet", "--set", "optim.schedule.milestones=[6]",
+             "--set", "optim.schedule.gamma=1e33", "--set", "checkpoint_every=100", NULL);
+    cr_assert_eq(st, 1, "exit status %d: %s", st, g_err);
+    cr_expect(strstr(g_err, "no checkpoint had been written yet"), "%s", g_err);
+    cr_expect(!exists(P("nan/checkpoint.bin")), "the earlier run's checkpoint is still there");
+}
+
+/* ---- bad input ---- */
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+Test(train_cli, bad_configs_one_line_exit_2) {
+    write_text(P("unknown.json"), "{\"name\": \"x\", \"task\": {\"name\": \"copy\"}, \"model\": {\"attention\": "
+                                  "{\"variant\": \"linear\"}}, \"bacth\": 3}");
+    expect_usage_error(run("train", P("unknown.json"), "--out", P("o"), NULL), "unknown key", "unknown key 'bacth'");
+    write_text(P("type.json"), "{\"name\": \"x\", \"task\": {\"name\": \"copy\"}, \"model\": {\"layers\": \"4\", "
+                               "\"attention\": {\"variant\": \"linear\"}}}");
+    expect_usage_error(run("train", P("type.json"), "--out", P("o"), NULL), "wrong type", "'model.layers' must be an integer");
+    expect_usage_error(run("train", SMOKE, "--out", P("o"), "--set", "model.attention.variant=bogus", NULL),
+                       "unknown variant", "'model.attention.variant' = 'bogus'");
+    expect_usage_error(run("train", SMOKE, "--out", P("o"), "--set", "model.widht=3", NULL), "bad --set",
+                       "no key 'widht'");
+    expect_usage_error(run("train", SMOKE, "--out", P("o"), "--set", "steps", NULL), "--set without =", "KEY=VALUE");
+    expect_usage_error(run("train", SMOKE, "--out", P("o"), "--set", "optim.lr=-1", NULL), "bad lr", "'optim.lr'");
+    expect_usage_error(run("train", SMOKE, "--out", P("o"), "--device", "cuda", NULL), "cuda", "no CUDA");
+    expect_usage_error(run("train", P("missing.json"), NULL), "missing config", "missing.json");
+    write_text(P("broken.json"), "{\"name\": ");
+    expect_usage_error(run("train", P("broken.json"), NULL), "broken JSON", "broken.json");
+    expect_usage_error(run("train", SMOKE, "--bogus", NULL), "unknown argument", "--bogus");
+    expect_usage_error(run("train", NULL), "no config", "CONFIG");
+    expect_usage_error(run("train", "--resume", "--out", P("nothing"), NULL), "nothing to resume", "no checkpoint");
+    cr_expect(!exists(P("o")), "a refused run left an output folder");
+}
+
+Test(train_cli, corrupt_foreign_truncated_checkpoints_refused) {
+    cr_assert_eq(run("train", SMOKE, "--out", P("r"), "--quiet", "--set", "steps=10", NULL), 0, "%s", g_err);
+    size_t n;
+    char *good = slurp(P("r/checkpoint.bin"), &n);
+    cr_assert_not_null(good);
+    struct {
+        const char *name, *needle;
+        size_t len;
+        long flip; /* byte to flip, or -1 */
+    } cases[] = {
+        {"flipped", "corrupt", n, (long)n - 100},
+        {"header", "corrupt", n, 20},
+        {"truncated", "truncated", n / 2, -1},
+        {"empty", "empty file", 0, -1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        cr_assert_eq(ab_mkdir_p(P("%s", cases[i].name)), 0);
+        char *b = malloc(n);
+        memcpy(b, good, n);
+        if (cases[i].flip >= 0) b[cases[i].flip] ^= 0x10;
+        FILE *f = fopen(P("%s/checkpoint.bin", cases[i].name), "wb");
+        fwrite(b, 1, cases[i].len, f);
+        fclose(f);
+        free(b);
+        expect_usage_error(run("train", "--resume", "--out", P("%s", cases[i].name), NULL), cases[i].name,
+                           cases[i].needle);
+        expect_usage_error(run("generate", P("%s/checkpoint.bin", cases[i].name), NULL), cases[i].name,
+                           cases[i].needle);
+        expect_usage_error(run("train", SMOKE, "--resume", "--out", P("%s", cases[i].name), NULL), cases[i].name,
+                           cases[i].needle);
+    }
+    /* a foreign file */
+    cr_assert_eq(ab_mkdir_p(P("foreign")), 0);
+    write_text(P("foreign/checkpoint.bin"), "{\"this\": \"is JSON\"}\n");
+    expect_usage_error(run("train", "--resume", "--out", P("foreign"), NULL), "foreign", "not an attnbench checkpoint");
+    expect_usage_error(run("generate", SMOKE, NULL), "a config as checkpoint", "not an attnbench checkpoint");
+    /* an attnbench checkpoint that is not a training checkpoint */
+    ab_ckpt_writer *w;
+    cr_assert_eq(ab_ckpt_begin(P("other.bin"), &w), 0);
+    float x[4] = {1, 2, 3, 4};
+    cr_assert_eq(ab_ckpt_add(w, AB_CKPT_PARAMS, x, sizeof x), 0);
+    cr_assert_eq(ab_ckpt_commit(w), 0, "%s", ab_error());
+    expect_usage_error(run("generate", P("other.bin"), NULL), "other checkpoint", "not a training checkpoint");
+    expect_usage_error(run("generate", P("nothing.bin"), NULL), "missing checkpoint", "nothing.bin");
+    free(good);
+}
+
+/* ---- generate ---- */
+
+static json_t *generate(const char *ckpt, const char *mode, const char *n) {
+    int st = run("generate", ckpt, "--mode", mode, "--n", n, "--tokens", "--out", P("gen.json"), NULL);
+    cr_assert_eq(st, 0, "generate %s --mode %s: %s", ckpt, mode, g_err);
+    json_error_t e;
+    json_t *doc = json_loads(g_out, 0, &e);
+    cr_assert_not_null(doc, "generate printed no JSON: %s", e.text);
+    json_t *file = load(P("gen.json"));
+    cr_expect(json_equal(doc, file), "--out differs from stdout");
+    json_decref(file);
+    const char *keys[] = {"schema", "checkpoint", "step", "task", "variant", "mode", "prompts", "tokens_generated",
+                          "accuracy", "exact_rate", "wall_s", "tokens_per_s", "generated"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        cr_expect_not_null(json_object_get(doc, keys[i]), "generate: no %s", keys[i]);
+    return doc;
+}
+
+Test(train_cli, generate_every_variant) {
+    const char *variants[] = {"softmax", "stateful-softmax", "lsh", "linear", "polynomial"};
+    for (int v = 0; v < 5; v++) {
+        char set[64];
+        snprintf(set, sizeof set, "model.attention.variant=%s", variants[v]);
+        cr_assert_eq(run("train", SMOKE, "--out", P("%s", variants[v]), "--quiet", "--set", set, NULL), 0, "%s", g_err);
+        const char *ck = P("%s/checkpoint.bin", variants[v]);
+        bool rec = strcmp(variants[v], "softmax") && strcmp(variants[v], "lsh");
+        json_t *a = generate(ck, "auto", "12");
+        cr_expect_str_eq(json_string_value(json_object_get(a, "mode")), rec ? "recurrent" : "recompute", "%s",
+                         variants[v]);
+        cr_expect_str_eq(json_string_value(json_object_get(a, "variant")), variants[v]);
+        cr_expect_eq(json_integer_value(json_object_get(a, "prompts")), 12);
+        long long gen = json_integer_value(json_object_get(a, "tokens_generated"));
+        cr_expect(gen >= 12 && gen <= 48, "%lld tokens", gen);
+        double acc = json_number_value(json_object_get(a, "accuracy"));
+        cr_expect(acc >= 0 && acc <= 1);
+        cr_expect_gt(json_number_value(json_object_get(a, "tokens_per_s")), 0);
+        if (rec) {
+            /* greedy decoding: the RNN and the recomputation give the same tokens. Their
+             * logits agree to ~1e-6 relative for linear and stateful-softmax (the model
+             * suite measures it), far below the gaps between a trained model's top two
+             * logits. The polynomial map's recurrent state loses more (up to 1e-4
+             * relative, README), so for it both modes only have to run. */
+            json_t *b = generate(ck, "recompute", "12");
+            cr_expect_str_eq(json_string_value(json_object_get(b, "mode")), "recompute");
+            if (strcmp(variants[v], "polynomial") != 0) {
+                cr_expect(json_equal(json_object_get(a, "generated"), json_object_get(b, "generated")),
+                          "%s: recurrent and recomputed tokens differ", variants[v]);
+                cr_expect_eq(json_number_value(json_object_get(a, "accuracy")),
+                             json_number_value(json_object_get(b, "accuracy")));
+            }
+            json_decref(b);
+        } else {
+            expect_usage_error(run("generate", ck, "--mode", "recurrent", NULL), "no recurrent mode",
+                               "has no recurrent mode");
+        }
+        json_decref(a);
+    }
+    expect_usage_error(run("generate", P("linear/checkpoint.bin"), "--mode", "fast", NULL), "bad mode", "--mode");
+    expect_usage_error(run("generate", P("linear/checkpoint.bin"), "--n", "0", NULL), "bad n", "--n");
+    expect_usage_error(run("generate", NULL), "no checkpoint", "CHECKPOINT");
+}
+
+Test(train_cli, generate_a_trained_copy_is_right_more_often_than_chance) {
+    /* 300 steps of the smoke config (2-layer linear model): greedy copies of up to 4
+     * symbols out of 4; chance per symbol is 0.25. Measured: 0.83 (threshold 0.6). */
+    cr_assert_eq(run("train", SMOKE, "--out", P("g"), "--quiet", "--set", "steps=300", NULL), 0, "%s", g_err);
+    json_t *a = generate(P("g/checkpoint.bin"), "auto", "64");
+    double acc = json_number_value(json_object_get(a, "accuracy"));
+    cr_expect_gt(acc, 0.6, "copy accuracy %g", acc);
+    json_decref(a);
+}
+
+/* ---- Figure 2 ---- */
+
+Test(train_cli, plot_draws_figure_2) {
+    cr_assert_eq(run("train", SMOKE, "--out", P("p1"), "--quiet", NULL), 0, "%s", g_err);
+    cr_assert_eq(run("train", SMOKE, "--out", P("p2"), "--quiet", "--set", "model.attention.variant=softmax", "--set",
+                     "label=softmax attention", NULL),
+                 0, "%s", g_err);
+    int st = run("plot", P("p1/train.json"), P("p2/train.json"), "--out", P("fig"), NULL);
+    cr_assert_eq(st, 0, "plot: %s", g_err);
+    struct stat sp, ss;
+    cr_assert_eq(stat(P("fig.png"), &sp), 0);
+    cr_assert_eq(stat(P("fig.svg"), &ss), 0);
+    cr_expect_gt(sp.st_size, 1000);
+    char *svg = slurp(P("fig.svg"), NULL);
+    cr_expect(strstr(svg, "copy-smoke") && strstr(svg, "softmax_attention"), "legend lacks the runs");
+    free(svg);
+    char *tsv = slurp(P("fig.plot.tsv"), NULL);
+    cr_expect(strncmp(tsv, "run\tkind\tstep\tloss\n", 19) == 0);
+    cr_expect(strstr(tsv, "copy-smoke\ttrain\t5\t") && strstr(tsv, "softmax_attention\teval\t100\t"), "%.200s", tsv);
+    free(tsv);
+    /* a sweep and a training run do not share a figure */
+    write_text(P("sweep.json"), "{\"schema\": \"attnbench/run/1\", \"records\": [{\"kind\": \"parallel\"}]}");
+    expect_usage_error(run("plot", P("p1/train.json"), P("sweep.json"), NULL), "mixed", "not a training run");
+}
