@@ -13,6 +13,7 @@
 
 #include "blas.h"
 #include "cli_util.h"
+#include "cuda_device.h"
 #include "error.h"
 #include "fileio.h"
 #include "memory.h"
@@ -53,6 +54,7 @@ int generate_main(int argc, char **argv, const char *command_line) {
     long long K = 64;
     uint64_t seed = 0;
     bool have_seed = false, tokens_out = false;
+    attn_device device = ATTN_DEVICE_CPU;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0) {
             fputs(GEN_USAGE, stdout);
@@ -69,19 +71,20 @@ int generate_main(int argc, char **argv, const char *command_line) {
         else if (strcmp(argv[i], "--tokens") == 0) tokens_out = true;
         else if (strcmp(argv[i], "--device") == 0) {
             const char *d = cli_value(argc, argv, &i);
-            if (strcmp(d, "cuda") == 0)
-                cli_die(AB_EXIT_USAGE, "generate --device cuda: the models have no CUDA implementation yet; use --device cpu");
-            if (strcmp(d, "cpu") != 0) cli_die(AB_EXIT_USAGE, "--device %s: must be cpu or cuda", d);
+            if (strcmp(d, "cuda") == 0) device = ATTN_DEVICE_CUDA;
+            else if (strcmp(d, "cpu") == 0) device = ATTN_DEVICE_CPU;
+            else cli_die(AB_EXIT_USAGE, "--device %s: must be cpu or cuda", d);
         } else if (argv[i][0] == '-') cli_die(AB_EXIT_USAGE, "generate: unknown argument '%s' (see attnbench generate --help)", argv[i]);
         else if (!ckpt) ckpt = argv[i];
         else cli_die(AB_EXIT_USAGE, "generate: more than one checkpoint given ('%s' and '%s')", ckpt, argv[i]);
     }
     if (!ckpt) cli_die(AB_EXIT_USAGE, "generate: a CHECKPOINT (e.g. results/NAME/checkpoint.bin) is required");
+    if (device == ATTN_DEVICE_CUDA && ab_cuda_init()) cli_die(AB_EXIT_USAGE, "%s", ab_error());
 
     train_config cfg;
     tf_model *m;
     ab_ckpt_meta meta;
-    int rc = train_ckpt_load_model(ckpt, 1, &cfg, &m, &meta);
+    int rc = train_ckpt_load_model(ckpt, 1, device, &cfg, &m, &meta);
     if (rc) cli_die(cli_status_for(rc), "%s", ab_error());
     const train_task *task = cfg.task;
     if (task->max_prompt <= 0 || !task->prompt)
@@ -147,6 +150,7 @@ int generate_main(int argc, char **argv, const char *command_line) {
     json_object_set_new(doc, "task", json_string(task->name));
     json_object_set_new(doc, "variant", json_string(cfg.model.attention));
     json_object_set_new(doc, "mode", json_string(recurrent ? "recurrent" : "recompute"));
+    json_object_set_new(doc, "device", json_string(device == ATTN_DEVICE_CUDA ? "cuda" : "cpu"));
     json_object_set_new(doc, "seed", json_integer((json_int_t)seed));
     json_object_set_new(doc, "prompts", json_integer(K));
     json_object_set_new(doc, "prompt_tokens", json_integer(prompt_tokens));
@@ -159,6 +163,8 @@ int generate_main(int argc, char **argv, const char *command_line) {
     json_object_set_new(doc, "tokens_per_s", ab_json_num(decode_s > 0 ? (double)generated / decode_s : NAN));
     json_object_set_new(doc, "threads", json_integer(ab_threads()));
     json_object_set_new(doc, "peak_bytes", json_integer((json_int_t)ab_mem_peak(AB_DEV_CPU)));
+    if (device == ATTN_DEVICE_CUDA)
+        json_object_set_new(doc, "device_peak_bytes", json_integer((json_int_t)ab_mem_peak(AB_DEV_CUDA)));
     json_object_set_new(doc, "machine", ab_machine_info());
     if (gen_tokens) json_object_set_new(doc, "generated", gen_tokens);
     const size_t flags = JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9);

@@ -19,6 +19,7 @@
 #include "blas.h"
 #include "cli_util.h"
 #include "config.h"
+#include "cuda_device.h"
 #include "error.h"
 #include "memory.h"
 #include "progress.h"
@@ -292,6 +293,7 @@ int train_main(int argc, char **argv, const char *command_line) {
     const char *sets[64];
     int n_sets = 0;
     bool resume = false, overwrite = false, quiet = false;
+    attn_device device = ATTN_DEVICE_CPU;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0) {
             fputs(TRAIN_USAGE, stdout);
@@ -302,9 +304,9 @@ int train_main(int argc, char **argv, const char *command_line) {
         } else if (strcmp(argv[i], "--out") == 0) out_dir = cli_value(argc, argv, &i);
         else if (strcmp(argv[i], "--device") == 0) {
             const char *d = cli_value(argc, argv, &i);
-            if (strcmp(d, "cuda") == 0)
-                cli_die(AB_EXIT_USAGE, "train --device cuda: the models have no CUDA implementation yet; train with --device cpu");
-            if (strcmp(d, "cpu") != 0) cli_die(AB_EXIT_USAGE, "--device %s: must be cpu or cuda", d);
+            if (strcmp(d, "cuda") == 0) device = ATTN_DEVICE_CUDA;
+            else if (strcmp(d, "cpu") == 0) device = ATTN_DEVICE_CPU;
+            else cli_die(AB_EXIT_USAGE, "--device %s: must be cpu or cuda", d);
         } else if (strcmp(argv[i], "--resume") == 0) resume = true;
         else if (strcmp(argv[i], "--overwrite") == 0) overwrite = true;
         else if (strcmp(argv[i], "--quiet") == 0) quiet = true;
@@ -313,6 +315,8 @@ int train_main(int argc, char **argv, const char *command_line) {
         else cli_die(AB_EXIT_USAGE, "train: more than one config given ('%s' and '%s')", config_path, argv[i]);
     }
     if (resume && overwrite) cli_die(AB_EXIT_USAGE, "train: --resume and --overwrite exclude each other");
+    /* The device is checked up front: a machine or build without CUDA says so before any work. */
+    if (device == ATTN_DEVICE_CUDA && ab_cuda_init()) cli_die(AB_EXIT_USAGE, "%s", ab_error());
     if (!config_path && !(resume && out_dir))
         cli_die(AB_EXIT_USAGE, "train: a CONFIG.json is required (or --resume --out DIR to continue a run)");
 
@@ -345,6 +349,7 @@ int train_main(int argc, char **argv, const char *command_line) {
                 dir);
 
     trainer *t;
+    cfg.model.device = device;
     int rc = trainer_create(&cfg, &t);
     if (rc) cli_die(cli_status_for(rc), "%s", ab_error());
     /* --overwrite: the earlier run's checkpoint goes now, so that it can never be
@@ -381,7 +386,7 @@ int train_main(int argc, char **argv, const char *command_line) {
     s.run = ab_run_begin(json_path, command_line, t->cfg.canon, t->cfg.seed, TSV_COLUMNS);
     if (!s.run) cli_die(AB_EXIT_USAGE, "%s", ab_error());
     ab_run_set(s.run, "task", json_string(t->cfg.task->name));
-    ab_run_set(s.run, "device", json_string("cpu"));
+    ab_run_set(s.run, "device", json_string(device == ATTN_DEVICE_CUDA ? "cuda" : "cpu"));
     json_t *resumes = json_array();
     if (resume) {
         json_t *started = adopt_earlier(&s, json_path, t->step, resumes);

@@ -9,7 +9,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The model's parameters in host memory: the model's own on the CPU, else downloaded
+ * into `host`. NULL with a message on failure. */
+static const float *host_params(tf_model *m, float *host) {
+    if (tf_device(m) == ATTN_DEVICE_CPU) return tf_params(m);
+    return tf_params_download(m, host) ? NULL : host;
+}
+
+/* Reads the checkpoint's parameters into the model (through `host` on a device). */
+static int read_params(const ab_ckpt_reader *r, tf_model *m, float *host) {
+    size_t bytes = sizeof(float) * tf_param_count(m);
+    if (tf_device(m) == ATTN_DEVICE_CPU) return ab_ckpt_read(r, AB_CKPT_PARAMS, tf_params(m), bytes);
+    int rc = ab_ckpt_read(r, AB_CKPT_PARAMS, host, bytes);
+    return rc ? rc : tf_params_upload(m, host);
+}
+
 int trainer_save(trainer *t, const char *path, double elapsed_s) {
+    const float *params = host_params(t->model, t->host_params);
+    if (!params) return AB_EDEVICE;
     ab_ckpt_writer *w;
     int rc = ab_ckpt_begin(path, &w);
     if (rc) return rc;
@@ -26,7 +43,7 @@ int trainer_save(trainer *t, const char *path, double elapsed_s) {
     ab_ckpt_add(w, "format", TRAIN_CKPT_FORMAT, strlen(TRAIN_CKPT_FORMAT));
     ab_ckpt_add_json(w, AB_CKPT_CONFIG, t->cfg.canon);
     ab_ckpt_add_meta(w, &meta);
-    ab_ckpt_add(w, AB_CKPT_PARAMS, tf_params(t->model), sizeof(float) * tf_param_count(t->model));
+    ab_ckpt_add(w, AB_CKPT_PARAMS, params, sizeof(float) * tf_param_count(t->model));
     ab_ckpt_add_optim(w, AB_CKPT_OPTIM, t->opt);
     ab_ckpt_add(w, "losses", t->losses, sizeof(double) * (size_t)t->step);
     return ab_ckpt_commit(w); /* reports the first failed add, if any */
@@ -81,8 +98,7 @@ int trainer_restore(trainer *t, const ab_ckpt_reader *r) {
         t->losses_cap = step;
     }
     if ((rc = ab_ckpt_read(r, "losses", t->losses, sizeof(double) * (size_t)step))) return rc;
-    if ((rc = ab_ckpt_read(r, AB_CKPT_PARAMS, tf_params(t->model), sizeof(float) * tf_param_count(t->model))))
-        return rc;
+    if ((rc = read_params(r, t->model, t->host_params))) return rc;
     if ((rc = ab_ckpt_get_optim(r, AB_CKPT_OPTIM, t->opt))) return rc;
     if (ab_optim_steps(t->opt) != step)
         return ab_fail(AB_EINVAL, "%s: the optimiser has taken %lld steps, the meta record says %lld", ab_ckpt_path(r),
@@ -94,7 +110,8 @@ int trainer_restore(trainer *t, const ab_ckpt_reader *r) {
     return 0;
 }
 
-int train_ckpt_load_model(const char *path, int max_batch, train_config *cfg, tf_model **model, ab_ckpt_meta *meta) {
+int train_ckpt_load_model(const char *path, int max_batch, attn_device device, train_config *cfg, tf_model **model,
+                          ab_ckpt_meta *meta) {
     *model = NULL;
     memset(cfg, 0, sizeof *cfg);
     ab_ckpt_reader *r;
@@ -110,8 +127,14 @@ int train_ckpt_load_model(const char *path, int max_batch, train_config *cfg, tf
         return ab_fail(AB_EINVAL, "%s: its config is not valid here: %s", path, msg);
     }
     ab_ckpt_meta m;
-    if (!(rc = tf_create(&cfg->model, max_batch, model)) && !(rc = get_meta(r, *model, &m)))
-        rc = ab_ckpt_read(r, AB_CKPT_PARAMS, tf_params(*model), sizeof(float) * tf_param_count(*model));
+    cfg->model.device = device;
+    float *host = NULL;
+    if (!(rc = tf_create(&cfg->model, max_batch, model)) && !(rc = get_meta(r, *model, &m))) {
+        if (device != ATTN_DEVICE_CPU && !(host = ab_alloc(sizeof(float) * tf_param_count(*model))))
+            rc = ab_fail(AB_ENOMEM, "out of memory for a host copy of the parameters");
+        if (!rc) rc = read_params(r, *model, host);
+    }
+    ab_free(host);
     ab_ckpt_close(r);
     if (rc) {
         tf_destroy(*model);

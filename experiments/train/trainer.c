@@ -13,6 +13,7 @@ void trainer_destroy(trainer *t) {
     if (!t) return;
     tf_destroy(t->model);
     ab_optim_destroy(t->opt);
+    ab_free(t->host_params);
     task_batch_free(&t->batch);
     free(t->losses);
     train_config_free(&t->cfg);
@@ -46,8 +47,11 @@ int trainer_create(train_config *cfg, trainer **out) {
         const tf_tensor *p = tf_param_tensor(t->model, i);
         ranges[i] = (ab_optim_range){p->offset, p->count, p->decay};
     }
-    rc = ab_optim_create(&t->cfg.optim, tf_param_count(t->model), ranges, n, &t->opt);
+    rc = ab_optim_create_on((ab_device)tf_device(t->model), &t->cfg.optim, tf_param_count(t->model), ranges, n,
+                            &t->opt);
     free(ranges);
+    if (!rc && tf_device(t->model) != ATTN_DEVICE_CPU && !(t->host_params = ab_alloc(sizeof(float) * tf_param_count(t->model))))
+        rc = ab_fail(AB_ENOMEM, "out of memory for a host copy of %zu parameters", tf_param_count(t->model));
     if (!rc) rc = task_batch_alloc(t->cfg.task, (int)t->cfg.batch, &t->batch);
     if (!rc) {
         t->losses_cap = t->cfg.steps > 0 ? t->cfg.steps : 1;

@@ -52,10 +52,14 @@ typedef struct {
     double elapsed_s;       /* wall time of earlier processes of this run (from the checkpoint) */
     double step_s;          /* seconds spent inside training steps so far, all processes */
     int ckpt_threads;       /* threads of the run that wrote the restored checkpoint (0: none) */
+    float *host_params;     /* model on CUDA: host copy for checkpoints (tracked); NULL on the CPU */
 } trainer;
 
-/* Builds the model (max batch cfg.batch), the optimiser (decay flags from the
- * parameter table) and the batch buffer; takes ownership of *cfg (also on failure). */
+/* Builds the model (max batch cfg.batch) on cfg->model.device, the optimiser on the
+ * same device (decay flags from the parameter table) and the batch buffer; takes
+ * ownership of *cfg (also on failure). The device is a property of the run, not of the
+ * config: a checkpoint resumes on either device (bit for bit only on the one that wrote
+ * it, with the same thread count on the CPU). */
 int trainer_create(train_config *cfg, trainer **out);
 void trainer_destroy(trainer *t);
 
@@ -85,8 +89,10 @@ int train_ckpt_open(const char *path, ab_ckpt_reader **r, json_t **config);
 /* Restores parameters, optimiser state, step, losses and elapsed time into a trainer
  * built from a config equal to the checkpoint's (up to the resumable keys). */
 int trainer_restore(trainer *t, const ab_ckpt_reader *r);
-/* For generation: the config, the task and a model of max batch `max_batch` with the
- * checkpoint's parameters; meta (may be NULL) receives the meta record. */
-int train_ckpt_load_model(const char *path, int max_batch, train_config *cfg, tf_model **model, ab_ckpt_meta *meta);
+/* For generation: the config, the task and a model of max batch `max_batch` on
+ * `device` with the checkpoint's parameters; meta (may be NULL) receives the meta
+ * record. */
+int train_ckpt_load_model(const char *path, int max_batch, attn_device device, train_config *cfg, tf_model **model,
+                          ab_ckpt_meta *meta);
 
 #endif
