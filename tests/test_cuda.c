@@ -164,44 +164,10 @@ static void dfree(void *d) { ab_dev_free(AB_DEV_CUDA, d); }
 /* ---- problems ---- */
 
 typedef struct {
-    attn_shape s;
-    int lengths[8];
-    float *q, *k, *v, *dout;
-    size_t nq, nv;
-} problem;
-
-static void prob_init(problem *p, int B, int H, int N, int D, int M, bool causal, const int *lengths, uint64_t seed) {
-    memset(p, 0, sizeof *p);
-    p->s = (attn_shape){B, H, N, D, M, causal, NULL};
-    if (lengths) {
-        cr_assert(B <= 8);
-        memcpy(p->lengths, lengths, sizeof(int) * (size_t)B);
-        p->s.lengths = p->lengths;
-    }
-    p->nq = (size_t)B * H * N * D;
-    p->nv = (size_t)B * H * N * M;
-    p->q = tu_alloc_f(p->nq);
-    p->k = tu_alloc_f(p->nq);
-    p->v = tu_alloc_f(p->nv);
-    p->dout = tu_alloc_f(p->nv);
-    tu_fill_normal(p->q, p->nq, seed, 1, 1.0);
-    tu_fill_normal(p->k, p->nq, seed, 2, 1.0);
-    tu_fill_normal(p->v, p->nv, seed, 3, 1.0);
-    tu_fill_normal(p->dout, p->nv, seed, 4, 1.0);
-}
-
-static void prob_free(problem *p) {
-    free(p->q);
-    free(p->k);
-    free(p->v);
-    free(p->dout);
-}
-
-typedef struct {
     float *out, *dq, *dk, *dv;
 } grads;
 
-static void grads_alloc(grads *g, const problem *p) {
+static void grads_alloc(grads *g, const tu_problem *p) {
     g->out = tu_alloc_f(p->nv);
     g->dq = tu_alloc_f(p->nq);
     g->dk = tu_alloc_f(p->nq);
@@ -215,7 +181,7 @@ static void grads_free(grads *g) {
     free(g->dv);
 }
 
-static void run_cpu(const cuda_variant *cv, const problem *p, grads *g) {
+static void run_cpu(const cuda_variant *cv, const tu_problem *p, grads *g) {
     attn *a = make(cv, ATTN_DEVICE_CPU);
     size_t sb = attn_saved_bytes(a, &p->s);
     void *saved = sb ? malloc(sb) : NULL;
@@ -229,7 +195,7 @@ static void run_cpu(const cuda_variant *cv, const problem *p, grads *g) {
 /* Forward and backward on the device; out and the gradients start as NaN on the device
  * (every entry must be written) and are copied back into g. `repeat` runs the pair
  * twice (workspace reuse: the second allocates nothing and gives the same results). */
-static void run_cuda(const cuda_variant *cv, const problem *p, grads *g, bool repeat) {
+static void run_cuda(const cuda_variant *cv, const tu_problem *p, grads *g, bool repeat) {
     attn *a = make(cv, ATTN_DEVICE_CUDA);
     attn *cpu = make(cv, ATTN_DEVICE_CPU);
     size_t sb = attn_saved_bytes(a, &p->s);
@@ -305,8 +271,8 @@ static void expect_close(const float *got, const float *want, size_t n, double t
 
 /* CUDA == CPU for one variant and problem, forward and backward; dq and dk judged at
  * the scale max(max |want|, qk_floor). */
-static void check_problem_floor(const cuda_variant *cv, problem *pp, bool repeat, double qk_floor) {
-    problem p = *pp;
+static void check_problem_floor(const cuda_variant *cv, tu_problem *pp, bool repeat, double qk_floor) {
+    tu_problem p = *pp;
     const int B = p.s.batch, H = p.s.heads, N = p.s.len, D = p.s.qk_dim, M = p.s.v_dim;
     const bool causal = p.s.causal, lengths = p.s.lengths != NULL;
     grads c, g;
@@ -330,14 +296,14 @@ static void check_problem_floor(const cuda_variant *cv, problem *pp, bool repeat
     grads_free(&g);
 }
 
-static void check_problem(const cuda_variant *cv, problem *p, bool repeat) { check_problem_floor(cv, p, repeat, 1e-3); }
+static void check_problem(const cuda_variant *cv, tu_problem *p, bool repeat) { check_problem_floor(cv, p, repeat, 1e-3); }
 
 static void check_parallel_floor(const cuda_variant *cv, int B, int H, int N, int D, int M, bool causal,
                                  const int *lengths, uint64_t seed, bool repeat, double qk_floor) {
-    problem p;
-    prob_init(&p, B, H, N, D, M, causal, lengths, seed);
+    tu_problem p;
+    tu_problem_init(&p, B, H, N, D, M, causal, lengths, seed);
     check_problem_floor(cv, &p, repeat, qk_floor);
-    prob_free(&p);
+    tu_problem_free(&p);
 }
 
 static void check_parallel(const cuda_variant *cv, int B, int H, int N, int D, int M, bool causal, const int *lengths,
@@ -551,12 +517,12 @@ Test(cuda_lsh, wide_heads_many_chunks_and_zero_queries) {
     for (int causal = 0; causal < 2; causal++)
         check_parallel(lsh_case("rounds=2", "chunk=40", "combine=logsumexp", NULL, &cv), 2, 1, 131, 33, 40, causal,
                        len, 72, false);
-    problem p;
-    prob_init(&p, 1, 2, 23, 6, 3, true, NULL, 73);
+    tu_problem p;
+    tu_problem_init(&p, 1, 2, 23, 6, 3, true, NULL, 73);
     for (size_t r = 0; r < 2 * 23; r += 5) memset(p.q + r * 6, 0, sizeof(float) * 6);
     check_problem(lsh_case("rounds=2", "chunk=4", "bits=2", NULL, &cv), &p, false);
     check_problem(lsh_case("rounds=3", "chunk=5", "combine=logsumexp", NULL, &cv), &p, false);
-    prob_free(&p);
+    tu_problem_free(&p);
 }
 
 /* ---- recurrent mode ---- */
@@ -580,8 +546,8 @@ static float *prefix(const attn_shape *s, const float *src, int P, int X) {
  * of the CPU and of the device. with_out: the prefill returns its outputs. */
 static void check_recurrent(const cuda_variant *cv, int B, int H, int N, int D, int M, int capacity, int P,
                             bool with_out, uint64_t seed) {
-    problem p;
-    prob_init(&p, B, H, N, D, M, true, NULL, seed);
+    tu_problem p;
+    tu_problem_init(&p, B, H, N, D, M, true, NULL, seed);
     grads c, g;
     grads_alloc(&c, &p);
     grads_alloc(&g, &p);
@@ -645,7 +611,7 @@ static void check_recurrent(const cuda_variant *cv, int B, int H, int N, int D, 
     attn_destroy(a);
     grads_free(&c);
     grads_free(&g);
-    prob_free(&p);
+    tu_problem_free(&p);
 }
 
 static const cuda_variant *first_with_step(int from) {
@@ -815,8 +781,8 @@ Test(cuda_linear, reset_then_prefill_and_steps) {
     const cuda_variant *vs[2] = {&LIN_TAYLOR, &POLY_C4};
     for (int i = 0; i < 2; i++) {
         const cuda_variant *cv = vs[i];
-        problem p;
-        prob_init(&p, 1, 2, 9, 5, 3, true, NULL, 75);
+        tu_problem p;
+        tu_problem_init(&p, 1, 2, 9, 5, 3, true, NULL, 75);
         grads g;
         grads_alloc(&g, &p);
         run_cuda(cv, &p, &g, false);
@@ -857,7 +823,7 @@ Test(cuda_linear, reset_then_prefill_and_steps) {
         attn_state_destroy(st);
         attn_destroy(a);
         grads_free(&g);
-        prob_free(&p);
+        tu_problem_free(&p);
     }
 }
 

@@ -30,6 +30,7 @@
 #include "memory.h"
 #include "optim.h"
 #include "rng.h"
+#include "test_model_util.h"
 #include "test_util.h"
 #include "transformer.h"
 #ifdef TEST_CUDA_BACKEND
@@ -391,17 +392,7 @@ Test(layers_cuda, cross_entropy_weights_ties_and_wide_rows) {
  * ==================================================================================== */
 
 static tf_config tiny_config(const char *variant, attn_device dev) {
-    tf_config c;
-    tf_config_default(&c);
-    c.vocab = 5;
-    c.max_len = 6;
-    c.d_model = 8;
-    c.heads = 2;
-    c.layers = 2;
-    c.d_ff = 16;
-    c.dropout = 0.0f;
-    c.attention = variant;
-    c.seed = 3;
+    tf_config c = tm_tiny_config(variant);
     c.device = dev;
     return c;
 }
@@ -649,13 +640,6 @@ Test(model_cuda, no_allocation_per_step_and_repeatable) {
 
 /* ---- generation on the device ---- */
 
-static int argmax(const float *x, int n) {
-    int a = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[a]) a = i;
-    return a;
-}
-
 /* Recurrent (prefill, steps) against recomputation, both on the device, and against the
  * CPU model's recomputation: the same float sums in other orders through two layers
  * (test_model.c measures <= 3.6e-7 on the CPU and allows 2e-5). Measured on the
@@ -699,9 +683,9 @@ static void generation_case(const char *variant) {
         cr_expect_lt(e, GEN_TOL, "%s: recurrent logits at length %d differ by %g", variant, len, e);
         cr_expect_lt(ec, GEN_TOL, "%s: device logits at length %d differ from the CPU's by %g", variant, len, ec);
         for (int b = 0; b < B; b++) {
-            int t_cpu = argmax(cpu + b * V, V);
-            cr_expect_eq(argmax(rec + b * V, V), t_cpu, "%s: recomputed token differs at %d", variant, len);
-            cr_expect_eq(argmax(rnn + b * V, V), t_cpu, "%s: recurrent token differs at %d", variant, len);
+            int t_cpu = tu_argmax(cpu + b * V, V);
+            cr_expect_eq(tu_argmax(rec + b * V, V), t_cpu, "%s: recomputed token differs at %d", variant, len);
+            cr_expect_eq(tu_argmax(rnn + b * V, V), t_cpu, "%s: recurrent token differs at %d", variant, len);
             float second = -INFINITY;
             for (int v = 0; v < V; v++)
                 if (v != t_cpu && cpu[b * V + v] > second) second = cpu[b * V + v];

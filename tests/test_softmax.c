@@ -48,48 +48,13 @@
 
 /* ---- problems ---- */
 
-typedef struct {
-    attn_shape s;
-    int lengths[8];
-    float *q, *k, *v, *dout;
-    size_t nq, nv; /* elements of q/k and of v/out */
-} problem;
-
-static void prob_init(problem *p, int B, int H, int N, int D, int M, bool causal, const int *lengths,
-                      uint64_t seed) {
-    memset(p, 0, sizeof *p);
-    p->s = (attn_shape){.batch = B, .heads = H, .len = N, .qk_dim = D, .v_dim = M, .causal = causal};
-    if (lengths) {
-        cr_assert(B <= 8);
-        memcpy(p->lengths, lengths, sizeof(int) * (size_t)B);
-        p->s.lengths = p->lengths;
-    }
-    p->nq = (size_t)B * H * N * D;
-    p->nv = (size_t)B * H * N * M;
-    p->q = tu_alloc_f(p->nq);
-    p->k = tu_alloc_f(p->nq);
-    p->v = tu_alloc_f(p->nv);
-    p->dout = tu_alloc_f(p->nv);
-    tu_fill_normal(p->q, p->nq, seed, 1, 1.0);
-    tu_fill_normal(p->k, p->nq, seed, 2, 1.0);
-    tu_fill_normal(p->v, p->nv, seed, 3, 1.0);
-    tu_fill_normal(p->dout, p->nv, seed, 4, 1.0);
-}
-
-static void prob_free(problem *p) {
-    free(p->q);
-    free(p->k);
-    free(p->v);
-    free(p->dout);
-}
-
 static ref_shape to_ref(const attn_shape *s) {
     return (ref_shape){.B = s->batch, .H = s->heads, .N = s->len, .D = s->qk_dim, .M = s->v_dim,
                        .causal = s->causal, .lengths = s->lengths};
 }
 
 /* Reference output (malloc'ed) for the problem's float inputs. */
-static double *ref_out(const problem *p, double scale) {
+static double *ref_out(const tu_problem *p, double scale) {
     double *q = tu_to_double(p->q, p->nq), *k = tu_to_double(p->k, p->nq), *v = tu_to_double(p->v, p->nv);
     double *out = tu_alloc_d(p->nv);
     ref_shape rs = to_ref(&p->s);
@@ -110,7 +75,7 @@ static attn *create(const char *variant, const char *setting) {
 }
 
 /* Runs forward; returns the saved buffer (malloc'ed, caller frees). */
-static void *run_forward(attn *a, const problem *p, float *out) {
+static void *run_forward(attn *a, const tu_problem *p, float *out) {
     size_t sb = attn_saved_bytes(a, &p->s);
     size_t want = (size_t)p->s.batch * p->s.heads * p->s.len * p->s.len * sizeof(float);
     cr_assert(sb == want, "saved_bytes %zu, expected B*H*N*N floats = %zu", sb, want);
@@ -120,7 +85,7 @@ static void *run_forward(attn *a, const problem *p, float *out) {
     return saved;
 }
 
-static void run_backward(attn *a, const problem *p, const void *saved, float *dq, float *dk, float *dv) {
+static void run_backward(attn *a, const tu_problem *p, const void *saved, float *dq, float *dk, float *dv) {
     int rc = attn_backward(a, &p->s, p->q, p->k, p->v, p->dout, saved, dq, dk, dv);
     cr_assert(rc == 0, "attn_backward: %s", attn_error());
 }
@@ -143,8 +108,8 @@ static void assert_padded_zero(const attn_shape *s, const float *x, int X, const
 
 static void check_forward(const char *variant, const char *setting, double scale, int B, int H, int N, int D, int M,
                           bool causal, const int *lengths, uint64_t seed) {
-    problem p;
-    prob_init(&p, B, H, N, D, M, causal, lengths, seed);
+    tu_problem p;
+    tu_problem_init(&p, B, H, N, D, M, causal, lengths, seed);
     attn *a = create(variant, setting);
     float *out = tu_alloc_f(p.nv);
     for (size_t i = 0; i < p.nv; i++) out[i] = NAN; /* every entry must be written */
@@ -158,7 +123,7 @@ static void check_forward(const char *variant, const char *setting, double scale
     free(saved);
     free(out);
     attn_destroy(a);
-    prob_free(&p);
+    tu_problem_free(&p);
 }
 
 static const char *const variants[] = {"softmax", "stateful-softmax"};
@@ -212,8 +177,8 @@ Test(softmax_forward, large_scores_are_stable) {
      * subtraction; the result must still match the reference (softmax is nearly one-hot,
      * and the score error grows with the scale: FWD_TOL * 40 for the same reason as
      * FWD_TOL itself). */
-    problem p;
-    prob_init(&p, 1, 2, 150, 5, 3, true, NULL, 22);
+    tu_problem p;
+    tu_problem_init(&p, 1, 2, 150, 5, 3, true, NULL, 22);
     attn *a = create("softmax", "scale=40");
     float *out = tu_alloc_f(p.nv);
     void *saved = run_forward(a, &p, out);
@@ -224,7 +189,7 @@ Test(softmax_forward, large_scores_are_stable) {
     free(saved);
     free(out);
     attn_destroy(a);
-    prob_free(&p);
+    tu_problem_free(&p);
 }
 
 /* ---- backward against finite differences of the reference ---- */
@@ -270,8 +235,8 @@ static void fd_entries(fd_ctx *c, double *x, const size_t *idx, int n_idx, const
  * at n_sample random entries of each tensor. */
 static void check_backward(const char *variant, const char *setting, double scale, int B, int H, int N, int D, int M,
                            bool causal, const int *lengths, uint64_t seed, int n_sample) {
-    problem p;
-    prob_init(&p, B, H, N, D, M, causal, lengths, seed);
+    tu_problem p;
+    tu_problem_init(&p, B, H, N, D, M, causal, lengths, seed);
     attn *a = create(variant, setting);
     float *out = tu_alloc_f(p.nv), *dq = tu_alloc_f(p.nq), *dk = tu_alloc_f(p.nq), *dv = tu_alloc_f(p.nv);
     for (size_t i = 0; i < p.nq; i++) dq[i] = dk[i] = NAN; /* backward overwrites, never accumulates */
@@ -337,7 +302,7 @@ static void check_backward(const char *variant, const char *setting, double scal
     free(dk);
     free(dv);
     attn_destroy(a);
-    prob_free(&p);
+    tu_problem_free(&p);
 }
 
 Test(softmax_backward, finite_differences_small) {
@@ -352,9 +317,9 @@ Test(softmax_backward, finite_differences_small) {
 Test(softmax_backward, n_equals_one) {
     /* N = 1: out = v, so dq = dk = 0 exactly and dv = dout (the entries are checked
      * against the finite differences, which are 0 for q and k). */
-    problem p;
+    tu_problem p;
     const int len[2] = {1, 0};
-    prob_init(&p, 2, 3, 1, 5, 3, true, len, 34);
+    tu_problem_init(&p, 2, 3, 1, 5, 3, true, len, 34);
     attn *a = create("softmax", NULL);
     float *out = tu_alloc_f(p.nv), *dq = tu_alloc_f(p.nq), *dk = tu_alloc_f(p.nq), *dv = tu_alloc_f(p.nv);
     void *saved = run_forward(a, &p, out);
@@ -374,7 +339,7 @@ Test(softmax_backward, n_equals_one) {
     free(dk);
     free(dv);
     attn_destroy(a);
-    prob_free(&p);
+    tu_problem_free(&p);
 }
 
 Test(softmax_backward, finite_differences_across_blocks) {
@@ -403,9 +368,9 @@ Test(stateful_softmax, same_as_softmax_bitwise) {
     for (int causal = 0; causal < 2; causal++)
         for (int with_len = 0; with_len < 3; with_len++) {
             /* with_len 2: one slice, so backward takes its split-blocks path */
-            problem p;
-            if (with_len < 2) prob_init(&p, 2, 3, 300, 5, 3, causal, with_len ? len : NULL, 41);
-            else prob_init(&p, 1, 1, 300, 5, 3, causal, &len[1], 42);
+            tu_problem p;
+            if (with_len < 2) tu_problem_init(&p, 2, 3, 300, 5, 3, causal, with_len ? len : NULL, 41);
+            else tu_problem_init(&p, 1, 1, 300, 5, 3, causal, &len[1], 42);
             float *o[2], *dq[2], *dk[2], *dv[2];
             for (int vi = 0; vi < 2; vi++) {
                 attn *a = create(variants[vi], NULL);
@@ -428,7 +393,7 @@ Test(stateful_softmax, same_as_softmax_bitwise) {
                 free(dk[vi]);
                 free(dv[vi]);
             }
-            prob_free(&p);
+            tu_problem_free(&p);
         }
 }
 
@@ -456,8 +421,8 @@ static float *prefix(const attn_shape *s, const float *src, int P, int X) {
  * the causal forward and the reference. with_out: prefill returns its outputs. */
 static void check_recurrent(const char *setting, double scale, int B, int H, int N, int D, int M, int capacity, int P,
                             bool with_out, uint64_t seed) {
-    problem p;
-    prob_init(&p, B, H, N, D, M, true, NULL, seed);
+    tu_problem p;
+    tu_problem_init(&p, B, H, N, D, M, true, NULL, seed);
     attn *a = create("stateful-softmax", setting);
     float *fwd = tu_alloc_f(p.nv);
     void *saved = run_forward(a, &p, fwd);
@@ -518,7 +483,7 @@ static void check_recurrent(const char *setting, double scale, int B, int H, int
     free(saved);
     free(fwd);
     attn_destroy(a);
-    prob_free(&p);
+    tu_problem_free(&p);
 }
 
 Test(stateful_softmax, steps_equal_causal_forward) {
@@ -654,8 +619,8 @@ Test(softmax_memory, repeated_calls_allocate_nothing) {
     /* The registry sizes the workspace on the first call; later calls at the same shape
      * must not allocate (no malloc/ab_alloc inside forward/backward/step). */
     const int len[2] = {300, 99};
-    problem p;
-    prob_init(&p, 2, 3, 300, 5, 3, true, len, 61);
+    tu_problem p;
+    tu_problem_init(&p, 2, 3, 300, 5, 3, true, len, 61);
     attn *a = create("softmax", NULL);
     float *out = tu_alloc_f(p.nv), *dq = tu_alloc_f(p.nq), *dk = tu_alloc_f(p.nq), *dv = tu_alloc_f(p.nv);
     cr_assert(attn_reserve(a, &p.s) == 0, "%s", attn_error());
@@ -679,5 +644,5 @@ Test(softmax_memory, repeated_calls_allocate_nothing) {
     free(dk);
     free(dv);
     attn_destroy(a);
-    prob_free(&p);
+    tu_problem_free(&p);
 }

@@ -2,8 +2,11 @@
 
 #include "rng.h"
 
+#include <criterion/criterion.h>
+
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 void tu_fill_normal(float *x, size_t n, uint64_t seed, uint64_t stream, double sd) {
     for (size_t i = 0; i < n; i++) x[i] = (float)(sd * ab_rng_normal(seed, stream, i));
@@ -12,6 +15,34 @@ void tu_fill_normal(float *x, size_t n, uint64_t seed, uint64_t stream, double s
 void tu_fill_int(int *x, size_t n, uint64_t seed, uint64_t stream, int lo, int hi) {
     ab_rng r = ab_rng_make(seed, stream);
     for (size_t i = 0; i < n; i++) x[i] = lo + (int)ab_rng_next_below(&r, (uint32_t)(hi - lo + 1));
+}
+
+void tu_problem_init(tu_problem *p, int B, int H, int N, int D, int M, bool causal, const int *lengths,
+                     uint64_t seed) {
+    memset(p, 0, sizeof *p);
+    p->s = (attn_shape){.batch = B, .heads = H, .len = N, .qk_dim = D, .v_dim = M, .causal = causal};
+    if (lengths) {
+        cr_assert(B <= 8);
+        memcpy(p->lengths, lengths, sizeof(int) * (size_t)B);
+        p->s.lengths = p->lengths;
+    }
+    p->nq = (size_t)B * H * N * D;
+    p->nv = (size_t)B * H * N * M;
+    p->q = tu_alloc_f(p->nq);
+    p->k = tu_alloc_f(p->nq);
+    p->v = tu_alloc_f(p->nv);
+    p->dout = tu_alloc_f(p->nv);
+    tu_fill_normal(p->q, p->nq, seed, 1, 1.0);
+    tu_fill_normal(p->k, p->nq, seed, 2, 1.0);
+    tu_fill_normal(p->v, p->nv, seed, 3, 1.0);
+    tu_fill_normal(p->dout, p->nv, seed, 4, 1.0);
+}
+
+void tu_problem_free(tu_problem *p) {
+    free(p->q);
+    free(p->k);
+    free(p->v);
+    free(p->dout);
 }
 
 double *tu_to_double(const float *x, size_t n) {
@@ -27,6 +58,13 @@ double tu_max_abs(const double *x, size_t n) {
     double m = 0;
     for (size_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
     return m;
+}
+
+int tu_argmax(const float *x, int n) {
+    int a = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[a]) a = i;
+    return a;
 }
 
 double tu_rel_err(const float *got, const double *want, size_t n, double floor) {
