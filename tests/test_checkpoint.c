@@ -616,8 +616,8 @@ Test(checkpoint_bad, bad_tables) {
         memcpy(b, good, n);                                                                                            \
         size_t len = n;                                                                                                \
         edit;                                                                                                          \
-        fix_crcs(b, n);                                                                                                   \
-        tp_write_bytes(p, b, len);                                                                                        \
+        fix_crcs(b, n);                                                                                                \
+        tp_write_bytes(p, b, len);                                                                                     \
         expect_refused(p, msg, what);                                                                                  \
     } while (0)
 

@@ -237,19 +237,6 @@ static void run_cuda(const cuda_variant *cv, const tu_problem *p, grads *g, bool
     attn_destroy(a);
 }
 
-static int valid_len(const attn_shape *s, int b) { return s->lengths ? s->lengths[b] : s->len; }
-
-static void assert_padded_zero(const attn_shape *s, const float *x, int X, const char *what) {
-    for (int b = 0; b < s->batch; b++)
-        for (int h = 0; h < s->heads; h++)
-            for (int i = valid_len(s, b); i < s->len; i++)
-                for (int c = 0; c < X; c++) {
-                    float e = x[(((size_t)b * s->heads + h) * s->len + i) * X + c];
-                    cr_assert(e == 0.0f, "%s[b=%d h=%d i=%d c=%d] = %g in a padded row (length %d), expected 0", what,
-                              b, h, i, c, (double)e, valid_len(s, b));
-                }
-}
-
 static double tol_factor(const cuda_variant *cv) {
     return strcmp(cv->variant, "polynomial") == 0 ? POLY_TOL_FACTOR : 1.0;
 }
@@ -288,15 +275,17 @@ static void check_problem_floor(const cuda_variant *cv, tu_problem *pp, bool rep
     expect_close_floor(g.dq, c.dq, p.nq, f * BWD_TOL, qk_floor, "dq", ctx);
     expect_close_floor(g.dk, c.dk, p.nq, f * BWD_TOL, qk_floor, "dk", ctx);
     expect_close(g.dv, c.dv, p.nv, f * BWD_TOL, "dv", ctx);
-    assert_padded_zero(&p.s, g.out, M, "out");
-    assert_padded_zero(&p.s, g.dq, D, "dq");
-    assert_padded_zero(&p.s, g.dk, D, "dk");
-    assert_padded_zero(&p.s, g.dv, M, "dv");
+    tu_assert_padded_zero(&p.s, g.out, M, "out");
+    tu_assert_padded_zero(&p.s, g.dq, D, "dq");
+    tu_assert_padded_zero(&p.s, g.dk, D, "dk");
+    tu_assert_padded_zero(&p.s, g.dv, M, "dv");
     grads_free(&c);
     grads_free(&g);
 }
 
-static void check_problem(const cuda_variant *cv, tu_problem *p, bool repeat) { check_problem_floor(cv, p, repeat, 1e-3); }
+static void check_problem(const cuda_variant *cv, tu_problem *p, bool repeat) {
+    check_problem_floor(cv, p, repeat, 1e-3);
+}
 
 static void check_parallel_floor(const cuda_variant *cv, int B, int H, int N, int D, int M, bool causal,
                                  const int *lengths, uint64_t seed, bool repeat, double qk_floor) {
@@ -527,21 +516,6 @@ Test(cuda_lsh, wide_heads_many_chunks_and_zero_queries) {
 
 /* ---- recurrent mode ---- */
 
-static void gather(const attn_shape *s, const float *src, float *dst, int t, int X) {
-    for (int bh = 0; bh < s->batch * s->heads; bh++)
-        memcpy(dst + (size_t)bh * X, src + ((size_t)bh * s->len + t) * X, sizeof(float) * (size_t)X);
-}
-static void scatter(const attn_shape *s, const float *src, float *dst, int t, int X) {
-    for (int bh = 0; bh < s->batch * s->heads; bh++)
-        memcpy(dst + ((size_t)bh * s->len + t) * X, src + (size_t)bh * X, sizeof(float) * (size_t)X);
-}
-static float *prefix(const attn_shape *s, const float *src, int P, int X) {
-    float *dst = tu_alloc_f((size_t)s->batch * s->heads * (size_t)(P ? P : 1) * X);
-    for (int bh = 0; bh < s->batch * s->heads; bh++)
-        memcpy(dst + (size_t)bh * P * X, src + (size_t)bh * s->len * X, sizeof(float) * (size_t)P * X);
-    return dst;
-}
-
 /* prefill(P) (P < 0: none) then steps P..N-1 on the device, against the causal forward
  * of the CPU and of the device. with_out: the prefill returns its outputs. */
 static void check_recurrent(const cuda_variant *cv, int B, int H, int N, int D, int M, int capacity, int P,
@@ -562,7 +536,7 @@ static void check_recurrent(const cuda_variant *cv, int B, int H, int N, int D, 
     float *rec = tu_alloc_f(p.nv);
     int start = 0;
     if (P >= 0) {
-        float *qp = prefix(&p.s, p.q, P, D), *kp = prefix(&p.s, p.k, P, D), *vp = prefix(&p.s, p.v, P, M);
+        float *qp = tu_prefix(&p.s, p.q, P, D), *kp = tu_prefix(&p.s, p.k, P, D), *vp = tu_prefix(&p.s, p.v, P, M);
         size_t np = (size_t)B * H * (size_t)P;
         float *dq = dupload(qp, np * D), *dk = dupload(kp, np * D), *dv = dupload(vp, np * M);
         float *dop = with_out ? dpoison(np * M) : NULL;
@@ -584,15 +558,15 @@ static void check_recurrent(const cuda_variant *cv, int B, int H, int N, int D, 
     size_t before = ab_mem_current(AB_DEV_CUDA);
     ab_mem_reset_peak(AB_DEV_CUDA);
     for (int t = start; t < N; t++) {
-        gather(&p.s, p.q, qt, t, D);
-        gather(&p.s, p.k, kt, t, D);
-        gather(&p.s, p.v, vt, t, M);
+        tu_gather(&p.s, p.q, qt, t, D);
+        tu_gather(&p.s, p.k, kt, t, D);
+        tu_gather(&p.s, p.v, vt, t, M);
         cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, dqt, qt, bh * D * 4), 0);
         cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, dkt, kt, bh * D * 4), 0);
         cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, dvt, vt, bh * M * 4), 0);
         cr_assert_eq(attn_step(a, st, t, dqt, dkt, dvt, dot), 0, "step %d: %s", t, attn_error());
         ddownload(ot, dot, bh * M);
-        scatter(&p.s, ot, rec, t, M);
+        tu_scatter(&p.s, ot, rec, t, M);
     }
     cr_assert_eq(ab_mem_peak(AB_DEV_CUDA), before, "steps allocated device memory");
     cr_assert_eq(attn_state_len(st), N);
@@ -795,7 +769,7 @@ Test(cuda_linear, reset_then_prefill_and_steps) {
         for (int t = 0; t < 3; t++) cr_assert_eq(attn_step(a, st, t, junk, junk, junk, o1), 0, "%s", attn_error());
         cr_assert_eq(attn_state_reset(a, st), 0, "%s", attn_error());
         const int P = 6;
-        float *qp = prefix(&p.s, p.q, P, 5), *kp = prefix(&p.s, p.k, P, 5), *vp = prefix(&p.s, p.v, P, 3);
+        float *qp = tu_prefix(&p.s, p.q, P, 5), *kp = tu_prefix(&p.s, p.k, P, 5), *vp = tu_prefix(&p.s, p.v, P, 3);
         float *dq = dupload(qp, bh * P * 5), *dk = dupload(kp, bh * P * 5), *dv = dupload(vp, bh * P * 3);
         float *dop = dpoison(bh * P * 3);
         cr_assert_eq(attn_prefill(a, st, P, dq, dk, dv, dop), 0, "%s", attn_error());
@@ -805,15 +779,15 @@ Test(cuda_linear, reset_then_prefill_and_steps) {
         float *qt = tu_alloc_f(bh * 5), *kt = tu_alloc_f(bh * 5), *vt = tu_alloc_f(bh * 3), *ot = tu_alloc_f(bh * 3);
         float *dqt = dalloc(bh * 5), *dkt = dalloc(bh * 5), *dvt = dalloc(bh * 3);
         for (int t = P; t < 9; t++) {
-            gather(&p.s, p.q, qt, t, 5);
-            gather(&p.s, p.k, kt, t, 5);
-            gather(&p.s, p.v, vt, t, 3);
+            tu_gather(&p.s, p.q, qt, t, 5);
+            tu_gather(&p.s, p.k, kt, t, 5);
+            tu_gather(&p.s, p.v, vt, t, 3);
             cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, dqt, qt, bh * 5 * 4), 0);
             cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, dkt, kt, bh * 5 * 4), 0);
             cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, dvt, vt, bh * 3 * 4), 0);
             cr_assert_eq(attn_step(a, st, t, dqt, dkt, dvt, o1), 0, "%s", attn_error());
             ddownload(ot, o1, bh * 3);
-            scatter(&p.s, ot, rec, t, 3);
+            tu_scatter(&p.s, ot, rec, t, 3);
         }
         char buf[128];
         expect_close(rec, g.out, p.nv, tol_factor(cv) * STEP_TOL, "reset + prefill + steps vs forward",

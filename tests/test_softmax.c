@@ -90,20 +90,6 @@ static void run_backward(attn *a, const tu_problem *p, const void *saved, float 
     cr_assert(rc == 0, "attn_backward: %s", attn_error());
 }
 
-static int valid_len(const attn_shape *s, int b) { return s->lengths ? s->lengths[b] : s->len; }
-
-/* Rows i >= lengths[b] of a [B, H, N, X] tensor are exactly zero. */
-static void assert_padded_zero(const attn_shape *s, const float *x, int X, const char *what) {
-    for (int b = 0; b < s->batch; b++)
-        for (int h = 0; h < s->heads; h++)
-            for (int i = valid_len(s, b); i < s->len; i++)
-                for (int c = 0; c < X; c++) {
-                    float e = x[(((size_t)b * s->heads + h) * s->len + i) * X + c];
-                    cr_assert(e == 0.0f, "%s[b=%d h=%d i=%d c=%d] = %g in a padded row (length %d), expected 0", what,
-                              b, h, i, c, (double)e, valid_len(s, b));
-                }
-}
-
 /* ---- forward against the reference ---- */
 
 static void check_forward(const char *variant, const char *setting, double scale, int B, int H, int N, int D, int M,
@@ -118,7 +104,7 @@ static void check_forward(const char *variant, const char *setting, double scale
     double err = tu_rel_err(out, want, p.nv, 1e-3);
     cr_assert(err <= FWD_TOL, "%s B=%d H=%d N=%d D=%d M=%d causal=%d lengths=%s: rel err %.3g > %.3g", variant, B, H,
               N, D, M, causal, lengths ? "yes" : "no", err, FWD_TOL);
-    assert_padded_zero(&p.s, out, M, "out");
+    tu_assert_padded_zero(&p.s, out, M, "out");
     free(want);
     free(saved);
     free(out);
@@ -243,10 +229,10 @@ static void check_backward(const char *variant, const char *setting, double scal
     for (size_t i = 0; i < p.nv; i++) dv[i] = NAN;
     void *saved = run_forward(a, &p, out);
     run_backward(a, &p, saved, dq, dk, dv);
-    assert_padded_zero(&p.s, out, M, "out");
-    assert_padded_zero(&p.s, dq, D, "dq");
-    assert_padded_zero(&p.s, dk, D, "dk");
-    assert_padded_zero(&p.s, dv, M, "dv");
+    tu_assert_padded_zero(&p.s, out, M, "out");
+    tu_assert_padded_zero(&p.s, dq, D, "dq");
+    tu_assert_padded_zero(&p.s, dk, D, "dk");
+    tu_assert_padded_zero(&p.s, dv, M, "dv");
 
     fd_ctx c = {.rs = to_ref(&p.s), .scale = isnan(scale) ? 1.0 / sqrt((double)D) : scale};
     c.q = tu_to_double(p.q, p.nq);
@@ -399,24 +385,6 @@ Test(stateful_softmax, same_as_softmax_bitwise) {
 
 /* ---- recurrent mode ---- */
 
-/* Gathers position t of a [B, H, N, X] tensor into [B, H, X], or scatters back. */
-static void gather(const attn_shape *s, const float *src, float *dst, int t, int X) {
-    for (int bh = 0; bh < s->batch * s->heads; bh++)
-        memcpy(dst + (size_t)bh * X, src + ((size_t)bh * s->len + t) * X, sizeof(float) * (size_t)X);
-}
-static void scatter(const attn_shape *s, const float *src, float *dst, int t, int X) {
-    for (int bh = 0; bh < s->batch * s->heads; bh++)
-        memcpy(dst + ((size_t)bh * s->len + t) * X, src + (size_t)bh * X, sizeof(float) * (size_t)X);
-}
-
-/* Copies positions [0, P) of a [B, H, N, X] tensor into a [B, H, P, X] one. */
-static float *prefix(const attn_shape *s, const float *src, int P, int X) {
-    float *dst = tu_alloc_f((size_t)s->batch * s->heads * (size_t)(P ? P : 1) * X);
-    for (int bh = 0; bh < s->batch * s->heads; bh++)
-        memcpy(dst + (size_t)bh * P * X, src + (size_t)bh * s->len * X, sizeof(float) * (size_t)P * X);
-    return dst;
-}
-
 /* prefill(P) (P < 0: none, plain steps from an empty state) then steps P..N-1, against
  * the causal forward and the reference. with_out: prefill returns its outputs. */
 static void check_recurrent(const char *setting, double scale, int B, int H, int N, int D, int M, int capacity, int P,
@@ -436,7 +404,7 @@ static void check_recurrent(const char *setting, double scale, int B, int H, int
     for (size_t i = 0; i < p.nv; i++) rec[i] = NAN;
     int start = 0;
     if (P >= 0) {
-        float *qp = prefix(&p.s, p.q, P, D), *kp = prefix(&p.s, p.k, P, D), *vp = prefix(&p.s, p.v, P, M);
+        float *qp = tu_prefix(&p.s, p.q, P, D), *kp = tu_prefix(&p.s, p.k, P, D), *vp = tu_prefix(&p.s, p.v, P, M);
         float *op = with_out ? tu_alloc_f((size_t)B * H * (size_t)(P ? P : 1) * M) : NULL;
         int rc = attn_prefill(a, state, P, qp, kp, vp, op);
         cr_assert(rc == 0, "prefill(%d): %s", P, attn_error());
@@ -452,12 +420,12 @@ static void check_recurrent(const char *setting, double scale, int B, int H, int
     float *qt = tu_alloc_f((size_t)B * H * D), *kt = tu_alloc_f((size_t)B * H * D);
     float *vt = tu_alloc_f((size_t)B * H * M), *ot = tu_alloc_f((size_t)B * H * M);
     for (int t = start; t < N; t++) {
-        gather(&p.s, p.q, qt, t, D);
-        gather(&p.s, p.k, kt, t, D);
-        gather(&p.s, p.v, vt, t, M);
+        tu_gather(&p.s, p.q, qt, t, D);
+        tu_gather(&p.s, p.k, kt, t, D);
+        tu_gather(&p.s, p.v, vt, t, M);
         int rc = attn_step(a, state, t, qt, kt, vt, ot);
         cr_assert(rc == 0, "step %d: %s", t, attn_error());
-        scatter(&p.s, ot, rec, t, M);
+        tu_scatter(&p.s, ot, rec, t, M);
     }
     /* Compare the rows the recurrent run produced: all of them unless the prefill's
      * outputs were not asked for. */

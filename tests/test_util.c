@@ -45,6 +45,36 @@ void tu_problem_free(tu_problem *p) {
     free(p->dout);
 }
 
+static int valid_len(const attn_shape *s, int b) { return s->lengths ? s->lengths[b] : s->len; }
+
+void tu_assert_padded_zero(const attn_shape *s, const float *x, int X, const char *what) {
+    for (int b = 0; b < s->batch; b++)
+        for (int h = 0; h < s->heads; h++)
+            for (int i = valid_len(s, b); i < s->len; i++)
+                for (int c = 0; c < X; c++) {
+                    float e = x[(((size_t)b * s->heads + h) * s->len + i) * X + c];
+                    cr_assert(e == 0.0f, "%s[b=%d h=%d i=%d c=%d] = %g in a padded row (length %d), expected 0", what,
+                              b, h, i, c, (double)e, valid_len(s, b));
+                }
+}
+
+void tu_gather(const attn_shape *s, const float *src, float *dst, int t, int X) {
+    for (int bh = 0; bh < s->batch * s->heads; bh++)
+        memcpy(dst + (size_t)bh * X, src + ((size_t)bh * s->len + t) * X, sizeof(float) * (size_t)X);
+}
+
+void tu_scatter(const attn_shape *s, const float *src, float *dst, int t, int X) {
+    for (int bh = 0; bh < s->batch * s->heads; bh++)
+        memcpy(dst + ((size_t)bh * s->len + t) * X, src + (size_t)bh * X, sizeof(float) * (size_t)X);
+}
+
+float *tu_prefix(const attn_shape *s, const float *src, int P, int X) {
+    float *dst = tu_alloc_f((size_t)s->batch * s->heads * (size_t)(P ? P : 1) * X);
+    for (int bh = 0; bh < s->batch * s->heads; bh++)
+        memcpy(dst + (size_t)bh * P * X, src + (size_t)bh * s->len * X, sizeof(float) * (size_t)P * X);
+    return dst;
+}
+
 double *tu_to_double(const float *x, size_t n) {
     double *d = malloc(sizeof(double) * (n ? n : 1));
     for (size_t i = 0; i < n; i++) d[i] = x[i];

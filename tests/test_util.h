@@ -26,6 +26,17 @@ void tu_problem_init(tu_problem *p, int B, int H, int N, int D, int M, bool caus
                      uint64_t seed);
 void tu_problem_free(tu_problem *p);
 
+/* Rows i >= lengths[b] of a [B, H, N, X] tensor are exactly zero (asserted; `what`
+ * names the tensor). */
+void tu_assert_padded_zero(const attn_shape *s, const float *x, int X, const char *what);
+
+/* Recurrent mode on [B, H, N, X] tensors: tu_gather copies position t of every slice
+ * into dst [B, H, X], tu_scatter copies it back; tu_prefix returns positions [0, P)
+ * as a new [B, H, P, X] tensor (malloc'ed). */
+void tu_gather(const attn_shape *s, const float *src, float *dst, int t, int X);
+void tu_scatter(const attn_shape *s, const float *src, float *dst, int t, int X);
+float *tu_prefix(const attn_shape *s, const float *src, int P, int X);
+
 double *tu_to_double(const float *x, size_t n); /* malloc'ed copy */
 float *tu_alloc_f(size_t n);                     /* malloc'ed, zeroed */
 double *tu_alloc_d(size_t n);                    /* malloc'ed, zeroed */
