@@ -12,6 +12,12 @@ void tu_fill_normal(float *x, size_t n, uint64_t seed, uint64_t stream, double s
     for (size_t i = 0; i < n; i++) x[i] = (float)(sd * ab_rng_normal(seed, stream, i));
 }
 
+float *tu_normal(size_t n, uint64_t seed, uint64_t stream, double sd) {
+    float *x = tu_alloc_f(n);
+    tu_fill_normal(x, n, seed, stream, sd);
+    return x;
+}
+
 void tu_fill_int(int *x, size_t n, uint64_t seed, uint64_t stream, int lo, int hi) {
     ab_rng r = ab_rng_make(seed, stream);
     for (size_t i = 0; i < n; i++) x[i] = lo + (int)ab_rng_next_below(&r, (uint32_t)(hi - lo + 1));

@@ -11,6 +11,8 @@
 
 /* n normal(0, sd) floats from (seed, stream) (harness RNG, so reproducible). */
 void tu_fill_normal(float *x, size_t n, uint64_t seed, uint64_t stream, double sd);
+/* The same in a new array (malloc'ed). */
+float *tu_normal(size_t n, uint64_t seed, uint64_t stream, double sd);
 /* Uniform integers in [lo, hi] into an int array. */
 void tu_fill_int(int *x, size_t n, uint64_t seed, uint64_t stream, int lo, int hi);
 
