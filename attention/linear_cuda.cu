@@ -515,6 +515,16 @@ struct lin_io {
     int N, L;
 };
 
+/* io moved on to its slice c0 (the tensors a call does not use stay NULL). */
+static lin_io io_at(const lin_io &io0, const lin_cfg &c, long long c0) {
+    lin_io io = io0;
+    const long long oq = c0 * io.N * c.D, ov = c0 * io.N * c.M;
+    io.q += oq, io.k += oq, io.v += ov;
+    if (io.out) io.out += ov;
+    if (io.dout) io.dout += ov, io.dq += oq, io.dk += oq, io.dv += ov;
+    return io;
+}
+
 /* ---- causal ---- */
 
 /* phiQ (if want_q), phiK, Vaug, the chunk states and their exclusive scan with the
@@ -552,11 +562,7 @@ static int causal_forward_run(const attn *a, const lin_cfg &c, long long ns, con
     const long long CM = (long long)c.C * c.M1;
     for (long long c0 = 0; c0 < ns; c0 += pl.cn) {
         const long long cn = ns - c0 < pl.cn ? ns - c0 : pl.cn;
-        lin_io io = io0;
-        io.q += c0 * io.N * c.D;
-        io.k += c0 * io.N * c.D;
-        io.v += c0 * io.N * c.M;
-        if (io.out) io.out += c0 * io.N * c.M;
+        const lin_io io = io_at(io0, c, c0);
         float *run = state ? state + c0 * CM : b.run;
         if (!state) AB_CUDA_CHECK(cudaMemsetAsync(run, 0, (size_t)(cn * CM) * sizeof(float), ab_cuda_stream()));
         for (int ch0 = 0; ch0 < pl.nc; ch0 += pl.g) {
@@ -581,9 +587,7 @@ static int causal_backward_run(const attn *a, const lin_cfg &c, long long ns, co
     const long long TC = (long long)T * C, TM = (long long)T * M1, TT = (long long)T * T, CM = (long long)C * M1;
     for (long long c0 = 0; c0 < ns; c0 += pl.cn) {
         const long long cn = ns - c0 < pl.cn ? ns - c0 : pl.cn;
-        lin_io io = io0;
-        const long long oq = c0 * io.N * c.D, ov = c0 * io.N * c.M;
-        io.q += oq, io.k += oq, io.v += ov, io.dout += ov, io.dq += oq, io.dk += oq, io.dv += ov;
+        const lin_io io = io_at(io0, c, c0);
         const long long sq = (long long)io.N * c.D, sv = (long long)io.N * c.M;
         /* pass 1: chunks in order; Oaug, Gaug (kept scalars), dphiQ -> dq */
         AB_CUDA_CHECK(cudaMemsetAsync(b.run, 0, (size_t)(cn * CM) * sizeof(float), ab_cuda_stream()));
@@ -669,8 +673,7 @@ static int noncausal_forward_run(const attn *a, const lin_cfg &c, long long ns, 
     const int C = c.C, M1 = c.M1;
     for (long long c0 = 0; c0 < ns; c0 += pl.cn) {
         const long long cn = ns - c0 < pl.cn ? ns - c0 : pl.cn;
-        lin_io io = io0;
-        io.q += c0 * io.N * c.D, io.k += c0 * io.N * c.D, io.v += c0 * io.N * c.M, io.out += c0 * io.N * c.M;
+        const lin_io io = io_at(io0, c, c0);
         AB_TRY(noncausal_state(c, pl, cn, io, b));
         for (int ch0 = 0; ch0 < pl.nc; ch0 += pl.g) {
             const group gr = group_at(c, cn, pl.nc - ch0 < pl.g ? pl.nc - ch0 : pl.g, ch0);
@@ -696,9 +699,7 @@ static int noncausal_backward_run(const attn *a, const lin_cfg &c, long long ns,
     const long long CM = (long long)C * M1;
     for (long long c0 = 0; c0 < ns; c0 += pl.cn) {
         const long long cn = ns - c0 < pl.cn ? ns - c0 : pl.cn;
-        lin_io io = io0;
-        const long long oq = c0 * io.N * c.D, ov = c0 * io.N * c.M;
-        io.q += oq, io.k += oq, io.v += ov, io.dout += ov, io.dq += oq, io.dk += oq, io.dv += ov;
+        const lin_io io = io_at(io0, c, c0);
         const long long sq = (long long)io.N * c.D, sv = (long long)io.N * c.M;
         AB_TRY(noncausal_state(c, pl, cn, io, b));
         /* queries: Oaug, Gaug, dphiQ = Gaug S^T -> dq; R = sum phiQ^T Gaug */

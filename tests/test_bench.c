@@ -4,6 +4,7 @@
  * the emulated binary records oom and skipped points and goes on. */
 #include "cuda_device.h"
 #include "error.h"
+#include "test_proc.h"
 
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -11,33 +12,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #define SMOKE ATTNBENCH_SOURCE_DIR "/experiments/sweep/smoke.json"
 #define DIR TEST_DATA_DIR "/bench-test"
 
-/* Runs `ENV EXE ARGS` through the shell with stderr captured; returns the exit status. */
-static int run_exe(const char *env, const char *exe, const char *args, char *err, size_t cap) {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s %s --threads 1 %s 2>%s/stderr.txt >/dev/null", env, exe, args, DIR);
-    int st = system(cmd);
-    if (err) {
-        err[0] = '\0';
-        char p[512];
-        snprintf(p, sizeof p, "%s/stderr.txt", DIR);
-        FILE *f = fopen(p, "r");
-        if (f) {
-            size_t n = fread(err, 1, cap - 1, f);
-            err[n] = '\0';
-            fclose(f);
-        }
-    }
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+static char *g_err; /* stderr of the last run */
 
-/* Runs `attnbench ARGS`. */
-static int run(const char *args, char *err, size_t cap) { return run_exe("", ATTNBENCH_EXE, args, err, cap); }
+/* Runs `EXE --threads 1 ARG...` (NULL-terminated) with ENV ("NAME=VALUE" or NULL) added
+ * to the environment, stdout and stderr into DIR; returns the exit status. */
+#define run_exe(env, exe, ...) tp_run(DIR, exe, env, TP_ARGV("--threads", "1", __VA_ARGS__), NULL, &g_err)
+
+/* Runs `attnbench ARG...`. */
+#define run(...) run_exe(NULL, ATTNBENCH_EXE, __VA_ARGS__)
 
 static int count_lines(const char *s) {
     int n = 0;
@@ -50,12 +36,16 @@ static void setup(void) {
     mkdir(DIR, 0777);
 }
 
-TestSuite(bench, .init = setup);
+static void teardown(void) {
+    free(g_err);
+    g_err = NULL;
+}
+
+TestSuite(bench, .init = setup, .fini = teardown);
 
 Test(bench, smoke_sweep_writes_complete_document) {
-    char err[8192];
-    int rc = run("bench " SMOKE " --quiet --out " DIR "/smoke.json", err, sizeof err);
-    cr_assert_eq(rc, 0, "bench failed: %s", err);
+    int rc = run("bench", SMOKE, "--quiet", "--out", DIR "/smoke.json", NULL);
+    cr_assert_eq(rc, 0, "bench failed: %s", g_err);
     json_error_t je;
     json_t *doc = json_load_file(DIR "/smoke.json", 0, &je);
     cr_assert_not_null(doc, "result is not JSON: %s", je.text);
@@ -118,12 +108,10 @@ Test(bench, smoke_sweep_writes_complete_document) {
 }
 
 Test(bench, memory_limit_gives_oom_then_skipped) {
-    char err[8192];
     /* 1e-4 GiB = 107 kB: the first length fits nothing, so every point is oom or skipped. */
-    int rc = run("bench " SMOKE " --quiet --set memory_limit_gib=0.0001 --set 'recurrent.contexts=[]' --out " DIR
-                 "/oom.json",
-                 err, sizeof err);
-    cr_assert_eq(rc, 0, "bench failed: %s", err);
+    int rc = run("bench", SMOKE, "--quiet", "--set", "memory_limit_gib=0.0001", "--set", "recurrent.contexts=[]",
+                 "--out", DIR "/oom.json", NULL);
+    cr_assert_eq(rc, 0, "bench failed: %s", g_err);
     json_t *doc = json_load_file(DIR "/oom.json", 0, NULL);
     cr_assert_not_null(doc);
     json_t *recs = json_object_get(doc, "records");
@@ -137,58 +125,52 @@ Test(bench, memory_limit_gives_oom_then_skipped) {
     json_decref(doc);
 }
 
-static void expect_refused(const char *args, const char *needle) {
-    /* An earlier result at the same path must survive a refused run. */
-    FILE *f = fopen(DIR "/keep.json", "w");
-    fputs("{\"keep\": true}\n", f);
-    fclose(f);
-    char err[8192];
-    int rc = run(args, err, sizeof err);
-    cr_assert_eq(rc, 2, "`%s` exited %d, want 2; stderr: %s", args, rc, err);
-    cr_assert_eq(count_lines(err), 1, "want one line on stderr, got: %s", err);
-    cr_assert(strstr(err, "attnbench: error:") == err, "stderr: %s", err);
-    cr_assert(strstr(err, needle), "stderr should name '%s': %s", needle, err);
-    f = fopen(DIR "/keep.json", "r");
-    char buf[64] = {0};
-    fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    cr_assert_str_eq(buf, "{\"keep\": true}\n", "an earlier result was overwritten");
+#define KEEP "{\"keep\": true}\n"
+
+/* `attnbench ARG...` with an earlier result at DIR/keep.json (written first): refused
+ * with one line "attnbench: error: ..." naming `needle` and exit status 2, and the
+ * earlier result untouched. */
+#define expect_refused(needle, ...)                                                                                    \
+    (tp_write_bytes(DIR "/keep.json", KEEP, strlen(KEEP)), check_refused(run(__VA_ARGS__), #__VA_ARGS__, needle))
+
+static void check_refused(int rc, const char *args, const char *needle) {
+    cr_assert(tp_usage_error(rc, g_err, args, TP_ARGV(needle, NULL)), "`%s` was not refused", args);
+    char *buf = tp_slurp(DIR "/keep.json", NULL);
+    cr_assert_str_eq(buf, KEEP, "an earlier result was overwritten");
+    free(buf);
 }
 
 static void write_config(const char *name, const char *text) {
     char p[512];
     snprintf(p, sizeof p, "%s/%s", DIR, name);
-    FILE *f = fopen(p, "w");
-    fputs(text, f);
-    fclose(f);
+    tp_write_bytes(p, text, strlen(text));
 }
 
 Test(bench, bad_configs_refused) {
-    expect_refused("bench " DIR "/does-not-exist.json --out " DIR "/keep.json", "does-not-exist.json");
+    expect_refused("does-not-exist.json", "bench", DIR "/does-not-exist.json", "--out", DIR "/keep.json", NULL);
     write_config("malformed.json", "{\"name\": \"x\",\n \"lengths\": [1, 2,\n");
-    expect_refused("bench " DIR "/malformed.json --out " DIR "/keep.json", "malformed.json:");
-    expect_refused("bench " SMOKE " --set lenghts=[1] --out " DIR "/keep.json", "lenghts");
-    expect_refused("bench " SMOKE " --set variants.0.variant=nope --out " DIR "/keep.json", "nope");
-    expect_refused("bench " SMOKE " --set variants.2.set.rounds=0 --out " DIR "/keep.json", "rounds");
-    expect_refused("bench " SMOKE " --set batch.rule=sometimes --out " DIR "/keep.json", "batch.rule");
-    expect_refused("bench " SMOKE " --set heads=0 --out " DIR "/keep.json", "heads");
-    expect_refused("bench " SMOKE " --set lengths=\"many\" --out " DIR "/keep.json", "lengths");
-    expect_refused("bench " SMOKE " --set causal=1 --out " DIR "/keep.json", "causal");
+    expect_refused("malformed.json:", "bench", DIR "/malformed.json", "--out", DIR "/keep.json", NULL);
+    expect_refused("lenghts", "bench", SMOKE, "--set", "lenghts=[1]", "--out", DIR "/keep.json", NULL);
+    expect_refused("nope", "bench", SMOKE, "--set", "variants.0.variant=nope", "--out", DIR "/keep.json", NULL);
+    expect_refused("rounds", "bench", SMOKE, "--set", "variants.2.set.rounds=0", "--out", DIR "/keep.json", NULL);
+    expect_refused("batch.rule", "bench", SMOKE, "--set", "batch.rule=sometimes", "--out", DIR "/keep.json", NULL);
+    expect_refused("heads", "bench", SMOKE, "--set", "heads=0", "--out", DIR "/keep.json", NULL);
+    expect_refused("lengths", "bench", SMOKE, "--set", "lengths=many", "--out", DIR "/keep.json", NULL);
+    expect_refused("causal", "bench", SMOKE, "--set", "causal=1", "--out", DIR "/keep.json", NULL);
     write_config("extra.json", "{\"name\": \"x\", \"variants\": [{\"variant\": \"linear\"}], \"lengths\": [8], "
                                "\"heads\": 1, \"qk_dim\": 2, \"v_dim\": 2, \"causal\": true, "
                                "\"batch\": {\"rule\": \"fixed\", \"size\": 1}, \"colour\": \"red\"}");
-    expect_refused("bench " DIR "/extra.json --out " DIR "/keep.json", "colour");
-    expect_refused("bench", "CONFIG");
-    expect_refused("plot " DIR "/keep.json", "not an attnbench run document");
+    expect_refused("colour", "bench", DIR "/extra.json", "--out", DIR "/keep.json", NULL);
+    expect_refused("CONFIG", "bench", NULL);
+    expect_refused("not an attnbench run document", "plot", DIR "/keep.json", NULL);
 }
 
 Test(bench, plot_draws_png_and_svg) {
     if (system("command -v gnuplot >/dev/null 2>&1") != 0) cr_skip("gnuplot is not installed");
-    char err[8192];
-    int rc = run("bench " SMOKE " --quiet --set 'recurrent.contexts=[]' --out " DIR "/plotme.json", err, sizeof err);
-    cr_assert_eq(rc, 0, "bench failed: %s", err);
-    rc = run("plot " DIR "/plotme.json", err, sizeof err);
-    cr_assert_eq(rc, 0, "plot failed: %s", err);
+    int rc = run("bench", SMOKE, "--quiet", "--set", "recurrent.contexts=[]", "--out", DIR "/plotme.json", NULL);
+    cr_assert_eq(rc, 0, "bench failed: %s", g_err);
+    rc = run("plot", DIR "/plotme.json", NULL);
+    cr_assert_eq(rc, 0, "plot failed: %s", g_err);
     struct stat st;
     cr_assert_eq(stat(DIR "/plotme.png", &st), 0, "no PNG");
     cr_assert_gt(st.st_size, 1000);
@@ -206,11 +188,8 @@ Test(bench, cuda_without_device_refused) {
     /* The real binary on a machine (or build) without CUDA: one line, exit status 2,
      * before any work. With a device the sweep would run: nothing to check here. */
     if (ab_cuda_init() == 0) cr_skip_test("this machine has a CUDA device");
-    char err[8192];
-    int rc = run("bench " SMOKE " --device cuda --quiet --out " DIR "/nodev.json", err, sizeof err);
-    cr_assert_eq(rc, 2, "exit status %d: %s", rc, err);
-    cr_assert(strncmp(err, "attnbench: error: ", 18) == 0 && count_lines(err) == 1 && strstr(err, "CUDA"),
-              "stderr: %s", err);
+    int rc = run("bench", SMOKE, "--device", "cuda", "--quiet", "--out", DIR "/nodev.json", NULL);
+    cr_assert(tp_usage_error(rc, g_err, "bench --device cuda", TP_ARGV("CUDA", NULL)), "stderr: %s", g_err);
     struct stat st;
     cr_assert_neq(stat(DIR "/nodev.json", &st), 0, "a refused run wrote a result");
 }
@@ -226,12 +205,9 @@ Test(bench, cuda_emulated_sweep_records_oom_and_skipped) {
      * 32 x 4 (slice, round) pairs at once): oom there, and their N = 128 points are
      * skipped after it. The recurrent states (C x (M+1) per slice, or the key/value
      * cache) fit. The document names the device. */
-    char err[8192];
-    int rc = run_exe("AB_EMU_DEVICE_MEMORY=400K", ATTNBENCH_EMU_EXE,
-                     "bench " SMOKE " --device cuda --quiet --set 'lengths=[16,128]' --set gemm.size=16 --out " DIR
-                     "/cuda.json",
-                     err, sizeof err);
-    cr_assert_eq(rc, 0, "bench failed: %s", err);
+    int rc = run_exe("AB_EMU_DEVICE_MEMORY=400K", ATTNBENCH_EMU_EXE, "bench", SMOKE, "--device", "cuda", "--quiet",
+                     "--set", "lengths=[16,128]", "--set", "gemm.size=16", "--out", DIR "/cuda.json", NULL);
+    cr_assert_eq(rc, 0, "bench failed: %s", g_err);
     json_t *doc = json_load_file(DIR "/cuda.json", 0, NULL);
     cr_assert_not_null(doc);
     cr_assert_str_eq(json_string_value(json_object_get(doc, "status")), "ok");
@@ -279,9 +255,7 @@ Test(bench, cuda_emulated_sweep_records_oom_and_skipped) {
 }
 
 Test(bench, cuda_emulated_no_device_refused) {
-    char err[8192];
-    int rc = run_exe("AB_EMU_NO_DEVICE=1", ATTNBENCH_EMU_EXE, "bench " SMOKE " --device cuda --quiet --out " DIR
-                     "/nodev2.json", err, sizeof err);
-    cr_assert_eq(rc, 2, "exit status %d: %s", rc, err);
-    cr_assert(strstr(err, "no CUDA device") && count_lines(err) == 1, "stderr: %s", err);
+    int rc = run_exe("AB_EMU_NO_DEVICE=1", ATTNBENCH_EMU_EXE, "bench", SMOKE, "--device", "cuda", "--quiet", "--out",
+                     DIR "/nodev2.json", NULL);
+    cr_assert(tp_usage_error(rc, g_err, "emulated, no device", TP_ARGV("no CUDA device", NULL)), "stderr: %s", g_err);
 }

@@ -12,6 +12,7 @@
 #include "memory.h"
 #include "optim.h"
 #include "rng.h"
+#include "test_proc.h"
 #include "test_util.h"
 
 #include <dirent.h>
@@ -33,29 +34,9 @@
 
 static char g_dir[600];
 
-static void rm_tree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char p[1024];
-    while ((e = readdir(d))) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        remove(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
+static void scratch_setup(void) { tp_scratch_make(g_dir, sizeof g_dir, TEST_DATA_DIR "/checkpoint-tmp"); }
 
-static void scratch_setup(void) {
-    char base[512];
-    snprintf(base, sizeof base, "%s/checkpoint-tmp", TEST_DATA_DIR);
-    cr_assert_eq(ab_mkdir_p(base), 0, "cannot create %s: %s", base, ab_error());
-    snprintf(g_dir, sizeof g_dir, "%s/XXXXXX", base);
-    cr_assert_not_null(mkdtemp(g_dir), "mkdtemp %s: %s", g_dir, strerror(errno));
-}
-
-static void scratch_teardown(void) { rm_tree(g_dir); }
+static void scratch_teardown(void) { tp_rm_tree(g_dir); }
 
 TestSuite(checkpoint, .init = scratch_setup, .fini = scratch_teardown);
 TestSuite(checkpoint_bad, .init = scratch_setup, .fini = scratch_teardown);
@@ -67,26 +48,6 @@ static const char *path_in(const char *name) {
     return p;
 }
 
-static void write_bytes(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f, "cannot write %s", path);
-    if (n) cr_assert_eq(fwrite(data, 1, n, f), n);
-    fclose(f);
-}
-
-static unsigned char *read_bytes(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "cannot read %s", path);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *buf = malloc((size_t)len + 1);
-    cr_assert_eq(fread(buf, 1, (size_t)len, f), (size_t)len);
-    fclose(f);
-    *n = (size_t)len;
-    return buf;
-}
-
 static int count_temporaries(void) {
     DIR *d = opendir(g_dir);
     int k = 0;
@@ -95,11 +56,6 @@ static int count_temporaries(void) {
         if (strstr(e->d_name, ".tmp.")) k++;
     closedir(d);
     return k;
-}
-
-static bool file_exists(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0;
 }
 
 /* The format's fields, as checkpoint.h documents them. */
@@ -308,7 +264,7 @@ Test(checkpoint, large_empty_and_zero_blobs) {
     cr_assert(strstr(ab_error(), "more than 64 blobs"), "%s", ab_error());
     ab_ckpt_abort(w);
     cr_assert_eq(count_temporaries(), 0);
-    cr_assert_not(file_exists(path_in("full.ckpt")));
+    cr_assert_not(tp_exists(path_in("full.ckpt")));
 }
 
 Test(checkpoint, meta_round_trip) {
@@ -398,12 +354,12 @@ static unsigned char *old_contents(const char *path, size_t *n) {
     blob_set set;
     write_standard(path, &set);
     set_free(&set);
-    return read_bytes(path, n);
+    return tp_read_bytes(path, n);
 }
 
 static void expect_unchanged(const char *path, const unsigned char *old, size_t n, const char *what) {
     size_t m;
-    unsigned char *now = read_bytes(path, &m);
+    unsigned char *now = tp_read_bytes(path, &m);
     cr_assert_eq(m, n, "%s: the old file changed size", what);
     cr_assert_eq(memcmp(now, old, n), 0, "%s: the old file changed", what);
     free(now);
@@ -500,21 +456,21 @@ Test(checkpoint, begin_in_a_missing_folder_fails) {
 
 Test(checkpoint_bad, foreign_files) {
     const char *p = path_in("foreign");
-    write_bytes(p, "hello, I am a text file\n", 24);
+    tp_write_bytes(p, "hello, I am a text file\n", 24);
     expect_refused(p, "not an attnbench checkpoint", "text");
     static const char npy[] = "\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }";
-    write_bytes(p, npy, sizeof npy - 1);
+    tp_write_bytes(p, npy, sizeof npy - 1);
     expect_refused(p, "not an attnbench checkpoint", "npy");
-    write_bytes(p, "\x7f" "ELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00", 16);
+    tp_write_bytes(p, "\x7f" "ELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00", 16);
     expect_refused(p, "not an attnbench checkpoint", "elf");
-    write_bytes(p, "", 0);
+    tp_write_bytes(p, "", 0);
     expect_refused(p, "empty file", "empty");
-    write_bytes(p, "x", 1);
+    tp_write_bytes(p, "x", 1);
     expect_refused(p, "not an attnbench checkpoint", "one byte");
     /* A large foreign file is refused from its first bytes, without reading it whole. */
     const size_t big = 4u << 20;
     unsigned char *junk = calloc(big, 1);
-    write_bytes(p, junk, big);
+    tp_write_bytes(p, junk, big);
     free(junk);
     ab_mem_reset_peak(AB_DEV_CPU);
     size_t base = ab_mem_current(AB_DEV_CPU);
@@ -536,33 +492,33 @@ Test(checkpoint_bad, text_mode_version_byte_order) {
     write_standard(p, &set);
     set_free(&set);
     size_t n;
-    unsigned char *good = read_bytes(p, &n);
+    unsigned char *good = tp_read_bytes(p, &n);
     unsigned char *b = malloc(n + 1);
 
     /* CR LF turned into LF (a text-mode transfer): the magic loses a byte. */
     memcpy(b, good, 4);
     memcpy(b + 4, good + 5, n - 5);
-    write_bytes(p, b, n - 1);
+    tp_write_bytes(p, b, n - 1);
     expect_refused(p, "text-mode", "CRLF -> LF");
     /* LF turned into CR LF */
     memcpy(b, good, 7);
     b[7] = '\r';
     memcpy(b + 8, good + 7, n - 7);
-    write_bytes(p, b, n + 1);
+    tp_write_bytes(p, b, n + 1);
     expect_refused(p, "text-mode", "LF -> CRLF");
 
     memcpy(b, good, n);
     wr32(b + 8, 2);
     fix_crcs(b, n);
-    write_bytes(p, b, n);
+    tp_write_bytes(p, b, n);
     expect_refused(p, "checkpoint format version 2, this build reads 1", "version 2");
     wr32(b + 8, 0);
-    write_bytes(p, b, n);
+    tp_write_bytes(p, b, n);
     expect_refused(p, "checkpoint format version 0, this build reads 1", "version 0");
 
     memcpy(b, good, n);
     wr32(b + 12, 0x04030201u);
-    write_bytes(p, b, n);
+    tp_write_bytes(p, b, n);
     expect_refused(p, "other byte order", "byte order");
     free(b);
     free(good);
@@ -574,7 +530,7 @@ Test(checkpoint_bad, truncated_at_every_section_boundary) {
     write_standard(p, &set);
     set_free(&set);
     size_t n;
-    unsigned char *good = read_bytes(p, &n);
+    unsigned char *good = tp_read_bytes(p, &n);
     /* Section boundaries from the file's own table: inside and at the end of the magic,
      * the header, the table, and at the start, middle and end of every blob. */
     size_t cuts[64];
@@ -593,7 +549,7 @@ Test(checkpoint_bad, truncated_at_every_section_boundary) {
     cuts[k++] = n - 1;
     for (int i = 0; i < k; i++) {
         cr_assert_lt(cuts[i], n);
-        write_bytes(p, good, cuts[i]);
+        tp_write_bytes(p, good, cuts[i]);
         char what[64];
         snprintf(what, sizeof what, "cut at %zu of %zu", cuts[i], n);
         expect_refused(p, "truncated", what);
@@ -602,7 +558,7 @@ Test(checkpoint_bad, truncated_at_every_section_boundary) {
     unsigned char *b = malloc(n + 1);
     memcpy(b, good, n);
     b[n] = 0;
-    write_bytes(p, b, n + 1);
+    tp_write_bytes(p, b, n + 1);
     expect_refused(p, "1 unexpected bytes after the end", "appended byte");
     free(b);
     free(good);
@@ -613,7 +569,7 @@ Test(checkpoint_bad, crc_mismatches) {
     blob_set set;
     write_standard(p, &set);
     size_t n;
-    unsigned char *good = read_bytes(p, &n);
+    unsigned char *good = tp_read_bytes(p, &n);
     unsigned char *b = malloc(n);
     /* One flipped bit in each non-empty blob names that blob. */
     for (uint32_t i = 0; i < 6; i++) {
@@ -621,22 +577,22 @@ Test(checkpoint_bad, crc_mismatches) {
         if (!bytes) continue;
         memcpy(b, good, n);
         b[off + bytes - 1] ^= 0x10;
-        write_bytes(p, b, n);
+        tp_write_bytes(p, b, n);
         char msg[96];
         snprintf(msg, sizeof msg, "blob '%s' is corrupt (CRC mismatch)", set.b[i].name);
         expect_refused(p, msg, msg);
     }
     memcpy(b, good, n);
     b[50] ^= 1; /* file size field */
-    write_bytes(p, b, n);
+    tp_write_bytes(p, b, n);
     expect_refused(p, "checkpoint header is corrupt (CRC mismatch)", "header");
     memcpy(b, good, n);
     b[64 + 64 * 2 + 50] ^= 1; /* a blob size in the table */
-    write_bytes(p, b, n);
+    tp_write_bytes(p, b, n);
     expect_refused(p, "checkpoint table is corrupt (CRC mismatch)", "table");
     memcpy(b, good, n);
     b[64 + 64 * 40 + 3] = 1; /* an unused table slot */
-    write_bytes(p, b, n);
+    tp_write_bytes(p, b, n);
     expect_refused(p, "checkpoint table is corrupt (CRC mismatch)", "unused slot");
     set_free(&set);
     free(b);
@@ -651,7 +607,7 @@ Test(checkpoint_bad, bad_tables) {
     write_standard(p, &set);
     set_free(&set);
     size_t n;
-    unsigned char *good = read_bytes(p, &n);
+    unsigned char *good = tp_read_bytes(p, &n);
     unsigned char *b = malloc(n + 4096);
     unsigned char *e0 = b + 64, *e1 = b + 128, *e2 = b + 192;
 
@@ -660,8 +616,8 @@ Test(checkpoint_bad, bad_tables) {
         memcpy(b, good, n);                                                                                            \
         size_t len = n;                                                                                                \
         edit;                                                                                                          \
-        fix_crcs(b, n);                                                                                                   \
-        write_bytes(p, b, len);                                                                                        \
+        fix_crcs(b, n);                                                                                                \
+        tp_write_bytes(p, b, len);                                                                                     \
         expect_refused(p, msg, what);                                                                                  \
     } while (0)
 
@@ -780,7 +736,7 @@ Test(checkpoint_fuzz, every_byte_every_length_and_random_damage) {
     blob_set set;
     write_standard(p, &set);
     size_t n;
-    unsigned char *good = read_bytes(p, &n);
+    unsigned char *good = tp_read_bytes(p, &n);
     unsigned char *b = malloc(n + 64);
     size_t before = ab_mem_current(AB_DEV_CPU);
     /* The file is edited in place (one byte, or its length) and restored, which is
@@ -818,7 +774,7 @@ Test(checkpoint_fuzz, every_byte_every_length_and_random_damage) {
             for (size_t j = 0; j < extra; j++) b[n + j] = (unsigned char)ab_rng_next_below(&rng, 256);
             len = n + extra;
         }
-        write_bytes(p, b, len);
+        tp_write_bytes(p, b, len);
         open_or_refuse(p, &set, true, "random damage", (size_t)it);
     }
     /* Damage with the CRCs recomputed, so the structural checks are reached: header and
@@ -834,7 +790,7 @@ Test(checkpoint_fuzz, every_byte_every_length_and_random_damage) {
             b[at] = (unsigned char)ab_rng_next_below(&rng, 256);
         }
         fix_crcs(b, n);
-        write_bytes(p, b, n);
+        tp_write_bytes(p, b, n);
         opened += open_or_refuse(p, &set, false, "structural damage", (size_t)it);
     }
     /* Most such damage is refused (sizes, offsets, flags); only name changes pass. */

@@ -9,25 +9,17 @@
 #include "fileio.h"
 #include "memory.h"
 #include "npy.h"
+#include "test_proc.h"
 #include "test_util.h"
 
 #include <criterion/criterion.h>
 
 #include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <float.h>
 #include <math.h>
-#include <spawn.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-extern char **environ;
 
 /* ------------------------------------------------------------------------------------
  * Running the binary
@@ -36,22 +28,6 @@ extern char **environ;
 static char g_dir[600];    /* this test's scratch folder */
 static char *g_stdout;     /* output of the last run */
 static char *g_stderr;
-
-static void rm_tree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char p[1024];
-    while ((e = readdir(d))) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) rm_tree(p);
-        else remove(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
 
 /* A path inside the scratch folder; the strings live until the test's teardown. */
 static char **g_paths;
@@ -66,94 +42,22 @@ static const char *P(const char *name) {
     return p;
 }
 
-/* Whole file, NUL-terminated; *size (if not NULL) its length. */
-static char *slurp_n(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "cannot read %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    cr_assert_eq(fread(s, 1, (size_t)n, f), (size_t)n);
-    s[n] = '\0';
-    fclose(f);
-    if (size) *size = (size_t)n;
-    return s;
-}
-
-static char *slurp(const char *path) { return slurp_n(path, NULL); }
-
-static bool exists(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0;
-}
-
 /* Runs `exe` with the NULL-terminated arguments (and `env`, "NAME=VALUE" or NULL, added
  * to the environment), stdout and stderr captured in g_stdout / g_stderr; returns the
  * exit status (or 128 + signal). */
 static int run_exe_argv(const char *exe, const char *env, const char *const *args) {
-    const char *argv[64];
-    int n = 0;
-    argv[n++] = exe;
-    for (int i = 0; args[i]; i++) {
-        cr_assert_lt(n, 63);
-        argv[n++] = args[i];
-    }
-    argv[n] = NULL;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, P("stdout.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, 2, P("stderr.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    size_t ne = 0;
-    while (environ[ne]) ne++;
-    char **envp = malloc(sizeof(char *) * (ne + 2));
-    cr_assert_not_null(envp);
-    memcpy(envp, environ, sizeof(char *) * ne);
-    if (env) envp[ne++] = (char *)env;
-    envp[ne] = NULL;
-    pid_t pid;
-    int rc = posix_spawn(&pid, exe, &fa, NULL, (char *const *)argv, envp);
-    posix_spawn_file_actions_destroy(&fa);
-    free(envp);
-    cr_assert_eq(rc, 0, "cannot run %s: %s", exe, strerror(rc));
-    int status;
-    cr_assert_eq(waitpid(pid, &status, 0), pid);
-    free(g_stdout);
-    free(g_stderr);
-    g_stdout = slurp(P("stdout.txt"));
-    g_stderr = slurp(P("stderr.txt"));
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return tp_run(g_dir, exe, env, args, &g_stdout, &g_stderr);
 }
 
 static int run_argv(const char *const *args) { return run_exe_argv(ATTNBENCH_EXE, NULL, args); }
 
 /* run(arg, ..., NULL) */
-static int run(const char *first, ...) {
-    const char *args[64];
-    int n = 0;
-    va_list ap;
-    va_start(ap, first);
-    for (const char *a = first; a; a = va_arg(ap, const char *)) {
-        cr_assert_lt(n, 63);
-        args[n++] = a;
-    }
-    va_end(ap);
-    args[n] = NULL;
-    return run_argv(args);
-}
+#define run(...) run_argv(TP_ARGV(__VA_ARGS__))
 
 /* Exit status 2 and exactly one line on stderr, "attnbench: error: ...", containing
  * every string of `must` (NULL-terminated). */
 static void expect_usage_error(int status, const char *what, const char *const *must) {
-    cr_assert_eq(status, 2, "%s: exit status %d, want 2 (stderr: %s)", what, status, g_stderr);
-    cr_assert(strncmp(g_stderr, "attnbench: error: ", 18) == 0, "%s: stderr does not start with 'attnbench: error: ': %s",
-              what, g_stderr);
-    size_t len = strlen(g_stderr);
-    char *nl = strchr(g_stderr, '\n');
-    cr_assert(nl && (size_t)(nl - g_stderr) == len - 1, "%s: stderr is not exactly one line: %s", what, g_stderr);
-    for (int i = 0; must && must[i]; i++)
-        cr_assert(strstr(g_stderr, must[i]) != NULL, "%s: message lacks '%s': %s", what, must[i], g_stderr);
+    cr_assert(tp_usage_error(status, g_stderr, what, must), "%s: not a one-line usage error", what);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -175,11 +79,7 @@ static void write_f32(const char *name, int ndim, const int64_t *shape, uint64_t
 }
 
 static void setup(void) {
-    char base[512];
-    snprintf(base, sizeof base, "%s/cli-tmp", TEST_DATA_DIR);
-    cr_assert_eq(ab_mkdir_p(base), 0, "%s", ab_error());
-    snprintf(g_dir, sizeof g_dir, "%s/XXXXXX", base);
-    cr_assert_not_null(mkdtemp(g_dir), "mkdtemp: %s", strerror(errno));
+    tp_scratch_make(g_dir, sizeof g_dir, TEST_DATA_DIR "/cli-tmp");
 
     const int64_t sq[4] = {B, H, N, D}, sv[4] = {B, H, N, M};
     write_f32("q.npy", 4, sq, 0);
@@ -221,7 +121,7 @@ static void setup(void) {
 }
 
 static void teardown(void) {
-    rm_tree(g_dir);
+    tp_rm_tree(g_dir);
     free(g_stdout);
     free(g_stderr);
     g_stdout = g_stderr = NULL;
@@ -408,7 +308,7 @@ Test(cli, op_bad_input_one_line_exit_2_no_output) {
         expect_usage_error(status, BAD[c].what, BAD[c].must);
         char p[800];
         snprintf(p, sizeof p, "%s/out.npy", out);
-        cr_assert_not(exists(p), "%s: %s was written", BAD[c].what, p);
+        cr_assert_not(tp_exists(p), "%s: %s was written", BAD[c].what, p);
     }
 }
 
@@ -420,14 +320,14 @@ Test(cli, op_failure_keeps_earlier_output) {
     const int64_t s[1] = {4};
     cr_assert_eq(ab_npy_write(P("keep/out.npy"), AB_F32, 1, s, old), 0);
     size_t before_n;
-    char *before = slurp_n(P("keep/out.npy"), &before_n);
+    char *before = tp_slurp(P("keep/out.npy"), &before_n);
     static const int cases[] = {0, 7, 11, 13}; /* unknown variant, bad k, lengths > N, bad magic */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const bad_case *bc = &BAD[cases[i]];
         expect_usage_error(run_op(bc->args, P("keep")), bc->what, bc->must);
-        cr_assert(exists(P("keep/out.npy")), "%s: out.npy removed", bc->what);
+        cr_assert(tp_exists(P("keep/out.npy")), "%s: out.npy removed", bc->what);
         size_t after_n;
-        char *after = slurp_n(P("keep/out.npy"), &after_n);
+        char *after = tp_slurp(P("keep/out.npy"), &after_n);
         cr_assert_eq(after_n, before_n, "%s: out.npy changed size", bc->what);
         cr_assert_eq(memcmp(before, after, after_n), 0, "%s: out.npy changed", bc->what);
         free(after);
@@ -530,7 +430,7 @@ static void check_op_variant(const char *variant, int n_set, const char *const *
     static const char *const names[4] = {"out.npy", "dq.npy", "dk.npy", "dv.npy"};
     for (int i = 0; i < 4; i++) {
         snprintf(f, sizeof f, "%s/%s", outdir, names[i]);
-        before[i] = slurp_n(P(f), &before_n[i]);
+        before[i] = tp_slurp(P(f), &before_n[i]);
     }
     const char *bad[] = {"--threads", "1",        "op",         "--variant",       variant, "--causal",
                          "--q",       P("q.npy"), "--k",        P("k.npy"),        "--v",   P("v.npy"),
@@ -540,7 +440,7 @@ static void check_op_variant(const char *variant, int n_set, const char *const *
     for (int i = 0; i < 4; i++) {
         snprintf(f, sizeof f, "%s/%s", outdir, names[i]);
         size_t after_n;
-        char *after = slurp_n(P(f), &after_n);
+        char *after = tp_slurp(P(f), &after_n);
         cr_assert(after_n == before_n[i] && memcmp(after, before[i], after_n) == 0, "%s changed", names[i]);
         free(after);
         free(before[i]);
@@ -564,8 +464,8 @@ Test(cli, op_forward_only_writes_out) {
     int status = run("--threads", "1", "op", "--variant", "softmax", "--q", P("q.npy"), "--k", P("k.npy"), "--v",
                      P("v.npy"), "--out", P("fwd/sub"), NULL);
     cr_assert_eq(status, 0, "%s", g_stderr);
-    cr_assert(exists(P("fwd/sub/out.npy")), "--out folder is created");
-    cr_assert_not(exists(P("fwd/sub/dq.npy")), "no gradients without --dout");
+    cr_assert(tp_exists(P("fwd/sub/out.npy")), "--out folder is created");
+    cr_assert_not(tp_exists(P("fwd/sub/dq.npy")), "no gradients without --dout");
     float *out = tu_alloc_f(NV);
     library_op("softmax", 0, NULL, 0, false, NULL, out, NULL, NULL, NULL);
     expect_same("fwd/sub/out.npy", out, NV, M, "softmax non-causal");
@@ -644,7 +544,7 @@ Test(cli, op_cuda_without_device) {
                      P("v.npy"), "--out", P("cuda-nodev"), NULL);
     const char *must[] = {"CUDA", NULL};
     expect_usage_error(status, "op --device cuda without a device", must);
-    cr_assert_not(exists(P("cuda-nodev/out.npy")));
+    cr_assert_not(tp_exists(P("cuda-nodev/out.npy")));
 }
 
 /* op on the emulated binary: --device cuda against the library on the CPU. The two
@@ -708,5 +608,5 @@ Test(cli, op_cuda_emulated_refusals) {
                         "--v", P("v.npy"), "--out", P("cuda-nodev"), NULL};
     const char *must_dev[] = {"no CUDA device", NULL};
     expect_usage_error(run_exe_argv(ATTNBENCH_EMU_EXE, "AB_EMU_NO_DEVICE=1", sm), "no device", must_dev);
-    cr_assert_not(exists(P("cuda-lin/out.npy")) || exists(P("cuda-nodev/out.npy")));
+    cr_assert_not(tp_exists(P("cuda-lin/out.npy")) || tp_exists(P("cuda-nodev/out.npy")));
 }

@@ -164,44 +164,10 @@ static void dfree(void *d) { ab_dev_free(AB_DEV_CUDA, d); }
 /* ---- problems ---- */
 
 typedef struct {
-    attn_shape s;
-    int lengths[8];
-    float *q, *k, *v, *dout;
-    size_t nq, nv;
-} problem;
-
-static void prob_init(problem *p, int B, int H, int N, int D, int M, bool causal, const int *lengths, uint64_t seed) {
-    memset(p, 0, sizeof *p);
-    p->s = (attn_shape){B, H, N, D, M, causal, NULL};
-    if (lengths) {
-        cr_assert(B <= 8);
-        memcpy(p->lengths, lengths, sizeof(int) * (size_t)B);
-        p->s.lengths = p->lengths;
-    }
-    p->nq = (size_t)B * H * N * D;
-    p->nv = (size_t)B * H * N * M;
-    p->q = tu_alloc_f(p->nq);
-    p->k = tu_alloc_f(p->nq);
-    p->v = tu_alloc_f(p->nv);
-    p->dout = tu_alloc_f(p->nv);
-    tu_fill_normal(p->q, p->nq, seed, 1, 1.0);
-    tu_fill_normal(p->k, p->nq, seed, 2, 1.0);
-    tu_fill_normal(p->v, p->nv, seed, 3, 1.0);
-    tu_fill_normal(p->dout, p->nv, seed, 4, 1.0);
-}
-
-static void prob_free(problem *p) {
-    free(p->q);
-    free(p->k);
-    free(p->v);
-    free(p->dout);
-}
-
-typedef struct {
     float *out, *dq, *dk, *dv;
 } grads;
 
-static void grads_alloc(grads *g, const problem *p) {
+static void grads_alloc(grads *g, const tu_problem *p) {
     g->out = tu_alloc_f(p->nv);
     g->dq = tu_alloc_f(p->nq);
     g->dk = tu_alloc_f(p->nq);
@@ -215,7 +181,7 @@ static void grads_free(grads *g) {
     free(g->dv);
 }
 
-static void run_cpu(const cuda_variant *cv, const problem *p, grads *g) {
+static void run_cpu(const cuda_variant *cv, const tu_problem *p, grads *g) {
     attn *a = make(cv, ATTN_DEVICE_CPU);
     size_t sb = attn_saved_bytes(a, &p->s);
     void *saved = sb ? malloc(sb) : NULL;
@@ -229,7 +195,7 @@ static void run_cpu(const cuda_variant *cv, const problem *p, grads *g) {
 /* Forward and backward on the device; out and the gradients start as NaN on the device
  * (every entry must be written) and are copied back into g. `repeat` runs the pair
  * twice (workspace reuse: the second allocates nothing and gives the same results). */
-static void run_cuda(const cuda_variant *cv, const problem *p, grads *g, bool repeat) {
+static void run_cuda(const cuda_variant *cv, const tu_problem *p, grads *g, bool repeat) {
     attn *a = make(cv, ATTN_DEVICE_CUDA);
     attn *cpu = make(cv, ATTN_DEVICE_CPU);
     size_t sb = attn_saved_bytes(a, &p->s);
@@ -271,19 +237,6 @@ static void run_cuda(const cuda_variant *cv, const problem *p, grads *g, bool re
     attn_destroy(a);
 }
 
-static int valid_len(const attn_shape *s, int b) { return s->lengths ? s->lengths[b] : s->len; }
-
-static void assert_padded_zero(const attn_shape *s, const float *x, int X, const char *what) {
-    for (int b = 0; b < s->batch; b++)
-        for (int h = 0; h < s->heads; h++)
-            for (int i = valid_len(s, b); i < s->len; i++)
-                for (int c = 0; c < X; c++) {
-                    float e = x[(((size_t)b * s->heads + h) * s->len + i) * X + c];
-                    cr_assert(e == 0.0f, "%s[b=%d h=%d i=%d c=%d] = %g in a padded row (length %d), expected 0", what,
-                              b, h, i, c, (double)e, valid_len(s, b));
-                }
-}
-
 static double tol_factor(const cuda_variant *cv) {
     return strcmp(cv->variant, "polynomial") == 0 ? POLY_TOL_FACTOR : 1.0;
 }
@@ -305,8 +258,8 @@ static void expect_close(const float *got, const float *want, size_t n, double t
 
 /* CUDA == CPU for one variant and problem, forward and backward; dq and dk judged at
  * the scale max(max |want|, qk_floor). */
-static void check_problem_floor(const cuda_variant *cv, problem *pp, bool repeat, double qk_floor) {
-    problem p = *pp;
+static void check_problem_floor(const cuda_variant *cv, tu_problem *pp, bool repeat, double qk_floor) {
+    tu_problem p = *pp;
     const int B = p.s.batch, H = p.s.heads, N = p.s.len, D = p.s.qk_dim, M = p.s.v_dim;
     const bool causal = p.s.causal, lengths = p.s.lengths != NULL;
     grads c, g;
@@ -322,22 +275,24 @@ static void check_problem_floor(const cuda_variant *cv, problem *pp, bool repeat
     expect_close_floor(g.dq, c.dq, p.nq, f * BWD_TOL, qk_floor, "dq", ctx);
     expect_close_floor(g.dk, c.dk, p.nq, f * BWD_TOL, qk_floor, "dk", ctx);
     expect_close(g.dv, c.dv, p.nv, f * BWD_TOL, "dv", ctx);
-    assert_padded_zero(&p.s, g.out, M, "out");
-    assert_padded_zero(&p.s, g.dq, D, "dq");
-    assert_padded_zero(&p.s, g.dk, D, "dk");
-    assert_padded_zero(&p.s, g.dv, M, "dv");
+    tu_assert_padded_zero(&p.s, g.out, M, "out");
+    tu_assert_padded_zero(&p.s, g.dq, D, "dq");
+    tu_assert_padded_zero(&p.s, g.dk, D, "dk");
+    tu_assert_padded_zero(&p.s, g.dv, M, "dv");
     grads_free(&c);
     grads_free(&g);
 }
 
-static void check_problem(const cuda_variant *cv, problem *p, bool repeat) { check_problem_floor(cv, p, repeat, 1e-3); }
+static void check_problem(const cuda_variant *cv, tu_problem *p, bool repeat) {
+    check_problem_floor(cv, p, repeat, 1e-3);
+}
 
 static void check_parallel_floor(const cuda_variant *cv, int B, int H, int N, int D, int M, bool causal,
                                  const int *lengths, uint64_t seed, bool repeat, double qk_floor) {
-    problem p;
-    prob_init(&p, B, H, N, D, M, causal, lengths, seed);
+    tu_problem p;
+    tu_problem_init(&p, B, H, N, D, M, causal, lengths, seed);
     check_problem_floor(cv, &p, repeat, qk_floor);
-    prob_free(&p);
+    tu_problem_free(&p);
 }
 
 static void check_parallel(const cuda_variant *cv, int B, int H, int N, int D, int M, bool causal, const int *lengths,
@@ -551,37 +506,22 @@ Test(cuda_lsh, wide_heads_many_chunks_and_zero_queries) {
     for (int causal = 0; causal < 2; causal++)
         check_parallel(lsh_case("rounds=2", "chunk=40", "combine=logsumexp", NULL, &cv), 2, 1, 131, 33, 40, causal,
                        len, 72, false);
-    problem p;
-    prob_init(&p, 1, 2, 23, 6, 3, true, NULL, 73);
+    tu_problem p;
+    tu_problem_init(&p, 1, 2, 23, 6, 3, true, NULL, 73);
     for (size_t r = 0; r < 2 * 23; r += 5) memset(p.q + r * 6, 0, sizeof(float) * 6);
     check_problem(lsh_case("rounds=2", "chunk=4", "bits=2", NULL, &cv), &p, false);
     check_problem(lsh_case("rounds=3", "chunk=5", "combine=logsumexp", NULL, &cv), &p, false);
-    prob_free(&p);
+    tu_problem_free(&p);
 }
 
 /* ---- recurrent mode ---- */
-
-static void gather(const attn_shape *s, const float *src, float *dst, int t, int X) {
-    for (int bh = 0; bh < s->batch * s->heads; bh++)
-        memcpy(dst + (size_t)bh * X, src + ((size_t)bh * s->len + t) * X, sizeof(float) * (size_t)X);
-}
-static void scatter(const attn_shape *s, const float *src, float *dst, int t, int X) {
-    for (int bh = 0; bh < s->batch * s->heads; bh++)
-        memcpy(dst + ((size_t)bh * s->len + t) * X, src + (size_t)bh * X, sizeof(float) * (size_t)X);
-}
-static float *prefix(const attn_shape *s, const float *src, int P, int X) {
-    float *dst = tu_alloc_f((size_t)s->batch * s->heads * (size_t)(P ? P : 1) * X);
-    for (int bh = 0; bh < s->batch * s->heads; bh++)
-        memcpy(dst + (size_t)bh * P * X, src + (size_t)bh * s->len * X, sizeof(float) * (size_t)P * X);
-    return dst;
-}
 
 /* prefill(P) (P < 0: none) then steps P..N-1 on the device, against the causal forward
  * of the CPU and of the device. with_out: the prefill returns its outputs. */
 static void check_recurrent(const cuda_variant *cv, int B, int H, int N, int D, int M, int capacity, int P,
                             bool with_out, uint64_t seed) {
-    problem p;
-    prob_init(&p, B, H, N, D, M, true, NULL, seed);
+    tu_problem p;
+    tu_problem_init(&p, B, H, N, D, M, true, NULL, seed);
     grads c, g;
     grads_alloc(&c, &p);
     grads_alloc(&g, &p);
@@ -596,7 +536,7 @@ static void check_recurrent(const cuda_variant *cv, int B, int H, int N, int D, 
     float *rec = tu_alloc_f(p.nv);
     int start = 0;
     if (P >= 0) {
-        float *qp = prefix(&p.s, p.q, P, D), *kp = prefix(&p.s, p.k, P, D), *vp = prefix(&p.s, p.v, P, M);
+        float *qp = tu_prefix(&p.s, p.q, P, D), *kp = tu_prefix(&p.s, p.k, P, D), *vp = tu_prefix(&p.s, p.v, P, M);
         size_t np = (size_t)B * H * (size_t)P;
         float *dq = dupload(qp, np * D), *dk = dupload(kp, np * D), *dv = dupload(vp, np * M);
         float *dop = with_out ? dpoison(np * M) : NULL;
@@ -618,15 +558,15 @@ static void check_recurrent(const cuda_variant *cv, int B, int H, int N, int D, 
     size_t before = ab_mem_current(AB_DEV_CUDA);
     ab_mem_reset_peak(AB_DEV_CUDA);
     for (int t = start; t < N; t++) {
-        gather(&p.s, p.q, qt, t, D);
-        gather(&p.s, p.k, kt, t, D);
-        gather(&p.s, p.v, vt, t, M);
+        tu_gather(&p.s, p.q, qt, t, D);
+        tu_gather(&p.s, p.k, kt, t, D);
+        tu_gather(&p.s, p.v, vt, t, M);
         cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, dqt, qt, bh * D * 4), 0);
         cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, dkt, kt, bh * D * 4), 0);
         cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, dvt, vt, bh * M * 4), 0);
         cr_assert_eq(attn_step(a, st, t, dqt, dkt, dvt, dot), 0, "step %d: %s", t, attn_error());
         ddownload(ot, dot, bh * M);
-        scatter(&p.s, ot, rec, t, M);
+        tu_scatter(&p.s, ot, rec, t, M);
     }
     cr_assert_eq(ab_mem_peak(AB_DEV_CUDA), before, "steps allocated device memory");
     cr_assert_eq(attn_state_len(st), N);
@@ -645,7 +585,7 @@ static void check_recurrent(const cuda_variant *cv, int B, int H, int N, int D, 
     attn_destroy(a);
     grads_free(&c);
     grads_free(&g);
-    prob_free(&p);
+    tu_problem_free(&p);
 }
 
 static const cuda_variant *first_with_step(int from) {
@@ -815,8 +755,8 @@ Test(cuda_linear, reset_then_prefill_and_steps) {
     const cuda_variant *vs[2] = {&LIN_TAYLOR, &POLY_C4};
     for (int i = 0; i < 2; i++) {
         const cuda_variant *cv = vs[i];
-        problem p;
-        prob_init(&p, 1, 2, 9, 5, 3, true, NULL, 75);
+        tu_problem p;
+        tu_problem_init(&p, 1, 2, 9, 5, 3, true, NULL, 75);
         grads g;
         grads_alloc(&g, &p);
         run_cuda(cv, &p, &g, false);
@@ -829,7 +769,7 @@ Test(cuda_linear, reset_then_prefill_and_steps) {
         for (int t = 0; t < 3; t++) cr_assert_eq(attn_step(a, st, t, junk, junk, junk, o1), 0, "%s", attn_error());
         cr_assert_eq(attn_state_reset(a, st), 0, "%s", attn_error());
         const int P = 6;
-        float *qp = prefix(&p.s, p.q, P, 5), *kp = prefix(&p.s, p.k, P, 5), *vp = prefix(&p.s, p.v, P, 3);
+        float *qp = tu_prefix(&p.s, p.q, P, 5), *kp = tu_prefix(&p.s, p.k, P, 5), *vp = tu_prefix(&p.s, p.v, P, 3);
         float *dq = dupload(qp, bh * P * 5), *dk = dupload(kp, bh * P * 5), *dv = dupload(vp, bh * P * 3);
         float *dop = dpoison(bh * P * 3);
         cr_assert_eq(attn_prefill(a, st, P, dq, dk, dv, dop), 0, "%s", attn_error());
@@ -839,15 +779,15 @@ Test(cuda_linear, reset_then_prefill_and_steps) {
         float *qt = tu_alloc_f(bh * 5), *kt = tu_alloc_f(bh * 5), *vt = tu_alloc_f(bh * 3), *ot = tu_alloc_f(bh * 3);
         float *dqt = dalloc(bh * 5), *dkt = dalloc(bh * 5), *dvt = dalloc(bh * 3);
         for (int t = P; t < 9; t++) {
-            gather(&p.s, p.q, qt, t, 5);
-            gather(&p.s, p.k, kt, t, 5);
-            gather(&p.s, p.v, vt, t, 3);
+            tu_gather(&p.s, p.q, qt, t, 5);
+            tu_gather(&p.s, p.k, kt, t, 5);
+            tu_gather(&p.s, p.v, vt, t, 3);
             cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, dqt, qt, bh * 5 * 4), 0);
             cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, dkt, kt, bh * 5 * 4), 0);
             cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, dvt, vt, bh * 3 * 4), 0);
             cr_assert_eq(attn_step(a, st, t, dqt, dkt, dvt, o1), 0, "%s", attn_error());
             ddownload(ot, o1, bh * 3);
-            scatter(&p.s, ot, rec, t, 3);
+            tu_scatter(&p.s, ot, rec, t, 3);
         }
         char buf[128];
         expect_close(rec, g.out, p.nv, tol_factor(cv) * STEP_TOL, "reset + prefill + steps vs forward",
@@ -857,7 +797,7 @@ Test(cuda_linear, reset_then_prefill_and_steps) {
         attn_state_destroy(st);
         attn_destroy(a);
         grads_free(&g);
-        prob_free(&p);
+        tu_problem_free(&p);
     }
 }
 

@@ -6,12 +6,12 @@
 #include "npy.h"
 #include "rng.h"
 #include "rng_core.h"
+#include "test_proc.h"
 #include "test_util.h"
 
 #include <criterion/criterion.h>
 
 #include <dirent.h>
-#include <errno.h>
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -20,7 +20,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 /* ------------------------------------------------------------------------------------
  * Helpers: a private scratch folder under the build's test folder, and raw file I/O.
@@ -28,58 +27,14 @@
 
 static char g_dir[600];
 
-/* Removes a folder and everything in it (only ever our own scratch folders). */
-static void rm_tree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char p[1024];
-    while ((e = readdir(d))) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) rm_tree(p);
-        else remove(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
+static void scratch_setup(void) { tp_scratch_make(g_dir, sizeof g_dir, TEST_DATA_DIR "/harness-tmp"); }
 
-static void scratch_setup(void) {
-    char base[512];
-    snprintf(base, sizeof base, "%s/harness-tmp", TEST_DATA_DIR);
-    cr_assert_eq(ab_mkdir_p(base), 0, "cannot create %s: %s", base, ab_error());
-    snprintf(g_dir, sizeof g_dir, "%s/XXXXXX", base);
-    cr_assert_not_null(mkdtemp(g_dir), "mkdtemp %s: %s", g_dir, strerror(errno));
-}
-
-static void scratch_teardown(void) { rm_tree(g_dir); }
+static void scratch_teardown(void) { tp_rm_tree(g_dir); }
 
 static const char *path_in(const char *name) {
     static char p[1024];
     snprintf(p, sizeof p, "%s/%s", g_dir, name);
     return p;
-}
-
-static void write_bytes(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f, "cannot write %s", path);
-    if (n) cr_assert_eq(fwrite(data, 1, n, f), n);
-    fclose(f);
-}
-
-/* Whole file into a malloc'ed buffer; *n its size. */
-static unsigned char *read_bytes(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "cannot read %s", path);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *buf = malloc((size_t)len + 1);
-    cr_assert_eq(fread(buf, 1, (size_t)len, f), (size_t)len);
-    fclose(f);
-    *n = (size_t)len;
-    return buf;
 }
 
 /* Case-insensitive strstr (strcasestr is a GNU extension). */
@@ -88,11 +43,6 @@ static bool contains_nocase(const char *hay, const char *needle) {
     for (; *hay; hay++)
         if (strncasecmp(hay, needle, n) == 0) return true;
     return n == 0;
-}
-
-static bool file_exists(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0;
 }
 
 /* Builds a .npy file by hand: magic, version, header length (2 bytes for 1.x, 4 for
@@ -552,7 +502,7 @@ static void roundtrip(ab_dtype t, int ndim, const int64_t *shape, const char *na
 
     /* The NumPy format: preamble + header is a multiple of 64 bytes, ending in '\n'. */
     size_t n;
-    unsigned char *raw = read_bytes(p, &n);
+    unsigned char *raw = tp_read_bytes(p, &n);
     cr_assert_geq(n, 10u);
     cr_assert_eq(memcmp(raw, "\x93NUMPY\x01\x00", 8), 0, "%s: magic/version", name);
     size_t hlen = raw[8] | (size_t)raw[9] << 8;
@@ -612,7 +562,7 @@ Test(npy, header_is_numpy_format_byte_exact) {
     size_t wn = make_npy(want, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", data, sizeof data);
     cr_assert_eq(wn, 128u + sizeof data, "hand-made header is 128 bytes");
     size_t n;
-    unsigned char *got = read_bytes(path_in("h.npy"), &n);
+    unsigned char *got = tp_read_bytes(path_in("h.npy"), &n);
     cr_assert_eq(n, wn);
     cr_assert_eq(memcmp(got, want, n), 0, "header differs from NumPy's: %.*s", (int)(n - 24), (const char *)got + 10);
     free(got);
@@ -622,7 +572,7 @@ Test(npy, header_is_numpy_format_byte_exact) {
     const int64_t s1[1] = {5};
     cr_assert_eq(ab_npy_write(path_in("h1.npy"), AB_I32, 1, s1, v), 0);
     wn = make_npy(want, 1, "{'descr': '<i4', 'fortran_order': False, 'shape': (5,), }", v, sizeof v);
-    got = read_bytes(path_in("h1.npy"), &n);
+    got = tp_read_bytes(path_in("h1.npy"), &n);
     cr_assert_eq(n, wn);
     cr_assert_eq(memcmp(got, want, n), 0, "1-D header differs from NumPy's");
     free(got);
@@ -630,7 +580,7 @@ Test(npy, header_is_numpy_format_byte_exact) {
     const int64_t x = -5;
     cr_assert_eq(ab_npy_write(path_in("h0.npy"), AB_I64, 0, NULL, &x), 0);
     wn = make_npy(want, 1, "{'descr': '<i8', 'fortran_order': False, 'shape': (), }", &x, sizeof x);
-    got = read_bytes(path_in("h0.npy"), &n);
+    got = tp_read_bytes(path_in("h0.npy"), &n);
     cr_assert_eq(n, wn);
     cr_assert_eq(memcmp(got, want, n), 0, "0-D header differs from NumPy's");
     free(got);
@@ -644,7 +594,7 @@ Test(npy, reads_version_2_and_3) {
                             sizeof data);
         char name[32];
         snprintf(name, sizeof name, "v%d.npy", major);
-        write_bytes(path_in(name), buf, n);
+        tp_write_bytes(path_in(name), buf, n);
         ab_array a;
         cr_assert_eq(ab_npy_read(path_in(name), &a), 0, "version %d.0: %s", major, ab_error());
         cr_assert_eq(a.ndim, 2);
@@ -655,7 +605,7 @@ Test(npy, reads_version_2_and_3) {
     }
     /* NumPy also writes dicts with double quotes and without a space; keys in any order. */
     size_t n = make_npy(buf, 1, "{\"shape\":(4,),\"fortran_order\":False,\"descr\":\"<f4\"}", data, sizeof data);
-    write_bytes(path_in("q.npy"), buf, n);
+    tp_write_bytes(path_in("q.npy"), buf, n);
     ab_array a;
     cr_assert_eq(ab_npy_read(path_in("q.npy"), &a), 0, "%s", ab_error());
     cr_assert_eq(a.ndim, 1);
@@ -687,62 +637,62 @@ Test(npy, malformed_files_refused) {
 
     expect_refused("missing.npy", "no such file");
 
-    write_bytes(path_in("empty.npy"), "", 0);
+    tp_write_bytes(path_in("empty.npy"), "", 0);
     expect_refused("empty.npy", "npy");
 
     n = make_npy(buf, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", data, sizeof data);
     buf[1] = 'X';
-    write_bytes(path_in("magic.npy"), buf, n);
+    tp_write_bytes(path_in("magic.npy"), buf, n);
     expect_refused("magic.npy", "magic");
 
     n = make_npy(buf, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", data, sizeof data);
-    write_bytes(path_in("trunc_header.npy"), buf, 40); /* header says 118 bytes */
+    tp_write_bytes(path_in("trunc_header.npy"), buf, 40); /* header says 118 bytes */
     expect_refused("trunc_header.npy", "truncated");
-    write_bytes(path_in("trunc_prefix.npy"), buf, 11); /* inside the v1 length field's neighbourhood */
+    tp_write_bytes(path_in("trunc_prefix.npy"), buf, 11); /* inside the v1 length field's neighbourhood */
     expect_refused("trunc_prefix.npy", "truncated");
 
-    write_bytes(path_in("trunc_data.npy"), buf, n - 5);
+    tp_write_bytes(path_in("trunc_data.npy"), buf, n - 5);
     expect_refused("trunc_data.npy", "truncated");
 
     memcpy(buf + n, "xyz", 3);
-    write_bytes(path_in("trailing.npy"), buf, n + 3);
+    tp_write_bytes(path_in("trailing.npy"), buf, n + 3);
     expect_refused("trailing.npy", "trailing");
 
     n = make_npy(buf, 1, "{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }", data, sizeof data);
-    write_bytes(path_in("big_endian.npy"), buf, n);
+    tp_write_bytes(path_in("big_endian.npy"), buf, n);
     expect_refused("big_endian.npy", ">f4");
 
     double d6[6] = {0};
     n = make_npy(buf, 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }", d6, sizeof d6);
-    write_bytes(path_in("float64.npy"), buf, n);
+    tp_write_bytes(path_in("float64.npy"), buf, n);
     expect_refused("float64.npy", "<f8");
 
     n = make_npy(buf, 1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", data, sizeof data);
-    write_bytes(path_in("fortran.npy"), buf, n);
+    tp_write_bytes(path_in("fortran.npy"), buf, n);
     expect_refused("fortran.npy", "fortran");
 
     n = make_npy(buf, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", data, sizeof data);
     buf[6] = 9;
-    write_bytes(path_in("version9.npy"), buf, n);
+    tp_write_bytes(path_in("version9.npy"), buf, n);
     expect_refused("version9.npy", "version 9.0");
 
     n = make_npy(buf, 1, "{'descr': '<f4', 'fortran_order': False, }", data, sizeof data);
-    write_bytes(path_in("noshape.npy"), buf, n);
+    tp_write_bytes(path_in("noshape.npy"), buf, n);
     expect_refused("noshape.npy", "shape");
 
     n = make_npy(buf, 1, "{'fortran_order': False, 'shape': (2, 3), }", data, sizeof data);
-    write_bytes(path_in("nodescr.npy"), buf, n);
+    tp_write_bytes(path_in("nodescr.npy"), buf, n);
     expect_refused("nodescr.npy", "descr");
 
     n = make_npy(buf, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, -3), }", data, sizeof data);
-    write_bytes(path_in("negdim.npy"), buf, n);
+    tp_write_bytes(path_in("negdim.npy"), buf, n);
     expect_refused("negdim.npy", "shape");
 
     /* A shape whose byte count overflows size_t. */
     n = make_npy(buf, 1,
                  "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 16), }", data,
                  sizeof data);
-    write_bytes(path_in("overflow.npy"), buf, n);
+    tp_write_bytes(path_in("overflow.npy"), buf, n);
     expect_refused("overflow.npy", "large");
 }
 
@@ -752,9 +702,9 @@ Test(npy, write_rejects_bad_arguments) {
     ab_clear_error();
     cr_assert_lt(ab_npy_write(path_in("neg.npy"), AB_F32, 2, neg, x), 0);
     cr_assert_neq(ab_error()[0], '\0');
-    cr_assert_not(file_exists(path_in("neg.npy")), "a refused write leaves no file");
+    cr_assert_not(tp_exists(path_in("neg.npy")), "a refused write leaves no file");
     cr_assert_lt(ab_npy_write(path_in("nd.npy"), AB_F32, AB_NPY_MAX_DIMS + 1, neg, x), 0);
-    cr_assert_not(file_exists(path_in("nd.npy")));
+    cr_assert_not(tp_exists(path_in("nd.npy")));
 }
 
 /* ------------------------------------------------------------------------------------
@@ -792,8 +742,8 @@ Test(fileio, missing_folder_fails_and_creates_nothing) {
     int rc = ab_npy_write(p, AB_F32, 1, s, x);
     cr_assert_lt(rc, 0);
     cr_assert(strstr(ab_error(), p) != NULL, "message '%s' does not name the path", ab_error());
-    cr_assert_not(file_exists(path_in("nosuchdir")), "the missing folder was created");
-    cr_assert_not(file_exists(p));
+    cr_assert_not(tp_exists(path_in("nosuchdir")), "the missing folder was created");
+    cr_assert_not(tp_exists(p));
 }
 
 Test(fileio, existing_file_replaced_whole) {
@@ -804,7 +754,7 @@ Test(fileio, existing_file_replaced_whole) {
     cr_assert_eq(ab_npy_write(path_in("r.npy"), AB_F32, 1, sb, big), 0);
     cr_assert_eq(ab_npy_write(path_in("r.npy"), AB_F32, 1, ss, small), 0);
     size_t n;
-    unsigned char *raw = read_bytes(path_in("r.npy"), &n);
+    unsigned char *raw = tp_read_bytes(path_in("r.npy"), &n);
     cr_assert_eq(n, 128u + sizeof small, "old bytes remain after the new file's end");
     free(raw);
     ab_array a;
@@ -815,13 +765,13 @@ Test(fileio, existing_file_replaced_whole) {
 }
 
 Test(fileio, abort_keeps_old_file) {
-    write_bytes(path_in("keep.txt"), "old", 3);
+    tp_write_bytes(path_in("keep.txt"), "old", 3);
     ab_atomic_file af;
     cr_assert_eq(ab_atomic_open(&af, path_in("keep.txt")), 0, "%s", ab_error());
     fputs("new contents that must not appear", af.f);
     ab_atomic_abort(&af);
     size_t n;
-    unsigned char *raw = read_bytes(path_in("keep.txt"), &n);
+    unsigned char *raw = tp_read_bytes(path_in("keep.txt"), &n);
     cr_assert_eq(n, 3u);
     cr_assert_eq(memcmp(raw, "old", 3), 0);
     free(raw);
@@ -831,12 +781,12 @@ Test(fileio, abort_keeps_old_file) {
     cr_assert_eq(ab_atomic_open(&af, path_in("keep.txt")), 0);
     fputs("new", af.f);
     fputs("er", af.f);
-    raw = read_bytes(path_in("keep.txt"), &n);
+    raw = tp_read_bytes(path_in("keep.txt"), &n);
     cr_assert_eq(n, 3u);
     cr_assert_eq(memcmp(raw, "old", 3), 0);
     free(raw);
     cr_assert_eq(ab_atomic_commit(&af), 0, "%s", ab_error());
-    raw = read_bytes(path_in("keep.txt"), &n);
+    raw = tp_read_bytes(path_in("keep.txt"), &n);
     cr_assert_eq(n, 5u);
     cr_assert_eq(memcmp(raw, "newer", 5), 0);
     free(raw);
@@ -849,7 +799,7 @@ Test(fileio, mkdir_p) {
     struct stat st;
     cr_assert(stat(p, &st) == 0 && S_ISDIR(st.st_mode));
     cr_assert_eq(ab_mkdir_p(p), 0, "existing folders are fine");
-    write_bytes(path_in("file"), "x", 1);
+    tp_write_bytes(path_in("file"), "x", 1);
     snprintf(p, sizeof p, "%s/file/sub", g_dir);
     ab_clear_error();
     cr_assert_lt(ab_mkdir_p(p), 0, "a file in the way is an error");

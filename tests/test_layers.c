@@ -45,12 +45,6 @@
 
 /* ---- helpers ---- */
 
-static float *rnd(size_t n, uint64_t seed, uint64_t stream, double sd) {
-    float *x = tu_alloc_f(n);
-    tu_fill_normal(x, n, seed, stream, sd);
-    return x;
-}
-
 /* n floats of 1 + sd * normal (layer-norm gains) */
 static void fill_gain(float *x, size_t n, uint64_t seed, uint64_t stream, double sd) {
     tu_fill_normal(x, n, seed, stream, sd);
@@ -111,9 +105,9 @@ static void dense_ref(void *c_, double *out) {
 }
 
 static void dense_case(int BT, int C, int OC, bool bias, uint64_t seed) {
-    float *x = rnd((size_t)BT * C, seed, 1, 1.0), *w = rnd((size_t)OC * C, seed, 2, 0.5);
-    float *b = bias ? rnd((size_t)OC, seed, 3, 1.0) : NULL;
-    float *dout = rnd((size_t)BT * OC, seed, 4, 1.0), *out = tu_alloc_f((size_t)BT * OC);
+    float *x = tu_normal((size_t)BT * C, seed, 1, 1.0), *w = tu_normal((size_t)OC * C, seed, 2, 0.5);
+    float *b = bias ? tu_normal((size_t)OC, seed, 3, 1.0) : NULL;
+    float *dout = tu_normal((size_t)BT * OC, seed, 4, 1.0), *out = tu_alloc_f((size_t)BT * OC);
     for (size_t i = 0; i < (size_t)BT * OC; i++) out[i] = 7.0f;
     dense_forward(out, x, w, b, BT, C, OC);
     dense_ctx c = {BT, C, OC, tu_to_double(x, (size_t)BT * C), tu_to_double(w, (size_t)OC * C),
@@ -173,8 +167,8 @@ Test(layers, dense) {
  * closed forms hold. */
 Test(layers, dense_threads) {
     int BT = 300, C = 17, OC = 70;
-    float *x = rnd((size_t)BT * C, 21, 1, 1.0), *w = rnd((size_t)OC * C, 21, 2, 0.5);
-    float *dout = rnd((size_t)BT * OC, 21, 4, 1.0);
+    float *x = tu_normal((size_t)BT * C, 21, 1, 1.0), *w = tu_normal((size_t)OC * C, 21, 2, 0.5);
+    float *dout = tu_normal((size_t)BT * OC, 21, 4, 1.0);
     float *db[2], *dw = tu_alloc_f((size_t)OC * C);
     for (int t = 0; t < 2; t++) {
         set_threads(t + 1);
@@ -211,11 +205,11 @@ static void ln_ref(void *c_, double *out) {
 
 static void ln_case(int BT, int C, uint64_t seed) {
     size_t n = (size_t)BT * C;
-    float *x = rnd(n, seed, 1, 2.0), *g = tu_alloc_f((size_t)C), *b = rnd((size_t)C, seed, 3, 0.3);
+    float *x = tu_normal(n, seed, 1, 2.0), *g = tu_alloc_f((size_t)C), *b = tu_normal((size_t)C, seed, 3, 0.3);
     for (size_t i = 0; i < n; i++) x[i] += 0.5f;
     fill_gain(g, (size_t)C, seed, 2, 0.3);
     float *out = tu_alloc_f(n), *mean = tu_alloc_f((size_t)BT), *rstd = tu_alloc_f((size_t)BT);
-    float *dout = rnd(n, seed, 4, 1.0);
+    float *dout = tu_normal(n, seed, 4, 1.0);
     layernorm_forward(out, mean, rstd, x, g, b, BT, C);
     ln_ctx c = {BT, C, tu_to_double(x, n), tu_to_double(g, (size_t)C), tu_to_double(b, (size_t)C)};
     double *want = tu_alloc_d(n);
@@ -260,8 +254,8 @@ Test(layers, layernorm) {
 Test(layers, layernorm_threads) {
     int BT = 700, C = 40;
     size_t n = (size_t)BT * C;
-    float *x = rnd(n, 34, 1, 1.0), *g = rnd((size_t)C, 34, 2, 1.0), *b = rnd((size_t)C, 34, 3, 1.0);
-    float *dout = rnd(n, 34, 4, 1.0);
+    float *x = tu_normal(n, 34, 1, 1.0), *g = tu_normal((size_t)C, 34, 2, 1.0), *b = tu_normal((size_t)C, 34, 3, 1.0);
+    float *dout = tu_normal(n, 34, 4, 1.0);
     float *res[2][6];
     for (int t = 0; t < 2; t++) {
         set_threads(t + 1);
@@ -302,8 +296,8 @@ static void emb_ref(void *c_, double *out) {
 Test(layers, embedding) {
     int V = 5, C = 6, BT = 9;
     int tokens[9] = {0, 3, 3, 4, 1, 3, 0, 4, 4}; /* repeats: their gradients add up; 2 is unused */
-    float *wte = rnd((size_t)V * C, 41, 1, 1.0), *out = tu_alloc_f((size_t)BT * C);
-    float *dout = rnd((size_t)BT * C, 41, 2, 1.0), *dwte = tu_alloc_f((size_t)V * C);
+    float *wte = tu_normal((size_t)V * C, 41, 1, 1.0), *out = tu_alloc_f((size_t)BT * C);
+    float *dout = tu_normal((size_t)BT * C, 41, 2, 1.0), *dwte = tu_alloc_f((size_t)V * C);
     embedding_forward(out, tokens, wte, BT, C);
     for (int i = 0; i < BT; i++)
         cr_assert(memcmp(out + i * C, wte + tokens[i] * C, sizeof(float) * C) == 0, "row %d is not wte[%d]", i,
@@ -340,7 +334,7 @@ Test(layers, positions) {
     cr_expect_eq(table[1], 1.0f);
     /* positions_add at an offset (generation steps) */
     int B = 2, n = 3, pos0 = 4;
-    float *x = rnd((size_t)B * n * C, 42, 1, 1.0), *x0 = malloc(sizeof(float) * B * n * C);
+    float *x = tu_normal((size_t)B * n * C, 42, 1, 1.0), *x0 = malloc(sizeof(float) * B * n * C);
     memcpy(x0, x, sizeof(float) * B * n * C);
     positions_add(x, table, B, n, C, pos0);
     for (int b = 0; b < B; b++)
@@ -388,7 +382,7 @@ Test(dropout, mask_formula_and_reproducibility) {
 Test(dropout, keep_rate_scaling_backward_threads) {
     size_t n = 1 << 20;
     float rates[3] = {0.1f, 0.5f, 0.9f};
-    float *x = rnd(n, 51, 1, 1.0), *y = tu_alloc_f(n), *dx = tu_alloc_f(n), *dout = rnd(n, 51, 2, 1.0);
+    float *x = tu_normal(n, 51, 1, 1.0), *y = tu_alloc_f(n), *dx = tu_alloc_f(n), *dout = tu_normal(n, 51, 2, 1.0);
     uint8_t *mask = malloc(n), *mask1 = malloc(n);
     for (int r = 0; r < 3; r++) {
         float p = rates[r];
@@ -453,8 +447,10 @@ static void ffn_ref(void *c_, double *out) {
 
 static void ffn_case(int BT, int C, int F, float p, uint64_t seed) {
     size_t nx = (size_t)BT * C, nh = (size_t)BT * F;
-    float *x = rnd(nx, seed, 1, 1.0), *w1 = rnd((size_t)F * C, seed, 2, 0.5), *b1 = rnd((size_t)F, seed, 3, 0.5);
-    float *w2 = rnd((size_t)C * F, seed, 4, 0.5), *b2 = rnd((size_t)C, seed, 5, 0.5), *dout = rnd(nx, seed, 6, 1.0);
+    float *x = tu_normal(nx, seed, 1, 1.0), *w1 = tu_normal((size_t)F * C, seed, 2, 0.5);
+    float *b1 = tu_normal((size_t)F, seed, 3, 0.5);
+    float *w2 = tu_normal((size_t)C * F, seed, 4, 0.5), *b2 = tu_normal((size_t)C, seed, 5, 0.5);
+    float *dout = tu_normal(nx, seed, 6, 1.0);
     float *out = tu_alloc_f(nx), *hidden = tu_alloc_f(nh), *dhidden = tu_alloc_f(nh);
     uint8_t *mask = p > 0 ? malloc(nh) : NULL;
     ffn_params fp = {w1, b1, w2, b2};
@@ -529,7 +525,7 @@ Test(layers, cross_entropy) {
     int BT = 7, V = 5;
     int targets[7] = {2, -1, 4, 0, 99, 3, 1}; /* -1 and 99 sit at weight-0 positions */
     float weights[7] = {1, 0, 2, 0.5f, 0, 1, 3};
-    float *logits = rnd((size_t)BT * V, 71, 1, 2.0), nll[7], *dlogits = tu_alloc_f((size_t)BT * V);
+    float *logits = tu_normal((size_t)BT * V, 71, 1, 2.0), nll[7], *dlogits = tu_alloc_f((size_t)BT * V);
     /* make position 0 correct and position 2 wrong for sure */
     logits[0 * V + 2] = 10.0f;
     logits[2 * V + 4] = -10.0f;
@@ -709,7 +705,8 @@ static void mha_case(const char *variant, bool causal, const int *lengths, uint6
     int C = s.ec.C;
     size_t n = (size_t)s.B * s.N * C;
     mha_dims d = {s.B, s.N, C, s.ec.H, causal, s.has_lengths ? s.lengths : NULL, ATTN_DEVICE_CPU};
-    float *x = rnd(n, seed, 1, 1.0), *out = tu_alloc_f(n), *dout = rnd(n, seed, 2, 1.0), *dx = tu_alloc_f(n);
+    float *x = tu_normal(n, seed, 1, 1.0), *out = tu_alloc_f(n), *dout = tu_normal(n, seed, 2, 1.0);
+    float *dx = tu_alloc_f(n);
     cr_assert_eq(mha_forward(s.a, &d, NULL, out, x, &s.p.attn, &s.act.attn, &s.ws.attn), 0, "%s", attn_error());
     layer_ctx c = {&s, tu_to_double(x, n), {0}, false};
     double *want = tu_alloc_d(n);
@@ -758,7 +755,7 @@ static void enc_case(const char *variant, bool causal, bool pre_norm, float drop
     int C = s.ec.C;
     size_t n = (size_t)s.B * s.N * C;
     mha_dims d = {s.B, s.N, C, s.ec.H, causal, s.has_lengths ? s.lengths : NULL, ATTN_DEVICE_CPU};
-    float *x = rnd(n, seed, 1, 1.0), *dout = rnd(n, seed, 2, 1.0), *dx = tu_alloc_f(n);
+    float *x = tu_normal(n, seed, 1, 1.0), *dout = tu_normal(n, seed, 2, 1.0), *dx = tu_alloc_f(n);
     bool train = dropout > 0;
     cr_assert_eq(enc_forward(s.a, &s.ec, &d, NULL, x, &s.p, &s.act, &s.ws, train, seed, 500), 0, "%s", attn_error());
     const float *out = enc_output(&s.ec, &s.act);

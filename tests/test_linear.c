@@ -357,12 +357,6 @@ Test(linear_chunk, polynomial) { chunk_suite(&POLY); }
 
 /* ---- recurrent mode ---- */
 
-/* Gathers position t of a [B,H,N,X] tensor into [B,H,X]. */
-static void gather(const attn_shape *s, const float *x, int X, int t, float *dst) {
-    for (int bh = 0; bh < s->batch * s->heads; bh++)
-        memcpy(dst + (size_t)bh * X, x + ((size_t)bh * s->len + t) * X, sizeof(float) * (size_t)X);
-}
-
 /* sim(q, k) and the sum of |terms| the float feature product adds up to get it
  * (sum_c |phi(q)_c phi(k)_c|), in double. Their ratio says how much cancellation
  * the feature dot product has: none for elu+1 (positive features); for polynomial
@@ -423,9 +417,9 @@ static void recurrent_check(const vcfg *v, int P, bool with_out) {
     float *sq = tu_alloc_f(BH * s.qk_dim), *sk = tu_alloc_f(BH * s.qk_dim), *sv = tu_alloc_f(BH * s.v_dim),
           *so = tu_alloc_f(BH * s.v_dim);
     for (int t = P; t < s.len; t++) {
-        gather(&s, in.q, s.qk_dim, t, sq);
-        gather(&s, in.k, s.qk_dim, t, sk);
-        gather(&s, in.v, s.v_dim, t, sv);
+        tu_gather(&s, in.q, sq, t, s.qk_dim);
+        tu_gather(&s, in.k, sk, t, s.qk_dim);
+        tu_gather(&s, in.v, sv, t, s.v_dim);
         rc = attn_step(a, state, t, sq, sk, sv, so);
         cr_assert_eq(rc, 0, "step %d: %s", t, attn_error());
         for (size_t bh = 0; bh < BH; bh++)

@@ -11,6 +11,7 @@
 #include "memory.h"
 #include "ref_model.h"
 #include "rng.h"
+#include "test_model_util.h"
 #include "test_util.h"
 #include "transformer.h"
 
@@ -25,21 +26,6 @@ static bool verbose(void) { return getenv("TEST_VERBOSE") != NULL; }
 
 /* ---- helpers ---- */
 
-static tf_config tiny_config(const char *variant) {
-    tf_config c;
-    tf_config_default(&c);
-    c.vocab = 5;
-    c.max_len = 6;
-    c.d_model = 8;
-    c.heads = 2;
-    c.layers = 2;
-    c.d_ff = 16;
-    c.dropout = 0.0f;
-    c.attention = variant;
-    c.seed = 3;
-    return c;
-}
-
 static tf_model *make(const tf_config *c, int max_batch) {
     tf_model *m = NULL;
     int rc = tf_create(c, max_batch, &m);
@@ -52,38 +38,6 @@ static const tf_tensor *find_param(const tf_model *m, const char *name) {
     for (int i = 0; i < tf_param_tensor_count(m); i++)
         if (strcmp(tf_param_tensor(m, i)->name, name) == 0) return tf_param_tensor(m, i);
     return NULL;
-}
-
-/* The reference's parameter pointers into a double copy of the model's parameters,
- * by name; every tensor of the table must be used exactly once. */
-static ref_params ref_from(const tf_model *m, const double *pd) {
-    ref_params r;
-    memset(&r, 0, sizeof r);
-    for (int i = 0; i < tf_param_tensor_count(m); i++) {
-        const tf_tensor *t = tf_param_tensor(m, i);
-        const double *p = pd + t->offset;
-        int l;
-        char suffix[64];
-        const double **slot = NULL;
-        if (strcmp(t->name, "tok_emb") == 0) slot = &r.tok_emb;
-        else if (strcmp(t->name, "final_ln.g") == 0) slot = &r.lnf_g;
-        else if (strcmp(t->name, "final_ln.b") == 0) slot = &r.lnf_b;
-        else if (strcmp(t->name, "head.w") == 0) slot = &r.head_w;
-        else if (strcmp(t->name, "head.b") == 0) slot = &r.head_b;
-        else if (sscanf(t->name, "layers.%d.%63s", &l, suffix) == 2 && l >= 0 && l < REF_MAX_LAYERS) {
-            ref_layer_params *lp = &r.layer[l];
-            const char *names[12] = {"ln1.g", "ln1.b", "attn.wqkv", "attn.bqkv", "attn.wo", "attn.bo",
-                                     "ln2.g", "ln2.b", "ffn.w1",    "ffn.b1",    "ffn.w2",  "ffn.b2"};
-            const double **slots[12] = {&lp->ln1_g, &lp->ln1_b, &lp->wqkv, &lp->bqkv, &lp->wo, &lp->bo,
-                                        &lp->ln2_g, &lp->ln2_b, &lp->w1,   &lp->b1,   &lp->w2, &lp->b2};
-            for (int k = 0; k < 12; k++)
-                if (strcmp(suffix, names[k]) == 0) slot = slots[k];
-        }
-        cr_assert_not_null(slot, "parameter %s has no place in the reference", t->name);
-        cr_assert_null(*slot, "parameter %s mapped twice", t->name);
-        *slot = p;
-    }
-    return r;
 }
 
 static ref_model_cfg ref_cfg(const tf_config *c) {
@@ -105,7 +59,7 @@ typedef struct {
 
 static void ref_loss_fn(void *c_, double *out) {
     model_ctx *c = c_;
-    ref_params rp = ref_from(c->m, c->pd);
+    ref_params rp = tm_ref_params(c->m, c->pd);
     double *logits = tu_alloc_d((size_t)c->B * c->N * c->rc.V);
     ref_model_logits(&c->rc, &rp, c->tokens, c->B, c->N, c->lengths, logits);
     out[0] = ref_cross_entropy(logits, c->targets, c->weights, c->B * c->N, c->rc.V);
@@ -123,7 +77,7 @@ static void ref_loss_fn(void *c_, double *out) {
 
 static void tiny_case(const char *variant, bool pre_norm, bool final_norm, bool causal, const int *lengths,
                       bool weighted, uint64_t seed) {
-    tf_config c = tiny_config(variant);
+    tf_config c = tm_tiny_config(variant);
     c.pre_norm = pre_norm;
     c.final_norm = final_norm;
     c.causal = causal;
@@ -152,7 +106,7 @@ static void tiny_case(const char *variant, bool pre_norm, bool final_norm, bool 
 
     model_ctx ctx = {m, ref_cfg(&c), tu_to_double(params, np), tokens, targets, lengths, NULL, B, N};
     ctx.weights = tu_to_double(weights, 12);
-    ref_params rp = ref_from(m, ctx.pd);
+    ref_params rp = tm_ref_params(m, ctx.pd);
     double *logits = tu_alloc_d((size_t)B * N * V);
     ref_model_logits(&ctx.rc, &rp, tokens, B, N, lengths, logits);
     double le = tu_rel_err(tf_logits(m), logits, (size_t)B * N * V, 1e-30);
@@ -204,7 +158,7 @@ Test(model, tiny_stateful_softmax_post_norm_no_final_norm) {
 /* ---- size tables, initialisation, memory ---- */
 
 Test(model, parameter_table) {
-    tf_config c = tiny_config("linear");
+    tf_config c = tm_tiny_config("linear");
     tf_model *m = make(&c, 2);
     size_t C = 8, F = 16, V = 5, L = 2;
     size_t per_layer = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + F * C + F + C * F + C;
@@ -251,7 +205,7 @@ Test(model, parameter_table) {
 }
 
 Test(model, initialisation_scheme) {
-    tf_config c = tiny_config("linear");
+    tf_config c = tm_tiny_config("linear");
     c.seed = 1234;
     tf_model *m = make(&c, 1), *m2 = make(&c, 3);
     /* same seed, same parameters (whatever the max batch) */
@@ -482,13 +436,6 @@ Test(model, sgd_reduces_loss) {
 
 /* ---- generation ---- */
 
-static int argmax(const float *x, int n) {
-    int a = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[a]) a = i;
-    return a;
-}
-
 /* Recurrent logits vs recomputed logits: the same float sums in another order (steps
  * and prefill vs the chunked/blocked parallel forward) through two layers; measured
  * <= 3.6e-7 relative to the largest logit; 2e-5 leaves 55x. A greedy decision is
@@ -529,7 +476,7 @@ static void generation_case(const char *variant, bool pre_norm) {
             worst = fmax(worst, e);
             cr_expect_lt(e, GEN_TOL, "%s pre_norm=%d: logits at length %d differ by %g", variant, pre_norm, len, e);
             for (int b = 0; b < B; b++) {
-                int t1 = argmax(rec + b * V, V), t2 = argmax(rnn + b * V, V);
+                int t1 = tu_argmax(rec + b * V, V), t2 = tu_argmax(rnn + b * V, V);
                 cr_expect_eq(t1, t2, "%s: greedy tokens differ at length %d row %d", variant, len, b);
                 float top = rec[b * V + t1], second = -INFINITY;
                 for (int v = 0; v < V; v++)
@@ -618,7 +565,7 @@ Test(errors, bad_configs) {
     tf_config c;
 #define BAD(stmt, mb, needle)             \
     do {                                  \
-        c = tiny_config("linear");        \
+        c = tm_tiny_config("linear");        \
         stmt;                             \
         expect_create_error(&c, mb, needle); \
     } while (0)
@@ -644,7 +591,7 @@ Test(errors, bad_configs) {
     BAD(c.max_len = 1 << 20, 1 << 12, "too large");
 #undef BAD
     /* good options pass through to the attention */
-    c = tiny_config("linear");
+    c = tm_tiny_config("linear");
     const char *ok[2] = {"feature_map=taylor", "chunk=3"};
     c.n_attn_settings = 2;
     c.attn_settings = ok;
@@ -655,7 +602,7 @@ Test(errors, bad_configs) {
 }
 
 Test(errors, bad_calls) {
-    tf_config c = tiny_config("linear");
+    tf_config c = tm_tiny_config("linear");
     tf_model *m = make(&c, 2);
     int toks[12] = {0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1}, tg[12] = {0};
     float w[12];

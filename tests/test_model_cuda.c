@@ -30,6 +30,7 @@
 #include "memory.h"
 #include "optim.h"
 #include "rng.h"
+#include "test_model_util.h"
 #include "test_util.h"
 #include "transformer.h"
 #ifdef TEST_CUDA_BACKEND
@@ -70,12 +71,6 @@ static void dget(void *h, const void *d, size_t bytes) {
 }
 
 static void dfree(void *d) { ab_dev_free(AB_DEV_CUDA, d); }
-
-static float *rnd(size_t n, uint64_t seed, uint64_t stream, double sd) {
-    float *x = tu_alloc_f(n);
-    tu_fill_normal(x, n, seed, stream, sd);
-    return x;
-}
 
 static float *fdup(const float *x, size_t n) {
     float *y = tu_alloc_f(n);
@@ -124,10 +119,12 @@ Test(layers_cuda, dense_forward_backward_accumulate) {
     require_cuda();
     const int BT = 7, C = 5, OC = 9;
     for (int bias = 0; bias < 2; bias++) {
-        float *x = rnd((size_t)BT * C, 1, 1, 1.0), *w = rnd((size_t)OC * C, 1, 2, 0.5), *b = rnd(OC, 1, 3, 0.5);
-        float *dout = rnd((size_t)BT * OC, 1, 4, 1.0);
+        float *x = tu_normal((size_t)BT * C, 1, 1, 1.0), *w = tu_normal((size_t)OC * C, 1, 2, 0.5);
+        float *b = tu_normal(OC, 1, 3, 0.5);
+        float *dout = tu_normal((size_t)BT * OC, 1, 4, 1.0);
         /* gradients start non-zero: backward must add */
-        float *dx = rnd((size_t)BT * C, 1, 5, 1.0), *dw = rnd((size_t)OC * C, 1, 6, 1.0), *db = rnd(OC, 1, 7, 1.0);
+        float *dx = tu_normal((size_t)BT * C, 1, 5, 1.0), *dw = tu_normal((size_t)OC * C, 1, 6, 1.0);
+        float *db = tu_normal(OC, 1, 7, 1.0);
         float *out = tu_alloc_f((size_t)BT * OC);
         float *d_x = dput(x, sizeof(float) * BT * C), *d_w = dput(w, sizeof(float) * OC * C);
         float *d_b = dput(b, sizeof(float) * OC), *d_dout = dput(dout, sizeof(float) * BT * OC);
@@ -157,11 +154,12 @@ Test(layers_cuda, layernorm_forward_backward) {
      * column sums) */
     const int BT = 40, C = 37;
     const size_t n = (size_t)BT * C;
-    float *x = rnd(n, 2, 1, 2.0), *g = rnd(C, 2, 2, 0.3), *b = rnd(C, 2, 3, 0.5), *dout = rnd(n, 2, 4, 1.0);
+    float *x = tu_normal(n, 2, 1, 2.0), *g = tu_normal(C, 2, 2, 0.3), *b = tu_normal(C, 2, 3, 0.5);
+    float *dout = tu_normal(n, 2, 4, 1.0);
     for (int c = 0; c < C; c++) g[c] += 1.0f;
     for (size_t i = 0; i < n; i++) x[i] += 3.0f; /* an offset the mean must remove */
     float *out = tu_alloc_f(n), *mean = tu_alloc_f(BT), *rstd = tu_alloc_f(BT);
-    float *dx = rnd(n, 2, 5, 1.0), *dg = rnd(C, 2, 6, 1.0), *db = rnd(C, 2, 7, 1.0);
+    float *dx = tu_normal(n, 2, 5, 1.0), *dg = tu_normal(C, 2, 6, 1.0), *db = tu_normal(C, 2, 7, 1.0);
     float *d_x = dput(x, 4 * n), *d_g = dput(g, 4 * C), *d_b = dput(b, 4 * C), *d_dout = dput(dout, 4 * n);
     float *d_out = dput(NULL, 4 * n), *d_mean = dput(NULL, 4 * BT), *d_rstd = dput(NULL, 4 * BT);
     float *d_dx = dput(dx, 4 * n), *d_dg = dput(dg, 4 * C), *d_db = dput(db, 4 * C);
@@ -199,8 +197,8 @@ Test(layers_cuda, embedding_positions_bit_for_bit) {
             if (j > starts[v]) cr_assert_lt(order[j - 1], order[j]);
         }
     cr_assert_eq(starts[V], BT);
-    float *wte = rnd((size_t)V * C, 3, 2, 1.0), *dout = rnd((size_t)BT * C, 3, 3, 1.0);
-    float *dwte = rnd((size_t)V * C, 3, 4, 1.0), *out = tu_alloc_f((size_t)BT * C);
+    float *wte = tu_normal((size_t)V * C, 3, 2, 1.0), *dout = tu_normal((size_t)BT * C, 3, 3, 1.0);
+    float *dwte = tu_normal((size_t)V * C, 3, 4, 1.0), *out = tu_alloc_f((size_t)BT * C);
     float *table = tu_alloc_f((size_t)(N + pos0) * C);
     positions_table(table, N + pos0, C);
     int *d_tokens = dput(tokens, sizeof tokens), *d_order = dput(order, sizeof order);
@@ -224,7 +222,8 @@ Test(layers_cuda, dropout_masks_and_outputs_bit_for_bit) {
     require_cuda();
     const size_t n = 1003; /* not a multiple of 4 */
     const float rates[3] = {0.1f, 0.3f, 0.9f};
-    float *x = rnd(n, 4, 1, 1.0), *dout = rnd(n, 4, 2, 1.0), *out = tu_alloc_f(n), *dx = rnd(n, 4, 3, 1.0);
+    float *x = tu_normal(n, 4, 1, 1.0), *dout = tu_normal(n, 4, 2, 1.0), *out = tu_alloc_f(n);
+    float *dx = tu_normal(n, 4, 3, 1.0);
     uint8_t *mask = malloc(n), *mask2 = malloc(n);
     float *d_x = dput(x, 4 * n), *d_dout = dput(dout, 4 * n), *d_out = dput(NULL, 4 * n), *d_dx = dput(dx, 4 * n);
     uint8_t *d_mask = dput(NULL, n);
@@ -258,7 +257,7 @@ Test(layers_cuda, relu_heads_residuals_bit_for_bit) {
     require_cuda();
     const int B = 2, N = 3, C = 6, H = 3;
     const size_t n = (size_t)B * N * C;
-    float *qkv = rnd(3 * n, 5, 1, 1.0), *q = tu_alloc_f(n), *k = tu_alloc_f(n), *v = tu_alloc_f(n);
+    float *qkv = tu_normal(3 * n, 5, 1, 1.0), *q = tu_alloc_f(n), *k = tu_alloc_f(n), *v = tu_alloc_f(n);
     float *back = tu_alloc_f(3 * n), *merged = tu_alloc_f(n), *heads = tu_alloc_f(n);
     float *d_qkv = dput(qkv, 12 * n), *d_q = dput(NULL, 4 * n), *d_k = dput(NULL, 4 * n), *d_v = dput(NULL, 4 * n);
     float *d_back = dput(NULL, 12 * n), *d_merged = dput(NULL, 4 * n), *d_heads = dput(NULL, 4 * n);
@@ -302,8 +301,9 @@ Test(layers_cuda, relu_heads_residuals_bit_for_bit) {
 static void ffn_case(float p) {
     const int BT = 6, C = 5, F = 11;
     const size_t nx = (size_t)BT * C, nh = (size_t)BT * F;
-    float *x = rnd(nx, 6, 1, 1.0), *par = rnd(2 * F * C + F + C, 6, 2, 0.5), *dout = rnd(nx, 6, 3, 1.0);
-    float *gr = rnd(2 * F * C + F + C, 6, 4, 0.1), *dx = rnd(nx, 6, 5, 1.0);
+    float *x = tu_normal(nx, 6, 1, 1.0), *par = tu_normal(2 * F * C + F + C, 6, 2, 0.5);
+    float *dout = tu_normal(nx, 6, 3, 1.0);
+    float *gr = tu_normal(2 * F * C + F + C, 6, 4, 0.1), *dx = tu_normal(nx, 6, 5, 1.0);
     float *out = tu_alloc_f(nx), *hidden = tu_alloc_f(nh), *dh = tu_alloc_f(nh);
     uint8_t *mask = p > 0 ? malloc(nh) : NULL;
     float *d_x = dput(x, 4 * nx), *d_par = dput(par, 4 * (2 * F * C + F + C)), *d_dout = dput(dout, 4 * nx);
@@ -336,7 +336,7 @@ Test(layers_cuda, ffn_with_and_without_dropout) {
 }
 
 static void ce_case(int BT, int V, bool weighted, uint64_t seed) {
-    float *logits = rnd((size_t)BT * V, seed, 1, 2.0), *w = tu_alloc_f(BT);
+    float *logits = tu_normal((size_t)BT * V, seed, 1, 2.0), *w = tu_alloc_f(BT);
     int *targets = malloc(sizeof(int) * BT);
     tu_fill_int(targets, BT, seed, 2, 0, V - 1);
     for (int i = 0; i < BT; i++) {
@@ -349,7 +349,7 @@ static void ce_case(int BT, int V, bool weighted, uint64_t seed) {
         logits[r * V + 0] = logits[r * V + 2] = 9.0f;
         targets[r] = 2;
     }
-    float *nll = tu_alloc_f(BT), *dl = rnd((size_t)BT * V, seed, 3, 1.0);
+    float *nll = tu_alloc_f(BT), *dl = tu_normal((size_t)BT * V, seed, 3, 1.0);
     float *d_logits = dput(logits, 4 * (size_t)BT * V), *d_w = dput(w, 4 * (size_t)BT);
     int *d_targets = dput(targets, sizeof(int) * BT);
     float *d_nll = dput(NULL, 4 * (size_t)BT), *d_dl = dput(dl, 4 * (size_t)BT * V);
@@ -391,17 +391,7 @@ Test(layers_cuda, cross_entropy_weights_ties_and_wide_rows) {
  * ==================================================================================== */
 
 static tf_config tiny_config(const char *variant, attn_device dev) {
-    tf_config c;
-    tf_config_default(&c);
-    c.vocab = 5;
-    c.max_len = 6;
-    c.d_model = 8;
-    c.heads = 2;
-    c.layers = 2;
-    c.d_ff = 16;
-    c.dropout = 0.0f;
-    c.attention = variant;
-    c.seed = 3;
+    tf_config c = tm_tiny_config(variant);
     c.device = dev;
     return c;
 }
@@ -649,13 +639,6 @@ Test(model_cuda, no_allocation_per_step_and_repeatable) {
 
 /* ---- generation on the device ---- */
 
-static int argmax(const float *x, int n) {
-    int a = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[a]) a = i;
-    return a;
-}
-
 /* Recurrent (prefill, steps) against recomputation, both on the device, and against the
  * CPU model's recomputation: the same float sums in other orders through two layers
  * (test_model.c measures <= 3.6e-7 on the CPU and allows 2e-5). Measured on the
@@ -699,9 +682,9 @@ static void generation_case(const char *variant) {
         cr_expect_lt(e, GEN_TOL, "%s: recurrent logits at length %d differ by %g", variant, len, e);
         cr_expect_lt(ec, GEN_TOL, "%s: device logits at length %d differ from the CPU's by %g", variant, len, ec);
         for (int b = 0; b < B; b++) {
-            int t_cpu = argmax(cpu + b * V, V);
-            cr_expect_eq(argmax(rec + b * V, V), t_cpu, "%s: recomputed token differs at %d", variant, len);
-            cr_expect_eq(argmax(rnn + b * V, V), t_cpu, "%s: recurrent token differs at %d", variant, len);
+            int t_cpu = tu_argmax(cpu + b * V, V);
+            cr_expect_eq(tu_argmax(rec + b * V, V), t_cpu, "%s: recomputed token differs at %d", variant, len);
+            cr_expect_eq(tu_argmax(rnn + b * V, V), t_cpu, "%s: recurrent token differs at %d", variant, len);
             float second = -INFINITY;
             for (int v = 0; v < V; v++)
                 if (v != t_cpu && cpu[b * V + v] > second) second = cpu[b * V + v];
@@ -746,7 +729,7 @@ static void optim_case(ab_optim_kind kind, bool decoupled, double clip, uint64_t
     if (rc == AB_EDEVICE) cr_skip_test("CUDA not available here: %s", ab_error());
     cr_assert_eq(rc, 0, "%s", ab_error());
     cr_assert_eq(ab_optim_device(og), AB_DEV_CUDA);
-    float *p = rnd(n, seed, 1, 1.0), *g = tu_alloc_f(n);
+    float *p = tu_normal(n, seed, 1, 1.0), *g = tu_alloc_f(n);
     float *d_p = dput(p, 4 * n), *d_g = dput(NULL, 4 * n);
     for (int t = 1; t <= 8; t++) { /* RAdam: steps 1-5 momentum, 6-8 rectified */
         tu_fill_normal(g, n, seed, 10 + (uint64_t)t, t == 2 ? 30.0 : 1.0); /* step 2 is clipped */
@@ -795,7 +778,7 @@ Test(optim_cuda, state_checkpoint_and_refusals) {
     cr_assert_eq(rc, 0, "%s", ab_error());
     cr_assert_eq(ab_optim_create_on(AB_DEV_CUDA, &c, n, NULL, 0, &b), 0, "%s", ab_error());
     cr_assert_eq(ab_optim_create(&c, n, NULL, 0, &cpu), 0, "%s", ab_error());
-    float *p = rnd(n, 41, 1, 1.0), *g = tu_alloc_f(n);
+    float *p = tu_normal(n, 41, 1, 1.0), *g = tu_alloc_f(n);
     float *d_pa = dput(p, 4 * n), *d_pb = dput(p, 4 * n), *d_g = dput(NULL, 4 * n);
     char path[512];
     snprintf(path, sizeof path, "%s/model_cuda_optim_%d.ckpt", TEST_DATA_DIR, (int)getpid());

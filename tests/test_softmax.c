@@ -48,48 +48,13 @@
 
 /* ---- problems ---- */
 
-typedef struct {
-    attn_shape s;
-    int lengths[8];
-    float *q, *k, *v, *dout;
-    size_t nq, nv; /* elements of q/k and of v/out */
-} problem;
-
-static void prob_init(problem *p, int B, int H, int N, int D, int M, bool causal, const int *lengths,
-                      uint64_t seed) {
-    memset(p, 0, sizeof *p);
-    p->s = (attn_shape){.batch = B, .heads = H, .len = N, .qk_dim = D, .v_dim = M, .causal = causal};
-    if (lengths) {
-        cr_assert(B <= 8);
-        memcpy(p->lengths, lengths, sizeof(int) * (size_t)B);
-        p->s.lengths = p->lengths;
-    }
-    p->nq = (size_t)B * H * N * D;
-    p->nv = (size_t)B * H * N * M;
-    p->q = tu_alloc_f(p->nq);
-    p->k = tu_alloc_f(p->nq);
-    p->v = tu_alloc_f(p->nv);
-    p->dout = tu_alloc_f(p->nv);
-    tu_fill_normal(p->q, p->nq, seed, 1, 1.0);
-    tu_fill_normal(p->k, p->nq, seed, 2, 1.0);
-    tu_fill_normal(p->v, p->nv, seed, 3, 1.0);
-    tu_fill_normal(p->dout, p->nv, seed, 4, 1.0);
-}
-
-static void prob_free(problem *p) {
-    free(p->q);
-    free(p->k);
-    free(p->v);
-    free(p->dout);
-}
-
 static ref_shape to_ref(const attn_shape *s) {
     return (ref_shape){.B = s->batch, .H = s->heads, .N = s->len, .D = s->qk_dim, .M = s->v_dim,
                        .causal = s->causal, .lengths = s->lengths};
 }
 
 /* Reference output (malloc'ed) for the problem's float inputs. */
-static double *ref_out(const problem *p, double scale) {
+static double *ref_out(const tu_problem *p, double scale) {
     double *q = tu_to_double(p->q, p->nq), *k = tu_to_double(p->k, p->nq), *v = tu_to_double(p->v, p->nv);
     double *out = tu_alloc_d(p->nv);
     ref_shape rs = to_ref(&p->s);
@@ -110,7 +75,7 @@ static attn *create(const char *variant, const char *setting) {
 }
 
 /* Runs forward; returns the saved buffer (malloc'ed, caller frees). */
-static void *run_forward(attn *a, const problem *p, float *out) {
+static void *run_forward(attn *a, const tu_problem *p, float *out) {
     size_t sb = attn_saved_bytes(a, &p->s);
     size_t want = (size_t)p->s.batch * p->s.heads * p->s.len * p->s.len * sizeof(float);
     cr_assert(sb == want, "saved_bytes %zu, expected B*H*N*N floats = %zu", sb, want);
@@ -120,31 +85,17 @@ static void *run_forward(attn *a, const problem *p, float *out) {
     return saved;
 }
 
-static void run_backward(attn *a, const problem *p, const void *saved, float *dq, float *dk, float *dv) {
+static void run_backward(attn *a, const tu_problem *p, const void *saved, float *dq, float *dk, float *dv) {
     int rc = attn_backward(a, &p->s, p->q, p->k, p->v, p->dout, saved, dq, dk, dv);
     cr_assert(rc == 0, "attn_backward: %s", attn_error());
-}
-
-static int valid_len(const attn_shape *s, int b) { return s->lengths ? s->lengths[b] : s->len; }
-
-/* Rows i >= lengths[b] of a [B, H, N, X] tensor are exactly zero. */
-static void assert_padded_zero(const attn_shape *s, const float *x, int X, const char *what) {
-    for (int b = 0; b < s->batch; b++)
-        for (int h = 0; h < s->heads; h++)
-            for (int i = valid_len(s, b); i < s->len; i++)
-                for (int c = 0; c < X; c++) {
-                    float e = x[(((size_t)b * s->heads + h) * s->len + i) * X + c];
-                    cr_assert(e == 0.0f, "%s[b=%d h=%d i=%d c=%d] = %g in a padded row (length %d), expected 0", what,
-                              b, h, i, c, (double)e, valid_len(s, b));
-                }
 }
 
 /* ---- forward against the reference ---- */
 
 static void check_forward(const char *variant, const char *setting, double scale, int B, int H, int N, int D, int M,
                           bool causal, const int *lengths, uint64_t seed) {
-    problem p;
-    prob_init(&p, B, H, N, D, M, causal, lengths, seed);
+    tu_problem p;
+    tu_problem_init(&p, B, H, N, D, M, causal, lengths, seed);
     attn *a = create(variant, setting);
     float *out = tu_alloc_f(p.nv);
     for (size_t i = 0; i < p.nv; i++) out[i] = NAN; /* every entry must be written */
@@ -153,12 +104,12 @@ static void check_forward(const char *variant, const char *setting, double scale
     double err = tu_rel_err(out, want, p.nv, 1e-3);
     cr_assert(err <= FWD_TOL, "%s B=%d H=%d N=%d D=%d M=%d causal=%d lengths=%s: rel err %.3g > %.3g", variant, B, H,
               N, D, M, causal, lengths ? "yes" : "no", err, FWD_TOL);
-    assert_padded_zero(&p.s, out, M, "out");
+    tu_assert_padded_zero(&p.s, out, M, "out");
     free(want);
     free(saved);
     free(out);
     attn_destroy(a);
-    prob_free(&p);
+    tu_problem_free(&p);
 }
 
 static const char *const variants[] = {"softmax", "stateful-softmax"};
@@ -212,8 +163,8 @@ Test(softmax_forward, large_scores_are_stable) {
      * subtraction; the result must still match the reference (softmax is nearly one-hot,
      * and the score error grows with the scale: FWD_TOL * 40 for the same reason as
      * FWD_TOL itself). */
-    problem p;
-    prob_init(&p, 1, 2, 150, 5, 3, true, NULL, 22);
+    tu_problem p;
+    tu_problem_init(&p, 1, 2, 150, 5, 3, true, NULL, 22);
     attn *a = create("softmax", "scale=40");
     float *out = tu_alloc_f(p.nv);
     void *saved = run_forward(a, &p, out);
@@ -224,7 +175,7 @@ Test(softmax_forward, large_scores_are_stable) {
     free(saved);
     free(out);
     attn_destroy(a);
-    prob_free(&p);
+    tu_problem_free(&p);
 }
 
 /* ---- backward against finite differences of the reference ---- */
@@ -270,18 +221,18 @@ static void fd_entries(fd_ctx *c, double *x, const size_t *idx, int n_idx, const
  * at n_sample random entries of each tensor. */
 static void check_backward(const char *variant, const char *setting, double scale, int B, int H, int N, int D, int M,
                            bool causal, const int *lengths, uint64_t seed, int n_sample) {
-    problem p;
-    prob_init(&p, B, H, N, D, M, causal, lengths, seed);
+    tu_problem p;
+    tu_problem_init(&p, B, H, N, D, M, causal, lengths, seed);
     attn *a = create(variant, setting);
     float *out = tu_alloc_f(p.nv), *dq = tu_alloc_f(p.nq), *dk = tu_alloc_f(p.nq), *dv = tu_alloc_f(p.nv);
     for (size_t i = 0; i < p.nq; i++) dq[i] = dk[i] = NAN; /* backward overwrites, never accumulates */
     for (size_t i = 0; i < p.nv; i++) dv[i] = NAN;
     void *saved = run_forward(a, &p, out);
     run_backward(a, &p, saved, dq, dk, dv);
-    assert_padded_zero(&p.s, out, M, "out");
-    assert_padded_zero(&p.s, dq, D, "dq");
-    assert_padded_zero(&p.s, dk, D, "dk");
-    assert_padded_zero(&p.s, dv, M, "dv");
+    tu_assert_padded_zero(&p.s, out, M, "out");
+    tu_assert_padded_zero(&p.s, dq, D, "dq");
+    tu_assert_padded_zero(&p.s, dk, D, "dk");
+    tu_assert_padded_zero(&p.s, dv, M, "dv");
 
     fd_ctx c = {.rs = to_ref(&p.s), .scale = isnan(scale) ? 1.0 / sqrt((double)D) : scale};
     c.q = tu_to_double(p.q, p.nq);
@@ -337,7 +288,7 @@ static void check_backward(const char *variant, const char *setting, double scal
     free(dk);
     free(dv);
     attn_destroy(a);
-    prob_free(&p);
+    tu_problem_free(&p);
 }
 
 Test(softmax_backward, finite_differences_small) {
@@ -352,9 +303,9 @@ Test(softmax_backward, finite_differences_small) {
 Test(softmax_backward, n_equals_one) {
     /* N = 1: out = v, so dq = dk = 0 exactly and dv = dout (the entries are checked
      * against the finite differences, which are 0 for q and k). */
-    problem p;
+    tu_problem p;
     const int len[2] = {1, 0};
-    prob_init(&p, 2, 3, 1, 5, 3, true, len, 34);
+    tu_problem_init(&p, 2, 3, 1, 5, 3, true, len, 34);
     attn *a = create("softmax", NULL);
     float *out = tu_alloc_f(p.nv), *dq = tu_alloc_f(p.nq), *dk = tu_alloc_f(p.nq), *dv = tu_alloc_f(p.nv);
     void *saved = run_forward(a, &p, out);
@@ -374,7 +325,7 @@ Test(softmax_backward, n_equals_one) {
     free(dk);
     free(dv);
     attn_destroy(a);
-    prob_free(&p);
+    tu_problem_free(&p);
 }
 
 Test(softmax_backward, finite_differences_across_blocks) {
@@ -403,9 +354,9 @@ Test(stateful_softmax, same_as_softmax_bitwise) {
     for (int causal = 0; causal < 2; causal++)
         for (int with_len = 0; with_len < 3; with_len++) {
             /* with_len 2: one slice, so backward takes its split-blocks path */
-            problem p;
-            if (with_len < 2) prob_init(&p, 2, 3, 300, 5, 3, causal, with_len ? len : NULL, 41);
-            else prob_init(&p, 1, 1, 300, 5, 3, causal, &len[1], 42);
+            tu_problem p;
+            if (with_len < 2) tu_problem_init(&p, 2, 3, 300, 5, 3, causal, with_len ? len : NULL, 41);
+            else tu_problem_init(&p, 1, 1, 300, 5, 3, causal, &len[1], 42);
             float *o[2], *dq[2], *dk[2], *dv[2];
             for (int vi = 0; vi < 2; vi++) {
                 attn *a = create(variants[vi], NULL);
@@ -428,36 +379,18 @@ Test(stateful_softmax, same_as_softmax_bitwise) {
                 free(dk[vi]);
                 free(dv[vi]);
             }
-            prob_free(&p);
+            tu_problem_free(&p);
         }
 }
 
 /* ---- recurrent mode ---- */
 
-/* Gathers position t of a [B, H, N, X] tensor into [B, H, X], or scatters back. */
-static void gather(const attn_shape *s, const float *src, float *dst, int t, int X) {
-    for (int bh = 0; bh < s->batch * s->heads; bh++)
-        memcpy(dst + (size_t)bh * X, src + ((size_t)bh * s->len + t) * X, sizeof(float) * (size_t)X);
-}
-static void scatter(const attn_shape *s, const float *src, float *dst, int t, int X) {
-    for (int bh = 0; bh < s->batch * s->heads; bh++)
-        memcpy(dst + ((size_t)bh * s->len + t) * X, src + (size_t)bh * X, sizeof(float) * (size_t)X);
-}
-
-/* Copies positions [0, P) of a [B, H, N, X] tensor into a [B, H, P, X] one. */
-static float *prefix(const attn_shape *s, const float *src, int P, int X) {
-    float *dst = tu_alloc_f((size_t)s->batch * s->heads * (size_t)(P ? P : 1) * X);
-    for (int bh = 0; bh < s->batch * s->heads; bh++)
-        memcpy(dst + (size_t)bh * P * X, src + (size_t)bh * s->len * X, sizeof(float) * (size_t)P * X);
-    return dst;
-}
-
 /* prefill(P) (P < 0: none, plain steps from an empty state) then steps P..N-1, against
  * the causal forward and the reference. with_out: prefill returns its outputs. */
 static void check_recurrent(const char *setting, double scale, int B, int H, int N, int D, int M, int capacity, int P,
                             bool with_out, uint64_t seed) {
-    problem p;
-    prob_init(&p, B, H, N, D, M, true, NULL, seed);
+    tu_problem p;
+    tu_problem_init(&p, B, H, N, D, M, true, NULL, seed);
     attn *a = create("stateful-softmax", setting);
     float *fwd = tu_alloc_f(p.nv);
     void *saved = run_forward(a, &p, fwd);
@@ -471,7 +404,7 @@ static void check_recurrent(const char *setting, double scale, int B, int H, int
     for (size_t i = 0; i < p.nv; i++) rec[i] = NAN;
     int start = 0;
     if (P >= 0) {
-        float *qp = prefix(&p.s, p.q, P, D), *kp = prefix(&p.s, p.k, P, D), *vp = prefix(&p.s, p.v, P, M);
+        float *qp = tu_prefix(&p.s, p.q, P, D), *kp = tu_prefix(&p.s, p.k, P, D), *vp = tu_prefix(&p.s, p.v, P, M);
         float *op = with_out ? tu_alloc_f((size_t)B * H * (size_t)(P ? P : 1) * M) : NULL;
         int rc = attn_prefill(a, state, P, qp, kp, vp, op);
         cr_assert(rc == 0, "prefill(%d): %s", P, attn_error());
@@ -487,12 +420,12 @@ static void check_recurrent(const char *setting, double scale, int B, int H, int
     float *qt = tu_alloc_f((size_t)B * H * D), *kt = tu_alloc_f((size_t)B * H * D);
     float *vt = tu_alloc_f((size_t)B * H * M), *ot = tu_alloc_f((size_t)B * H * M);
     for (int t = start; t < N; t++) {
-        gather(&p.s, p.q, qt, t, D);
-        gather(&p.s, p.k, kt, t, D);
-        gather(&p.s, p.v, vt, t, M);
+        tu_gather(&p.s, p.q, qt, t, D);
+        tu_gather(&p.s, p.k, kt, t, D);
+        tu_gather(&p.s, p.v, vt, t, M);
         int rc = attn_step(a, state, t, qt, kt, vt, ot);
         cr_assert(rc == 0, "step %d: %s", t, attn_error());
-        scatter(&p.s, ot, rec, t, M);
+        tu_scatter(&p.s, ot, rec, t, M);
     }
     /* Compare the rows the recurrent run produced: all of them unless the prefill's
      * outputs were not asked for. */
@@ -518,7 +451,7 @@ static void check_recurrent(const char *setting, double scale, int B, int H, int
     free(saved);
     free(fwd);
     attn_destroy(a);
-    prob_free(&p);
+    tu_problem_free(&p);
 }
 
 Test(stateful_softmax, steps_equal_causal_forward) {
@@ -654,8 +587,8 @@ Test(softmax_memory, repeated_calls_allocate_nothing) {
     /* The registry sizes the workspace on the first call; later calls at the same shape
      * must not allocate (no malloc/ab_alloc inside forward/backward/step). */
     const int len[2] = {300, 99};
-    problem p;
-    prob_init(&p, 2, 3, 300, 5, 3, true, len, 61);
+    tu_problem p;
+    tu_problem_init(&p, 2, 3, 300, 5, 3, true, len, 61);
     attn *a = create("softmax", NULL);
     float *out = tu_alloc_f(p.nv), *dq = tu_alloc_f(p.nq), *dk = tu_alloc_f(p.nq), *dv = tu_alloc_f(p.nv);
     cr_assert(attn_reserve(a, &p.s) == 0, "%s", attn_error());
@@ -679,5 +612,5 @@ Test(softmax_memory, repeated_calls_allocate_nothing) {
     free(dk);
     free(dv);
     attn_destroy(a);
-    prob_free(&p);
+    tu_problem_free(&p);
 }

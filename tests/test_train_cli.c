@@ -11,15 +11,12 @@
 #include "checkpoint.h"
 #include "error.h"
 #include "fileio.h"
+#include "test_proc.h"
 #include "trainer.h"
 
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,41 +24,18 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
-
-extern char **environ;
 
 #define SMOKE ATTNBENCH_SOURCE_DIR "/experiments/copy/smoke.json"
 
 static char g_dir[600];
 static char *g_out, *g_err;
 
-static void rm_tree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char p[1024];
-    while ((e = readdir(d))) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) rm_tree(p);
-        else remove(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 static void setup(void) {
-    char base[512];
-    snprintf(base, sizeof base, "%s/train-cli-tmp", TEST_DATA_DIR);
-    cr_assert_eq(ab_mkdir_p(base), 0, "%s", ab_error());
-    snprintf(g_dir, sizeof g_dir, "%s/XXXXXX", base);
-    cr_assert_not_null(mkdtemp(g_dir), "mkdtemp: %s", strerror(errno));
+    tp_scratch_make(g_dir, sizeof g_dir, TEST_DATA_DIR "/train-cli-tmp");
 }
 
 static void teardown(void) {
-    rm_tree(g_dir);
+    tp_rm_tree(g_dir);
     free(g_out);
     free(g_err);
     g_out = g_err = NULL;
@@ -84,84 +58,20 @@ static const char *P(const char *fmt, ...) {
     return b;
 }
 
-static char *slurp(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    cr_assert_eq(fread(s, 1, (size_t)n, f), (size_t)n);
-    s[n] = '\0';
-    fclose(f);
-    if (size) *size = (size_t)n;
-    return s;
-}
-
-static bool exists(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0;
-}
-
 /* The binary the helpers below run: attnbench, or attnbench-emu (its CUDA device
  * emulated on the CPU) for the --device cuda tests. */
 static const char *g_exe = ATTNBENCH_EXE;
 
-/* Starts attnbench --threads 1 ARGS (NULL-terminated) with stdout/stderr to files. */
-static pid_t spawn_argv(const char *const *args) {
-    const char *argv[64];
-    int n = 0;
-    argv[n++] = g_exe;
-    argv[n++] = "--threads";
-    argv[n++] = "1";
-    for (int i = 0; args[i]; i++) {
-        cr_assert_lt(n, 63);
-        argv[n++] = args[i];
-    }
-    argv[n] = NULL;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, P("stdout.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, 2, P("stderr.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    pid_t pid;
-    int rc = posix_spawn(&pid, g_exe, &fa, NULL, (char *const *)argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    cr_assert_eq(rc, 0, "cannot run %s: %s", g_exe, strerror(rc));
-    return pid;
-}
+/* Starts attnbench --threads 1 ARG... (NULL-terminated) with stdout/stderr to files. */
+#define spawn(...) tp_spawn(g_dir, g_exe, NULL, TP_ARGV("--threads", "1", __VA_ARGS__))
 
-static int wait_status(pid_t pid) {
-    int status;
-    cr_assert_eq(waitpid(pid, &status, 0), pid);
-    free(g_out);
-    free(g_err);
-    g_out = slurp(P("stdout.txt"), NULL);
-    g_err = slurp(P("stderr.txt"), NULL);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+static int wait_status(pid_t pid) { return tp_wait(g_dir, pid, &g_out, &g_err); }
 
-static int run(const char *first, ...) {
-    const char *args[64];
-    int n = 0;
-    va_list ap;
-    va_start(ap, first);
-    for (const char *a = first; a; a = va_arg(ap, const char *)) {
-        cr_assert_lt(n, 63);
-        args[n++] = a;
-    }
-    va_end(ap);
-    args[n] = NULL;
-    return wait_status(spawn_argv(args));
-}
+#define run(...) wait_status(spawn(__VA_ARGS__))
 
 /* Exit status 2 and one line "attnbench: error: ..." holding `needle`. */
 static void expect_usage_error(int status, const char *what, const char *needle) {
-    cr_expect_eq(status, 2, "%s: exit status %d, want 2 (stderr: %s)", what, status, g_err);
-    cr_expect(strncmp(g_err, "attnbench: error: ", 18) == 0, "%s: stderr: %s", what, g_err);
-    char *nl = strchr(g_err, '\n');
-    cr_expect(nl && nl[1] == '\0', "%s: stderr is not exactly one line: %s", what, g_err);
-    if (needle) cr_expect(strstr(g_err, needle) != NULL, "%s: message lacks '%s': %s", what, needle, g_err);
+    tp_usage_error(status, g_err, what, TP_ARGV(needle, NULL));
 }
 
 static json_t *load(const char *path) {
@@ -231,8 +141,8 @@ static void sleep_ms(int ms) {
  * ends, or 60 s pass). Returns the step seen. */
 static long long wait_for_checkpoint(pid_t pid, const char *path, long long step) {
     for (int i = 0; i < 6000; i++) {
-        long long s = exists(path) ? ckpt_step(path) : -1;
-        cr_assert(!exists(path) || s >= 0, "checkpoint %s is unreadable while the run writes it", path);
+        long long s = tp_exists(path) ? ckpt_step(path) : -1;
+        cr_assert(!tp_exists(path) || s >= 0, "checkpoint %s is unreadable while the run writes it", path);
         if (s >= step) return s;
         if (waitpid(pid, NULL, WNOHANG) == pid) cr_assert_fail("the run ended before step %lld", step);
         sleep_ms(10);
@@ -291,7 +201,7 @@ Test(train_cli, smoke_run_is_complete_and_learns) {
     cr_expect_eq(json_real_value(json_object_get(sum, "final_eval_loss")), last);
     cr_expect_gt(json_integer_value(json_object_get(sum, "peak_bytes")), 0);
     /* TSV: a header and one row per record */
-    char *tsv = slurp(P("run/train.tsv"), NULL);
+    char *tsv = tp_slurp(P("run/train.tsv"), NULL);
     cr_assert_not_null(tsv);
     cr_expect(strncmp(tsv, "kind\tstep\tloss\t", 15) == 0, "TSV header: %.60s", tsv);
     int lines = 0;
@@ -303,17 +213,17 @@ Test(train_cli, smoke_run_is_complete_and_learns) {
 
     /* a second run into the same folder is refused unless --overwrite or --resume */
     size_t n0, n1;
-    char *before = slurp(P("run/checkpoint.bin"), &n0);
+    char *before = tp_slurp(P("run/checkpoint.bin"), &n0);
     expect_usage_error(run("train", SMOKE, "--out", P("run"), NULL), "existing run", "--resume");
-    char *after = slurp(P("run/checkpoint.bin"), &n1);
+    char *after = tp_slurp(P("run/checkpoint.bin"), &n1);
     cr_expect(n0 == n1 && memcmp(before, after, n0) == 0, "the refused run touched the checkpoint");
     free(before);
     free(after);
     /* a resume of a finished run does nothing, and writes nothing */
-    char *doc0 = slurp(P("run/train.json"), &n0);
+    char *doc0 = tp_slurp(P("run/train.json"), &n0);
     cr_assert_eq(run("train", "--resume", "--out", P("run"), NULL), 0, "%s", g_err);
     cr_expect(strstr(g_err, "nothing to do"), "%s", g_err);
-    char *doc1 = slurp(P("run/train.json"), &n1);
+    char *doc1 = tp_slurp(P("run/train.json"), &n1);
     cr_expect(n0 == n1 && memcmp(doc0, doc1, n0) == 0, "a resume of a complete run rewrote its document");
     free(doc0);
     free(doc1);
@@ -353,14 +263,14 @@ Test(train_cli, resume_equals_uninterrupted_run) {
     expect_same_state(P("a/checkpoint.bin"), P("c/checkpoint.bin"), "resumed at 60 without the config");
     /* a resume that changes the model or the optimiser is refused, the run untouched */
     size_t n0, n1;
-    char *before = slurp(P("c/checkpoint.bin"), &n0);
+    char *before = tp_slurp(P("c/checkpoint.bin"), &n0);
     expect_usage_error(run("train", SMOKE, "--out", P("c"), "--resume", "--set", "model.d_model=32", NULL),
                        "changed model", "'model.d_model' differs");
     expect_usage_error(run("train", "--resume", "--out", P("c"), "--set", "optim.lr=0.5", NULL), "changed lr",
                        "'optim.lr' differs");
     expect_usage_error(run("train", "--resume", "--out", P("c"), "--set", "model.attention.variant=softmax", NULL),
                        "changed variant", "'model.attention.variant' differs");
-    char *after = slurp(P("c/checkpoint.bin"), &n1);
+    char *after = tp_slurp(P("c/checkpoint.bin"), &n1);
     cr_expect(n0 == n1 && memcmp(before, after, n0) == 0, "a refused resume touched the checkpoint");
     free(before);
     free(after);
@@ -368,9 +278,8 @@ Test(train_cli, resume_equals_uninterrupted_run) {
 
 Test(train_cli, kill_9_then_resume_loses_only_steps_since_the_checkpoint) {
     /* a run that would go on for long, checkpoints every 50 steps */
-    const char *args[] = {"train", SMOKE, "--out", P("k"), "--quiet", "--set", "steps=1000000",
-                          "--set", "checkpoint_every=50", "--set", "eval_every=0", NULL};
-    pid_t pid = spawn_argv(args);
+    pid_t pid = spawn("train", SMOKE, "--out", P("k"), "--quiet", "--set", "steps=1000000", "--set",
+                      "checkpoint_every=50", "--set", "eval_every=0", NULL);
     long long seen = wait_for_checkpoint(pid, P("k/checkpoint.bin"), 150);
     cr_assert_eq(kill(pid, SIGKILL), 0);
     cr_assert_eq(wait_status(pid), 128 + SIGKILL);
@@ -404,8 +313,7 @@ Test(train_cli, kill_9_then_resume_loses_only_steps_since_the_checkpoint) {
 }
 
 Test(train_cli, sigint_stops_with_a_checkpoint) {
-    const char *args[] = {"train", SMOKE, "--out", P("i"), "--set", "steps=1000000", "--set", "eval_every=0", NULL};
-    pid_t pid = spawn_argv(args);
+    pid_t pid = spawn("train", SMOKE, "--out", P("i"), "--set", "steps=1000000", "--set", "eval_every=0", NULL);
     wait_for_checkpoint(pid, P("i/checkpoint.bin"), 40);
     cr_assert_eq(kill(pid, SIGINT), 0);
     cr_assert_eq(wait_status(pid), 130, "stderr: %s", g_err);
@@ -448,17 +356,12 @@ Test(train_cli, divergence_stops_and_keeps_the_last_good_checkpoint) {
              "--set", "optim.schedule.gamma=1e33", "--set", "checkpoint_every=100", NULL);
     cr_assert_eq(st, 1, "exit status %d: %s", st, g_err);
     cr_expect(strstr(g_err, "no checkpoint had been written yet"), "%s", g_err);
-    cr_expect(!exists(P("nan/checkpoint.bin")), "the earlier run's checkpoint is still there");
+    cr_expect(!tp_exists(P("nan/checkpoint.bin")), "the earlier run's checkpoint is still there");
 }
 
 /* ---- bad input ---- */
 
-static void write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
-}
+static void write_text(const char *path, const char *text) { tp_write_bytes(path, text, strlen(text)); }
 
 Test(train_cli, bad_configs_one_line_exit_2) {
     write_text(P("unknown.json"), "{\"name\": \"x\", \"task\": {\"name\": \"copy\"}, \"model\": {\"attention\": "
@@ -480,13 +383,13 @@ Test(train_cli, bad_configs_one_line_exit_2) {
     expect_usage_error(run("train", SMOKE, "--bogus", NULL), "unknown argument", "--bogus");
     expect_usage_error(run("train", NULL), "no config", "CONFIG");
     expect_usage_error(run("train", "--resume", "--out", P("nothing"), NULL), "nothing to resume", "no checkpoint");
-    cr_expect(!exists(P("o")), "a refused run left an output folder");
+    cr_expect(!tp_exists(P("o")), "a refused run left an output folder");
 }
 
 Test(train_cli, corrupt_foreign_truncated_checkpoints_refused) {
     cr_assert_eq(run("train", SMOKE, "--out", P("r"), "--quiet", "--set", "steps=10", NULL), 0, "%s", g_err);
     size_t n;
-    char *good = slurp(P("r/checkpoint.bin"), &n);
+    char *good = tp_slurp(P("r/checkpoint.bin"), &n);
     cr_assert_not_null(good);
     struct {
         const char *name, *needle;
@@ -666,7 +569,7 @@ Test(train_cli, cuda_emulated_train_resume_generate) {
     expect_usage_error(run("train", SMOKE, "--out", P("nodev"), "--device", "cuda", NULL), "no device",
                        "no CUDA device");
     unsetenv("AB_EMU_NO_DEVICE");
-    cr_expect(!exists(P("nodev/train.json")) && !exists(P("nodev/checkpoint.bin")));
+    cr_expect(!tp_exists(P("nodev/train.json")) && !tp_exists(P("nodev/checkpoint.bin")));
     g_exe = ATTNBENCH_EXE;
 }
 
@@ -683,10 +586,10 @@ Test(train_cli, plot_draws_figure_2) {
     cr_assert_eq(stat(P("fig.png"), &sp), 0);
     cr_assert_eq(stat(P("fig.svg"), &ss), 0);
     cr_expect_gt(sp.st_size, 1000);
-    char *svg = slurp(P("fig.svg"), NULL);
+    char *svg = tp_slurp(P("fig.svg"), NULL);
     cr_expect(strstr(svg, "copy-smoke") && strstr(svg, "softmax_attention"), "legend lacks the runs");
     free(svg);
-    char *tsv = slurp(P("fig.plot.tsv"), NULL);
+    char *tsv = tp_slurp(P("fig.plot.tsv"), NULL);
     cr_expect(strncmp(tsv, "run\tkind\tstep\tloss\n", 19) == 0);
     cr_expect(strstr(tsv, "copy-smoke\ttrain\t5\t") && strstr(tsv, "softmax_attention\teval\t100\t"), "%.200s", tsv);
     free(tsv);

@@ -1,0 +1,54 @@
+/* Files and processes for the Criterion suites: scratch folders, whole-file reads and
+ * writes, running a program with its output captured, and the CLI's one-line usage
+ * error. Failures are Criterion assertions of the calling test. */
+#ifndef AB_TEST_PROC_H
+#define AB_TEST_PROC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* ---- files ---- */
+
+/* Makes `base` (and its parents) and a new empty folder inside it; its path goes into
+ * dir (cap bytes). */
+void tp_scratch_make(char *dir, size_t cap, const char *base);
+
+/* Removes a folder and everything in it (only ever the tests' own scratch folders). */
+void tp_rm_tree(const char *dir);
+
+bool tp_exists(const char *path);
+
+/* The whole file in a malloc'ed buffer with a NUL after its end; *size (if not NULL)
+ * its length. Asserts that the file can be read. */
+char *tp_slurp(const char *path, size_t *size);
+unsigned char *tp_read_bytes(const char *path, size_t *size); /* the same, for binary data */
+
+/* Writes n bytes of data as the whole file. */
+void tp_write_bytes(const char *path, const void *data, size_t n);
+
+/* ---- processes ---- */
+
+/* A NULL-terminated argument list in place: TP_ARGV("op", "--help", NULL). */
+#define TP_ARGV(...) ((const char *const[]){__VA_ARGS__})
+
+/* Starts `exe` with `args` (NULL-terminated, after argv[0]), stdin from /dev/null,
+ * stdout and stderr into dir/stdout.txt and dir/stderr.txt, and `env` ("NAME=VALUE",
+ * or NULL) added to the environment. Returns its process id. */
+pid_t tp_spawn(const char *dir, const char *exe, const char *env, const char *const *args);
+
+/* Waits for a process of tp_spawn(dir, ...); *out and *err (each where not NULL) are
+ * freed and replaced by what it wrote to stdout and stderr. Returns its exit status, or
+ * 128 + the signal that ended it. */
+int tp_wait(const char *dir, pid_t pid, char **out, char **err);
+
+/* tp_spawn, then tp_wait. */
+int tp_run(const char *dir, const char *exe, const char *env, const char *const *args, char **out, char **err);
+
+/* Whether a run was refused as bad input: exit status 2 and, on stderr (`err`), exactly
+ * one line "attnbench: error: ..." holding every string of `must` (NULL-terminated, or
+ * NULL for none). Each check is a cr_expect whose message starts with `what`; returns
+ * whether all of them held. */
+bool tp_usage_error(int status, const char *err, const char *what, const char *const *must);
+
+#endif
