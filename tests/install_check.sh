@@ -4,8 +4,10 @@
 set -euo pipefail
 build=$1
 src=$2
-stage="$build/install-stage"
-rm -rf "$stage"
+# A staging folder of its own: pkg-config's flags are split at spaces, so it must not
+# sit under a checkout whose path has one.
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
 DESTDIR="$stage" meson install -C "$build" --no-rebuild --quiet >/dev/null
 pc=$(find "$stage" -name attnbench.pc | head -n1)
 [ -n "$pc" ] || { echo "no attnbench.pc installed"; exit 1; }

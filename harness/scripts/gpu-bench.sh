@@ -6,6 +6,9 @@
 #   figure1-gpu.json/.tsv/.png/.svg, compare-torch-gpu.json, torch-gpu.json,
 #   compare-torch-gpu.md (the table), gpu-tests.log.
 set -euo pipefail
+# A shell started with no PATH in its environment has a default one it does not
+# export; the compilers that meson and gcc start need it exported.
+export PATH
 cd "$(dirname "$0")/../.."
 bash harness/scripts/build.sh
 mkdir -p results

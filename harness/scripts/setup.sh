@@ -3,6 +3,9 @@
 # (python3-numpy: the crosscheck test's independent reference).
 # Idempotent: a second run installs nothing. Needs root or sudo on Debian 12.
 set -euo pipefail
+# A shell started with no PATH in its environment has a default one it does not
+# export; the compilers that meson and gcc start need it exported.
+export PATH
 
 pkgs=(meson ninja-build pkg-config gcc g++ libjansson-dev libcriterion-dev
       libopenblas-openmp-dev libopenblas0-openmp zlib1g-dev gnuplot-nox

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test suite (meson test). CI runs this.
 set -euo pipefail
+# A shell started with no PATH in its environment has a default one it does not
+# export; the compilers that meson and gcc start need it exported.
+export PATH
 cd "$(dirname "$0")/../.."
 bash harness/scripts/setup.sh
 bash harness/scripts/build.sh
