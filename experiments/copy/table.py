@@ -5,12 +5,14 @@
     python3 experiments/copy/table.py results/copy-cpu-softmax results/copy-cpu-linear ...
 
 Columns: final eval loss and accuracy (teacher forcing, the fixed evaluation set),
-the mean and standard deviation of the per-step training loss over the last 10% of
-the steps, greedy-generation copy accuracy and exact-copy rate, training wall
+the mean of the per-step training loss over the last 10% of the steps with the
+standard error of that mean (from 20 block means, as plateau.py: neighbouring steps'
+losses are correlated) and the standard deviation of the per-step loss, greedy-generation copy accuracy and exact-copy rate, training wall
 time (all processes of the run), training tokens/s (positions processed per second
 inside the steps), generation mode and tokens/s."""
 import json
 import os
+import statistics
 import sys
 
 
@@ -18,8 +20,20 @@ def fmt(x, spec):
     return "-" if x is None else format(x, spec)
 
 
+def mean_se(loss):
+    """Mean of the last 10% of the per-step losses and its standard error from 20
+    block means (None when the run is too short to split)."""
+    t = len(loss)
+    w = loss[t - t // 10:]
+    blk = len(w) // 20
+    if blk < 1:
+        return None, None
+    means = [statistics.fmean(w[i:i + blk]) for i in range(0, blk * 20, blk)]
+    return statistics.fmean(w), statistics.stdev(means) / len(means) ** 0.5
+
+
 def main(dirs):
-    print("| variant | steps | final eval loss | eval accuracy | train loss, last 10% (std) | "
+    print("| variant | steps | final eval loss | eval accuracy | train loss, last 10% ± SE (std) | "
           "generation accuracy | exact copies | wall time | train tokens/s | generation mode | generation tokens/s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for d in dirs:
@@ -30,10 +44,11 @@ def main(dirs):
         if os.path.exists(gp):
             g = json.load(open(gp))
         label = run["config"].get("label", run["config"]["name"])
+        _, se = mean_se(run.get("step_loss", []))
         wall = s.get("wall_s")
-        print("| %s | %s | %s | %s | %s (%s) | %s | %s | %s | %s | %s | %s |" % (
+        print("| %s | %s | %s | %s | %s ± %s (%s) | %s | %s | %s | %s | %s | %s |" % (
             label, s.get("steps_done"), fmt(s.get("final_eval_loss"), ".3g"), fmt(s.get("final_eval_accuracy"), ".4f"),
-            fmt(s.get("final_train_loss_mean"), ".3g"), fmt(s.get("final_train_loss_std"), ".2g"),
+            fmt(s.get("final_train_loss_mean"), ".3g"), fmt(se, ".2g"), fmt(s.get("final_train_loss_std"), ".2g"),
             fmt(g.get("accuracy"), ".4f"), fmt(g.get("exact_rate"), ".3f"),
             "-" if wall is None else "%.1f min" % (wall / 60), fmt(s.get("train_tokens_per_s"), ".0f"),
             g.get("mode", "-"), fmt(g.get("tokens_per_s"), ".0f")))
