@@ -502,12 +502,27 @@ __global__ void rows_backward_kernel(float *S, float *dP, const int32_t *perm, c
     }
 }
 
-/* The touched slices of a group of segments [seg0, seg0 + nseg): [sl_a, sl_b], and the
- * rounds [r0, r1) of slice sl inside the group. */
-__device__ __forceinline__ void rounds_in(long long sl, long long seg0, long long nseg, int R, int *r0, int *r1) {
-    const long long a = seg0 > sl * R ? seg0 : sl * R, b = seg0 + nseg < sl * R + R ? seg0 + nseg : sl * R + R;
-    *r0 = (int)(a - sl * R);
-    *r1 = (int)(b - sl * R);
+/* A group of segments [seg0, seg0 + nseg) touches the slices sl_a .. sl_a + n - 1 (n =
+ * touched_slices); a warp item of the combine and gradient kernels is one (touched
+ * slice, position < L): its slice sl, position i, the rounds [r0, r1) of sl inside the
+ * group and its row slot in the per-slice scratch. */
+__host__ __device__ __forceinline__ long long touched_slices(long long seg0, long long nseg, int R) {
+    return (seg0 + nseg - 1) / R - seg0 / R + 1;
+}
+struct seg_item {
+    long long sl, slot;
+    int i, r0, r1;
+};
+__device__ __forceinline__ seg_item seg_item_at(long long item, long long seg0, long long nseg, int R, int L, int N,
+                                                long long slots) {
+    seg_item t;
+    t.sl = seg0 / R + item / L;
+    t.i = (int)(item % L);
+    const long long lo = t.sl * R, a = seg0 > lo ? seg0 : lo, b = seg0 + nseg < lo + R ? seg0 + nseg : lo + R;
+    t.r0 = (int)(a - lo);
+    t.r1 = (int)(b - lo);
+    t.slot = (t.sl % slots) * N + t.i;
+    return t;
 }
 
 /* Forward combine: a warp per (touched slice, position < L). out rows of the run; O the
@@ -518,13 +533,11 @@ __global__ void combine_kernel(float *out, float *saved_out, float *lse_tot, con
     __shared__ float fac[WARPS][MAX_ROUNDS], fin[WARPS];
     __shared__ int kind[WARPS][MAX_ROUNDS], trow[WARPS][MAX_ROUNDS];
     const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
-    const long long sl_a = seg0 / R, nitems = ((seg0 + nseg - 1) / R - sl_a + 1) * L;
+    const long long nitems = touched_slices(seg0, nseg, R) * L;
     WARP_LOOP(item, nitems) {
-        const long long sl = sl_a + item / L;
-        const int i = (int)(item % L);
-        int r0, r1;
-        rounds_in(sl, seg0, nseg, R, &r0, &r1);
-        const long long slot = (sl % slots) * N + i;
+        const seg_item t = seg_item_at(item, seg0, nseg, R, L, N, slots);
+        const long long sl = t.sl, slot = t.slot;
+        const int i = t.i, r0 = t.r0, r1 = t.r1;
         if (lane == 0) {
             float a = r0 > 0 ? va[slot] : 0.0f, b = r0 > 0 ? vb[slot] : 0.0f;
             for (int r = r0; r < r1; r++) {
@@ -600,13 +613,11 @@ __global__ void grad_kernel(float *dq, float *dv, const float *q, const float *n
     __shared__ float kdot[WARPS][MAX_ROUNDS];
     __shared__ int trow[WARPS][MAX_ROUNDS];
     const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5, L = k.L, gr = k.off * k.C;
-    const long long sl_a = seg0 / R, nitems = ((seg0 + nseg - 1) / R - sl_a + 1) * L;
+    const long long nitems = touched_slices(seg0, nseg, R) * L;
     WARP_LOOP(item, nitems) {
-        const long long sl = sl_a + item / L;
-        const int i = (int)(item % L);
-        int r0, r1;
-        rounds_in(sl, seg0, nseg, R, &r0, &r1);
-        const long long slot = (sl % slots) * N + i;
+        const seg_item t = seg_item_at(item, seg0, nseg, R, L, N, slots);
+        const long long sl = t.sl, slot = t.slot;
+        const int i = t.i, r0 = t.r0, r1 = t.r1;
         const float iv = invn[slot];
         const bool through = nrm[slot] > ATTN_LSH_NORM_FLOOR; /* k = q / |q| (else q / floor) */
         const float *x = q + (sl * N + i) * (long long)D;
@@ -785,7 +796,7 @@ extern "C" int lsh_cuda_forward(attn *a, const attn_shape *s, const float *q, co
             /* O_c = P V_win   (C, M) per chunk */
             AB_TRY(ab_cuda_sgemm_batched(false, false, ck.C, M, ck.W, 1.0f, w.S, ck.W, C * W, w.V, M, C * M, 0.0f,
                                          w.O + qo * M, M, C * M, nb));
-            const long long nitems = ((seg0 + nseg - 1) / R - seg0 / R + 1) * L;
+            const long long nitems = touched_slices(seg0, nseg, R) * L;
             AB_LAUNCH(combine_kernel, warp_grid_for(nitems), THREADS, 0, ab_cuda_stream(), outr,
                       p.lse_combine ? sv.out + s0 * NM : (float *)NULL, p.lse_combine ? sv.lse_tot + s0 * N : (float *)NULL,
                       (const float *)w.O, (const int32_t *)w.inv, (const float *)lse_r, w.va, w.vb, seg0, nseg, R, N,
@@ -822,7 +833,7 @@ extern "C" int lsh_cuda_backward(attn *a, const attn_shape *s, const float *q, c
         const float *lse_r = sv.lse + s0 * R * N;
         for (long long seg0 = 0; seg0 < ns * R; seg0 += p.segs) {
             const long long nseg = ns * R - seg0 < p.segs ? ns * R - seg0 : p.segs, n = nseg * L;
-            const long long sl_a = seg0 / R, nsl = (seg0 + nseg - 1) / R - sl_a + 1;
+            const long long sl_a = seg0 / R, nsl = touched_slices(seg0, nseg, R);
             AB_LAUNCH(norms_kernel, grid_for(nsl * L), THREADS, 0, ab_cuda_stream(), qr, N, D, L, sl_a, nsl, p.slots,
                       w.nrm, w.invn);
             if (p.lse_combine)
