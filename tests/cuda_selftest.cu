@@ -138,6 +138,22 @@ __global__ void smem_overflow_kernel(float *out, int n) {
 
 __global__ void nothing_kernel(int *out) { out[0] = 1; }
 
+/* A race: each thread writes its slot of shared memory and, with no barrier between,
+ * reads its lower neighbour's. Wrong on a GPU; the emulator's default order (threads in
+ * index order, switching at barriers) happens to hide it, strict mode's reverse order
+ * shows it (the neighbour's slot still holds the poison: NaN). */
+__global__ void racy_shift_kernel(float *y) {
+    AB_DYN_SMEM(float, s);
+    const int t = threadIdx.x;
+    s[t] = (float)(t + 1);
+    y[t] = t > 0 ? s[t - 1] : 0.0f; /* missing __syncthreads() before this read */
+}
+
+/* Reads one element past the end of x (n floats). */
+__global__ void global_past_end_kernel(const float *x, float *out, int n) {
+    if (threadIdx.x == 0) out[0] = x[n];
+}
+
 /* ---- runners ---- */
 
 extern "C" int selftest_tree_sum(const int *x, int blocks, int threads, int *out) {
@@ -282,6 +298,23 @@ extern "C" int selftest_smem_overflow(int n) {
     float *d;
     CHECK_ALLOC(d, sizeof(float));
     AB_LAUNCH(smem_overflow_kernel, 1, 32, sizeof(float) * n, ab_cuda_stream(), d, n);
+    return ab_cuda_sync();
+}
+
+extern "C" int selftest_racy_shift(float *y, int threads) {
+    float *d;
+    CHECK_ALLOC(d, sizeof(float) * threads);
+    AB_LAUNCH(racy_shift_kernel, 1, threads, sizeof(float) * threads, ab_cuda_stream(), d);
+    AB_TRY(ab_cuda_memcpy_d2h(y, d, sizeof(float) * threads));
+    ab_cuda_free(d);
+    return 0;
+}
+
+extern "C" int selftest_global_past_end(int n) {
+    float *x, *out;
+    CHECK_ALLOC(x, sizeof(float) * n);
+    CHECK_ALLOC(out, sizeof(float));
+    AB_LAUNCH(global_past_end_kernel, 1, 32, 0, ab_cuda_stream(), x, out, n);
     return ab_cuda_sync();
 }
 

@@ -37,6 +37,8 @@ int selftest_partial_barrier(void);
 int selftest_exited_lane(void);
 int selftest_smem_overflow(int n);
 int selftest_bad_copy(void);
+int selftest_racy_shift(float *y, int threads);
+int selftest_global_past_end(int n);
 int selftest_cublas(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, long long sa,
                     const float *B, int ldb, long long sb, float beta, float *C, int ldc, long long sc, int batch,
                     size_t na, size_t nb, size_t nc);
@@ -317,6 +319,55 @@ Test(cuda_emulator, shared_memory_past_the_end_faults, .signal = SIGSEGV) {
 Test(cuda_emulator, copy_with_the_wrong_kind_aborts, .signal = SIGABRT) {
     require_device();
     selftest_bad_copy();
+}
+
+/* Strict mode (AB_EMU_STRICT=1; the *_strict suites run the CUDA suites in it) makes
+ * three GPU failures show that the default mode lets pass. */
+void ab_emu_set_strict(int on);
+
+Test(cuda_emulator, strict_mode_shows_a_missing_barrier) {
+    require_device();
+    enum { T = 64 };
+    float y[T];
+    /* Default order: the race is hidden (this is what the default mode cannot catch). */
+    ab_emu_set_strict(0);
+    cr_assert_eq(selftest_racy_shift(y, T), 0, "%s", ab_error());
+    for (int t = 1; t < T; t++) cr_assert_eq(y[t], (float)t);
+    /* Reverse order: every thread but the last reads its neighbour's slot before the
+     * neighbour wrote it. */
+    ab_emu_set_strict(1);
+    cr_assert_eq(selftest_racy_shift(y, T), 0, "%s", ab_error());
+    int stale = 0;
+    for (int t = 1; t < T; t++) stale += isnan(y[t]);
+    cr_assert_eq(stale, T - 1);
+}
+
+Test(cuda_emulator, strict_mode_faults_on_a_global_read_past_the_end, .signal = SIGSEGV) {
+    require_device();
+    ab_emu_set_strict(1);
+    selftest_global_past_end(5); /* 20 bytes: not a multiple of any alignment above 4 */
+}
+
+Test(cuda_emulator, strict_mode_faults_on_host_access_to_device_memory, .signal = SIGSEGV) {
+    require_device();
+    ab_emu_set_strict(1);
+    void *d;
+    cr_assert_eq(ab_dev_malloc(AB_DEV_CUDA, &d, 64), 0);
+    volatile float *p = (volatile float *)d;
+    (void)p[0];
+}
+
+Test(cuda_emulator, strict_mode_leaves_correct_code_alone) {
+    /* The same reads through the API work in strict mode. */
+    require_device();
+    ab_emu_set_strict(1);
+    void *d;
+    float h[5] = {1, 2, 3, 4, 5}, g[5];
+    cr_assert_eq(ab_dev_malloc(AB_DEV_CUDA, &d, sizeof h), 0);
+    cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, d, h, sizeof h), 0);
+    cr_assert_eq(ab_dev_download(AB_DEV_CUDA, g, d, sizeof g), 0);
+    cr_assert_arr_eq(g, h, sizeof h);
+    ab_dev_free(AB_DEV_CUDA, d);
 }
 
 Test(cuda_emulator, fresh_device_memory_is_poisoned) {

@@ -76,6 +76,13 @@ struct emu_state {
     std::map<const void *, int> func_smem_limit;
     /* device memory */
     std::map<uintptr_t, size_t> allocs;
+    /* strict mode: each allocation's own mapping (guard pages around the data pages) */
+    struct mapping {
+        unsigned char *base;  /* guard page, data pages, guard page */
+        size_t data_bytes;    /* the data pages */
+    };
+    std::map<uintptr_t, mapping> maps;
+    int window = 0; /* depth of device-memory windows open (strict mode) */
     size_t used = 0, limit = 0;
     bool limit_set = false;
     unsigned long long launches = 0;
@@ -117,6 +124,28 @@ size_t parse_bytes(const char *s, size_t def) {
     default: break;
     }
     return (size_t)x;
+}
+
+/* AB_EMU_STRICT=1: the checks a real GPU would make fail loudly, at the price of speed
+ * (see cuda_emu.h). */
+int g_strict = -1; /* -1: not read from the environment yet */
+
+bool strict() {
+    if (g_strict < 0) {
+        const char *e = getenv("AB_EMU_STRICT");
+        g_strict = e && *e && strcmp(e, "0") != 0;
+    }
+    return g_strict == 1;
+}
+
+/* Strict mode: device memory is readable and writable only inside a window (a kernel,
+ * a copy, a memset, a cuBLAS or CUB call); host code touching it elsewhere faults, as
+ * it would on a GPU. Windows nest. */
+void set_device_access(int prot) {
+    emu_state &s = S();
+    for (auto &m : s.maps)
+        if (mprotect(m.second.base + page_size(), m.second.data_bytes, prot) != 0)
+            ab_emu::fatal("mprotect of device memory failed");
 }
 
 size_t limit_bytes() {
@@ -226,9 +255,11 @@ void run_block() {
     for (int w = 0; w < (T + 31) / 32; w++) s.warps[w].arrived = 0;
     if (s.smem_bytes) memset(s.smem, 0xff, round_up(s.smem_bytes, 16));
     int done = 0;
+    const bool rev = strict();
     while (done < T) {
         bool progress = false;
-        for (int t = 0; t < T; t++) {
+        for (int i = 0; i < T; i++) {
+            const int t = rev ? T - 1 - i : i;
             if (s.fibers[t]->state != F_READY) continue;
             switch_to(t);
             progress = true;
@@ -340,12 +371,14 @@ void launch(const char *name, const void *func, dim3 grid, dim3 block, size_t sm
     gridDim = grid;
     blockDim = block;
     s.launches++;
+    device_window w;
+    const bool rev = strict(); /* blocks in the opposite order too */
     for (unsigned z = 0; z < grid.z; z++)
         for (unsigned y = 0; y < grid.y; y++)
             for (unsigned x = 0; x < grid.x; x++) {
-                blockIdx.x = x;
-                blockIdx.y = y;
-                blockIdx.z = z;
+                blockIdx.x = rev ? grid.x - 1 - x : x;
+                blockIdx.y = rev ? grid.y - 1 - y : y;
+                blockIdx.z = rev ? grid.z - 1 - z : z;
                 run_block();
             }
     s.kernel = saved_kernel;
@@ -457,6 +490,20 @@ void require_device(const void *p, size_t bytes, const char *what) {
 }
 
 size_t device_memory(void) { return limit_bytes(); }
+
+device_window::device_window() {
+    if (!strict()) return;
+    emu_state &s = S();
+    s.mu.lock();
+    if (s.window++ == 0) set_device_access(PROT_READ | PROT_WRITE);
+}
+
+device_window::~device_window() {
+    if (!strict()) return;
+    emu_state &s = S();
+    if (--s.window == 0) set_device_access(PROT_NONE);
+    s.mu.unlock();
+}
 
 void set_device_memory(size_t bytes) {
     emu_state &s = S();
@@ -592,9 +639,28 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
     size_t rounded = round_up(bytes, 256);
     if (rounded < bytes || rounded > limit_bytes() || s.used > limit_bytes() - rounded)
         return set_error(cudaErrorMemoryAllocation);
-    void *m = aligned_alloc(256, rounded);
-    if (!m) return set_error(cudaErrorMemoryAllocation);
-    memset(m, 0xff, rounded); /* fresh device memory is garbage: NaN shows reads before writes */
+    void *m;
+    if (strict()) {
+        /* Its own mapping: a guard page, the data, a guard page; the data ends exactly
+         * at the trailing guard page (bytes rounded up to 4: the element size of the
+         * smallest type the kernels use), so a kernel reading or writing one element
+         * past the end faults. Alignment: that of the byte count (4 at least), enough
+         * for every access the kernels make; not cudaMalloc's 256. */
+        const size_t pg = page_size(), tail = round_up(bytes, 4), data = round_up(tail, pg);
+        void *b = mmap(nullptr, data + 2 * pg, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (b == MAP_FAILED) return set_error(cudaErrorMemoryAllocation);
+        unsigned char *base = (unsigned char *)b;
+        if (mprotect(base + pg, data, PROT_READ | PROT_WRITE) != 0) ab_emu::fatal("mprotect of device memory failed");
+        m = base + pg + data - tail;
+        memset(base + pg, 0xff, data);
+        if (s.window == 0 && mprotect(base + pg, data, PROT_NONE) != 0)
+            ab_emu::fatal("mprotect of device memory failed");
+        s.maps[(uintptr_t)m] = emu_state::mapping{base, data};
+    } else {
+        m = aligned_alloc(256, rounded);
+        if (!m) return set_error(cudaErrorMemoryAllocation);
+        memset(m, 0xff, rounded); /* fresh device memory is garbage: NaN shows reads before writes */
+    }
     s.allocs[(uintptr_t)m] = bytes;
     s.used += rounded;
     *p = m;
@@ -609,7 +675,13 @@ cudaError_t cudaFree(void *p) {
     if (it == s.allocs.end()) return set_error(cudaErrorInvalidValue);
     s.used -= round_up(it->second, 256);
     s.allocs.erase(it);
-    free(p);
+    auto mit = s.maps.find((uintptr_t)p);
+    if (mit != s.maps.end()) {
+        munmap(mit->second.base, mit->second.data_bytes + 2 * page_size());
+        s.maps.erase(mit);
+    } else {
+        free(p);
+    }
     return cudaSuccess;
 }
 
@@ -619,6 +691,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
     if (bytes == 0) return cudaSuccess;
     if (!dst || !src) return set_error(cudaErrorInvalidValue);
     check_copy(dst, src, bytes, kind, "cudaMemcpy");
+    ab_emu::device_window w;
     memmove(dst, src, bytes);
     return cudaSuccess;
 }
@@ -632,6 +705,7 @@ cudaError_t cudaMemset(void *p, int value, size_t bytes) {
     if (no_device()) return set_error(cudaErrorNoDevice);
     if (bytes == 0) return cudaSuccess;
     ab_emu::require_device(p, bytes, "cudaMemset");
+    ab_emu::device_window w;
     memset(p, value, bytes);
     return cudaSuccess;
 }
@@ -771,6 +845,7 @@ cublasStatus_t gemm(const char *call, cublasHandle_t h, cublasOperation_t ta, cu
     if (!alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
     if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
     const float al = *alpha, be = *beta;
+    ab_emu::device_window w;
     const bool use_ab = al != 0.0f && k > 0;
     char what[96];
     for (int b = 0; b < batch; b++) {
@@ -825,3 +900,8 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
 extern "C" size_t ab_emu_device_memory(void) { return ab_emu::device_memory(); }
 extern "C" void ab_emu_set_device_memory(size_t bytes) { ab_emu::set_device_memory(bytes); }
 extern "C" unsigned long long ab_emu_launch_count(void) { return ab_emu::launch_count(); }
+extern "C" void ab_emu_set_strict(int on) {
+    std::lock_guard<std::recursive_mutex> lock(S().mu);
+    if (S().window) ab_emu::fatal("ab_emu_set_strict inside a device operation");
+    g_strict = on != 0; /* allocations made before keep the layout they were made with */
+}

@@ -39,15 +39,31 @@
  * - cudaMemcpy/Memset, cuBLAS and CUB arguments that are not inside device allocations
  *   of the right size, or copies whose kind does not match the pointers.
  *
- * What it does NOT catch: races between threads (fibers run in a fixed order and switch
- * only at barriers, so code missing a __syncthreads between a write and another thread's
- * read of shared or global memory may pass here and fail on a GPU; likewise
- * warp-synchronous code without __syncwarp); static __shared__ arrays keeping values
+ * Strict mode (AB_EMU_STRICT=1 in the environment, or ab_emu_set_strict(1) before the
+ * allocations it should cover) adds three checks, at some cost in speed:
+ * - threads of a block, and blocks of a grid, run in the opposite order (highest index
+ *   first). A missing __syncthreads (or __syncwarp) between one thread's write and
+ *   another's read of shared or global memory passes in one of the two orders only
+ *   when the reader comes after the writer; running the suites in both orders shows
+ *   it whichever side the writer is on (the stale value is poison or the old value);
+ * - every device allocation is its own mapping whose data ends exactly at a guard page
+ *   (the byte count rounded up to 4), with a guard page before it: a kernel reading or
+ *   writing past the end of an allocation faults (SIGSEGV) instead of reading the
+ *   allocator's padding. Pointers are then aligned to the byte count's alignment (4 at
+ *   least), not to 256;
+ * - device memory is inaccessible (PROT_NONE) except inside an emulated device
+ *   operation (a kernel, a copy, a memset, a cuBLAS or CUB call): host code that
+ *   dereferences a device pointer faults, as it would with a GPU.
+ *
+ * What it does NOT catch: races that both orders hide (a reader between two writers,
+ * or a value that is the same stale or fresh); static __shared__ arrays keeping values
  * from the previous block (undefined on a GPU); out-of-bounds accesses to global memory
- * inside kernels (host memory: they may corrupt or crash); host code reading device
- * memory directly (works here, crashes on a GPU); asynchrony (streams here are
- * synchronous, so a missing synchronisation before a host read is invisible); float
- * rounding of the real cuBLAS (the emulated GEMM accumulates in double); performance.
+ * inside kernels that stay inside the allocation's pages before its start, or land in
+ * another allocation (default mode: any that stay in host memory); asynchrony (streams
+ * here are synchronous, so a missing synchronisation before a host read is invisible);
+ * float rounding of the real cuBLAS (the emulated GEMM accumulates in double); the
+ * interleaving of warps on real hardware (lockstep lanes, independent thread
+ * scheduling); performance.
  *
  * Single-threaded: launches and API calls from several host threads are serialised. */
 #ifndef AB_CUDA_EMU_H
@@ -223,6 +239,14 @@ size_t device_memory(void);
 void set_device_memory(size_t bytes);
 /* Launches run so far (tests check that work happened on the "device"). */
 unsigned long long launch_count(void);
+/* In strict mode, device memory is accessible while one of these lives (emulated
+ * device operations open one); elsewhere it does nothing. */
+struct device_window {
+    device_window();
+    ~device_window();
+    device_window(const device_window &) = delete;
+    device_window &operator=(const device_window &) = delete;
+};
 } // namespace ab_emu
 
 /* ---- barriers and warp operations ---- */
@@ -457,6 +481,7 @@ struct DeviceRadixSort {
         ab_emu::require_device(d_keys_out, kb, "cub::DeviceRadixSort::SortPairs d_keys_out");
         ab_emu::require_device(d_values_in, vb, "cub::DeviceRadixSort::SortPairs d_values_in");
         ab_emu::require_device(d_values_out, vb, "cub::DeviceRadixSort::SortPairs d_values_out");
+        ab_emu::device_window w;
         typedef typename std::make_unsigned<KeyT>::type U;
         const int bits = end_bit - begin_bit;
         const U field = bits >= (int)(sizeof(U) * 8) ? (U)~(U)0 : (U)(((U)1 << bits) - 1);
