@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU (compute capability 8.0+), CUDA toolkit and the
 # project's dependencies (harness/scripts/setup.sh installs them on Debian): builds,
-# runs the GPU test suites, the Figure 1 sweep on the GPU and the side-by-side with
-# PyTorch (needs python3 with torch 2.x and CUDA). Writes under results/:
+# runs the GPU test suites and the float64 cross-check on the GPU (needs numpy), the
+# Figure 1 sweep on the GPU and the side-by-side with PyTorch (needs python3 with torch
+# 2.x and CUDA). Writes under results/:
 #   figure1-gpu.json/.tsv/.png/.svg, compare-torch-gpu.json, torch-gpu.json,
 #   compare-torch-gpu.md (the table), gpu-tests.log.
 set -euo pipefail
@@ -14,6 +15,7 @@ bash harness/scripts/build.sh
 mkdir -p results
 set +e
 meson test -C build --print-errorlogs cuda cuda_selftest model_cuda 2>&1 | tee results/gpu-tests.log
+python3 tests/crosscheck/xcheck.py build/attnbench --device cuda 2>&1 | tee -a results/gpu-tests.log
 set -e
 build/attnbench bench experiments/sweep/figure1-gpu.json --device cuda --out results/figure1-gpu.json
 build/attnbench plot results/figure1-gpu.json

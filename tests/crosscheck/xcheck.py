@@ -19,7 +19,10 @@ of the float64 forward on small shapes before any case runs (see selftest_gradie
 with LSH buckets held fixed under the perturbation.
 
 Usage: xcheck.py ATTNBENCH [--cases N] [--seed S] [--case K] [--variant NAME]
-                 [--max-n N] [--max-d D] [-v]
+                 [--max-n N] [--max-d D] [--device cpu|cuda] [-v]
+
+With --device cuda every call runs on the GPU (or, given the attnbench-emu binary, on
+the CPU emulator of the CUDA code: the meson test crosscheck_cuda_emu).
 Exit status: 0 all cases agree, 1 a disagreement (the case is named with the command
 that reproduces it), 2 a usage or setup error, 77 numpy missing (test skipped).
 """
@@ -560,7 +563,7 @@ def fmt_opt(x):
     return repr(x) if isinstance(x, float) else str(x)
 
 
-def run_op(exe, c, folder, mode):
+def run_op(exe, c, folder, mode, device):
     os.makedirs(folder, exist_ok=True)
     files = {}
     for name in ("q", "k", "v", "dout"):
@@ -568,7 +571,7 @@ def run_op(exe, c, folder, mode):
         np.save(files[name], c[name])
     cmd = [exe, "op", "--variant", c["variant"], "--q", files["q"], "--k", files["k"],
            "--v", files["v"], "--out", os.path.join(folder, "out"), "--seed", str(c["seed"]),
-           "--threads", str(c["threads"])]
+           "--threads", str(c["threads"]), "--device", device]
     if mode == "parallel":
         cmd += ["--dout", files["dout"]]
     else:
@@ -651,7 +654,7 @@ def compare(got, ref, mag):
     return fig, bound, None
 
 
-def check_case(exe, c, folder, stats, failures, verbose):
+def check_case(exe, c, folder, stats, failures, verbose, device):
     f64 = {n: c[n].astype(np.float64) for n in ("q", "k", "v", "dout")}
 
     def ref_for(lengths):
@@ -670,7 +673,7 @@ def check_case(exe, c, folder, stats, failures, verbose):
         if mode == "recurrent" and c["lengths"] is not None:
             r = ref_for(None)       # `op --mode recurrent` takes no lengths
         try:
-            got = run_op(exe, c, folder, mode)
+            got = run_op(exe, c, folder, mode, device)
         except RuntimeError as e:
             failures.append((c, key, str(e)))
             continue
@@ -707,6 +710,9 @@ def main():
     ap.add_argument("--variant", choices=VARIANTS, help="run only this variant")
     ap.add_argument("--max-n", type=int, default=70, help="largest sequence length (>= 2)")
     ap.add_argument("--max-d", type=int, default=12, help="largest D and M")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="the device `attnbench op` runs on (cuda: a GPU, or the CPU emulator "
+                         "with the attnbench-emu binary)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     exe = os.path.abspath(args.attnbench)
@@ -728,7 +734,7 @@ def main():
             redrawn += c["redrawn"]
             if args.verbose:
                 print(describe(c))
-            check_case(exe, c, os.path.join(tmp, "c"), stats, failures, args.verbose)
+            check_case(exe, c, os.path.join(tmp, "c"), stats, failures, args.verbose, args.device)
     elapsed = time.time() - t0
 
     worst = (-1.0, None, None, None)
@@ -752,9 +758,10 @@ def main():
         wc = make_case(args.seed, worst[3], args.variant, args.max_n, args.max_d)
         print("crosscheck: closest to its tolerance: %s of %s at %.0f%% of it, %s" %
               (worst[2], worst[1], 100 * worst[0], describe(wc)))
-    print("crosscheck: %d cases, %d attnbench calls, seed %d, %.1f s (reference self-test %.1f s); "
+    print("crosscheck: %d cases, %d attnbench calls on %s, seed %d, %.1f s (reference self-test %.1f s); "
           "%d LSH query rows redrawn away from hash ties" %
-          (len(idxs), sum(s["cases"] for s in stats.values()), args.seed, elapsed, t_self, redrawn))
+          (len(idxs), sum(s["cases"] for s in stats.values()), args.device, args.seed, elapsed, t_self,
+           redrawn))
     if failures:
         print("crosscheck: FAILED: %d disagreements" % len(failures))
         for c, key, msg in failures[:20]:
@@ -763,7 +770,8 @@ def main():
                 args.attnbench, args.seed, c["idx"],
                 (" --variant " + args.variant if args.variant else "") +
                 (" --max-n %d" % args.max_n if args.max_n != 70 else "") +
-                (" --max-d %d" % args.max_d if args.max_d != 12 else "")))
+                (" --max-d %d" % args.max_d if args.max_d != 12 else "") +
+                (" --device " + args.device if args.device != "cpu" else "")))
         return 1
     print("crosscheck: OK")
     return 0
