@@ -903,5 +903,8 @@ extern "C" unsigned long long ab_emu_launch_count(void) { return ab_emu::launch_
 extern "C" void ab_emu_set_strict(int on) {
     std::lock_guard<std::recursive_mutex> lock(S().mu);
     if (S().window) ab_emu::fatal("ab_emu_set_strict inside a device operation");
-    g_strict = on != 0; /* allocations made before keep the layout they were made with */
+    /* Allocations made before keep the layout they were made with; strict ones become
+     * accessible for good when strict mode ends (no window will open them). */
+    if (!on && strict()) set_device_access(PROT_READ | PROT_WRITE);
+    g_strict = on != 0;
 }
