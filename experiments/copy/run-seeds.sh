@@ -15,9 +15,9 @@ export PATH
 cd "$(dirname "$0")/../.."
 THREADS=${THREADS:-2}
 VARIANTS=${VARIANTS:-"softmax linear"}
+[ $# -ge 1 ] || { echo "usage: run-seeds.sh SEED..." >&2; exit 2; }
 B=build/attnbench
 [ -x "$B" ] || bash harness/scripts/build.sh
-[ $# -ge 1 ] || { echo "usage: run-seeds.sh SEED..." >&2; exit 2; }
 for s in "$@"; do
     for v in $VARIANTS; do
         out=results/copy-cpu-seed$s-$v
