@@ -149,6 +149,17 @@ __global__ void racy_shift_kernel(float *y) {
     y[t] = t > 0 ? s[t - 1] : 0.0f; /* missing __syncthreads() before this read */
 }
 
+/* Reads static shared memory before any thread of the block wrote it (a bug: on a GPU
+ * it holds whatever was there), then writes it: the emulator poisons static shared
+ * memory at every block start, so every block reads NaN, not the previous block's
+ * value. */
+__global__ void stale_static_kernel(float *out) {
+    __shared__ float carried;
+    if (threadIdx.x == 0) out[blockIdx.x] = carried;
+    __syncthreads();
+    if (threadIdx.x == 0) carried = (float)blockIdx.x;
+}
+
 /* Reads one element past the end of x (n floats). */
 __global__ void global_past_end_kernel(const float *x, float *out, int n) {
     if (threadIdx.x == 0) out[0] = x[n];
@@ -306,6 +317,15 @@ extern "C" int selftest_racy_shift(float *y, int threads) {
     CHECK_ALLOC(d, sizeof(float) * threads);
     AB_LAUNCH(racy_shift_kernel, 1, threads, sizeof(float) * threads, ab_cuda_stream(), d);
     AB_TRY(ab_cuda_memcpy_d2h(y, d, sizeof(float) * threads));
+    ab_cuda_free(d);
+    return 0;
+}
+
+extern "C" int selftest_stale_static(float *out, int blocks) {
+    float *d;
+    CHECK_ALLOC(d, sizeof(float) * blocks);
+    AB_LAUNCH(stale_static_kernel, blocks, 32, 0, ab_cuda_stream(), d);
+    AB_TRY(ab_cuda_memcpy_d2h(out, d, sizeof(float) * blocks));
     ab_cuda_free(d);
     return 0;
 }

@@ -39,6 +39,7 @@ int selftest_smem_overflow(int n);
 int selftest_bad_copy(void);
 int selftest_racy_shift(float *y, int threads);
 int selftest_global_past_end(int n);
+int selftest_stale_static(float *out, int blocks);
 int selftest_cublas(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, long long sa,
                     const float *B, int ldb, long long sb, float beta, float *C, int ldc, long long sc, int batch,
                     size_t na, size_t nb, size_t nc);
@@ -368,6 +369,16 @@ Test(cuda_emulator, strict_mode_leaves_correct_code_alone) {
     cr_assert_eq(ab_dev_download(AB_DEV_CUDA, g, d, sizeof g), 0);
     cr_assert_arr_eq(g, h, sizeof h);
     ab_dev_free(AB_DEV_CUDA, d);
+}
+
+Test(cuda_emulator, static_shared_memory_is_poisoned_at_every_block) {
+    /* Each block reads its static shared variable before writing it: NaN in every
+     * block, never the value the block before left there. */
+    require_device();
+    enum { BLOCKS = 4 };
+    float out[BLOCKS];
+    cr_assert_eq(selftest_stale_static(out, BLOCKS), 0, "%s", ab_error());
+    for (int b = 0; b < BLOCKS; b++) cr_assert(isnan(out[b]), "block %d read %g", b, out[b]);
 }
 
 Test(cuda_emulator, fresh_device_memory_is_poisoned) {

@@ -27,6 +27,10 @@
 uint3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
 
+/* The bounds of every kernel's static __shared__ storage (cuda_emu.h puts it in this
+ * section; the linker defines the symbols; weak: absent when no kernel has any). */
+extern "C" __attribute__((weak)) unsigned char __start_ab_emu_shared[], __stop_ab_emu_shared[];
+
 namespace {
 
 enum fiber_state { F_READY, F_BLOCK_WAIT, F_WARP_WAIT, F_DONE };
@@ -254,6 +258,8 @@ void run_block() {
     s.bar_count[0] = s.bar_count[1] = 0;
     for (int w = 0; w < (T + 31) / 32; w++) s.warps[w].arrived = 0;
     if (s.smem_bytes) memset(s.smem, 0xff, round_up(s.smem_bytes, 16));
+    unsigned char *shared_begin = __start_ab_emu_shared, *shared_end = __stop_ab_emu_shared;
+    if (shared_begin && shared_end > shared_begin) memset(shared_begin, 0xff, (size_t)(shared_end - shared_begin));
     int done = 0;
     const bool rev = strict();
     while (done < T) {

@@ -5,7 +5,7 @@
  *
  * What it provides, with the names and semantics of the real APIs:
  * - kernels: __global__/__device__/__host__/__forceinline__, __shared__ (function-static
- *   storage: valid because blocks run one after another), dynamic shared memory (through
+ *   storage in one section: valid because blocks run one after another), dynamic shared memory (through
  *   AB_DYN_SMEM in cuda_compat.h), threadIdx/blockIdx/blockDim/gridDim, warpSize,
  *   __syncthreads(_count/_or/_and), __syncwarp, warp shuffles (__shfl_sync, _up, _down,
  *   _xor), __ballot_sync/__any_sync/__all_sync/__activemask, atomics, device math (with
@@ -34,8 +34,8 @@
  *   limits (cudaErrorInvalidConfiguration, as the real launch), dynamic shared memory
  *   over 48 KiB without cudaFuncSetAttribute, or over 227 KiB;
  * - dynamic shared memory read or written past the bytes requested (a guard page after
- *   it: SIGSEGV), and its contents are poisoned (0xff bytes: NaN floats) at every block
- *   start, so reading it before writing shows;
+ *   it: SIGSEGV); dynamic and static shared memory are poisoned (0xff bytes: NaN
+ *   floats) at every block start, so reading either before writing it shows;
  * - cudaMemcpy/Memset, cuBLAS and CUB arguments that are not inside device allocations
  *   of the right size, or copies whose kind does not match the pointers.
  *
@@ -56,8 +56,7 @@
  *   dereferences a device pointer faults, as it would with a GPU.
  *
  * What it does NOT catch: races that both orders hide (a reader between two writers,
- * or a value that is the same stale or fresh); static __shared__ arrays keeping values
- * from the previous block (undefined on a GPU); out-of-bounds accesses to global memory
+ * or a value that is the same stale or fresh); out-of-bounds accesses to global memory
  * inside kernels that stay inside the allocation's pages before its start, or land in
  * another allocation (default mode: any that stay in host memory); asynchrony (streams
  * here are synchronous, so a missing synchronisation before a host read is invisible);
@@ -91,7 +90,11 @@
 #define __host__
 #define __noinline__ __attribute__((noinline))
 #define __forceinline__ inline __attribute__((always_inline))
-#define __shared__ static
+/* Static shared memory: function-static storage (blocks run one after another), all of
+ * it in one section so that the emulator can poison it at every block start (on a GPU
+ * it starts undefined in every block). Kernels that are templates would get their
+ * statics elsewhere (GCC puts them in COMDAT sections): attnbench has none. */
+#define __shared__ __attribute__((section("ab_emu_shared"))) static
 #define __constant__ static
 #define __restrict__ __restrict
 #define __launch_bounds__(...)
