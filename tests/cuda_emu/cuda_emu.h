@@ -6,10 +6,10 @@
  * What it provides, with the names and semantics of the real APIs:
  * - kernels: __global__/__device__/__host__/__forceinline__, __shared__ (function-static
  *   storage in one section: valid because blocks run one after another), dynamic shared
- *   memory (through AB_DYN_SMEM in cuda_compat.h), threadIdx/blockIdx/blockDim/gridDim, warpSize,
- *   __syncthreads(_count/_or/_and), __syncwarp, warp shuffles (__shfl_sync, _up, _down,
- *   _xor), __ballot_sync/__any_sync/__all_sync/__activemask, atomics, device math (with
- *   the uncontracted __fadd_rn, __fsub_rn, __fmul_rn, __fdiv_rn, __fsqrt_rn).
+ *   memory (through AB_DYN_SMEM in cuda_compat.h), threadIdx/blockIdx/blockDim/gridDim,
+ *   warpSize, __syncthreads(_count/_or/_and), __syncwarp, warp shuffles (__shfl_sync,
+ *   _up, _down, _xor), __ballot_sync/__any_sync/__all_sync/__activemask, atomics, device
+ *   math (with the uncontracted __fadd_rn, __fsub_rn, __fmul_rn, __fdiv_rn, __fsqrt_rn).
  *   A launch runs the grid's blocks one after another; the threads of a block are
  *   cooperative fibers that switch only at barriers (__syncthreads, warp operations).
  * - runtime: cudaMalloc/Free (host memory, with an emulated capacity so out-of-memory
