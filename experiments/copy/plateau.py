@@ -21,7 +21,8 @@ import sys
 
 
 def check(d):
-    run = json.load(open(os.path.join(d, "train.json")))
+    with open(os.path.join(d, "train.json")) as f:
+        run = json.load(f)
     loss = run["step_loss"]
     t = len(loss)
     if t < 200 or t % 200:

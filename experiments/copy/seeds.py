@@ -1,19 +1,30 @@
 #!/usr/bin/env python3
 """Linear against softmax on the copy task, paired by seed.
 
-    python3 experiments/copy/seeds.py [RESULTS_DIR]     (default: results)
+    python3 experiments/copy/seeds.py [RESULTS_DIR] [--prefix NAME] [--at STEP]...
 
-Reads RESULTS_DIR/copy-cpu-softmax, copy-cpu-linear (seed 1) and
-copy-cpu-seedS-softmax, copy-cpu-seedS-linear (seed S), as written by run-cpu.sh and
-run-seeds.sh; uses the seeds where both variants finished all their steps.
+RESULTS_DIR (default: results) holds the runs as written by run-cpu.sh, run-seeds.sh
+and run-longer.sh: with the default prefix copy-cpu, RESULTS_DIR/copy-cpu-softmax and
+copy-cpu-linear are seed 1 and copy-cpu-seedS-softmax, copy-cpu-seedS-linear seed S;
+with --prefix NAME the folders NAME-seedS-VARIANT (run-longer.sh's copies, e.g.
+copy-cpu-x20k). Only seeds where both variants have run at least to the step measured
+are used.
 
-Per seed and variant, three measures of the final copy loss:
-  eval      the last evaluation's loss (dropout off, the fixed evaluation set);
-  eval-10%  the median of the evaluations in the last 10% of the steps (less
-            sensitive to where exactly the run stopped; the median because single
-            evaluations spike 10-30x now and then);
-  train-10% the mean per-step training loss over the last 10% of the steps (dropout
-            on; the curve Figure 2 draws).
+--at STEP measures the runs as they stood after STEP steps (default: each run's
+configured step count); given several times, one table per step. The measures of a
+step depend only on the steps up to it, so a run continued to 20000 steps measured
+--at 10000 gives exactly what the 10000-step run gave.
+
+Per seed and variant, measures of the final copy loss at step T:
+  eval       the evaluation's loss after step T (dropout off, the fixed evaluation set);
+  eval-10%   the median of the evaluations in the last 10% of the steps up to T (less
+             sensitive to where exactly the run stopped; the median because single
+             evaluations spike 10-30x now and then);
+  train-10%  the mean per-step training loss over the last 10% of the steps up to T
+             (dropout on; the curve Figure 2 draws);
+  train-med  the median of those per-step training losses (the level of the floor the
+             spikes rise from; added after the ten-seed results had been seen, so it is
+             a description, not a test fixed in advance).
 For each measure: the ratio linear / softmax per seed, their geometric mean, and a 95%
 interval for it (Student t on the log ratios; the seeds are independent pairs). The
 ratio of two variants' final losses is what "the same final loss within 5%" is about:
@@ -30,69 +41,126 @@ import sys
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
        9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
 
+NAMES = ["eval", "eval-10%", "train-10%", "train-med"]
+
 
 def t95(df):
+    """The quantile for df degrees of freedom, or for the largest tabled df below it
+    (a slightly wider interval); None below 1."""
     keys = sorted(k for k in T95 if k <= df)
     return T95[keys[-1]] if keys else None
 
 
-def measures(path):
-    run = json.load(open(os.path.join(path, "train.json")))
+def measures(run, at=None):
+    """The measures of one run (train.json, parsed) after step `at` (default: its
+    configured steps); None when the run has not reached that step or has no
+    evaluation after it."""
     steps = run["config"]["steps"]
-    s = run.get("summary", {})
-    if s.get("steps_done") != steps:
-        return None
-    evals = [r for r in run["records"] if r["kind"] == "eval"]
-    tail = [r["eval_loss"] for r in evals if r["step"] > steps - steps // 10]
+    at = steps if at is None else at
+    done = run.get("summary", {}).get("steps_done", 0)
     loss = run["step_loss"]
+    if at < 10 or done < at or len(loss) < at:
+        return None
+    evals = [r for r in run["records"] if r["kind"] == "eval" and r["step"] <= at]
+    if not evals or evals[-1]["step"] != at:
+        return None
+    tail = [r["eval_loss"] for r in evals if r["step"] > at - at // 10]
+    window = loss[at - at // 10:at]
     return {"eval": evals[-1]["eval_loss"],
             "eval-10%": statistics.median(tail),
-            "train-10%": statistics.fmean(loss[len(loss) - len(loss) // 10:])}
+            "train-10%": statistics.fmean(window),
+            "train-med": statistics.median(window)}
 
 
-def find_runs(root):
+def find_runs(root, prefix="copy-cpu", at=None):
+    """{seed: {variant: measures}} for the seeds where both variants can be measured."""
     runs = {}
+    pat = re.compile(re.escape(prefix) + (r"-(?:seed(\d+)-)?" if prefix == "copy-cpu" else r"-seed(\d+)-")
+                     + r"(softmax|linear)")
     for name in sorted(os.listdir(root)):
-        m = re.fullmatch(r"copy-cpu-(?:seed(\d+)-)?(softmax|linear)", name)
-        if not m or not os.path.exists(os.path.join(root, name, "train.json")):
+        m = pat.fullmatch(name)
+        path = os.path.join(root, name, "train.json")
+        if not m or not os.path.exists(path):
             continue
-        seed = int(m.group(1) or 1)
-        got = measures(os.path.join(root, name))
+        with open(path) as f:
+            got = measures(json.load(f), at)
         if got is not None:
-            runs.setdefault(seed, {})[m.group(2)] = got
+            runs.setdefault(int(m.group(1) or 1), {})[m.group(2)] = got
     return {s: r for s, r in sorted(runs.items()) if len(r) == 2}
 
 
-def main(root):
-    runs = find_runs(root)
-    if not runs:
-        sys.exit("seeds.py: no seed with both softmax and linear complete under " + root)
-    names = ["eval", "eval-10%", "train-10%"]
-    print("| seed | " + " | ".join("%s softmax | %s linear | ratio" % (n, n) for n in names) + " |")
-    print("|---" * (1 + 3 * len(names)) + "|")
-    logs = {n: [] for n in names}
+def summarise(runs, name):
+    """Geometric mean of the ratio linear / softmax over the seeds, its 95% interval
+    (None, None for one seed) and the number of seeds where the ratio exceeds 1.05."""
+    x = [math.log(r["linear"][name] / r["softmax"][name]) for r in runs.values()]
+    mean = statistics.fmean(x)
+    worse = sum(1 for v in x if v > math.log(1.05))
+    t = t95(len(x) - 1)
+    if t is None:
+        return math.exp(mean), None, None, worse
+    half = t * statistics.stdev(x) / math.sqrt(len(x))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half), worse
+
+
+def report(runs, at, out=None):
+    out = out or sys.stdout
+    print("| seed | " + " | ".join("%s softmax | %s linear | ratio" % (n, n) for n in NAMES) + " |", file=out)
+    print("|---" * (1 + 3 * len(NAMES)) + "|", file=out)
     for seed, r in runs.items():
-        cells = []
-        for n in names:
-            a, b = r["softmax"][n], r["linear"][n]
-            logs[n].append(math.log(b / a))
-            cells.append("%.3g | %.3g | %.2f" % (a, b, b / a))
-        print("| %d | %s |" % (seed, " | ".join(cells)))
-    print()
-    print("%d seeds. Ratio linear / softmax, geometric mean [95%% interval]:" % len(runs))
-    for n in names:
-        x = logs[n]
-        g = math.exp(statistics.fmean(x))
-        t = t95(len(x) - 1)
-        if t is None:
-            print("  %-9s %.2f (one seed: no interval)" % (n, g))
-            continue
-        half = t * statistics.stdev(x) / math.sqrt(len(x))
-        lo, hi = math.exp(statistics.fmean(x) - half), math.exp(statistics.fmean(x) + half)
-        worse = sum(1 for v in x if v > math.log(1.05))
-        print("  %-9s %.2f [%.2f, %.2f]; seeds where linear is more than 5%% above softmax: %d of %d"
-              % (n, g, lo, hi, worse, len(x)))
+        cells = ["%.3g | %.3g | %.2f" % (r["softmax"][n], r["linear"][n], r["linear"][n] / r["softmax"][n])
+                 for n in NAMES]
+        print("| %d | %s |" % (seed, " | ".join(cells)), file=out)
+    print(file=out)
+    print("%d seeds, %s. Ratio linear / softmax, geometric mean [95%% interval]:"
+          % (len(runs), "after step %d" % at if at else "after each run's configured steps"), file=out)
+    for n in NAMES:
+        g, lo, hi, worse = summarise(runs, n)
+        if lo is None:
+            print("  %-9s %.2f (one seed: no interval)" % (n, g), file=out)
+        else:
+            print("  %-9s %.2f [%.2f, %.2f]; seeds where linear is more than 5%% above softmax: %d of %d"
+                  % (n, g, lo, hi, worse, len(runs)), file=out)
+
+
+def main(argv):
+    root, prefix, ats = "results", "copy-cpu", []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("--prefix", "--at"):
+            if i + 1 >= len(argv):
+                sys.stderr.write("seeds.py: %s needs a value\n" % a)
+                return 2
+            if a == "--prefix":
+                prefix = argv[i + 1]
+            else:
+                try:
+                    ats.append(int(argv[i + 1]))
+                except ValueError:
+                    sys.stderr.write("seeds.py: --at takes a step count, not '%s'\n" % argv[i + 1])
+                    return 2
+            i += 2
+        elif a.startswith("-"):
+            sys.stderr.write("seeds.py: unknown option '%s' (usage: seeds.py [RESULTS_DIR] [--prefix NAME] "
+                             "[--at STEP]...)\n" % a)
+            return 2
+        else:
+            root = a
+            i += 1
+    if not os.path.isdir(root):
+        sys.stderr.write("seeds.py: no folder '%s'\n" % root)
+        return 2
+    for k, at in enumerate(ats or [None]):
+        runs = find_runs(root, prefix, at)
+        if not runs:
+            sys.stderr.write("seeds.py: no seed with both softmax and linear measurable%s under %s/%s-*\n"
+                             % (" at step %d" % at if at else "", root, prefix))
+            return 2
+        if k:
+            print()
+        report(runs, at)
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "results")
+    sys.exit(main(sys.argv[1:]))

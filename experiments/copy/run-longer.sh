@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Continues the CPU-scale softmax and linear copy runs past the paper's 10000 steps, to
+# see whether linear's loss comes closer to softmax's with more training.
+#
+#   bash experiments/copy/run-longer.sh STEPS SEED...     (THREADS=N, default 2; JOBS=2
+#                                                           runs a seed's two variants side by side)
+#
+# For each seed and variant, copies the finished run (results/copy-cpu-VARIANT for seed
+# 1, results/copy-cpu-seedS-VARIANT otherwise: run-cpu.sh's and run-seeds.sh's) to
+# results/copy-cpu-xNk-seedS-VARIANT (N = STEPS / 1000) and continues the copy from its
+# checkpoint to STEPS steps (`train --resume --set steps=STEPS`: the same as one
+# uninterrupted run of STEPS steps; the learning-rate schedule does not depend on the
+# step count). The original runs stay as they are. A copy already there is continued
+# (nothing to do when complete). Then prints the paired comparison at the original and
+# the new step count (seeds.py). About 9 minutes per 10000 steps and run on 2 idle cores.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+THREADS=${THREADS:-2}
+JOBS=${JOBS:-1}
+[ $# -ge 2 ] || { echo "usage: run-longer.sh STEPS SEED..." >&2; exit 2; }
+steps=$1; shift
+case "$steps" in ''|*[!0-9]*) echo "run-longer.sh: STEPS must be a step count, not '$steps'" >&2; exit 2;; esac
+case "$JOBS" in 1|2) ;; *) echo "run-longer.sh: JOBS must be 1 or 2, not '$JOBS'" >&2; exit 2;; esac
+tag=x$steps; [ $((steps % 1000)) = 0 ] && tag=x$((steps / 1000))k
+B=build/attnbench
+[ -x "$B" ] || bash harness/scripts/build.sh
+for s in "$@"; do
+    for v in softmax linear; do
+        src=results/copy-cpu-seed$s-$v
+        [ "$s" = 1 ] && src=results/copy-cpu-$v
+        dst=results/copy-cpu-$tag-seed$s-$v
+        if [ ! -d "$dst" ]; then
+            [ -f "$src/checkpoint.bin" ] || { echo "run-longer.sh: no run $src to continue (run-cpu.sh, run-seeds.sh)" >&2; exit 2; }
+            cp -r "$src" "$dst.part" && mv "$dst.part" "$dst"
+        fi
+    done
+    pids=()
+    for v in softmax linear; do
+        "$B" --threads "$THREADS" train --resume --out "results/copy-cpu-$tag-seed$s-$v" --set steps="$steps" --quiet &
+        pids+=($!)
+        [ "$JOBS" = 2 ] || wait "${pids[-1]}"
+    done
+    for p in "${pids[@]}"; do wait "$p"; done
+done
+base=$(/usr/bin/env python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["steps"])' experiments/copy/copy-cpu-linear.json)
+/usr/bin/env python3 experiments/copy/seeds.py results --prefix "copy-cpu-$tag" --at "$base" --at "$steps"

@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""The copy experiment's analysis scripts (experiments/copy/seeds.py, plateau.py) on
+synthetic runs whose answers are known by construction.
+
+    python3 tests/copy_scripts/test_copy_scripts.py SOURCE_ROOT
+
+The conclusions about linear against softmax in the README come from these scripts,
+so their arithmetic (windows, medians, paired log ratios, the t interval) and their
+choice of runs (complete, paired, the right folders) are checked here. Standard
+library only."""
+import io
+import json
+import math
+import os
+import random
+import sys
+import tempfile
+import unittest
+
+ROOT = sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "experiments", "copy"))
+import plateau  # noqa: E402
+import seeds  # noqa: E402
+
+
+def make_run(root, name, steps, loss, evals, done=None):
+    """A train.json as `attnbench train` writes it, reduced to what the scripts read:
+    loss(i) for step i+1, evals {step: eval loss}."""
+    d = os.path.join(root, name)
+    os.makedirs(d, exist_ok=True)
+    done = steps if done is None else done
+    run = {"config": {"steps": steps},
+           "summary": {"steps_done": done},
+           "step_loss": [loss(i) for i in range(done)],
+           "records": [{"kind": "train", "step": 10, "loss": 1.0}]
+           + [{"kind": "eval", "step": s, "eval_loss": v} for s, v in sorted(evals.items()) if s <= done]}
+    with open(os.path.join(d, "train.json"), "w") as f:
+        json.dump(run, f)
+    return d
+
+
+def load(d):
+    with open(os.path.join(d, "train.json")) as f:
+        return json.load(f)
+
+
+def const_evals(steps, value, every=100):
+    return {s: value for s in range(0, steps + 1, every)}
+
+
+class Seeds(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.root = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_measures_use_the_last_tenth_up_to_the_step(self):
+        # steps 1..900 at 1.0, 901..1000 alternate 2 and 4 (mean 3, median 3: statistics.median
+        # of an even count averages the middle two), later steps (a continued run) 100.
+        loss = lambda i: 1.0 if i < 900 else (2.0 if i % 2 else 4.0) if i < 1000 else 100.0
+        evals = {s: float(s) for s in range(0, 2001, 100)}
+        run = load(make_run(self.root, "r", 2000, loss, evals))
+        m = seeds.measures(run, 1000)
+        self.assertEqual(m["eval"], 1000.0)
+        self.assertEqual(m["eval-10%"], 1000.0)  # the one evaluation in steps 901..1000
+        self.assertEqual(m["train-10%"], 3.0)
+        self.assertEqual(m["train-med"], 3.0)
+        full = seeds.measures(run)  # the configured 2000 steps: steps 1801..2000
+        self.assertEqual(full["train-10%"], 100.0)
+        self.assertEqual(full["eval-10%"], 1950.0)  # evaluations after step 1800: 1900 and 2000
+        self.assertEqual(full["eval"], 2000.0)
+
+    def test_median_differs_from_mean_when_spikes_are_rare(self):
+        loss = lambda i: 1e-4 if i % 50 else 1e-1  # one spike in 50 steps
+        run = load(make_run(self.root, "r", 1000, loss, const_evals(1000, 1e-5)))
+        m = seeds.measures(run)
+        self.assertEqual(m["train-med"], 1e-4)
+        self.assertAlmostEqual(m["train-10%"], (98 * 1e-4 + 2 * 1e-1) / 100, delta=1e-12)
+
+    def test_unfinished_or_unevaluated_steps_are_not_measured(self):
+        run = load(make_run(self.root, "a", 1000, lambda i: 1.0, const_evals(1000, 1.0),
+                                  done=600))
+        self.assertIsNone(seeds.measures(run))           # configured 1000, done 600
+        self.assertIsNone(seeds.measures(run, 700))      # beyond what was done
+        self.assertIsNotNone(seeds.measures(run, 600))
+        self.assertIsNone(seeds.measures(run, 550))      # no evaluation after step 550
+
+    def paired(self, prefix, ratios, steps=1000):
+        """Seeds 1.. with softmax at 1e-4 (training) / 1e-5 (evaluation) and linear at
+        ratio times those."""
+        for k, q in enumerate(ratios, start=1):
+            for v, f in (("softmax", 1.0), ("linear", q)):
+                if prefix == "copy-cpu" and k == 1:
+                    name = "copy-cpu-%s" % v
+                else:
+                    name = "%s-seed%d-%s" % (prefix, k, v)
+                make_run(self.root, name, steps, lambda i, f=f: 1e-4 * f, const_evals(steps, 1e-5 * f))
+
+    def test_paired_ratios_geometric_mean_and_t_interval(self):
+        self.paired("copy-cpu", [2.0, 0.5, 1.0])
+        runs = seeds.find_runs(self.root)
+        self.assertEqual(sorted(runs), [1, 2, 3])
+        for name in seeds.NAMES:
+            g, lo, hi, worse = seeds.summarise(runs, name)
+            # log ratios ln2, -ln2, 0: mean 0, standard deviation ln2, t(2 df) = 4.303
+            half = 4.303 * math.log(2) / math.sqrt(3)
+            self.assertAlmostEqual(g, 1.0, delta=1e-9)
+            self.assertAlmostEqual(lo, math.exp(-half), delta=1e-9)
+            self.assertAlmostEqual(hi, math.exp(half), delta=1e-9)
+            self.assertEqual(worse, 1)  # only the ratio 2 exceeds 1.05
+
+    def test_a_ratio_of_exactly_one_everywhere_gives_a_point_interval(self):
+        self.paired("copy-cpu", [1.0, 1.0])
+        g, lo, hi, worse = seeds.summarise(seeds.find_runs(self.root), "train-10%")
+        self.assertEqual((g, lo, hi, worse), (1.0, 1.0, 1.0, 0))
+
+    def test_one_seed_has_no_interval(self):
+        self.paired("copy-cpu", [3.0])
+        g, lo, hi, _ = seeds.summarise(seeds.find_runs(self.root), "eval")
+        self.assertAlmostEqual(g, 3.0, delta=1e-12)
+        self.assertIsNone(lo)
+        self.assertIsNone(hi)
+
+    def test_runs_are_chosen_by_prefix_and_paired(self):
+        self.paired("copy-cpu", [2.0, 2.0])
+        self.paired("copy-cpu-x20k", [4.0, 4.0, 4.0], steps=2000)
+        os.remove(os.path.join(self.root, "copy-cpu-x20k-seed3-softmax", "train.json"))  # seed 3 unpaired
+        base = seeds.find_runs(self.root)
+        self.assertEqual(sorted(base), [1, 2])  # the x20k folders are not seed runs of copy-cpu
+        self.assertAlmostEqual(base[1]["linear"]["train-10%"] / base[1]["softmax"]["train-10%"], 2.0, delta=1e-12)
+        longer = seeds.find_runs(self.root, "copy-cpu-x20k")
+        self.assertEqual(sorted(longer), [1, 2])
+        self.assertEqual(sorted(seeds.find_runs(self.root, "copy-cpu-x20k", 1000)), [1, 2])
+
+    def test_command_line(self):
+        self.paired("copy-cpu", [2.0, 0.5, 1.0])
+        out = io.StringIO()
+        sys.stdout, saved = out, sys.stdout
+        try:
+            rc = seeds.main([self.root, "--at", "1000", "--at", "900"])
+        finally:
+            sys.stdout = saved
+        self.assertEqual(rc, 0)
+        text = out.getvalue()
+        self.assertIn("3 seeds, after step 1000.", text)
+        self.assertIn("3 seeds, after step 900.", text)
+        self.assertIn("train-10% 1.00 [0.18, 5.60]; seeds where linear is more than 5% above softmax: 1 of 3", text)
+        self.assertIn("| 1 | 1e-05 | 2e-05 | 2.00 | 1e-05 | 2e-05 | 2.00 | 0.0001 | 0.0002 | 2.00 | 0.0001 | 0.0002 | 2.00 |",
+                      text)
+        err = io.StringIO()
+        sys.stderr, saved = err, sys.stderr
+        try:
+            self.assertEqual(seeds.main([self.root, "--bogus"]), 2)
+            self.assertEqual(seeds.main([self.root, "--at", "ten"]), 2)
+            self.assertEqual(seeds.main([self.root, "--at"]), 2)
+            self.assertEqual(seeds.main([os.path.join(self.root, "missing")]), 2)
+            self.assertEqual(seeds.main([self.root, "--prefix", "nothing"]), 2)
+            self.assertEqual(seeds.main([self.root, "--at", "5000"]), 2)
+        finally:
+            sys.stderr = saved
+        lines = err.getvalue().splitlines()
+        self.assertEqual(len(lines), 6)  # one line per refusal
+        self.assertIn("unknown option '--bogus'", lines[0])
+        self.assertIn("not 'ten'", lines[1])
+
+
+class Plateau(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def verdict(self, loss, steps=2000):
+        return plateau.check(make_run(self.tmp.name, "r", steps, loss, const_evals(steps, 1.0)))
+
+    def test_flat_noisy_loss_is_a_plateau(self):
+        # 1.0 with 10% Gaussian noise (fixed seed): no trend, so the decline is noise
+        noise = random.Random(5)
+        self.assertTrue(self.verdict(lambda i: 1.0 + 0.1 * noise.gauss(0, 1)).endswith(": plateau"))
+
+    def test_falling_loss_is_not(self):
+        # falls by a factor 2 over the last 20% of the steps, with little noise
+        noise = random.Random(6)
+        r = self.verdict(lambda i: 2.0 ** (-(i / 400.0)) * (1 + 0.01 * noise.gauss(0, 1)))
+        self.assertIn("NOT a plateau", r)
+
+    def test_rising_loss_is_a_plateau(self):
+        self.assertTrue(self.verdict(lambda i: 1.0 + i / 2000.0).endswith(": plateau"))
+
+    def test_step_count_must_divide(self):
+        self.assertIn("need a multiple of 200", self.verdict(lambda i: 1.0, steps=1010))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=1)
