@@ -25,8 +25,8 @@ Per seed and variant, measures of the final copy loss at step T:
   train-med  the median of those per-step training losses (the level of the floor the
              spikes rise from; added after the ten-seed results had been seen, so it is
              a description, not a test fixed in advance).
-For each measure: the ratio linear / softmax per seed, their geometric mean, and a 95%
-interval for it (Student t on the log ratios; the seeds are independent pairs). The
+For each measure: the ratio linear / softmax per seed, their geometric mean, a 95%
+interval for it, and each variant's level (geometric mean over the seeds) (Student t on the log ratios; the seeds are independent pairs). The
 ratio of two variants' final losses is what "the same final loss within 5%" is about:
 an upper end of the interval at or below 1.05 says linear's final loss is no more than
 5% above softmax's."""
@@ -102,6 +102,11 @@ def summarise(runs, name):
     return math.exp(mean), math.exp(mean - half), math.exp(mean + half), worse
 
 
+def level(runs, variant, name):
+    """Geometric mean of one variant's measure over the seeds."""
+    return math.exp(statistics.fmean(math.log(r[variant][name]) for r in runs.values()))
+
+
 def report(runs, at, out=None):
     out = out or sys.stdout
     print("| seed | " + " | ".join("%s softmax | %s linear | ratio" % (n, n) for n in NAMES) + " |", file=out)
@@ -111,15 +116,17 @@ def report(runs, at, out=None):
                  for n in NAMES]
         print("| %d | %s |" % (seed, " | ".join(cells)), file=out)
     print(file=out)
-    print("%d seeds, %s. Ratio linear / softmax, geometric mean [95%% interval]:"
+    print("%d seeds, %s. Ratio linear / softmax, geometric mean [95%% interval] (the levels: geometric "
+          "means over the seeds):"
           % (len(runs), "after step %d" % at if at else "after each run's configured steps"), file=out)
     for n in NAMES:
         g, lo, hi, worse = summarise(runs, n)
+        levels = "(softmax %.3g, linear %.3g)" % (level(runs, "softmax", n), level(runs, "linear", n))
         if lo is None:
-            print("  %-9s %.2f (one seed: no interval)" % (n, g), file=out)
+            print("  %-9s %.2f (one seed: no interval) %s" % (n, g, levels), file=out)
         else:
-            print("  %-9s %.2f [%.2f, %.2f]; seeds where linear is more than 5%% above softmax: %d of %d"
-                  % (n, g, lo, hi, worse, len(runs)), file=out)
+            print("  %-9s %.2f [%.2f, %.2f] %s; seeds where linear is more than 5%% above softmax: %d of %d"
+                  % (n, g, lo, hi, levels, worse, len(runs)), file=out)
 
 
 def main(argv):

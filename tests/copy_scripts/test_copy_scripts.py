@@ -122,6 +122,7 @@ class Seeds(unittest.TestCase):
         self.assertAlmostEqual(g, 3.0, delta=1e-12)
         self.assertIsNone(lo)
         self.assertIsNone(hi)
+        self.assertAlmostEqual(seeds.level(seeds.find_runs(self.root), "linear", "eval"), 3e-5, delta=1e-15)
 
     def test_runs_are_chosen_by_prefix_and_paired(self):
         self.paired("copy-cpu", [2.0, 2.0])
@@ -146,7 +147,9 @@ class Seeds(unittest.TestCase):
         text = out.getvalue()
         self.assertIn("3 seeds, after step 1000.", text)
         self.assertIn("3 seeds, after step 900.", text)
-        self.assertIn("train-10% 1.00 [0.18, 5.60]; seeds where linear is more than 5% above softmax: 1 of 3", text)
+        # levels: softmax 1e-4 on every seed, linear 1e-4 x (2 * 0.5 * 1)^(1/3)
+        self.assertIn("train-10% 1.00 [0.18, 5.60] (softmax 0.0001, linear 0.0001); "
+                      "seeds where linear is more than 5% above softmax: 1 of 3", text)
         self.assertIn("| 1 | 1e-05 | 2e-05 | 2.00 | 1e-05 | 2e-05 | 2.00 | 0.0001 | 0.0002 | 2.00 | 0.0001 | 0.0002 | 2.00 |",
                       text)
         err = io.StringIO()
