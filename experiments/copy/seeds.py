@@ -2,6 +2,7 @@
 """Linear against softmax on the copy task, paired by seed.
 
     python3 experiments/copy/seeds.py [RESULTS_DIR] [--prefix NAME] [--at STEP]...
+                                      [--curve FILE.tsv [--window K]]
 
 RESULTS_DIR (default: results) holds the runs as written by run-cpu.sh, run-seeds.sh
 and run-longer.sh: with the default prefix copy-cpu, RESULTS_DIR/copy-cpu-softmax and
@@ -25,6 +26,11 @@ Per seed and variant, measures of the final copy loss at step T:
   train-med  the median of those per-step training losses (the level of the floor the
              spikes rise from; added after the ten-seed results had been seen, so it is
              a description, not a test fixed in advance).
+--curve FILE.tsv also writes both variants' loss curves summarised over the seeds
+(every K steps, default 250: geometric mean and range over the seeds of each run's
+median training loss over the K steps, and of the evaluation loss), which
+plots/figure2-seeds.gp draws.
+
 For each measure: the ratio linear / softmax per seed, their geometric mean, a 95%
 interval for it, and each variant's level (geometric mean over the seeds) (Student t on the log ratios; the seeds are independent pairs). The
 ratio of two variants' final losses is what "the same final loss within 5%" is about:
@@ -72,9 +78,8 @@ def measures(run, at=None):
             "train-med": statistics.median(window)}
 
 
-def find_runs(root, prefix="copy-cpu", at=None):
-    """{seed: {variant: measures}} for the seeds where both variants can be measured."""
-    runs = {}
+def scan(root, prefix="copy-cpu"):
+    """(seed, variant, parsed train.json) of every run folder of the prefix."""
     pat = re.compile(re.escape(prefix) + (r"-(?:seed(\d+)-)?" if prefix == "copy-cpu" else r"-seed(\d+)-")
                      + r"(softmax|linear)")
     for name in sorted(os.listdir(root)):
@@ -83,10 +88,49 @@ def find_runs(root, prefix="copy-cpu", at=None):
         if not m or not os.path.exists(path):
             continue
         with open(path) as f:
-            got = measures(json.load(f), at)
+            yield int(m.group(1) or 1), m.group(2), json.load(f)
+
+
+def find_runs(root, prefix="copy-cpu", at=None):
+    """{seed: {variant: measures}} for the seeds where both variants can be measured."""
+    runs = {}
+    for seed, variant, run in scan(root, prefix):
+        got = measures(run, at)
         if got is not None:
-            runs.setdefault(int(m.group(1) or 1), {})[m.group(2)] = got
+            runs.setdefault(seed, {})[variant] = got
     return {s: r for s, r in sorted(runs.items()) if len(r) == 2}
+
+
+def curve(root, prefix="copy-cpu", window=250):
+    """The loss curves of both variants summarised over the seeds, as TSV rows: for
+    every `window` steps up to the step all paired runs have reached, per variant, the
+    geometric mean over the seeds of each run's median training loss over the window
+    (train), with the smallest and largest run's (train_lo, train_hi); and the same of
+    the evaluation loss at that step (eval, eval_lo, eval_hi; NaN without an evaluation
+    there). Returns (header, rows, seeds)."""
+    pairs = {}
+    for seed, variant, run in scan(root, prefix):
+        pairs.setdefault(seed, {})[variant] = run
+    pairs = {s: r for s, r in sorted(pairs.items()) if len(r) == 2}
+    if not pairs:
+        return None, [], []
+    last = min(min(r["summary"].get("steps_done", 0), len(r["step_loss"])) for p in pairs.values() for r in p.values())
+    head = ["step", "variant", "train", "train_lo", "train_hi", "eval", "eval_lo", "eval_hi"]
+    rows = []
+
+    def geo(xs):
+        return math.exp(statistics.fmean(math.log(x) for x in xs))
+
+    evals = {(s, v): {r["step"]: r["eval_loss"] for r in run["records"] if r["kind"] == "eval"}
+             for s, p in pairs.items() for v, run in p.items()}
+    for step in range(window, last + 1, window):
+        for v in ("softmax", "linear"):
+            tr = [statistics.median(pairs[s][v]["step_loss"][step - window:step]) for s in pairs]
+            ev = [evals[(s, v)].get(step) for s in pairs]
+            row = [step, v, geo(tr), min(tr), max(tr)]
+            row += [geo(ev), min(ev), max(ev)] if all(e is not None and e > 0 for e in ev) else [math.nan] * 3
+            rows.append(row)
+    return head, rows, sorted(pairs)
 
 
 def summarise(runs, name):
@@ -130,26 +174,34 @@ def report(runs, at, out=None):
 
 
 def main(argv):
-    root, prefix, ats = "results", "copy-cpu", []
+    root, prefix, ats, curve_out, window = "results", "copy-cpu", [], None, 250
     i = 0
     while i < len(argv):
         a = argv[i]
-        if a in ("--prefix", "--at"):
+        if a in ("--prefix", "--at", "--curve", "--window"):
             if i + 1 >= len(argv):
                 sys.stderr.write("seeds.py: %s needs a value\n" % a)
                 return 2
             if a == "--prefix":
                 prefix = argv[i + 1]
+            elif a == "--curve":
+                curve_out = argv[i + 1]
             else:
                 try:
-                    ats.append(int(argv[i + 1]))
+                    k = int(argv[i + 1])
+                    if k < 1:
+                        raise ValueError
                 except ValueError:
-                    sys.stderr.write("seeds.py: --at takes a step count, not '%s'\n" % argv[i + 1])
+                    sys.stderr.write("seeds.py: %s takes a positive step count, not '%s'\n" % (a, argv[i + 1]))
                     return 2
+                if a == "--at":
+                    ats.append(k)
+                else:
+                    window = k
             i += 2
         elif a.startswith("-"):
             sys.stderr.write("seeds.py: unknown option '%s' (usage: seeds.py [RESULTS_DIR] [--prefix NAME] "
-                             "[--at STEP]...)\n" % a)
+                             "[--at STEP]... [--curve FILE.tsv [--window K]])\n" % a)
             return 2
         else:
             root = a
@@ -166,6 +218,20 @@ def main(argv):
         if k:
             print()
         report(runs, at)
+    if curve_out:
+        head, rows, used = curve(root, prefix, window)
+        if not rows:
+            sys.stderr.write("seeds.py: no paired runs of %d steps or more for --curve under %s/%s-*\n"
+                             % (window, root, prefix))
+            return 2
+        tmp = curve_out + ".part"
+        with open(tmp, "w") as f:
+            f.write("\t".join(head) + "\n")
+            for r in rows:
+                f.write("\t".join(str(x) if isinstance(x, (int, str)) else "%.6g" % x for x in r) + "\n")
+        os.replace(tmp, curve_out)
+        print("\nwrote %s: %d steps x 2 variants, seeds %s" % (curve_out, len(rows) // 2,
+                                                             " ".join(str(s) for s in used)))
     return 0
 
 

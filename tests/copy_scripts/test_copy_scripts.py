@@ -169,6 +169,59 @@ class Seeds(unittest.TestCase):
         self.assertIn("not 'ten'", lines[1])
 
 
+class Curve(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.root = self.tmp.name
+        # seed 1: softmax 1e-4, linear 1e-3; seed 2: softmax 4e-4, linear 1e-3 until
+        # step 500, then 4e-3. Evaluations every 100 steps at a tenth of the level;
+        # seed 2's linear run has none at step 1000. Seed 3 has no linear run.
+        for seed, sm, lin in ((1, 1e-4, lambda i: 1e-3), (2, 4e-4, lambda i: 1e-3 if i < 500 else 4e-3)):
+            make_run(self.root, "copy-cpu-x2k-seed%d-softmax" % seed, 1500, lambda i, sm=sm: sm,
+                     const_evals(1500, sm / 10))
+            ev = {k: lin(k - 1) / 10 for k in range(0, 1501, 100) if not (seed == 2 and k == 1000)}
+            make_run(self.root, "copy-cpu-x2k-seed%d-linear" % seed, 1500, lin, ev)
+        make_run(self.root, "copy-cpu-x2k-seed3-softmax", 1500, lambda i: 1.0, const_evals(1500, 1.0))
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_geometric_mean_and_range_over_the_seeds(self):
+        head, rows, used = seeds.curve(self.root, "copy-cpu-x2k", 500)
+        self.assertEqual(used, [1, 2])
+        self.assertEqual(head[:5], ["step", "variant", "train", "train_lo", "train_hi"])
+        self.assertEqual([(r[0], r[1]) for r in rows],
+                         [(k, v) for k in (500, 1000, 1500) for v in ("softmax", "linear")])
+        sm, lin = rows[0], rows[1]
+        self.assertAlmostEqual(sm[2], 2e-4, delta=1e-15)  # sqrt(1e-4 * 4e-4)
+        self.assertEqual((sm[3], sm[4]), (1e-4, 4e-4))
+        self.assertAlmostEqual(sm[5], 2e-5, delta=1e-15)
+        self.assertAlmostEqual(lin[2], 1e-3, delta=1e-15)
+        self.assertAlmostEqual(rows[3][2], 2e-3, delta=1e-15)  # sqrt(1e-3 * 4e-3) over steps 501..1000
+        self.assertTrue(all(math.isnan(x) for x in rows[3][5:]))  # seed 2 has no evaluation at step 1000
+        self.assertFalse(math.isnan(rows[2][5]))
+
+    def test_command_line_writes_the_table(self):
+        path = os.path.join(self.root, "c.tsv")
+        out, err = io.StringIO(), io.StringIO()
+        sys.stdout, sys.stderr, saved = out, err, (sys.stdout, sys.stderr)
+        try:
+            rc = seeds.main([self.root, "--prefix", "copy-cpu-x2k", "--curve", path, "--window", "750"])
+            bad = seeds.main([self.root, "--prefix", "copy-cpu-x2k", "--curve", path, "--window", "0"])
+            none = seeds.main([self.root, "--prefix", "copy-cpu-x2k", "--curve", path, "--window", "5000"])
+        finally:
+            sys.stdout, sys.stderr = saved
+        self.assertEqual((rc, bad, none), (0, 2, 2))
+        with open(path) as f:
+            lines = f.read().splitlines()
+        self.assertEqual(lines[0].split("\t"), ["step", "variant", "train", "train_lo", "train_hi", "eval",
+                                                "eval_lo", "eval_hi"])
+        self.assertEqual([l.split("\t")[:2] for l in lines[1:]],
+                         [["750", "softmax"], ["750", "linear"], ["1500", "softmax"], ["1500", "linear"]])
+        self.assertIn("wrote %s: 2 steps x 2 variants, seeds 1 2" % path, out.getvalue())
+        self.assertIn("positive step count, not '0'", err.getvalue())
+
+
 class Plateau(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
