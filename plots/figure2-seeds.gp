@@ -32,7 +32,7 @@ set xlabel "gradient step"
 set ylabel "cross-entropy loss (copied half)"
 set style fill transparent solid 0.18 noborder
 
-set label 1 "lines: median training loss per window, geometric mean over seeds (band: min-max)\npoints: evaluation loss, geometric mean over seeds" at graph 0.3, graph 0.95 font ",9"
+set label 1 "lines: median training loss per window, geometric mean over seeds (band: min-max)\npoints: evaluation loss, geometric mean over seeds" at graph 0.02, graph 0.06 font ",9"
 
 v(name, col) = (strcol("variant") eq name) ? column(col) : NaN
 
