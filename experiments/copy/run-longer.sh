@@ -36,11 +36,11 @@ for s in "$@"; do
     done
     pids=()
     for v in softmax linear; do
-        "$B" --threads "$THREADS" train --resume --out "results/copy-cpu-$tag-seed$s-$v" --set steps="$steps" --quiet &
-        pids+=($!)
-        [ "$JOBS" = 2 ] || wait "${pids[-1]}"
+        run=("$B" --threads "$THREADS" train --resume --out "results/copy-cpu-$tag-seed$s-$v" --set steps="$steps" --quiet)
+        if [ "$JOBS" = 2 ]; then "${run[@]}" & pids+=($!); else "${run[@]}"; fi
     done
     for p in "${pids[@]}"; do wait "$p"; done
 done
 base=$(/usr/bin/env python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["steps"])' experiments/copy/copy-cpu-linear.json)
-/usr/bin/env python3 experiments/copy/seeds.py results --prefix "copy-cpu-$tag" --at "$base" --at "$steps"
+ats=(--at "$steps"); [ "$steps" -gt "$base" ] && ats=(--at "$base" --at "$steps")
+/usr/bin/env python3 experiments/copy/seeds.py results --prefix "copy-cpu-$tag" "${ats[@]}"
