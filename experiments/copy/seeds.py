@@ -32,7 +32,8 @@ median training loss over the K steps, and of the evaluation loss), which
 plots/figure2-seeds.gp draws.
 
 For each measure: the ratio linear / softmax per seed, their geometric mean, a 95%
-interval for it, and each variant's level (geometric mean over the seeds) (Student t on the log ratios; the seeds are independent pairs). The
+interval for it (Student t on the log ratios; the seeds are independent pairs), and
+each variant's level (geometric mean over the seeds). The
 ratio of two variants' final losses is what "the same final loss within 5%" is about:
 an upper end of the interval at or below 1.05 says linear's final loss is no more than
 5% above softmax's."""
@@ -48,6 +49,11 @@ T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8:
        9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
 
 NAMES = ["eval", "eval-10%", "train-10%", "train-med"]
+
+
+def geomean(xs):
+    """Geometric mean of positive numbers."""
+    return math.exp(statistics.fmean(math.log(x) for x in xs))
 
 
 def t95(df):
@@ -117,18 +123,14 @@ def curve(root, prefix="copy-cpu", window=250):
     last = min(min(r["summary"].get("steps_done", 0), len(r["step_loss"])) for p in pairs.values() for r in p.values())
     head = ["step", "variant", "train", "train_lo", "train_hi", "eval", "eval_lo", "eval_hi"]
     rows = []
-
-    def geo(xs):
-        return math.exp(statistics.fmean(math.log(x) for x in xs))
-
     evals = {(s, v): {r["step"]: r["eval_loss"] for r in run["records"] if r["kind"] == "eval"}
              for s, p in pairs.items() for v, run in p.items()}
     for step in range(window, last + 1, window):
         for v in ("softmax", "linear"):
             tr = [statistics.median(pairs[s][v]["step_loss"][step - window:step]) for s in pairs]
             ev = [evals[(s, v)].get(step) for s in pairs]
-            row = [step, v, geo(tr), min(tr), max(tr)]
-            row += [geo(ev), min(ev), max(ev)] if all(e is not None and e > 0 for e in ev) else [math.nan] * 3
+            row = [step, v, geomean(tr), min(tr), max(tr)]
+            row += [geomean(ev), min(ev), max(ev)] if all(e is not None and e > 0 for e in ev) else [math.nan] * 3
             rows.append(row)
     return head, rows, sorted(pairs)
 
@@ -148,7 +150,7 @@ def summarise(runs, name):
 
 def level(runs, variant, name):
     """Geometric mean of one variant's measure over the seeds."""
-    return math.exp(statistics.fmean(math.log(r[variant][name]) for r in runs.values()))
+    return geomean(r[variant][name] for r in runs.values())
 
 
 def report(runs, at, out=None):
