@@ -4,6 +4,7 @@
 #
 #   bash experiments/copy/run-longer.sh STEPS SEED...     (THREADS=N, default 2; JOBS=2
 #                                                           runs a seed's two variants side by side)
+#   PREFIX=copy-cpu-1layer bash experiments/copy/run-longer.sh 20000 1 2 3
 #
 # For each seed and variant, copies the finished run (results/copy-cpu-VARIANT for seed
 # 1, results/copy-cpu-seedS-VARIANT otherwise: run-cpu.sh's and run-seeds.sh's) to
@@ -12,23 +13,31 @@
 # uninterrupted run of STEPS steps; the learning-rate schedule does not depend on the
 # step count). The original runs stay as they are. A copy already there is continued
 # (nothing to do when complete). Then prints the paired comparison at the original and
-# the new step count (seeds.py). About 9 minutes per 10000 steps and run on 2 idle cores.
+# the new step count (seeds.py). With PREFIX=NAME the runs continued are run-seeds.sh's
+# results/NAME-seedS-VARIANT, copied to results/NAME-xNk-seedS-VARIANT. About 9 minutes
+# per 10000 steps and run of the 4-layer config on 2 idle cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 THREADS=${THREADS:-2}
 JOBS=${JOBS:-1}
+PREFIX=${PREFIX:-}
 [ $# -ge 2 ] || { echo "usage: run-longer.sh STEPS SEED..." >&2; exit 2; }
 steps=$1; shift
 case "$steps" in ''|*[!0-9]*) echo "run-longer.sh: STEPS must be a step count, not '$steps'" >&2; exit 2;; esac
 case "$JOBS" in 1|2) ;; *) echo "run-longer.sh: JOBS must be 1 or 2, not '$JOBS'" >&2; exit 2;; esac
+case "$PREFIX" in *[!A-Za-z0-9._-]*) echo "run-longer.sh: PREFIX must be a plain name, not '$PREFIX'" >&2; exit 2;; esac
 tag=x$steps; [ $((steps % 1000)) = 0 ] && tag=x$((steps / 1000))k
 B=build/attnbench
 [ -x "$B" ] || bash harness/scripts/build.sh
 for s in "$@"; do
     for v in softmax linear; do
-        src=results/copy-cpu-seed$s-$v
-        [ "$s" = 1 ] && src=results/copy-cpu-$v
-        dst=results/copy-cpu-$tag-seed$s-$v
+        if [ -n "$PREFIX" ]; then
+            src=results/$PREFIX-seed$s-$v
+        else
+            src=results/copy-cpu-seed$s-$v
+            [ "$s" = 1 ] && src=results/copy-cpu-$v
+        fi
+        dst=results/${PREFIX:-copy-cpu}-$tag-seed$s-$v
         if [ ! -d "$dst" ]; then
             [ -f "$src/checkpoint.bin" ] || { echo "run-longer.sh: no run $src to continue (run-cpu.sh, run-seeds.sh)" >&2; exit 2; }
             cp -r "$src" "$dst.part" && mv "$dst.part" "$dst"
@@ -36,11 +45,11 @@ for s in "$@"; do
     done
     pids=()
     for v in softmax linear; do
-        run=("$B" --threads "$THREADS" train --resume --out "results/copy-cpu-$tag-seed$s-$v" --set steps="$steps" --quiet)
+        run=("$B" --threads "$THREADS" train --resume --out "results/${PREFIX:-copy-cpu}-$tag-seed$s-$v" --set steps="$steps" --quiet)
         if [ "$JOBS" = 2 ]; then "${run[@]}" & pids+=($!); else "${run[@]}"; fi
     done
     for p in "${pids[@]}"; do wait "$p"; done
 done
 base=$(/usr/bin/env python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["steps"])' experiments/copy/copy-cpu-linear.json)
 ats=(--at "$steps"); [ "$steps" -gt "$base" ] && ats=(--at "$base" --at "$steps")
-/usr/bin/env python3 experiments/copy/seeds.py results --prefix "copy-cpu-$tag" "${ats[@]}"
+/usr/bin/env python3 experiments/copy/seeds.py results --prefix "${PREFIX:-copy-cpu}-$tag" "${ats[@]}"

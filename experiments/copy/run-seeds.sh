@@ -3,30 +3,52 @@
 # differs between seeds of one variant by more than the difference the comparison is
 # about, so one run per variant cannot decide it.
 #
-#   bash experiments/copy/run-seeds.sh 2 3 4 5     (THREADS=N, default 2; VARIANTS="softmax linear")
+#   bash experiments/copy/run-seeds.sh 2 3 4 5
+#   PREFIX=copy-cpu-1layer SET="model.layers=1" JOBS=2 THREADS=1 bash experiments/copy/run-seeds.sh 1 2 3
 #
-# Trains experiments/copy/copy-cpu-VARIANT.json with `--set seed=S` into
-# results/copy-cpu-seedS-VARIANT/ (seed 1 is run-cpu.sh's results/copy-cpu-VARIANT/).
-# A run already there is continued from its checkpoint (nothing to do when complete).
-# Then prints the paired comparison (experiments/copy/seeds.py). About 9 minutes per run
-# on 2 idle cores.
+# THREADS=N (default 2) per run; JOBS=2 runs a seed's two variants side by side;
+# VARIANTS (default "softmax linear"). Trains experiments/copy/copy-cpu-VARIANT.json with
+# `--set seed=S` into results/copy-cpu-seedS-VARIANT/ (seed 1 is run-cpu.sh's
+# results/copy-cpu-VARIANT/). With PREFIX=NAME the runs go to results/NAME-seedS-VARIANT/
+# for every seed, and SET="KEY=VALUE ..." adds those --set overrides to every run (a
+# variation of the config, e.g. one layer). A run already there is continued from its
+# checkpoint (nothing to do when complete). Then prints the paired comparison
+# (experiments/copy/seeds.py). About 9 minutes per run of the 4-layer config on 2 idle cores.
 set -euo pipefail
-export PATH
 cd "$(dirname "$0")/../.."
 THREADS=${THREADS:-2}
+JOBS=${JOBS:-1}
 VARIANTS=${VARIANTS:-"softmax linear"}
+PREFIX=${PREFIX:-}
+SET=${SET:-}
 [ $# -ge 1 ] || { echo "usage: run-seeds.sh SEED..." >&2; exit 2; }
+case "$JOBS" in 1|2) ;; *) echo "run-seeds.sh: JOBS must be 1 or 2, not '$JOBS'" >&2; exit 2;; esac
+case "$PREFIX" in *[!A-Za-z0-9._-]*) echo "run-seeds.sh: PREFIX must be a plain name, not '$PREFIX'" >&2; exit 2;; esac
+[ -z "$SET" ] || [ -n "$PREFIX" ] || { echo "run-seeds.sh: SET changes the config: give the runs their own PREFIX" >&2; exit 2; }
+for s in "$@"; do
+    case "$s" in ''|*[!0-9]*) echo "run-seeds.sh: a seed must be a number, not '$s'" >&2; exit 2;; esac
+done
+sets=()
+for kv in $SET; do sets+=(--set "$kv"); done
 B=build/attnbench
 [ -x "$B" ] || bash harness/scripts/build.sh
 for s in "$@"; do
+    pids=()
     for v in $VARIANTS; do
-        out=results/copy-cpu-seed$s-$v
-        [ "$s" = 1 ] && out=results/copy-cpu-$v
-        if [ -f "$out/checkpoint.bin" ]; then
-            "$B" --threads "$THREADS" train experiments/copy/copy-cpu-$v.json --set seed="$s" --out "$out" --resume
+        if [ -n "$PREFIX" ]; then
+            out=results/$PREFIX-seed$s-$v
         else
-            "$B" --threads "$THREADS" train experiments/copy/copy-cpu-$v.json --set seed="$s" --out "$out" --overwrite
+            out=results/copy-cpu-seed$s-$v
+            [ "$s" = 1 ] && out=results/copy-cpu-$v
         fi
+        run=("$B" --threads "$THREADS" train experiments/copy/copy-cpu-$v.json --set seed="$s" ${sets[@]+"${sets[@]}"} --out "$out" --quiet)
+        if [ -f "$out/checkpoint.bin" ]; then run+=(--resume); else run+=(--overwrite); fi
+        if [ "$JOBS" = 2 ]; then "${run[@]}" & pids+=($!); else "${run[@]}"; fi
     done
+    for p in ${pids[@]+"${pids[@]}"}; do wait "$p"; done
 done
-/usr/bin/env python3 experiments/copy/seeds.py results
+if [ -n "$PREFIX" ]; then
+    /usr/bin/env python3 experiments/copy/seeds.py results --prefix "$PREFIX"
+else
+    /usr/bin/env python3 experiments/copy/seeds.py results
+fi

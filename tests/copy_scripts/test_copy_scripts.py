@@ -250,5 +250,34 @@ class Plateau(unittest.TestCase):
         self.assertIn("need a multiple of 200", self.verdict(lambda i: 1.0, steps=1010))
 
 
+class ShellArguments(unittest.TestCase):
+    """run-seeds.sh and run-longer.sh refuse bad arguments with one line and exit
+    status 2 before they build or train anything."""
+
+    def refuse(self, script, args, env, message):
+        import subprocess
+        full = dict(os.environ, **env)
+        r = subprocess.run(["bash", os.path.join(ROOT, "experiments", "copy", script)] + args,
+                           env=full, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertEqual(r.stdout, "")
+        lines = r.stderr.splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertIn(message, lines[0])
+
+    def test_run_seeds(self):
+        self.refuse("run-seeds.sh", [], {}, "usage: run-seeds.sh SEED...")
+        self.refuse("run-seeds.sh", ["1", "2x"], {}, "a seed must be a number, not '2x'")
+        self.refuse("run-seeds.sh", ["1"], {"JOBS": "3"}, "JOBS must be 1 or 2, not '3'")
+        self.refuse("run-seeds.sh", ["1"], {"PREFIX": "../x"}, "PREFIX must be a plain name")
+        self.refuse("run-seeds.sh", ["1"], {"SET": "model.layers=1"}, "give the runs their own PREFIX")
+
+    def test_run_longer(self):
+        self.refuse("run-longer.sh", ["20000"], {}, "usage: run-longer.sh STEPS SEED...")
+        self.refuse("run-longer.sh", ["20k", "1"], {}, "STEPS must be a step count, not '20k'")
+        self.refuse("run-longer.sh", ["20000", "1"], {"JOBS": "0"}, "JOBS must be 1 or 2, not '0'")
+        self.refuse("run-longer.sh", ["20000", "1"], {"PREFIX": "a b"}, "PREFIX must be a plain name")
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=1)
