@@ -13,6 +13,7 @@ import json
 import math
 import os
 import random
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -255,8 +256,8 @@ class ShellArguments(unittest.TestCase):
     status 2 before they build or train anything."""
 
     def refuse(self, script, args, env, message):
-        import subprocess
-        full = dict(os.environ, **env)
+        full = {k: v for k, v in os.environ.items() if k not in ("JOBS", "PREFIX", "SET", "THREADS", "VARIANTS")}
+        full.update(env)
         r = subprocess.run(["bash", os.path.join(ROOT, "experiments", "copy", script)] + args,
                            env=full, capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 2, r.stderr)
