@@ -21,25 +21,20 @@ cd "$(dirname "$0")/../.."
 THREADS=${THREADS:-2}
 JOBS=${JOBS:-1}
 PREFIX=${PREFIX:-}
+. experiments/copy/lib.sh
 [ $# -ge 2 ] || { echo "usage: run-longer.sh STEPS SEED..." >&2; exit 2; }
 steps=$1; shift
-case "$steps" in ''|*[!0-9]*) echo "run-longer.sh: STEPS must be a step count, not '$steps'" >&2; exit 2;; esac
-case "$JOBS" in 1|2) ;; *) echo "run-longer.sh: JOBS must be 1 or 2, not '$JOBS'" >&2; exit 2;; esac
-case "$PREFIX" in *[!A-Za-z0-9._-]*) echo "run-longer.sh: PREFIX must be a plain name, not '$PREFIX'" >&2; exit 2;; esac
+case "$steps" in ''|*[!0-9]*) refuse "STEPS must be a step count, not '$steps'";; esac
+check_settings
 tag=x$steps; [ $((steps % 1000)) = 0 ] && tag=x$((steps / 1000))k
 B=build/attnbench
 [ -x "$B" ] || bash harness/scripts/build.sh
 for s in "$@"; do
     for v in softmax linear; do
-        if [ -n "$PREFIX" ]; then
-            src=results/$PREFIX-seed$s-$v
-        else
-            src=results/copy-cpu-seed$s-$v
-            [ "$s" = 1 ] && src=results/copy-cpu-$v
-        fi
+        src=$(seed_run_dir "$s" "$v")
         dst=results/${PREFIX:-copy-cpu}-$tag-seed$s-$v
         if [ ! -d "$dst" ]; then
-            [ -f "$src/checkpoint.bin" ] || { echo "run-longer.sh: no run $src to continue (run-cpu.sh, run-seeds.sh)" >&2; exit 2; }
+            [ -f "$src/checkpoint.bin" ] || refuse "no run $src to continue (run-cpu.sh, run-seeds.sh)"
             cp -r "$src" "$dst.part" && mv "$dst.part" "$dst"
         fi
     done

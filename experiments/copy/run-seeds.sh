@@ -21,12 +21,12 @@ JOBS=${JOBS:-1}
 VARIANTS=${VARIANTS:-"softmax linear"}
 PREFIX=${PREFIX:-}
 SET=${SET:-}
+. experiments/copy/lib.sh
 [ $# -ge 1 ] || { echo "usage: run-seeds.sh SEED..." >&2; exit 2; }
-case "$JOBS" in 1|2) ;; *) echo "run-seeds.sh: JOBS must be 1 or 2, not '$JOBS'" >&2; exit 2;; esac
-case "$PREFIX" in *[!A-Za-z0-9._-]*) echo "run-seeds.sh: PREFIX must be a plain name, not '$PREFIX'" >&2; exit 2;; esac
-[ -z "$SET" ] || [ -n "$PREFIX" ] || { echo "run-seeds.sh: SET changes the config: give the runs their own PREFIX" >&2; exit 2; }
+check_settings
+[ -z "$SET" ] || [ -n "$PREFIX" ] || refuse "SET changes the config: give the runs their own PREFIX"
 for s in "$@"; do
-    case "$s" in ''|*[!0-9]*) echo "run-seeds.sh: a seed must be a number, not '$s'" >&2; exit 2;; esac
+    case "$s" in ''|*[!0-9]*) refuse "a seed must be a number, not '$s'";; esac
 done
 sets=()
 for kv in $SET; do sets+=(--set "$kv"); done
@@ -35,12 +35,7 @@ B=build/attnbench
 for s in "$@"; do
     pids=()
     for v in $VARIANTS; do
-        if [ -n "$PREFIX" ]; then
-            out=results/$PREFIX-seed$s-$v
-        else
-            out=results/copy-cpu-seed$s-$v
-            [ "$s" = 1 ] && out=results/copy-cpu-$v
-        fi
+        out=$(seed_run_dir "$s" "$v")
         run=("$B" --threads "$THREADS" train experiments/copy/copy-cpu-$v.json --set seed="$s" ${sets[@]+"${sets[@]}"} --out "$out" --quiet)
         if [ -f "$out/checkpoint.bin" ]; then run+=(--resume); else run+=(--overwrite); fi
         if [ "$JOBS" = 2 ]; then "${run[@]}" & pids+=($!); else "${run[@]}"; fi
