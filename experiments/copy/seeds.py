@@ -84,40 +84,46 @@ def measures(run, at=None):
             "train-med": statistics.median(window)}
 
 
-def scan(root, prefix="copy-cpu"):
-    """(seed, variant, parsed train.json) of every run folder of the prefix."""
+def load_pairs(root, prefix="copy-cpu"):
+    """{seed: {variant: parsed train.json}} of the run folders of the prefix, for the
+    seeds that have both variants. Read once; the measures and the curve use it."""
     pat = re.compile(re.escape(prefix) + (r"-(?:seed(\d+)-)?" if prefix == "copy-cpu" else r"-seed(\d+)-")
                      + r"(softmax|linear)")
+    pairs = {}
     for name in sorted(os.listdir(root)):
         m = pat.fullmatch(name)
         path = os.path.join(root, name, "train.json")
         if not m or not os.path.exists(path):
             continue
         with open(path) as f:
-            yield int(m.group(1) or 1), m.group(2), json.load(f)
+            pairs.setdefault(int(m.group(1) or 1), {})[m.group(2)] = json.load(f)
+    return {s: r for s, r in sorted(pairs.items()) if len(r) == 2}
+
+
+def pair_measures(pairs, at=None):
+    """{seed: {variant: measures}} of load_pairs' runs, for the seeds where both
+    variants can be measured."""
+    runs = {s: {v: measures(run, at) for v, run in p.items()} for s, p in pairs.items()}
+    return {s: r for s, r in runs.items() if None not in r.values()}
 
 
 def find_runs(root, prefix="copy-cpu", at=None):
     """{seed: {variant: measures}} for the seeds where both variants can be measured."""
-    runs = {}
-    for seed, variant, run in scan(root, prefix):
-        got = measures(run, at)
-        if got is not None:
-            runs.setdefault(seed, {})[variant] = got
-    return {s: r for s, r in sorted(runs.items()) if len(r) == 2}
+    return pair_measures(load_pairs(root, prefix), at)
 
 
 def curve(root, prefix="copy-cpu", window=250):
+    """curve_rows of the runs under root."""
+    return curve_rows(load_pairs(root, prefix), window)
+
+
+def curve_rows(pairs, window=250):
     """The loss curves of both variants summarised over the seeds, as TSV rows: for
     every `window` steps up to the step all paired runs have reached, per variant, the
     geometric mean over the seeds of each run's median training loss over the window
     (train), with the smallest and largest run's (train_lo, train_hi); and the same of
     the evaluation loss at that step (eval, eval_lo, eval_hi; NaN without an evaluation
     there). Returns (header, rows, seeds)."""
-    pairs = {}
-    for seed, variant, run in scan(root, prefix):
-        pairs.setdefault(seed, {})[variant] = run
-    pairs = {s: r for s, r in sorted(pairs.items()) if len(r) == 2}
     if not pairs:
         return None, [], []
     last = min(min(r["summary"].get("steps_done", 0), len(r["step_loss"])) for p in pairs.values() for r in p.values())
@@ -211,8 +217,9 @@ def main(argv):
     if not os.path.isdir(root):
         sys.stderr.write("seeds.py: no folder '%s'\n" % root)
         return 2
+    pairs = load_pairs(root, prefix)
     for k, at in enumerate(ats or [None]):
-        runs = find_runs(root, prefix, at)
+        runs = pair_measures(pairs, at)
         if not runs:
             sys.stderr.write("seeds.py: no seed with both softmax and linear measurable%s under %s/%s-*\n"
                              % (" at step %d" % at if at else "", root, prefix))
@@ -221,7 +228,7 @@ def main(argv):
             print()
         report(runs, at)
     if curve_out:
-        head, rows, used = curve(root, prefix, window)
+        head, rows, used = curve_rows(pairs, window)
         if not rows:
             sys.stderr.write("seeds.py: no paired runs of %d steps or more for --curve under %s/%s-*\n"
                              % (window, root, prefix))
