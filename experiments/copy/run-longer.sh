@@ -27,12 +27,13 @@ steps=$1; shift
 case "$steps" in ''|*[!0-9]*) refuse "STEPS must be a step count, not '$steps'";; esac
 check_settings
 tag=x$steps; [ $((steps % 1000)) = 0 ] && tag=x$((steps / 1000))k
+name=${PREFIX:-copy-cpu}-$tag
 B=build/attnbench
 [ -x "$B" ] || bash harness/scripts/build.sh
 for s in "$@"; do
     for v in softmax linear; do
         src=$(seed_run_dir "$s" "$v")
-        dst=results/${PREFIX:-copy-cpu}-$tag-seed$s-$v
+        dst=results/$name-seed$s-$v
         if [ ! -d "$dst" ]; then
             [ -f "$src/checkpoint.bin" ] || refuse "no run $src to continue (run-cpu.sh, run-seeds.sh)"
             cp -r "$src" "$dst.part" && mv "$dst.part" "$dst"
@@ -40,11 +41,11 @@ for s in "$@"; do
     done
     pids=()
     for v in softmax linear; do
-        run=("$B" --threads "$THREADS" train --resume --out "results/${PREFIX:-copy-cpu}-$tag-seed$s-$v" --set steps="$steps" --quiet)
+        run=("$B" --threads "$THREADS" train --resume --out "results/$name-seed$s-$v" --set steps="$steps" --quiet)
         if [ "$JOBS" = 2 ]; then "${run[@]}" & pids+=($!); else "${run[@]}"; fi
     done
     for p in "${pids[@]}"; do wait "$p"; done
 done
 base=$(/usr/bin/env python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["steps"])' experiments/copy/copy-cpu-linear.json)
 ats=(--at "$steps"); [ "$steps" -gt "$base" ] && ats=(--at "$base" --at "$steps")
-/usr/bin/env python3 experiments/copy/seeds.py results --prefix "${PREFIX:-copy-cpu}-$tag" "${ats[@]}"
+/usr/bin/env python3 experiments/copy/seeds.py results --prefix "$name" "${ats[@]}"
