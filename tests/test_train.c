@@ -110,7 +110,7 @@ Test(copy_task, determinism_from_seed_step_row) {
     cr_assert(memcmp(a.tokens, b.tokens, sizeof(int) * 8 * N) != 0);
     /* the documented derivation: row r of batch k is copy_draw from task_row_rng */
     int *d = malloc(sizeof(int) * (2 * 16 + 1));
-    copy_options o = {16, 10, 1};
+    copy_options o = {16, 10, 1, 0};
     for (int r = 0; r < 8; r++) {
         ab_rng rng = task_row_rng(5, TASK_STREAM_DATA, 17, (uint64_t)r);
         int L = copy_draw(&o, &rng, d);
@@ -171,12 +171,125 @@ Test(copy_task, prompts) {
     task_destroy(t);
 }
 
+static train_task *make_task(const char *json) {
+    json_t *j = parse_json(json);
+    train_task *t = NULL;
+    cr_assert_eq(task_create(j, &t), 0, "%s", ab_error());
+    json_decref(j);
+    return t;
+}
+
+Test(copy_task, noise_zero_is_the_noiseless_task) {
+    /* noise 0 draws nothing: the rows are the noiseless task's bit for bit, and the
+     * canonical options do not mention it (runs from before the option resume) */
+    train_task *a = make_copy(9, 10, 1), *z = make_task("{\"name\": \"copy\", \"max_symbols\": 9, \"noise\": 0}");
+    task_batch ba, bz;
+    cr_assert_eq(task_batch_alloc(a, 64, &ba), 0);
+    cr_assert_eq(task_batch_alloc(z, 64, &bz), 0);
+    task_batch_fill(a, 4, TASK_STREAM_DATA, 2, &ba);
+    task_batch_fill(z, 4, TASK_STREAM_DATA, 2, &bz);
+    size_t n = (size_t)64 * (size_t)a->seq_len;
+    cr_assert(memcmp(ba.tokens, bz.tokens, sizeof(int) * n) == 0);
+    cr_assert(memcmp(ba.targets, bz.targets, sizeof(int) * n) == 0);
+    json_t *ja = a->to_json(a), *jz = z->to_json(z);
+    cr_assert(json_equal(ja, jz), "noise 0 changed the canonical task options");
+    cr_assert_null(json_object_get(jz, "noise"));
+    json_decref(ja);
+    json_decref(jz);
+    task_batch_free(&ba);
+    task_batch_free(&bz);
+    task_destroy(a);
+    task_destroy(z);
+}
+
+Test(copy_task, loss_floor_hand_values) {
+    /* q = 1 - p + p/S, floor = -(q ln q + (S - 1)(p/S) ln(p/S)); values from the
+     * formula in double precision by hand (Python's math.log) */
+    cr_assert_eq(copy_loss_floor(0, 10), 0.0);
+    cr_assert_float_eq(copy_loss_floor(0.01, 10), 0.07112917546111897, 1e-15);
+    cr_assert_float_eq(copy_loss_floor(0.2, 4), 0.5875009311062073, 1e-15);
+    cr_assert_float_eq(copy_loss_floor(1, 10), log(10.0), 1e-15); /* a random copy: ln S */
+    cr_assert_eq(copy_loss_floor(0.3, 1), 0.0);                   /* one symbol: nothing to get wrong */
+}
+
+Test(copy_task, noisy_rows) {
+    /* p = 0.2 over S = 4: the layout, separator and clean first half are unchanged, the
+     * targets are still the next tokens, and a copied target differs from the symbol to
+     * copy with probability p (1 - 1/S) = 0.15: over the n copied positions of 4000
+     * rows (about 22000), the count is within 5 binomial standard deviations (about
+     * 0.0024 n; a chance failure has probability below 1e-6). The oracle that knows
+     * the symbol to copy and predicts q on it and p/S on the others then has a mean
+     * loss within 5 standard errors of copy_loss_floor: the data's noise is the one the
+     * floor assumes. Generation prompts and continuations stay clean. */
+    const int X = 10, S = 4;
+    const double p = 0.2;
+    train_task *t = make_task("{\"name\": \"copy\", \"max_symbols\": 10, \"symbols\": 4, \"noise\": 0.2}");
+    json_t *j = t->to_json(t);
+    cr_assert_float_eq(json_real_value(json_object_get(j, "noise")), p, 0);
+    json_decref(j);
+    int N = t->seq_len;
+    task_batch b;
+    cr_assert_eq(task_batch_alloc(t, 4000, &b), 0);
+    task_batch_fill(t, 7, TASK_STREAM_DATA, 1, &b);
+    long n = 0, changed = 0;
+    double q = 1 - p + p / S, loss = 0, loss2 = 0;
+    for (int r = 0; r < b.B; r++) {
+        const int *tok = b.tokens + r * N, *tg = b.targets + r * N;
+        const float *w = b.weights + r * N;
+        int L = b.lengths[r] / 2;
+        cr_assert(L >= 1 && L <= X);
+        for (int i = 0; i < L; i++) cr_assert(tok[i] >= COPY_FIRST_SYMBOL && tok[i] < COPY_FIRST_SYMBOL + S);
+        cr_assert_eq(tok[L], COPY_SEP);
+        for (int i = 0; i < 2 * L - 1; i++) cr_assert_eq(tg[i], tok[i + 1], "row %d: target %d", r, i);
+        for (int i = L; i < 2 * L; i++) {
+            cr_assert_eq(w[i], 1.0f);
+            cr_assert(tg[i] >= COPY_FIRST_SYMBOL && tg[i] < COPY_FIRST_SYMBOL + S, "row %d: copied %d", r, tg[i]);
+            bool right = tg[i] == tok[i - L];
+            n++;
+            changed += !right;
+            double l = right ? -log(q) : -log(p / S);
+            loss += l;
+            loss2 += l * l;
+        }
+    }
+    double rate = p * (1 - 1.0 / S), sd = sqrt(rate * (1 - rate) / (double)n);
+    double got = (double)changed / (double)n;
+    double mean = loss / (double)n, se = sqrt((loss2 / (double)n - mean * mean) / (double)n);
+    if (verbose())
+        printf("noisy copy: %ld of %ld changed (%.5f, expected %.5f +- %.5f); oracle loss %.5f, floor %.5f +- %.5f\n",
+               changed, n, got, rate, sd, mean, copy_loss_floor(p, S), se);
+    cr_assert_lt(fabs(got - rate), 5 * sd, "changed fraction %g, expected %g +- %g", got, rate, sd);
+    cr_assert_lt(fabs(mean - copy_loss_floor(p, S)), 5 * se, "oracle loss %g vs floor %g", mean,
+                 copy_loss_floor(p, S));
+    /* the derivation: copy_draw with the same options from the row's cursor */
+    int d[2 * 10 + 1];
+    copy_options o = {X, S, 1, p};
+    for (int r = 0; r < 16; r++) {
+        ab_rng rng = task_row_rng(7, TASK_STREAM_DATA, 1, (uint64_t)r);
+        int L = copy_draw(&o, &rng, d);
+        cr_assert_eq(b.lengths[r], 2 * L);
+        cr_assert(memcmp(d + 1, b.targets + r * N, sizeof(int) * (size_t)N) == 0);
+    }
+    int prompt[16], expected[16], P, G;
+    for (int k = 0; k < 200; k++) {
+        ab_rng rng = task_row_rng(3, TASK_STREAM_GEN, (uint64_t)k, 0);
+        t->prompt(t, &rng, prompt, &P, expected, &G);
+        cr_assert(P == G + 1 && prompt[G] == COPY_SEP);
+        for (int i = 0; i < G; i++) cr_assert_eq(expected[i], prompt[i], "prompt %d: continuation not clean", k);
+    }
+    task_batch_free(&b);
+    task_destroy(t);
+}
+
 Test(copy_task, bad_options) {
     const char *bad[][2] = {
         {"{\"name\": \"copy\", \"max_symbol\": 3}", "unknown key 'task.max_symbol'"},
         {"{\"name\": \"copy\", \"max_symbols\": 0}", "'task.max_symbols' = 0 is outside"},
         {"{\"name\": \"copy\", \"max_symbols\": \"8\"}", "'task.max_symbols' must be an integer"},
         {"{\"name\": \"copy\", \"max_symbols\": 4, \"min_symbols\": 5}", "'task.min_symbols' = 5 is larger"},
+        {"{\"name\": \"copy\", \"noise\": -0.1}", "'task.noise' = -0.1 is outside [0, 1]"},
+        {"{\"name\": \"copy\", \"noise\": 1.5}", "'task.noise' = 1.5 is outside [0, 1]"},
+        {"{\"name\": \"copy\", \"noise\": \"0.1\"}", "'task.noise' must be a number"},
         {"{\"name\": \"mnist\"}", "'task.name' = 'mnist' is not a task"},
         {"{\"max_symbols\": 4}", "'task.name' must be a string"},
     };

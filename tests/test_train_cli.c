@@ -363,6 +363,30 @@ Test(train_cli, divergence_stops_and_keeps_the_last_good_checkpoint) {
 
 static void write_text(const char *path, const char *text) { tp_write_bytes(path, text, strlen(text)); }
 
+Test(train_cli, set_task_option_left_out_of_the_file) {
+    /* smoke.json leaves out task.noise (off): --set may still set it, the result's
+     * config records it, a resume must keep it, and a misspelt task key is refused */
+    cr_assert_eq(run("train", SMOKE, "--out", P("n"), "--quiet", "--set", "task.noise=0.2", "--set", "steps=20", NULL),
+                 0, "%s", g_err);
+    json_t *d = load(P("n/train.json"));
+    json_t *task = json_object_get(json_object_get(d, "config"), "task");
+    cr_expect(json_is_real(json_object_get(task, "noise")) && json_real_value(json_object_get(task, "noise")) == 0.2,
+              "config.task.noise not recorded");
+    json_decref(d);
+    cr_assert_eq(run("train", "--resume", "--out", P("n"), "--quiet", "--set", "steps=30", NULL), 0, "%s", g_err);
+    cr_expect_eq(ckpt_step(P("n/checkpoint.bin")), 30);
+    expect_usage_error(run("train", SMOKE, "--out", P("n"), "--resume", "--set", "steps=40", NULL), "noise dropped",
+                       "'task.noise' differs");
+    expect_usage_error(run("train", SMOKE, "--out", P("n"), "--resume", "--set", "task.noise=0.3", "--set", "steps=40",
+                           NULL),
+                       "noise changed", "'task.noise' differs");
+    expect_usage_error(run("train", SMOKE, "--out", P("o"), "--set", "task.nois=0.2", NULL), "misspelt task key",
+                       "no key 'nois'");
+    expect_usage_error(run("train", SMOKE, "--out", P("o"), "--set", "task.noise=2", NULL), "noise out of range",
+                       "'task.noise' = 2 is outside [0, 1]");
+    cr_expect(!tp_exists(P("o")), "a refused run left an output folder");
+}
+
 Test(train_cli, bad_configs_one_line_exit_2) {
     write_text(P("unknown.json"), "{\"name\": \"x\", \"task\": {\"name\": \"copy\"}, \"model\": {\"attention\": "
                                   "{\"variant\": \"linear\"}}, \"bacth\": 3}");

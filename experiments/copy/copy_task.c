@@ -4,6 +4,7 @@
 #include "config.h"
 #include "error.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,8 +17,18 @@ int copy_draw(const copy_options *o, ab_rng *rng, int *d) {
     for (int i = 0; i < L; i++) d[i] = COPY_FIRST_SYMBOL + (int)ab_rng_next_below(rng, (uint32_t)o->symbols);
     d[L] = COPY_SEP;
     for (int i = 0; i < L; i++) d[L + 1 + i] = d[i];
+    if (o->noise > 0)
+        for (int i = 0; i < L; i++)
+            if (ab_rng_next_uniform(rng) < o->noise)
+                d[L + 1 + i] = COPY_FIRST_SYMBOL + (int)ab_rng_next_below(rng, (uint32_t)o->symbols);
     for (int i = 2 * L + 1; i < 2 * X + 1; i++) d[i] = COPY_PAD;
     return L;
+}
+
+double copy_loss_floor(double noise, int symbols) {
+    if (noise <= 0) return 0;
+    double other = noise / symbols, q = 1 - noise + other;
+    return -(q * log(q) + (symbols - 1) * other * log(other));
 }
 
 typedef struct {
@@ -53,6 +64,7 @@ static json_t *copy_to_json(const train_task *t) {
     json_object_set_new(o, "max_symbols", json_integer(s->o.max_symbols));
     json_object_set_new(o, "symbols", json_integer(s->o.symbols));
     json_object_set_new(o, "min_symbols", json_integer(s->o.min_symbols));
+    if (s->o.noise > 0) json_object_set_new(o, "noise", json_real(s->o.noise));
     return o;
 }
 
@@ -64,14 +76,17 @@ static void copy_destroy(train_task *t) {
     free(t);
 }
 
+static const char *const copy_keys[] = {"name", "max_symbols", "symbols", "min_symbols", "noise", NULL};
+
 static int copy_create(const json_t *obj, train_task **out) {
-    static const char *const keys[] = {"name", "max_symbols", "symbols", "min_symbols", NULL};
-    int rc = ab_config_only_keys(obj, "task", keys);
+    int rc = ab_config_only_keys(obj, "task", copy_keys);
     if (rc) return rc;
     long long x, s, mn;
+    double noise;
     if ((rc = ab_config_int(obj, "task", "max_symbols", false, 128, 1, COPY_MAX_X, &x))) return rc;
     if ((rc = ab_config_int(obj, "task", "symbols", false, 10, 1, 1 << 20, &s))) return rc;
     if ((rc = ab_config_int(obj, "task", "min_symbols", false, 1, 1, COPY_MAX_X, &mn))) return rc;
+    if ((rc = ab_config_num(obj, "task", "noise", false, 0, 0, 1, &noise))) return rc;
     if (mn > x)
         return ab_fail(AB_EINVAL, "config: 'task.min_symbols' = %lld is larger than 'task.max_symbols' = %lld", mn, x);
     train_task *t = calloc(1, sizeof *t);
@@ -83,7 +98,7 @@ static int copy_create(const json_t *obj, train_task **out) {
         free(d);
         return ab_fail(AB_ENOMEM, "out of memory for the copy task");
     }
-    st->o = (copy_options){(int)x, (int)s, (int)mn};
+    st->o = (copy_options){(int)x, (int)s, (int)mn, noise};
     st->d = d;
     t->name = "copy";
     t->vocab = (int)s + COPY_FIRST_SYMBOL;
@@ -102,6 +117,7 @@ static int copy_create(const json_t *obj, train_task **out) {
 
 const task_kind copy_task_kind = {
     "copy",
-    "sequence copy (Figure 2): up to max_symbols random symbols, a separator, the copy; loss on the copy",
+    "sequence copy (Figure 2): up to max_symbols random symbols, a separator, the copy (optionally noisy); loss on the copy",
+    copy_keys,
     copy_create,
 };

@@ -21,8 +21,22 @@
  * Generation: the prompt is s_1..s_L SEP (L + 1 tokens) and the expected
  * continuation s_1..s_L.
  *
+ * Noisy copy (option noise = p > 0; not in the paper): after the row is drawn, each
+ * copied symbol in turn is replaced, with probability p, by a symbol drawn uniformly
+ * from the S (possibly the same one): one uniform draw per copied symbol, then one
+ * symbol draw where it is replaced, from the same cursor after s_1..s_L. The noise is
+ * in the data row, so in the tokens and the targets of the copy; the first half, the
+ * prompt and the expected continuation stay clean. A copied target is then the symbol
+ * to copy with probability 1 - p + p/S and each other symbol with probability p/S,
+ * independently of everything the model sees, so no model has an expected loss below
+ * the entropy of that distribution (copy_loss_floor) and no teacher-forced accuracy
+ * above 1 - p + p/S: the loss has a floor above zero. With p = 0 nothing is drawn and
+ * the rows are those of the noiseless task bit for bit.
+ *
  * Options (config "task"): name "copy", max_symbols (X, default 128), symbols (S,
- * default 10), min_symbols (default 1). */
+ * default 10), min_symbols (default 1), noise (p in [0, 1], default 0; written to
+ * results and checkpoints only when it is not 0, so that runs from before the option
+ * resume unchanged). */
 #ifndef AB_COPY_TASK_H
 #define AB_COPY_TASK_H
 
@@ -36,9 +50,14 @@ extern const task_kind copy_task_kind;
 
 typedef struct {
     int max_symbols, symbols, min_symbols;
+    double noise;
 } copy_options;
 
 /* The data row d (2X + 1 tokens) and its length L from the cursor. */
 int copy_draw(const copy_options *o, ab_rng *rng, int *d);
+
+/* The lowest expected loss (nats) of a copied symbol's prediction with noise p over S
+ * symbols: -(q ln q + (S - 1) (p/S) ln(p/S)), q = 1 - p + p/S; 0 when p = 0. */
+double copy_loss_floor(double noise, int symbols);
 
 #endif

@@ -261,10 +261,21 @@ static bool has_path(const json_t *obj, const char *path) {
     return true;
 }
 
+/* Whether `key` is "task.X" with X an option of the config's task kind. */
+static bool task_option(const json_t *root, const char *key) {
+    if (strncmp(key, "task.", 5) != 0) return false;
+    const task_kind *k = task_kind_find(json_string_value(json_object_get(json_object_get(root, "task"), "name")));
+    if (!k) return false;
+    for (int i = 0; k->keys[i]; i++)
+        if (strcmp(k->keys[i], key + 5) == 0) return true;
+    return false;
+}
+
 /* --set KEY=VALUE on the config as written. A key the file leaves out (its default
  * applies) may be set too: it must be a key of the canonical config (so a misspelt
- * key is still an error), or an option under model.attention.set (the variant checks
- * those). */
+ * key is still an error), an option of the task's kind (the canonical config leaves
+ * out some that are off, e.g. the copy task's noise), or an option under
+ * model.attention.set (the variant checks those). */
 static void apply_sets(json_t *root, const char *const *sets, int n, const char *config_path) {
     json_t *canon = NULL;
     for (int i = 0; i < n; i++) {
@@ -282,7 +293,7 @@ static void apply_sets(json_t *root, const char *const *sets, int n, const char 
             canon = json_incref(c.canon);
             train_config_free(&c);
         }
-        bool known = has_path(canon, key) || strncmp(key, "model.attention.set.", 20) == 0;
+        bool known = has_path(canon, key) || task_option(root, key) || strncmp(key, "model.attention.set.", 20) == 0;
         if (!known || ab_config_set(root, sets[i], true)) cli_die(AB_EXIT_USAGE, "%s", msg);
     }
     json_decref(canon);

@@ -61,6 +61,9 @@ struct train_task {
 typedef struct {
     const char *name;
     const char *summary;
+    /* Every key its config object accepts, "name" included (NULL-terminated): also
+     * what `train --set task.KEY=VALUE` may set when the config file leaves it out. */
+    const char *const *keys;
     /* Creates the task from its config object (at config key "task"); unknown keys,
      * wrong types and out-of-range values are AB_EINVAL naming "task.KEY". */
     int (*create)(const json_t *obj, train_task **out);
