@@ -31,6 +31,11 @@ Per seed and variant, measures of the final copy loss at step T:
 median training loss over the K steps, and of the evaluation loss), which
 plots/figure2-seeds.gp draws.
 
+Runs of the noisy copy (config task.noise = p > 0; PROTOCOL.md, addendum 2) have a
+loss floor above zero, the entropy of a copied target given the symbol to copy
+(loss_floor; copy_loss_floor in copy_task.c): the report then gives it and each
+variant's levels as multiples of it.
+
 For each measure: the ratio linear / softmax per seed, their geometric mean, a 95%
 interval for it (Student t on the log ratios; the seeds are independent pairs), and
 each variant's level (geometric mean over the seeds). The
@@ -63,6 +68,18 @@ def t95(df):
     return T95[keys[-1]] if keys else None
 
 
+def loss_floor(task):
+    """The lowest expected loss (nats) of a copied symbol's prediction for a copy task's
+    config (dict): with noise p over S symbols, -(q ln q + (S - 1) (p/S) ln(p/S)),
+    q = 1 - p + p/S; 0 without noise."""
+    p, n = task.get("noise", 0), task.get("symbols", 10)
+    if p <= 0:
+        return 0.0
+    other = p / n
+    q = 1 - p + other
+    return -(q * math.log(q) + (n - 1) * other * math.log(other))
+
+
 def measures(run, at=None):
     """The measures of one run (train.json, parsed) after step `at` (default: its
     configured steps); None when the run has not reached that step or has no
@@ -81,7 +98,8 @@ def measures(run, at=None):
     return {"eval": evals[-1]["eval_loss"],
             "eval-10%": statistics.median(tail),
             "train-10%": statistics.fmean(window),
-            "train-med": statistics.median(window)}
+            "train-med": statistics.median(window),
+            "floor": loss_floor(run["config"].get("task", {}))}
 
 
 def load_pairs(root, prefix="copy-cpu"):
@@ -179,6 +197,15 @@ def report(runs, at, out=None):
         else:
             print("  %-9s %.2f [%.2f, %.2f] %s; seeds where linear is more than 5%% above softmax: %d of %d"
                   % (n, g, lo, hi, levels, worse, len(runs)), file=out)
+    floors = {r[v]["floor"] for r in runs.values() for v in r}
+    if len(floors) > 1:
+        print("The runs differ in task.noise (loss floors %s): they are not one experiment."
+              % ", ".join("%.4g" % f for f in sorted(floors)), file=out)
+    elif floors != {0.0}:
+        f = floors.pop()
+        print("Loss floor (noisy copy): %.4g nats. Levels / floor: %s" % (f, "; ".join(
+            "%s softmax %.3f, linear %.3f" % (n, level(runs, "softmax", n) / f, level(runs, "linear", n) / f)
+            for n in NAMES)), file=out)
 
 
 def main(argv):

@@ -24,13 +24,14 @@ import plateau  # noqa: E402
 import seeds  # noqa: E402
 
 
-def make_run(root, name, steps, loss, evals, done=None):
+def make_run(root, name, steps, loss, evals, done=None, task=None):
     """A train.json as `attnbench train` writes it, reduced to what the scripts read:
-    loss(i) for step i+1, evals {step: eval loss}."""
+    loss(i) for step i+1, evals {step: eval loss}, the config's task (default: the
+    noiseless copy)."""
     d = os.path.join(root, name)
     os.makedirs(d, exist_ok=True)
     done = steps if done is None else done
-    run = {"config": {"steps": steps},
+    run = {"config": {"steps": steps, "task": task or {"name": "copy", "symbols": 10}},
            "summary": {"steps_done": done},
            "step_loss": [loss(i) for i in range(done)],
            "records": [{"kind": "train", "step": 10, "loss": 1.0}]
@@ -88,16 +89,50 @@ class Seeds(unittest.TestCase):
         self.assertIsNotNone(seeds.measures(run, 600))
         self.assertIsNone(seeds.measures(run, 550))      # no evaluation after step 550
 
-    def paired(self, prefix, ratios, steps=1000):
-        """Seeds 1.. with softmax at 1e-4 (training) / 1e-5 (evaluation) and linear at
-        ratio times those."""
+    def paired(self, prefix, ratios, steps=1000, task=None, level=1e-4):
+        """Seeds 1.. with softmax at `level` (training) / level / 10 (evaluation) and
+        linear at ratio times those."""
         for k, q in enumerate(ratios, start=1):
             for v, f in (("softmax", 1.0), ("linear", q)):
                 if prefix == "copy-cpu" and k == 1:
                     name = "copy-cpu-%s" % v
                 else:
                     name = "%s-seed%d-%s" % (prefix, k, v)
-                make_run(self.root, name, steps, lambda i, f=f: 1e-4 * f, const_evals(steps, 1e-5 * f))
+                make_run(self.root, name, steps, lambda i, f=f: level * f, const_evals(steps, level / 10 * f),
+                         task=task)
+
+    def test_loss_floor_hand_values(self):
+        # the C test's values (copy_loss_floor): the same formula, computed by hand
+        self.assertEqual(seeds.loss_floor({"name": "copy", "symbols": 10}), 0.0)
+        self.assertEqual(seeds.loss_floor({"name": "copy", "symbols": 10, "noise": 0}), 0.0)
+        self.assertAlmostEqual(seeds.loss_floor({"symbols": 10, "noise": 0.01}), 0.07112917546111897, delta=1e-15)
+        self.assertAlmostEqual(seeds.loss_floor({"symbols": 4, "noise": 0.2}), 0.5875009311062073, delta=1e-15)
+        self.assertAlmostEqual(seeds.loss_floor({"symbols": 10, "noise": 1.0}), math.log(10), delta=1e-15)
+        self.assertAlmostEqual(seeds.loss_floor({"noise": 0.01}), 0.07112917546111897, delta=1e-15)  # 10 symbols
+
+    def report_text(self, prefix):
+        out = io.StringIO()
+        seeds.report(seeds.find_runs(self.root, prefix), None, out)
+        return out.getvalue()
+
+    def test_noisy_runs_report_the_floor(self):
+        noisy = {"name": "copy", "symbols": 10, "noise": 0.01}
+        f = 0.07112917546111897
+        # softmax trains at 1.5 x the floor, evaluates at 0.15 x; linear 1.1 x those
+        self.paired("copy-cpu-noise", [1.1, 1.1], task=noisy, level=1.5 * f)
+        text = self.report_text("copy-cpu-noise")
+        self.assertIn("Loss floor (noisy copy): 0.07113 nats. Levels / floor: eval softmax 0.150, linear 0.165; "
+                      "eval-10% softmax 0.150, linear 0.165; train-10% softmax 1.500, linear 1.650; "
+                      "train-med softmax 1.500, linear 1.650", text)
+        # without noise there is no floor line
+        self.paired("copy-cpu-clean", [1.1, 1.1])
+        self.assertNotIn("floor", self.report_text("copy-cpu-clean"))
+        # a pair whose runs differ in noise is not one experiment
+        self.paired("copy-cpu-mixed", [1.1, 1.1], task=noisy)
+        make_run(self.root, "copy-cpu-mixed-seed2-linear", 1000, lambda i: 1e-4, const_evals(1000, 1e-5),
+                 task={"name": "copy", "symbols": 10, "noise": 0.02})
+        self.assertIn("The runs differ in task.noise (loss floors 0.07113, 0.1297): they are not one experiment.",
+                      self.report_text("copy-cpu-mixed"))
 
     def test_paired_ratios_geometric_mean_and_t_interval(self):
         self.paired("copy-cpu", [2.0, 0.5, 1.0])
