@@ -117,7 +117,8 @@ static int copy_create(const json_t *obj, train_task **out) {
 
 const task_kind copy_task_kind = {
     "copy",
-    "sequence copy (Figure 2): up to max_symbols random symbols, a separator, the copy (optionally noisy); loss on the copy",
+    "sequence copy (Figure 2): up to max_symbols random symbols, a separator, the copy (optionally noisy); "
+    "loss on the copy",
     copy_keys,
     copy_create,
 };
