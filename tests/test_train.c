@@ -32,15 +32,19 @@ static json_t *parse_json(const char *text) {
     return j;
 }
 
-static train_task *make_copy(int max_symbols, int symbols, int min_symbols) {
-    char buf[256];
-    snprintf(buf, sizeof buf, "{\"name\": \"copy\", \"max_symbols\": %d, \"symbols\": %d, \"min_symbols\": %d}",
-             max_symbols, symbols, min_symbols);
-    json_t *j = parse_json(buf);
+static train_task *make_task(const char *json) {
+    json_t *j = parse_json(json);
     train_task *t = NULL;
     cr_assert_eq(task_create(j, &t), 0, "%s", ab_error());
     json_decref(j);
     return t;
+}
+
+static train_task *make_copy(int max_symbols, int symbols, int min_symbols) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "{\"name\": \"copy\", \"max_symbols\": %d, \"symbols\": %d, \"min_symbols\": %d}",
+             max_symbols, symbols, min_symbols);
+    return make_task(buf);
 }
 
 /* ---- the copy task ---- */
@@ -169,14 +173,6 @@ Test(copy_task, prompts) {
         for (int i = 0; i < G; i++) cr_assert_eq(expected[i], prompt[i]);
     }
     task_destroy(t);
-}
-
-static train_task *make_task(const char *json) {
-    json_t *j = parse_json(json);
-    train_task *t = NULL;
-    cr_assert_eq(task_create(j, &t), 0, "%s", ab_error());
-    json_decref(j);
-    return t;
 }
 
 Test(copy_task, noise_zero_is_the_noiseless_task) {
