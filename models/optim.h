@@ -68,6 +68,7 @@
 #ifndef AB_OPTIM_H
 #define AB_OPTIM_H
 
+#include "checkpoint.h"
 #include "memory.h"
 
 #include <jansson.h>
@@ -183,5 +184,11 @@ void ab_optim_state(ab_optim *o, const void **data, size_t *bytes);
  * wrong size, a negative or non-finite second moment); nothing is changed on error.
  * On CUDA the moments are uploaded (a failed upload is a device error). */
 int ab_optim_set_state(ab_optim *o, const void *data, size_t bytes);
+
+/* The optimiser's state as one checkpoint blob (harness/checkpoint.h), and back into
+ * an optimiser of the same kind and size (ab_optim_set_state); errors name the file
+ * and blob (optim_ckpt.c). A failure to get the state poisons the writer. */
+int ab_ckpt_add_optim(ab_ckpt_writer *w, const char *name, ab_optim *o);
+int ab_ckpt_get_optim(const ab_ckpt_reader *r, const char *name, ab_optim *o);
 
 #endif

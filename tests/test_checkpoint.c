@@ -1,4 +1,4 @@
-/* Checkpoints (models/checkpoint.h): round trips of several blobs (empty, odd-sized,
+/* Checkpoints (harness/checkpoint.h): round trips of several blobs (empty, odd-sized,
  * large), the common blobs (meta, JSON, optimiser), atomic writes that leave an old
  * file intact on any failure, refusal of foreign, mangled, other-version, truncated,
  * corrupt and malformed files with messages naming the file, a fuzz pass over every

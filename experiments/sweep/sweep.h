@@ -1,7 +1,86 @@
-/* The attention sweep (Figure 1) behind `attnbench bench`. */
+/* The attention sweep (Figure 1) behind `attnbench bench`: its config
+ * (sweep_config.c) and its measurements (sweep_measure.c); the command that runs them
+ * and writes the run document is experiments/cli/cmd_bench.c.
+ *
+ * For every (variant, N) it times forward and forward+backward of the attention
+ * alone, records peak tracked memory (inputs, outputs, gradients, saved state and
+ * workspace), and marks a variant `skipped` at larger N once it ran out of time or
+ * memory; then the recurrent side (time per generated position against context). */
 #ifndef AB_SWEEP_H
 #define AB_SWEEP_H
 
-int sweep_main(int argc, char **argv, const char *command_line);
+#include "attention.h"
+#include "device.h"
+
+#include <jansson.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define MAX_VARIANTS 32
+#define MAX_LENGTHS 64
+#define MAX_SETTINGS 16
+
+typedef struct {
+    char label[64];
+    const char *variant;
+    const char *settings[MAX_SETTINGS];
+    char *owned[MAX_SETTINGS];
+    int n_settings;
+    bool parallel, recurrent; /* which sides of the sweep run it ("modes") */
+    char unsupported[256];    /* non-empty: the device has no implementation of it (why) */
+} sweep_variant;
+
+typedef struct {
+    const char *name;
+    sweep_variant variants[MAX_VARIANTS];
+    int n_variants;
+    long long lengths[MAX_LENGTHS];
+    int n_lengths;
+    int heads, qk_dim, v_dim;
+    bool causal;
+    bool batch_scaled;
+    long long batch_size, batch_tokens, batch_max;
+    int warmup, repeats;
+    double time_budget_s, memory_limit_bytes;
+    ab_device dev; /* where the attention runs (--device) */
+    uint64_t seed;
+    /* recurrent side */
+    long long contexts[MAX_LENGTHS];
+    int n_contexts;
+    int rec_steps, rec_batch;
+    /* machine gemm rate */
+    int gemm_size, gemm_repeats;
+    /* set by a signal handler: measurements stop early when it becomes non-zero */
+    const volatile sig_atomic_t *interrupted;
+} sweep_config;
+
+/* Parses and validates a sweep config (every variant is created once on the CPU to
+ * check its options) for device `dev`. 0 or AB_EINVAL with a one-line message naming
+ * the dotted key. */
+int sweep_config_parse(const json_t *root, ab_device dev, sweep_config *c);
+/* Frees the strings parse made. */
+void sweep_config_free(sweep_config *c);
+
+/* The machine's sgemm rate (GFLOP/s) on the device (OpenBLAS or cuBLAS) for n x n
+ * products: the median of `repeats` timed calls after a warm-up; NAN on failure. */
+double sweep_measure_gemm(const sweep_config *c, ab_device d, int n, int repeats);
+/* A record of a variant at a shape, with no measurement (kind "parallel" or
+ * "recurrent"): the base of every record, and of "skipped" ones. */
+json_t *sweep_base_record(const sweep_variant *sv, const attn *a, const attn_shape *s, const char *kind);
+/* Sets every timing key a record lacks to null. */
+void sweep_null_timings(json_t *r);
+/* One parallel point: forward and forward+backward times, peak memory; status "ok",
+ * "oom", "timeout" or "failed". *stop_variant is set when the variant's larger
+ * lengths should be skipped. */
+json_t *sweep_run_point(const sweep_config *c, const sweep_variant *sv, attn *a, const attn_shape *s,
+                        bool *stop_variant);
+/* One recurrent point: time per generated position after a prompt of `context`. */
+json_t *sweep_run_recurrent(const sweep_config *c, const sweep_variant *sv, attn *a, long long context,
+                            bool *stop_variant);
+/* Least-squares slope of log(per-sample fwd+bwd time) on log(N) per variant. */
+json_t *sweep_growth_summary(json_t *records);
 
 #endif
+
+

@@ -111,7 +111,8 @@ int ab_ckpt_begin(const char *path, ab_ckpt_writer **out) {
     return 0;
 }
 
-static int poison(ab_ckpt_writer *w, int rc) {
+int ab_ckpt_poison(ab_ckpt_writer *w, int rc) {
+    if (!w) return rc;
     if (!w->failed) {
         w->failed = rc;
         snprintf(w->msg, sizeof w->msg, "%s", ab_error());
@@ -125,27 +126,27 @@ int ab_ckpt_add(ab_ckpt_writer *w, const char *name, const void *data, size_t by
         return ab_fail(w->failed, "checkpoint %s: not adding '%s' after an earlier failure: %s", w->af.path,
                        name ? name : "(null)", w->msg);
     if (!name || !name_ok(name, strnlen(name, AB_CKPT_NAME_MAX + 1)))
-        return poison(w, ab_fail(AB_EINVAL,
+        return ab_ckpt_poison(w, ab_fail(AB_EINVAL,
                                  "checkpoint %s: bad blob name '%.60s' (1 to %d printable ASCII characters, no spaces)",
                                  w->af.path, name ? name : "(null)", AB_CKPT_NAME_MAX));
     for (int i = 0; i < w->count; i++)
         if (strcmp(w->entries[i].name, name) == 0)
-            return poison(w, ab_fail(AB_EINVAL, "checkpoint %s: blob '%s' added twice", w->af.path, name));
+            return ab_ckpt_poison(w, ab_fail(AB_EINVAL, "checkpoint %s: blob '%s' added twice", w->af.path, name));
     if (w->count == AB_CKPT_MAX_BLOBS)
-        return poison(w, ab_fail(AB_EINVAL, "checkpoint %s: more than %d blobs (adding '%s')", w->af.path,
+        return ab_ckpt_poison(w, ab_fail(AB_EINVAL, "checkpoint %s: more than %d blobs (adding '%s')", w->af.path,
                                  AB_CKPT_MAX_BLOBS, name));
     if (!data && bytes)
-        return poison(w, ab_fail(AB_EINVAL, "checkpoint %s: blob '%s' has %zu bytes but no data", w->af.path, name,
+        return ab_ckpt_poison(w, ab_fail(AB_EINVAL, "checkpoint %s: blob '%s' has %zu bytes but no data", w->af.path, name,
                                  bytes));
     errno = 0;
-    if (write_zeros(w, align_up(w->pos) - w->pos)) return poison(w, io_fail(w));
+    if (write_zeros(w, align_up(w->pos) - w->pos)) return ab_ckpt_poison(w, io_fail(w));
     entry *e = &w->entries[w->count];
     memset(e, 0, sizeof *e);
     memcpy(e->name, name, strlen(name));
     e->offset = w->pos;
     e->bytes = bytes;
     e->crc = crc_of(data, bytes);
-    if (bytes && fwrite(data, 1, bytes, w->af.f) != bytes) return poison(w, io_fail(w));
+    if (bytes && fwrite(data, 1, bytes, w->af.f) != bytes) return ab_ckpt_poison(w, io_fail(w));
     w->pos += bytes;
     w->count++;
     return 0;
@@ -501,9 +502,9 @@ int ab_ckpt_get_meta(const ab_ckpt_reader *r, ab_ckpt_meta *m) {
 
 int ab_ckpt_add_json(ab_ckpt_writer *w, const char *name, const json_t *value) {
     if (!w) return ab_fail(AB_EINVAL, "checkpoint: add on a NULL writer");
-    if (!value) return poison(w, ab_fail(AB_EINVAL, "checkpoint %s: blob '%s': no JSON value", w->af.path, name));
+    if (!value) return ab_ckpt_poison(w, ab_fail(AB_EINVAL, "checkpoint %s: blob '%s': no JSON value", w->af.path, name));
     char *text = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(17));
-    if (!text) return poison(w, ab_fail(AB_ENOMEM, "checkpoint %s: cannot encode blob '%s' as JSON", w->af.path, name));
+    if (!text) return ab_ckpt_poison(w, ab_fail(AB_ENOMEM, "checkpoint %s: cannot encode blob '%s' as JSON", w->af.path, name));
     int rc = ab_ckpt_add(w, name, text, strlen(text));
     free(text);
     return rc;
@@ -519,33 +520,5 @@ int ab_ckpt_get_json(const ab_ckpt_reader *r, const char *name, json_t **out) {
     json_t *v = json_loadb(p, n, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
     if (!v) return ab_fail(AB_EINVAL, "%s: blob '%s' is not valid JSON: %s", r->path, name, err.text);
     *out = v;
-    return 0;
-}
-
-int ab_ckpt_add_optim(ab_ckpt_writer *w, const char *name, ab_optim *o) {
-    if (!w) return ab_fail(AB_EINVAL, "checkpoint: add on a NULL writer");
-    if (!o) return poison(w, ab_fail(AB_EINVAL, "checkpoint %s: blob '%s': no optimiser", w->af.path, name));
-    const void *p;
-    size_t n;
-    int rc = ab_optim_get_state(o, &p, &n);
-    if (rc) {
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", ab_error());
-        return poison(w, ab_fail(rc, "checkpoint %s: blob '%s': %s", w->af.path, name, msg));
-    }
-    return ab_ckpt_add(w, name, p, n);
-}
-
-int ab_ckpt_get_optim(const ab_ckpt_reader *r, const char *name, ab_optim *o) {
-    const void *p;
-    size_t n;
-    int rc = ab_ckpt_get(r, name, &p, &n);
-    if (rc) return rc;
-    rc = ab_optim_set_state(o, p, n);
-    if (rc) {
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", ab_error());
-        return ab_fail(rc, "%s: blob '%s': %s", r->path, name, msg);
-    }
     return 0;
 }

@@ -9,7 +9,7 @@
  * the whole prefix for every new token. "auto" picks recurrent where there is one.
  * Prompts are decoded one at a time (batch 1, like the paper's generation timings).
  * The time covers decoding only (prefill and steps, or the recomputations). */
-#include "train_cmds.h"
+#include "commands.h"
 
 #include "blas.h"
 #include "cli_util.h"
@@ -49,7 +49,7 @@ static int argmax(const float *x, int n) {
     return a;
 }
 
-int generate_main(int argc, char **argv, const char *command_line) {
+int cmd_generate(int argc, char **argv, const char *command_line) {
     const char *ckpt = NULL, *out = NULL, *mode_s = "auto";
     long long K = 64;
     uint64_t seed = 0;

@@ -2,8 +2,6 @@
 #include "blas.h"
 #include "cli_util.h"
 #include "commands.h"
-#include "sweep.h"
-#include "train_cmds.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,9 +76,9 @@ int main(int argc, char **argv) {
             strcat(line, argv[j]);
             if (j + 1 < argc) strcat(line, " ");
         }
-        int rc = strcmp(cmd, "bench") == 0   ? sweep_main(sub_argc, sub_argv, line)
-                 : strcmp(cmd, "train") == 0 ? train_main(sub_argc, sub_argv, line)
-                                             : generate_main(sub_argc, sub_argv, line);
+        int rc = strcmp(cmd, "bench") == 0   ? cmd_bench(sub_argc, sub_argv, line)
+                 : strcmp(cmd, "train") == 0 ? cmd_train(sub_argc, sub_argv, line)
+                                             : cmd_generate(sub_argc, sub_argv, line);
         free(line);
         return rc;
     }

@@ -28,13 +28,12 @@
  * X, this build reads 1", "truncated checkpoint (N bytes, its header says M)",
  * "blob 'params' is corrupt (CRC mismatch)", ...
  *
- * The container knows nothing of models; the helpers at the end write and read the
- * blobs every training run has (a meta record, the config as JSON, the optimiser).
+ * The container knows nothing of models; the helpers at the end write and read a
+ * meta record and JSON values (models/optim.h adds the optimiser's state).
  */
 #ifndef AB_CHECKPOINT_H
 #define AB_CHECKPOINT_H
 
-#include "optim.h"
 #include "rng.h"
 
 #include <jansson.h>
@@ -68,6 +67,9 @@ int ab_ckpt_add(ab_ckpt_writer *w, const char *name, const void *data, size_t by
  * writer whatever happens; on failure the temporary file is removed and an existing
  * PATH is untouched. */
 int ab_ckpt_commit(ab_ckpt_writer *w);
+/* Marks the writer failed with error code rc (a helper that could not produce its
+ * blob): commit then fails. Returns rc. */
+int ab_ckpt_poison(ab_ckpt_writer *w, int rc);
 /* Gives up: removes the temporary file and frees the writer (NULL is fine). */
 void ab_ckpt_abort(ab_ckpt_writer *w);
 
@@ -121,10 +123,5 @@ int ab_ckpt_add_json(ab_ckpt_writer *w, const char *name, const json_t *value);
 /* Parses it back (new reference in *out); AB_EINVAL naming the blob if it is missing
  * or not valid JSON. */
 int ab_ckpt_get_json(const ab_ckpt_reader *r, const char *name, json_t **out);
-
-/* The optimiser's state (ab_optim_state) as one blob, and back into an optimiser of the
- * same kind and size (ab_optim_set_state); errors name the file and blob. */
-int ab_ckpt_add_optim(ab_ckpt_writer *w, const char *name, ab_optim *o);
-int ab_ckpt_get_optim(const ab_ckpt_reader *r, const char *name, ab_optim *o);
 
 #endif

@@ -14,7 +14,7 @@
  * A resumed run keeps the earlier records up to the checkpoint's step (those after it
  * are dropped: the resumed run computes the same steps again, bit for bit on the same
  * number of threads). */
-#include "train_cmds.h"
+#include "commands.h"
 
 #include "blas.h"
 #include "cli_util.h"
@@ -299,7 +299,7 @@ static void apply_sets(json_t *root, const char *const *sets, int n, const char 
     json_decref(canon);
 }
 
-int train_main(int argc, char **argv, const char *command_line) {
+int cmd_train(int argc, char **argv, const char *command_line) {
     const char *config_path = NULL, *out_dir = NULL;
     const char *sets[64];
     int n_sets = 0;

@@ -1,0 +1,445 @@
+/* The sweep's measurements (sweep.h): timing and memory of one point, the recurrent
+ * step, the machine's sgemm rate, the growth summary. */
+#include "sweep.h"
+
+#include "blas.h"
+#include "cuda_blas.h"
+#include "cuda_device.h"
+#include "error.h"
+#include "memory.h"
+#include "results.h"
+#include "rng.h"
+#include "timer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Quantile by linear interpolation of the sorted samples. */
+static double quantile(const double *sorted, int n, double p) {
+    if (n == 0) return NAN;
+    double pos = p * (n - 1);
+    int lo = (int)floor(pos);
+    int hi = lo + 1 < n ? lo + 1 : lo;
+    return sorted[lo] + (pos - lo) * (sorted[hi] - sorted[lo]);
+}
+
+static json_t *stats_json(double *ms, int n) {
+    qsort(ms, (size_t)n, sizeof *ms, cmp_double);
+    json_t *o = json_object();
+    json_object_set_new(o, "median", ab_json_num(quantile(ms, n, 0.5)));
+    json_object_set_new(o, "p20", ab_json_num(quantile(ms, n, 0.2)));
+    json_object_set_new(o, "p80", ab_json_num(quantile(ms, n, 0.8)));
+    json_object_set_new(o, "n", json_integer(n));
+    return o;
+}
+
+static void fill_normal(float *x, size_t n, uint64_t seed, uint64_t stream) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] = (float)ab_rng_normal(seed, stream, i);
+}
+
+/* Useful floating-point operations of one call, where well defined: the quadratic
+ * softmax products (half of them when causal), and the scan form of linear attention
+ * (feature dimension C, values augmented by the denominator's column). NAN otherwise. */
+static double flops(const char *variant, const attn *a, const attn_shape *s, bool backward) {
+    double bh = (double)s->batch * s->heads, n = s->len, D = s->qk_dim, M = s->v_dim;
+    if (strcmp(variant, "softmax") == 0 || strcmp(variant, "stateful-softmax") == 0) {
+        double pairs = s->causal ? n * (n + 1) / 2 : n * n;
+        double fwd = 2 * pairs * (D + M) * bh;
+        return backward ? 3 * fwd : fwd;
+    }
+    double C;
+    if (strcmp(variant, "linear") == 0) {
+        char buf[32];
+        const char *fm = attn_option_value(a, s, "feature_map", buf, sizeof buf);
+        C = (fm && strcmp(fm, "taylor") == 0) ? D + 1 : D;
+    } else if (strcmp(variant, "polynomial") == 0) {
+        C = 1 + D + D * D;
+    } else
+        return NAN;
+    double fwd = 4 * n * C * (M + 1) * bh;
+    return backward ? 3 * fwd : fwd;
+}
+
+static json_t *options_json(const attn *a, const attn_shape *s) {
+    json_t *o = json_object();
+    int vi = attn_variant_find(attn_name(a));
+    const char *name;
+    char buf[64];
+    for (int j = 0; attn_variant_option(vi, j, &name, NULL, NULL); j++) {
+        const char *v = attn_option_value(a, s, name, buf, sizeof buf);
+        char *end;
+        double d = strtod(v, &end);
+        json_object_set_new(o, name, (*end == '\0' && end != v) ? json_real(d) : json_string(v));
+    }
+    return o;
+}
+
+/* Fills n floats of x (on device d) with normal(seed, stream) numbers, through the
+ * host buffer `stage` (n floats) when x is device memory. */
+static int fill_normal_dev(ab_device d, float *x, size_t n, uint64_t seed, uint64_t stream, float *stage) {
+    if (d == AB_DEV_CPU) {
+        fill_normal(x, n, seed, stream);
+        return 0;
+    }
+    fill_normal(stage, n, seed, stream);
+    return ab_dev_upload(d, x, stage, n * sizeof(float));
+}
+
+/* The machine's sgemm rate (GFLOP/s) on the device: OpenBLAS or cuBLAS. */
+double sweep_measure_gemm(const sweep_config *cfg, ab_device d, int n, int repeats) {
+    if (n <= 0) return NAN;
+    size_t bytes = (size_t)n * n * sizeof(float);
+    float *a = NULL, *b = NULL, *c = NULL, *stage = d == AB_DEV_CPU ? NULL : ab_alloc(bytes);
+    double *ms = malloc(sizeof(double) * (size_t)repeats);
+    double rate = NAN;
+    if (ms && (d == AB_DEV_CPU || stage) && !ab_dev_malloc(d, (void **)&a, bytes) &&
+        !ab_dev_malloc(d, (void **)&b, bytes) && !ab_dev_malloc(d, (void **)&c, bytes) &&
+        !fill_normal_dev(d, a, (size_t)n * n, 1, 0, stage) && !fill_normal_dev(d, b, (size_t)n * n, 1, 1, stage) &&
+        !ab_dev_memset(d, c, 0, bytes)) {
+        int rc = 0;
+        for (int r = -1; r < repeats && !rc && !(cfg->interrupted && *cfg->interrupted); r++) { /* r = -1: warm-up */
+            rc = ab_dev_sync(d);
+            uint64_t t0 = ab_now_ns();
+            if (!rc && d == AB_DEV_CPU) ab_sgemm(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+            else if (!rc) rc = ab_cuda_sgemm(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+            if (!rc) rc = ab_dev_sync(d);
+            if (r >= 0) ms[r] = ab_ms_since(t0);
+        }
+        if (!rc) {
+            qsort(ms, (size_t)repeats, sizeof *ms, cmp_double);
+            rate = 2.0 * n * (double)n * n / (quantile(ms, repeats, 0.5) * 1e-3) * 1e-9;
+        }
+    }
+    free(ms);
+    ab_free(stage);
+    ab_dev_free(d, a);
+    ab_dev_free(d, b);
+    ab_dev_free(d, c);
+    return rate;
+}
+
+/* ---- one parallel point ---- */
+
+typedef struct {
+    const char *status;
+    double fwd_bwd_first_ms;
+} point_result;
+
+json_t *sweep_base_record(const sweep_variant *sv, const attn *a, const attn_shape *s, const char *kind) {
+    json_t *r = json_object();
+    json_object_set_new(r, "kind", json_string(kind));
+    json_object_set_new(r, "variant", json_string(sv->label));
+    json_object_set_new(r, "variant_name", json_string(sv->variant));
+    json_object_set_new(r, "options", options_json(a, s));
+    json_object_set_new(r, "len", json_integer(s->len));
+    json_object_set_new(r, "batch", json_integer(s->batch));
+    json_object_set_new(r, "heads", json_integer(s->heads));
+    json_object_set_new(r, "qk_dim", json_integer(s->qk_dim));
+    json_object_set_new(r, "v_dim", json_integer(s->v_dim));
+    json_object_set_new(r, "causal", json_boolean(s->causal));
+    return r;
+}
+
+void sweep_null_timings(json_t *r) {
+    const char *keys[] = {"fwd_ms", "fwd_bwd_ms", "per_sample_fwd_ms", "per_sample_fwd_bwd_ms", "peak_bytes",
+                          "peak_bytes_per_sample", "fwd_gflops", "fwd_bwd_gflops"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        if (!json_object_get(r, keys[i])) json_object_set_new(r, keys[i], json_null());
+}
+
+/* Timing on a device: the clock is read after waiting for the device's queued work,
+ * so a CUDA call's time is its full execution (the same host timer on both devices). */
+static int sync_ms(ab_device d, uint64_t t0, double *ms) {
+    int rc = ab_dev_sync(d);
+    *ms = ab_ms_since(t0);
+    return rc;
+}
+
+/* The device's own view of its memory (cudaMemGetInfo: everything in use on the GPU,
+ * the CUDA context and cuBLAS workspace included), next to the tracked figure. */
+static void device_memory_json(json_t *rec, ab_device d) {
+    size_t free_b = 0, total_b = 0;
+    if (d != AB_DEV_CUDA) return;
+    if (ab_cuda_mem_info(&free_b, &total_b) == 0) {
+        json_object_set_new(rec, "device_used_bytes", json_integer((json_int_t)(total_b - free_b)));
+        json_object_set_new(rec, "device_total_bytes", json_integer((json_int_t)total_b));
+    }
+}
+
+json_t *sweep_run_point(const sweep_config *c, const sweep_variant *sv, attn *a, const attn_shape *s,
+                         bool *stop_variant) {
+    const ab_device dev = c->dev;
+    json_t *rec = sweep_base_record(sv, a, s, "parallel");
+    size_t bh = (size_t)s->batch * s->heads;
+    size_t nq = bh * s->len * s->qk_dim, nv = bh * s->len * s->v_dim;
+    size_t saved_bytes = attn_saved_bytes(a, s);
+    size_t ws_bytes = attn_workspace_need(a, s);
+    double need = (double)sizeof(float) * (3.0 * nq + 5.0 * nv) + (double)saved_bytes + (double)ws_bytes;
+    json_object_set_new(rec, "estimated_bytes", json_real(need));
+    if (need > c->memory_limit_bytes) {
+        json_object_set_new(rec, "status", json_string("oom"));
+        json_object_set_new(rec, "reason", json_string("estimated memory exceeds memory_limit_gib"));
+        sweep_null_timings(rec);
+        *stop_variant = true;
+        return rec;
+    }
+    /* Everything the call touches, through the tracked allocator of the device; peak
+     * measured from here. On CUDA the inputs are generated on the host (stage) and
+     * copied over. */
+    size_t base = ab_mem_current(dev);
+    ab_mem_reset_peak(dev);
+    float *q = NULL, *k = NULL, *v = NULL, *out = NULL, *dout = NULL, *dq = NULL, *dk = NULL, *dv = NULL;
+    void *saved = NULL;
+    float *stage = NULL;
+    int rc = 0;
+    if (dev != AB_DEV_CPU && !(stage = ab_alloc((nq > nv ? nq : nv) * 4))) rc = AB_ENOMEM;
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&q, nq * 4);
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&k, nq * 4);
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&v, nv * 4);
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&out, nv * 4);
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&dout, nv * 4);
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&dq, nq * 4);
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&dk, nq * 4);
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&dv, nv * 4);
+    if (!rc) rc = ab_dev_malloc(dev, &saved, saved_bytes);
+    if (!rc) rc = attn_reserve(a, s);
+    if (!rc) rc = fill_normal_dev(dev, q, nq, c->seed, 0, stage);
+    if (!rc) rc = fill_normal_dev(dev, k, nq, c->seed, 1, stage);
+    if (!rc) rc = fill_normal_dev(dev, v, nv, c->seed, 2, stage);
+    if (!rc) rc = fill_normal_dev(dev, dout, nv, c->seed, 3, stage);
+    if (!rc) rc = ab_dev_memset(dev, out, 0, nv * 4);
+    if (!rc) rc = ab_dev_memset(dev, dq, 0, nq * 4);
+    if (!rc) rc = ab_dev_memset(dev, dk, 0, nq * 4);
+    if (!rc) rc = ab_dev_memset(dev, dv, 0, nv * 4);
+    if (!rc && saved) rc = ab_dev_memset(dev, saved, 0, saved_bytes);
+    ab_free(stage);
+    const char *status = "ok";
+    if (rc == AB_ENOMEM) {
+        status = "oom";
+        json_object_set_new(rec, "reason", json_string(ab_error()));
+        *stop_variant = true;
+    } else if (rc) {
+        status = "failed";
+        json_object_set_new(rec, "reason", json_string(ab_error()));
+        *stop_variant = true;
+    }
+    int max_rep = c->repeats;
+    double *fwd_ms = calloc((size_t)max_rep, sizeof(double)), *fb_ms = calloc((size_t)max_rep, sizeof(double));
+    int n_fwd = 0, n_fb = 0;
+    if (rc == 0) {
+        /* First call (forward + backward), also the time-budget probe. */
+        double first;
+        uint64_t t0 = ab_now_ns();
+        rc = attn_forward(a, s, q, k, v, out, saved);
+        if (!rc) rc = attn_backward(a, s, q, k, v, dout, saved, dq, dk, dv);
+        int rs = sync_ms(dev, t0, &first);
+        if (!rc) rc = rs;
+        json_object_set_new(rec, "first_call_ms", json_real(first));
+        if (rc) {
+            status = rc == AB_ENOMEM ? "oom" : "failed";
+            json_object_set_new(rec, "reason", json_string(ab_error()));
+            *stop_variant = true;
+        } else if (first > c->time_budget_s * 1e3) {
+            status = "timeout";
+            json_object_set_new(rec, "reason", json_string("one forward+backward call exceeded time_budget_s"));
+            *stop_variant = true;
+        } else {
+            double budget_ms = c->time_budget_s * 1e3;
+            /* Repeats shrink so a point stays near its budget: fwd + fwd+bwd ~ 1.5x first. */
+            int reps = (int)fmin((double)max_rep, fmax(1.0, floor(budget_ms / (1.5 * first))));
+            for (int w = 1; w < c->warmup && !rc; w++) {
+                rc = attn_forward(a, s, q, k, v, out, saved);
+                if (!rc) rc = attn_backward(a, s, q, k, v, dout, saved, dq, dk, dv);
+                if (!rc) rc = ab_dev_sync(dev);
+            }
+            for (int r = 0; r < reps && !rc && !*c->interrupted; r++) {
+                uint64_t t1 = ab_now_ns();
+                rc = attn_forward(a, s, q, k, v, out, saved);
+                rs = sync_ms(dev, t1, &fwd_ms[n_fwd++]);
+                if (!rc) rc = rs;
+            }
+            for (int r = 0; r < reps && !rc && !*c->interrupted; r++) {
+                uint64_t t1 = ab_now_ns();
+                rc = attn_forward(a, s, q, k, v, out, saved);
+                if (!rc) rc = attn_backward(a, s, q, k, v, dout, saved, dq, dk, dv);
+                rs = sync_ms(dev, t1, &fb_ms[n_fb++]);
+                if (!rc) rc = rs;
+            }
+            if (rc) {
+                status = rc == AB_ENOMEM ? "oom" : "failed";
+                json_object_set_new(rec, "reason", json_string(ab_error()));
+                *stop_variant = true;
+            }
+        }
+    }
+    json_object_set_new(rec, "status", json_string(status));
+    size_t peak = ab_mem_peak(dev) - base;
+    if (strcmp(status, "ok") == 0 && n_fwd > 0 && n_fb > 0) {
+        double fwd_med, fb_med;
+        json_t *fs = stats_json(fwd_ms, n_fwd), *fbs = stats_json(fb_ms, n_fb);
+        fwd_med = json_real_value(json_object_get(fs, "median"));
+        fb_med = json_real_value(json_object_get(fbs, "median"));
+        json_object_set_new(rec, "fwd_ms", fs);
+        json_object_set_new(rec, "fwd_bwd_ms", fbs);
+        json_object_set_new(rec, "per_sample_fwd_ms", ab_json_num(fwd_med / s->batch));
+        json_object_set_new(rec, "per_sample_fwd_bwd_ms", ab_json_num(fb_med / s->batch));
+        json_object_set_new(rec, "peak_bytes", json_integer((json_int_t)peak));
+        json_object_set_new(rec, "peak_bytes_per_sample", ab_json_num((double)peak / s->batch));
+        json_object_set_new(rec, "saved_bytes", json_integer((json_int_t)saved_bytes));
+        json_object_set_new(rec, "workspace_bytes", json_integer((json_int_t)attn_workspace_bytes(a)));
+        double ff = flops(sv->variant, a, s, false), fbf = flops(sv->variant, a, s, true);
+        json_object_set_new(rec, "fwd_gflops", ab_json_num(ff / (fwd_med * 1e-3) * 1e-9));
+        json_object_set_new(rec, "fwd_bwd_gflops", ab_json_num(fbf / (fb_med * 1e-3) * 1e-9));
+        device_memory_json(rec, dev);
+    }
+    json_object_set_new(rec, "process_peak_rss_bytes", json_integer((json_int_t)ab_process_peak_rss()));
+    sweep_null_timings(rec);
+    free(fwd_ms);
+    free(fb_ms);
+    ab_dev_free(dev, q);
+    ab_dev_free(dev, k);
+    ab_dev_free(dev, v);
+    ab_dev_free(dev, out);
+    ab_dev_free(dev, dout);
+    ab_dev_free(dev, dq);
+    ab_dev_free(dev, dk);
+    ab_dev_free(dev, dv);
+    ab_dev_free(dev, saved);
+    return rec;
+}
+
+/* ---- one recurrent point: time per generated position after a prompt of T ---- */
+
+json_t *sweep_run_recurrent(const sweep_config *c, const sweep_variant *sv, attn *a, long long context,
+                             bool *stop_variant) {
+    const ab_device dev = c->dev;
+    attn_shape s = {c->rec_batch, c->heads, (int)(context > 0 ? context : 1), c->qk_dim, c->v_dim, true, NULL};
+    json_t *rec = sweep_base_record(sv, a, &s, "recurrent");
+    json_object_set_new(rec, "context", json_integer(context));
+    json_object_set_new(rec, "steps", json_integer(c->rec_steps));
+    int cap = (int)context + c->rec_steps;
+    size_t bh = (size_t)s.batch * s.heads;
+    size_t state_bytes = attn_state_bytes(a, &s, cap);
+    const char *status = "ok";
+    double *ms = calloc((size_t)c->rec_steps, sizeof(double));
+    size_t base = ab_mem_current(dev);
+    ab_mem_reset_peak(dev);
+    size_t np = bh * (size_t)(context > 0 ? context : 1);
+    float *q = NULL, *k = NULL, *v = NULL, *qt = NULL, *kt = NULL, *vt = NULL, *ot = NULL, *stage = NULL;
+    attn_state *state = NULL;
+    int rc = state_bytes ? 0 : AB_EINVAL;
+    if (!rc && (double)state_bytes + 4.0 * np * (2 * s.qk_dim + s.v_dim) > c->memory_limit_bytes) {
+        rc = ab_fail(AB_ENOMEM, "estimated memory exceeds memory_limit_gib");
+    }
+    size_t nmax = np * (size_t)(s.qk_dim > s.v_dim ? s.qk_dim : s.v_dim);
+    if (!rc && dev != AB_DEV_CPU && !(stage = ab_alloc(nmax * 4))) rc = AB_ENOMEM;
+    if (!rc) rc = attn_state_create(a, &s, cap, &state);
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&q, np * s.qk_dim * 4);
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&k, np * s.qk_dim * 4);
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&v, np * s.v_dim * 4);
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&qt, bh * s.qk_dim * 4);
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&kt, bh * s.qk_dim * 4);
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&vt, bh * s.v_dim * 4);
+    if (!rc) rc = ab_dev_malloc(dev, (void **)&ot, bh * s.v_dim * 4);
+    if (!rc) rc = fill_normal_dev(dev, q, np * s.qk_dim, c->seed, 10, stage);
+    if (!rc) rc = fill_normal_dev(dev, k, np * s.qk_dim, c->seed, 11, stage);
+    if (!rc) rc = fill_normal_dev(dev, v, np * s.v_dim, c->seed, 12, stage);
+    if (!rc) rc = fill_normal_dev(dev, qt, bh * s.qk_dim, c->seed, 13, stage);
+    if (!rc) rc = fill_normal_dev(dev, kt, bh * s.qk_dim, c->seed, 14, stage);
+    if (!rc) rc = fill_normal_dev(dev, vt, bh * s.v_dim, c->seed, 15, stage);
+    ab_free(stage);
+    double prefill_ms = NAN;
+    if (!rc) {
+        rc = ab_dev_sync(dev);
+        uint64_t t0 = ab_now_ns();
+        if (!rc && context > 0) rc = attn_prefill(a, state, (int)context, q, k, v, NULL);
+        int rs = sync_ms(dev, t0, &prefill_ms);
+        if (!rc) rc = rs;
+        for (int t = 0; t < c->rec_steps && !rc; t++) {
+            uint64_t t1 = ab_now_ns();
+            rc = attn_step(a, state, (int)context + t, qt, kt, vt, ot);
+            rs = sync_ms(dev, t1, &ms[t]);
+            if (!rc) rc = rs;
+        }
+    }
+    if (rc) {
+        status = rc == AB_ENOMEM ? "oom" : "failed";
+        json_object_set_new(rec, "reason", json_string(ab_error()));
+        *stop_variant = true;
+    }
+    json_object_set_new(rec, "status", json_string(status));
+    if (!rc) {
+        json_t *st = stats_json(ms, c->rec_steps);
+        double med = json_real_value(json_object_get(st, "median"));
+        json_object_set_new(rec, "step_ms", st);
+        json_object_set_new(rec, "per_position_ms", ab_json_num(med));
+        json_object_set_new(rec, "positions_per_s", ab_json_num(s.batch * 1e3 / med));
+        json_object_set_new(rec, "prefill_ms", ab_json_num(prefill_ms));
+        json_object_set_new(rec, "state_bytes", json_integer((json_int_t)state_bytes));
+        json_object_set_new(rec, "peak_bytes", json_integer((json_int_t)(ab_mem_peak(dev) - base)));
+        device_memory_json(rec, dev);
+    } else {
+        json_object_set_new(rec, "step_ms", json_null());
+        json_object_set_new(rec, "per_position_ms", json_null());
+    }
+    free(ms);
+    attn_state_destroy(state);
+    ab_dev_free(dev, q);
+    ab_dev_free(dev, k);
+    ab_dev_free(dev, v);
+    ab_dev_free(dev, qt);
+    ab_dev_free(dev, kt);
+    ab_dev_free(dev, vt);
+    ab_dev_free(dev, ot);
+    return rec;
+}
+
+/* ---- summary: how time grows with N ---- */
+
+/* Least-squares slope of log(per-sample fwd+bwd time) against log(N) over a
+ * variant's ok points: 1 for linear growth, 2 for quadratic. */
+json_t *sweep_growth_summary(json_t *records) {
+    json_t *out = json_object();
+    size_t i;
+    json_t *r;
+    json_array_foreach(records, i, r) {
+        const char *kind = json_string_value(json_object_get(r, "kind"));
+        const char *var = json_string_value(json_object_get(r, "variant"));
+        if (!kind || strcmp(kind, "parallel") != 0 || !var || json_object_get(out, var)) continue;
+        double sx = 0, sy = 0, sxx = 0, sxy = 0;
+        int n = 0;
+        long long lo = 0, hi = 0;
+        size_t j;
+        json_t *q;
+        json_array_foreach(records, j, q) {
+            const char *k2 = json_string_value(json_object_get(q, "kind"));
+            const char *v2 = json_string_value(json_object_get(q, "variant"));
+            const char *st = json_string_value(json_object_get(q, "status"));
+            json_t *t = json_object_get(q, "per_sample_fwd_bwd_ms");
+            if (!k2 || strcmp(k2, "parallel") || !v2 || strcmp(v2, var) || !st || strcmp(st, "ok") || !json_is_number(t))
+                continue;
+            long long len = json_integer_value(json_object_get(q, "len"));
+            double x = log((double)len), y = log(json_number_value(t));
+            sx += x, sy += y, sxx += x * x, sxy += x * y, n++;
+            if (!lo || len < lo) lo = len;
+            if (len > hi) hi = len;
+        }
+        json_t *e = json_object();
+        double den = n * sxx - sx * sx;
+        json_object_set_new(e, "fwd_bwd_time_exponent", n >= 2 && den > 0 ? ab_json_num((n * sxy - sx * sy) / den) : json_null());
+        json_object_set_new(e, "points", json_integer(n));
+        json_object_set_new(e, "len_min", json_integer(lo));
+        json_object_set_new(e, "len_max", json_integer(hi));
+        json_object_set_new(out, var, e);
+    }
+    return out;
+}
+
