@@ -216,15 +216,6 @@ extern "C" void ab_cuda_free(void *p) {
     ab_mem_account(AB_DEV_CUDA, -(long long)bytes);
 }
 
-extern "C" size_t ab_cuda_alloc_size(const void *p) {
-    size_t bytes = 0;
-    pthread_mutex_lock(&g.mu);
-    for (size_t i = 0; i < g.n_blocks && p; i++)
-        if (g.blocks[i].p == p) bytes = g.blocks[i].bytes;
-    pthread_mutex_unlock(&g.mu);
-    return bytes;
-}
-
 static int copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
     if (bytes == 0) return 0;
     AB_TRY(ab_cuda_init());
@@ -238,9 +229,6 @@ extern "C" int ab_cuda_memcpy_h2d(void *dst, const void *src, size_t bytes) {
 }
 extern "C" int ab_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes) {
     return copy(dst, src, bytes, cudaMemcpyDeviceToHost);
-}
-extern "C" int ab_cuda_memcpy_d2d(void *dst, const void *src, size_t bytes) {
-    return copy(dst, src, bytes, cudaMemcpyDeviceToDevice);
 }
 
 extern "C" int ab_cuda_memset(void *p, int value, size_t bytes) {

@@ -41,13 +41,10 @@ bool ab_cuda_ready(void);
 int ab_cuda_malloc(void **out, size_t bytes);
 /* Frees what ab_cuda_malloc returned (NULL: nothing). */
 void ab_cuda_free(void *p);
-/* Bytes ab_cuda_malloc gave for p (0 for NULL or a pointer it did not give). */
-size_t ab_cuda_alloc_size(const void *p);
 
 /* Synchronous copies (after the stream's earlier work) and an asynchronous memset. */
 int ab_cuda_memcpy_h2d(void *dst, const void *src, size_t bytes);
 int ab_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes);
-int ab_cuda_memcpy_d2d(void *dst, const void *src, size_t bytes);
 int ab_cuda_memset(void *p, int value, size_t bytes);
 /* Waits for all queued work; reports an asynchronous failure. */
 int ab_cuda_sync(void);

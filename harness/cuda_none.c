@@ -31,20 +31,11 @@ void ab_cuda_free(void *p) {
     }
 }
 
-size_t ab_cuda_alloc_size(const void *p) {
-    (void)p;
-    return 0;
-}
-
 int ab_cuda_memcpy_h2d(void *dst, const void *src, size_t bytes) {
     (void)dst, (void)src, (void)bytes;
     return ab_fail(AB_EDEVICE, NO_CUDA);
 }
 int ab_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes) {
-    (void)dst, (void)src, (void)bytes;
-    return ab_fail(AB_EDEVICE, NO_CUDA);
-}
-int ab_cuda_memcpy_d2d(void *dst, const void *src, size_t bytes) {
     (void)dst, (void)src, (void)bytes;
     return ab_fail(AB_EDEVICE, NO_CUDA);
 }

@@ -21,14 +21,3 @@ const char *ab_error(void) { return g_msg; }
 
 void ab_clear_error(void) { g_msg[0] = '\0'; }
 
-const char *ab_strerror(int code) {
-    switch (code) {
-    case AB_OK: return "ok";
-    case AB_EINVAL: return "invalid argument";
-    case AB_ENOMEM: return "out of memory";
-    case AB_EUNSUPPORTED: return "unsupported";
-    case AB_EIO: return "i/o error";
-    case AB_EDEVICE: return "device error";
-    default: return "unknown error";
-    }
-}

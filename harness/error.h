@@ -27,9 +27,6 @@ int ab_vfail(int code, const char *fmt, va_list ap);
 const char *ab_error(void);
 void ab_clear_error(void);
 
-/* Name of an error code, e.g. "invalid argument". */
-const char *ab_strerror(int code);
-
 #ifdef __cplusplus
 }
 #endif

@@ -100,5 +100,4 @@ static size_t status_kib(const char *key) {
     return kib * 1024;
 }
 
-size_t ab_process_rss(void) { return status_kib("VmRSS:"); }
 size_t ab_process_peak_rss(void) { return status_kib("VmHWM:"); }

@@ -27,9 +27,8 @@ size_t ab_mem_peak(ab_device dev);
 /* Sets the peak to the current figure. */
 void ab_mem_reset_peak(ab_device dev);
 
-/* Resident set size of this process in bytes (VmRSS), or 0 if unknown; and its
- * high-water mark (VmHWM). */
-size_t ab_process_rss(void);
+/* The high-water mark of this process's resident set in bytes (VmHWM), or 0 if
+ * unknown. */
 size_t ab_process_peak_rss(void);
 
 /* a * b (* c) with overflow check: returns 0 and sets *out, or -1 on overflow. */

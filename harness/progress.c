@@ -44,12 +44,6 @@ void ab_progress_draw(ab_progress *p, long long done, const char *status, bool f
     p->drawn = true;
 }
 
-void ab_progress_clear(ab_progress *p) {
-    if (!p->on || !p->drawn) return;
-    fputs("\r\033[K", stderr);
-    p->drawn = false;
-}
-
 void ab_progress_end(ab_progress *p) {
     if (p->on && p->drawn) fputc('\n', stderr);
     p->drawn = false;

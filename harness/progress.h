@@ -20,8 +20,6 @@ bool ab_progress_on(const ab_progress *p);
 /* done units so far (out of total); status: short text after the bar (may be NULL).
  * force: draw even if the last draw was less than 0.1 s ago. */
 void ab_progress_draw(ab_progress *p, long long done, const char *status, bool force);
-/* Clears the line so a log line can be printed (the next draw redraws the bar). */
-void ab_progress_clear(ab_progress *p);
 void ab_progress_end(ab_progress *p);
 
 #endif

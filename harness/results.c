@@ -191,7 +191,6 @@ ab_run *ab_run_begin(const char *path, const char *command, const json_t *config
     return r;
 }
 
-const char *ab_run_path(const ab_run *r) { return r->path; }
 
 json_t *ab_run_records(ab_run *r) { return r->records; }
 

@@ -23,7 +23,6 @@ int ab_run_add(ab_run *r, json_t *record);
 int ab_run_finish(ab_run *r, const char *status);
 /* Writes the current state (status stays "running"). */
 int ab_run_save(ab_run *r);
-const char *ab_run_path(const ab_run *r);
 /* The records so far (borrowed reference). */
 json_t *ab_run_records(ab_run *r);
 

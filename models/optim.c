@@ -362,7 +362,6 @@ void ab_optim_destroy(ab_optim *o) {
 
 ab_device ab_optim_device(const ab_optim *o) { return o->dev; }
 long long ab_optim_steps(const ab_optim *o) { return o->step; }
-size_t ab_optim_size(const ab_optim *o) { return o->n; }
 const ab_optim_config *ab_optim_get_config(const ab_optim *o) { return &o->cfg; }
 
 int ab_optim_set_config(ab_optim *o, const ab_optim_config *c) {

@@ -162,7 +162,6 @@ typedef struct {
 int ab_optim_step(ab_optim *o, float *params, const float *grad, ab_optim_info *info);
 
 long long ab_optim_steps(const ab_optim *o); /* steps taken so far */
-size_t ab_optim_size(const ab_optim *o);     /* n */
 const ab_optim_config *ab_optim_get_config(const ab_optim *o);
 /* Changes the config of a live optimiser (e.g. lr on resume); the kind cannot change. */
 int ab_optim_set_config(ab_optim *o, const ab_optim_config *c);

@@ -380,7 +380,6 @@ int tf_create(const tf_config *cfg, int max_batch, tf_model **out) {
 }
 
 const tf_config *tf_get_config(const tf_model *m) { return &m->cfg; }
-int tf_max_batch(const tf_model *m) { return m->max_batch; }
 attn_device tf_device(const tf_model *m) { return m->dev; }
 size_t tf_param_count(const tf_model *m) { return m->ptab.total; }
 float *tf_params(tf_model *m) { return m->params; }

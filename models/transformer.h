@@ -105,7 +105,6 @@ int tf_create(const tf_config *cfg, int max_batch, tf_model **out);
 void tf_destroy(tf_model *m);
 /* The model's config (its strings owned by the model). */
 const tf_config *tf_get_config(const tf_model *m);
-int tf_max_batch(const tf_model *m);
 /* Where the model's parameters, gradients and activations live (cfg.device). */
 attn_device tf_device(const tf_model *m);
 
