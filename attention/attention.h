@@ -90,6 +90,29 @@ bool attn_variant_option(int i, int j, const char **name, const char **def, cons
 /* Index of a variant by name, or -1. */
 int attn_variant_find(const char *name);
 
+typedef enum { ATTN_OPT_DOUBLE, ATTN_OPT_INT, ATTN_OPT_CHOICE } attn_opt_type;
+
+/* Everything the registry knows about option j of variant i (attnbench list --json). */
+typedef struct {
+    const char *name, *def, *help; /* as attn_variant_option */
+    attn_opt_type type;
+    int n_choices;    /* ATTN_OPT_CHOICE: number of allowed names (attn_variant_option_choice) */
+    double min, max;  /* ATTN_OPT_DOUBLE, ATTN_OPT_INT: allowed range, inclusive */
+    bool auto_ok;     /* "auto" is accepted (the default, resolved per shape) */
+} attn_option_info;
+
+/* Fills *info for option j of variant i; false past the last option. */
+bool attn_variant_option_info(int i, int j, attn_option_info *info);
+/* Allowed name c of choice option j of variant i, or NULL past the last (or when the
+ * option is not a choice). */
+const char *attn_variant_option_choice(int i, int j, int c);
+
+/* Feature maps of the linear-attention variants: name, feature count for input size
+ * D (a formula in D, e.g. "1 + D"), and what the map is. Returns false past the last.
+ * `linear` offers some of them as its feature_map choices; `polynomial` uses "poly". */
+int attn_feature_map_count(void);
+bool attn_feature_map_info(int i, const char **name, const char **features, const char **help);
+
 /* ---- lifetime ---- */
 
 int attn_create(const attn_options *opt, attn **out);
@@ -116,6 +139,12 @@ size_t attn_workspace_bytes(const attn *a);
 /* Bytes of workspace a parallel call at this shape needs (0 on a bad shape), so a
  * caller can decide whether a run fits before allocating anything. */
 size_t attn_workspace_need(const attn *a, const attn_shape *s);
+/* Useful floating-point operations of one forward call (backward = false) or of one
+ * forward plus one backward call (true) at this shape, counted at the full length N
+ * (lengths are not taken into account); the rules are the variant's (e.g. softmax: the
+ * two N x N products, half of them when causal). NAN where the count is not well
+ * defined for the variant (lsh) or the shape is rejected (with a message). */
+double attn_flops(const attn *a, const attn_shape *s, bool backward);
 int attn_forward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v, float *out,
                  void *saved);
 int attn_backward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,

@@ -49,35 +49,35 @@
 
 /* ---- options ---- */
 
-static const char *const fmap_choices[] = {"elu", "taylor", NULL};
-
 #define OPT_EPS                                                                                                       \
     {"eps", ATTN_OPT_DOUBLE, offsetof(attn_params, eps), "1e-6", "added to the denominator, in [0, 1e30]", NULL, 0.0, \
-     1e30, false}
+     1e30, false, NULL}
 #define OPT_CHUNK                                                                                                     \
     {"chunk", ATTN_OPT_INT, offsetof(attn_params, chunk), "auto",                                                     \
      "chunk length of the chunk-parallel algorithm, 1..65536 or auto (CPU: 32, measured best; CUDA: 64)", NULL, 1,     \
-     65536, true}
+     65536, true, NULL}
 
+/* feature_map's values and help come from the feature maps' table (feature_maps.c);
+ * its default is the table's first choice (index 0). */
 static const attn_option_spec linear_options[] = {
-    {"feature_map", ATTN_OPT_CHOICE, offsetof(attn_params, feature_map), "elu",
-     "elu (elu(x)+1) or taylor (features [1, x/|x|], sim = 1 + cos(q,k))", fmap_choices, 0, 0, false},
+    {"feature_map", ATTN_OPT_CHOICE, offsetof(attn_params, feature_map), "elu", NULL, NULL, 0, 0, false,
+     &fm_linear_choices},
     OPT_EPS,
     OPT_CHUNK,
 };
 
 static const attn_option_spec poly_options[] = {
     {"c", ATTN_OPT_DOUBLE, offsetof(attn_params, c), "1", "constant of sim = (c + scale q.k)^2, in [0, 1e30]", NULL,
-     0.0, 1e30, false},
+     0.0, 1e30, false, NULL},
     {"scale", ATTN_OPT_DOUBLE, offsetof(attn_params, scale), "1/sqrt(D)",
-     "scale of q.k in sim = (c + scale q.k)^2, in (0, 1e30] or auto (1/sqrt(D))", NULL, 1e-300, 1e30, true},
+     "scale of q.k in sim = (c + scale q.k)^2, in (0, 1e30] or auto (1/sqrt(D))", NULL, 1e-300, 1e30, true, NULL},
     OPT_EPS,
     OPT_CHUNK,
 };
 
 static void defaults_linear(attn_params *p) {
     p->scale = NAN;
-    p->feature_map = ATTN_FMAP_ELU;
+    p->feature_map = 0; /* elu */
     p->eps = 1e-6;
     p->chunk = 0;
 }
@@ -100,9 +100,21 @@ typedef struct {
 
 static bool is_poly(const attn *a) { return a->v == &attn_variant_polynomial; }
 
+/* The map of the attention: polynomial's exact degree-2 map, or linear's choice. */
 static fm_kind kind_of(const attn *a) {
     if (is_poly(a)) return FM_POLY;
-    return a->p.feature_map == ATTN_FMAP_TAYLOR ? FM_TAYLOR : FM_ELU;
+    return (fm_kind)(fm_linear_choice(a->p.feature_map) - fm_maps);
+}
+
+/* Feature count C for input size D, with the attention's options. */
+static size_t feature_count(const attn *a, int D) { return fm_maps[kind_of(a)].dim(D, &a->p); }
+
+void lin_feature_map(const attn *a, int D, fm_spec *f) {
+    fm_kind kind = kind_of(a);
+    fm_init(f, kind, D, a->p.c, kind == FM_POLY ? attn_scale(a, D) : 1.0);
+    f->C = (int)feature_count(a, D);
+    f->params = &a->p;
+    f->seed = a->seed;
 }
 
 /* chunk=auto. Measured: causal forward+backward, B=1, H=8, N=4096, 2 threads (AMD
@@ -125,8 +137,7 @@ static int auto_chunk(fm_kind kind, int D) {
 static int chunk_of(const attn *a, int D) { return a->p.chunk > 0 ? a->p.chunk : auto_chunk(kind_of(a), D); }
 
 static void cfg_make(const attn *a, const attn_shape *s, int len, lin_cfg *g) {
-    fm_kind kind = kind_of(a);
-    fm_init(&g->f, kind, s->qk_dim, a->p.c, kind == FM_POLY ? attn_scale(a, s->qk_dim) : 1.0);
+    lin_feature_map(a, s->qk_dim, &g->f);
     int T = chunk_of(a, s->qk_dim);
     g->T = T < len ? T : len;
     if (g->T < 1) g->T = 1;
@@ -186,7 +197,7 @@ static lin_slot slot_carve(const lin_cfg *g, int len, void *ws, int slot) {
 static int check_shape(const attn *a, const attn_shape *s) {
     lin_cfg g;
     cfg_make(a, s, s->len, &g);
-    size_t C = fm_dim(g.f.kind, s->qk_dim), M1 = (size_t)s->v_dim + 1, T = (size_t)g.T;
+    size_t C = feature_count(a, s->qk_dim), M1 = (size_t)s->v_dim + 1, T = (size_t)g.T;
     /* BLAS takes int sizes and leading dimensions: every block must index with int. */
     if (C > (size_t)INT_MAX || C * M1 > (size_t)INT_MAX || T * C > (size_t)INT_MAX || T * M1 > (size_t)INT_MAX)
         return ab_fail(AB_EINVAL, "variant '%s': D=%d M=%d with chunk %d gives blocks too large (feature size %zu)",
@@ -434,7 +445,7 @@ static int backward(attn *a, const attn_shape *s, const float *q, const float *k
 
 static size_t state_bytes(const attn *a, const attn_shape *s, int capacity) {
     (void)capacity;
-    size_t C = fm_dim(kind_of(a), s->qk_dim);
+    size_t C = feature_count(a, s->qk_dim);
     return (size_t)s->batch * (size_t)s->heads * C * ((size_t)s->v_dim + 1) * sizeof(float);
 }
 
@@ -448,7 +459,7 @@ static size_t step_slot_bytes(size_t C, size_t M1) { return 2 * attn_align64(C *
 
 static size_t step_workspace_bytes(const attn *a, const attn_shape *s, int capacity) {
     (void)capacity;
-    size_t C = fm_dim(kind_of(a), s->qk_dim);
+    size_t C = feature_count(a, s->qk_dim);
     return step_slot_bytes(C, (size_t)s->v_dim + 1) * (size_t)attn_outer_threads(s->batch * s->heads);
 }
 
@@ -499,6 +510,20 @@ static int step(attn *a, const attn_shape *s, int capacity, void *state, int t, 
     return 0;
 }
 
+/* ---- useful floating-point operations ----
+ *
+ * The scan form, per slice: S += phi(k_i) [v_i, 1]^T and out_i = phi(q_i)^T S, two
+ * C x (M+1) multiply-adds per position: 4 N C (M+1). Forward plus backward: 3 times
+ * that (the usual rule, a backward costing two forwards; the sweep's figures have
+ * always used it). The chunked algorithm's T x T blocks do the same sums in another
+ * order and are not counted; neither are the feature maps. */
+static double flops(const attn *a, const attn_shape *s, bool backward) {
+    double bh = (double)s->batch * s->heads, n = s->len, M = s->v_dim;
+    double C = (double)feature_count(a, s->qk_dim);
+    double fwd = 4 * n * C * (M + 1) * bh;
+    return backward ? 3 * fwd : fwd;
+}
+
 static const attn_backend cpu_backend = {
     .check_shape = check_shape,
     .saved_bytes = saved_bytes,
@@ -513,9 +538,20 @@ static const attn_backend cpu_backend = {
 };
 
 #ifdef ATTNBENCH_HAVE_CUDA
+/* The CPU's checks, and a feature map the CUDA backend has kernels for. */
+static int cuda_check_shape(const attn *a, const attn_shape *s) {
+    int rc = check_shape(a, s);
+    if (rc) return rc;
+    const fm_map *m = &fm_maps[kind_of(a)];
+    if (!m->cuda)
+        return ab_fail(AB_EUNSUPPORTED, "variant '%s': feature map '%s' has no CUDA implementation (use --device cpu)",
+                       a->v->name, m->name);
+    return 0;
+}
+
 /* CUDA (linear_cuda.cu): same shape checks, nothing saved, same state layout. */
 static const attn_backend cuda_backend = {
-    .check_shape = check_shape,
+    .check_shape = cuda_check_shape,
     .saved_bytes = saved_bytes,
     .workspace_bytes = lin_cuda_workspace_bytes,
     .forward = lin_cuda_forward,
@@ -537,6 +573,7 @@ const attn_variant attn_variant_linear = {
     .options = linear_options,
     .n_options = (int)(sizeof linear_options / sizeof linear_options[0]),
     .defaults = defaults_linear,
+    .flops = flops,
     .cpu = &cpu_backend,
     .cuda = CUDA_LINEAR,
 };
@@ -547,6 +584,7 @@ const attn_variant attn_variant_polynomial = {
     .options = poly_options,
     .n_options = (int)(sizeof poly_options / sizeof poly_options[0]),
     .defaults = defaults_poly,
+    .flops = flops,
     .cpu = &cpu_backend,
     .cuda = CUDA_LINEAR,
 };

@@ -7,7 +7,9 @@
  *
  * Feature maps (feature_maps.h, the same definitions and float operations as the CPU):
  * kernels with one warp per row (the taylor norm is a warp sum in double), forward into
- * a feature buffer, backward from the feature gradient straight into dq / dk.
+ * a feature buffer, backward from the feature gradient straight into dq / dk. They are
+ * templates over each map's device functions, and a call reaches its map's through
+ * the map's entry in the table (fm_maps[...].cuda, see "feature maps on the device").
  *
  * Work is organised in runs of batch entries of equal valid length L (attn_run_at), and
  * within a run in *groups*: cn slices x g chunks of T positions (chunk option; auto is
@@ -102,10 +104,24 @@ size_t lin_cuda_ws_floats = (size_t)32 << 20;
 #define ALIGN_FLOATS 64    /* buffers carved at 256-byte boundaries */
 #define N_BUFFERS 13
 
-/* ---- feature maps on the device ---- */
+/* ---- feature maps on the device ----
+ *
+ * Each map of the table (feature_maps.c, fm_maps) has a struct of device functions
+ * here, with the float operations of its CPU functions, so that the features agree
+ * with the CPU's:
+ *   prep(f, x, lane)            warp-collective, for one row x: what its features share
+ *                               (taylor: 1 / max(|x|, floor)), the same on every lane;
+ *   value(f, x, c, pre)         feature c of row x;
+ *   backward(f, x, g, o, lane)  warp-collective: o = (d phi / d x)^T g for one row;
+ *   has_prep                    whether prep does anything (the step kernel skips its
+ *                               warp pass and barrier otherwise).
+ * The kernels that use a map are templates over that struct, and the map's entry in
+ * the table points to its launchers (FM_CUDA_MAP, at the end of this file). */
 
+/* What the maps' device functions read: the fm_spec of the call (feature_maps.h),
+ * copied by cfg_make. A map with parameters of its own (e.g. random features drawn from
+ * the seed) would add a device pointer to them here. */
 struct fm_dev {
-    int kind; /* fm_kind */
     int D, C;
     float c, lin, scale;
 };
@@ -123,21 +139,71 @@ __device__ __forceinline__ double warp_norm(const float *x, int D, int lane) {
     return sqrt(warp_sum_d(s));
 }
 
-/* Feature c of row x; inv = 1 / max(|x|, floor) (taylor only). The float operations of
- * fm_forward (feature_maps.c), so the features agree with the CPU's (elu: expf instead
- * of the CPU's polynomial exp, both within 2 ulp). */
-__device__ __forceinline__ float fm_value(const fm_dev &f, const float *x, long long c, double inv) {
-    if (f.kind == FM_ELU) {
+/* elu(x) + 1 (expf instead of the CPU's polynomial exp, both within 2 ulp). */
+struct fm_elu_dev {
+    static constexpr bool has_prep = false;
+    static __device__ __forceinline__ double prep(const fm_dev &, const float *, int) { return 0.0; }
+    static __device__ __forceinline__ float value(const fm_dev &, const float *x, long long c, double) {
         const float xv = x[c];
         return xv > 0.0f ? xv + 1.0f : expf(xv);
     }
-    if (f.kind == FM_TAYLOR) return c == 0 ? 1.0f : (float)((double)x[c - 1] * inv);
-    if (c == 0) return f.c;
-    if (c <= f.D) return f.lin * x[c - 1];
-    const long long r = c - 1 - f.D;
-    const float sa = f.scale * x[r / f.D];
-    return sa * x[r % f.D];
-}
+    static __device__ __forceinline__ void backward(const fm_dev &f, const float *xr, const float *g, float *o,
+                                                    int lane) {
+        const int D = f.D;
+        for (int a = lane; a < D; a += 32) o[a] = xr[a] > 0.0f ? g[a] : g[a] * expf(xr[a]);
+    }
+};
+
+/* [1, x / max(|x|, floor)]; the norm is a warp sum in double. */
+struct fm_taylor_dev {
+    static constexpr bool has_prep = true;
+    static __device__ __forceinline__ double prep(const fm_dev &f, const float *x, int lane) {
+        return 1.0 / fmax(warp_norm(x, f.D, lane), FM_TAYLOR_NORM_FLOOR);
+    }
+    static __device__ __forceinline__ float value(const fm_dev &, const float *x, long long c, double inv) {
+        return c == 0 ? 1.0f : (float)((double)x[c - 1] * inv);
+    }
+    static __device__ __forceinline__ void backward(const fm_dev &f, const float *xr, const float *g, float *o,
+                                                    int lane) {
+        const int D = f.D;
+        /* u = x / r: du/dx = (I - u u^T) / r above the floor, I / floor below it */
+        const double nr = warp_norm(xr, D, lane);
+        const float *gu = g + 1;
+        if (nr > FM_TAYLOR_NORM_FLOOR) {
+            double ug = 0;
+            for (int a = lane; a < D; a += 32) ug += xr[a] / nr * gu[a];
+            ug = warp_sum_d(ug);
+            for (int a = lane; a < D; a += 32) o[a] = (float)((gu[a] - xr[a] / nr * ug) / nr);
+        } else {
+            for (int a = lane; a < D; a += 32) o[a] = (float)(gu[a] / FM_TAYLOR_NORM_FLOOR);
+        }
+    }
+};
+
+/* [c, sqrt(2 c scale) x, scale x_a x_b]. */
+struct fm_poly_dev {
+    static constexpr bool has_prep = false;
+    static __device__ __forceinline__ double prep(const fm_dev &, const float *, int) { return 0.0; }
+    static __device__ __forceinline__ float value(const fm_dev &f, const float *x, long long c, double) {
+        if (c == 0) return f.c;
+        if (c <= f.D) return f.lin * x[c - 1];
+        const long long r = c - 1 - f.D;
+        const float sa = f.scale * x[r / f.D];
+        return sa * x[r % f.D];
+    }
+    static __device__ __forceinline__ void backward(const fm_dev &f, const float *xr, const float *g, float *o,
+                                                    int lane) {
+        const int D = f.D;
+        /* d/dx_a of sum_{b,e} G_be x_b x_e = sum_e x_e G_ea + sum_e G_ae x_e */
+        const float *G = g + 1 + D;
+        for (int a = lane; a < D; a += 32) {
+            float col = 0.0f, row = 0.0f;
+            for (int e = 0; e < D; e++) col += xr[e] * G[(long long)e * D + a];
+            for (int e = 0; e < D; e++) row += G[(long long)a * D + e] * xr[e];
+            o[a] = f.lin * g[1 + a] + f.scale * (row + col);
+        }
+    }
+};
 
 /* Rows of a group buffer: row r is position p0 + r % rows_per of slice r / rows_per;
  * that slice's tensor rows start at (tensor base of the group's first slice) +
@@ -152,9 +218,21 @@ __device__ __forceinline__ void row_at(const rowmap &rm, long long r, long long 
     *pos = rm.p0 + r % rm.rows_per;
 }
 
+/* A map's kernel launchers, which its entry in fm_maps points to (the struct is opaque
+ * to the C side). */
+struct fm_cuda_map {
+    /* phi rows of the x rows of rm (fm_forward_kernel) */
+    int (*forward)(const fm_dev &f, const float *x, const rowmap &rm, float *phi);
+    /* gx rows from the feature gradient rows (fm_backward_kernel) */
+    int (*backward)(const fm_dev &f, const float *x, const rowmap &rm, const float *gphi, float *gx);
+    /* the recurrent step's update of S and oaug (step_update_kernel) */
+    int (*step)(const fm_dev &f, float *S, const float *q, const float *k, const float *v, float *oaug,
+                long long n_slices, int M, int cols, int tiles);
+};
+
 /* phi rows (n_rows x C) of the x rows (D wide); padding rows are zero. One warp per
  * row (grid-stride over rows). */
-__global__ void fm_forward_kernel(fm_dev f, const float *x, rowmap rm, float *phi) {
+template <class Map> __global__ void fm_forward_kernel(fm_dev f, const float *x, rowmap rm, float *phi) {
     const int lane = threadIdx.x & 31;
     const long long nw = ((long long)gridDim.x * blockDim.x) >> 5;
     for (long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rm.n_rows; r += nw) {
@@ -166,14 +244,14 @@ __global__ void fm_forward_kernel(fm_dev f, const float *x, rowmap rm, float *ph
             continue;
         }
         const float *xr = x + sl * rm.stride + p * f.D;
-        double inv = 0.0;
-        if (f.kind == FM_TAYLOR) inv = 1.0 / fmax(warp_norm(xr, f.D, lane), FM_TAYLOR_NORM_FLOOR);
-        for (long long c = lane; c < f.C; c += 32) out[c] = fm_value(f, xr, c, inv);
+        const double pre = Map::prep(f, xr, lane);
+        for (long long c = lane; c < f.C; c += 32) out[c] = Map::value(f, xr, c, pre);
     }
 }
 
 /* gx rows (valid positions only, same layout as x) = (d phi / d x)^T gphi rows, as
- * fm_backward (feature_maps.c). One warp per row. */
+ * the map's CPU backward (feature_maps.c). One warp per row. */
+template <class Map>
 __global__ void fm_backward_kernel(fm_dev f, const float *x, rowmap rm, const float *gphi, float *gx) {
     const int lane = threadIdx.x & 31, D = f.D;
     const long long nw = ((long long)gridDim.x * blockDim.x) >> 5;
@@ -182,32 +260,7 @@ __global__ void fm_backward_kernel(fm_dev f, const float *x, rowmap rm, const fl
         row_at(rm, r, &sl, &p);
         if (p >= rm.L) continue;
         const long long off = sl * rm.stride + p * D;
-        const float *xr = x + off, *g = gphi + r * f.C;
-        float *o = gx + off;
-        if (f.kind == FM_ELU) {
-            for (int a = lane; a < D; a += 32) o[a] = xr[a] > 0.0f ? g[a] : g[a] * expf(xr[a]);
-        } else if (f.kind == FM_TAYLOR) {
-            /* u = x / r: du/dx = (I - u u^T) / r above the floor, I / floor below it */
-            const double nr = warp_norm(xr, D, lane);
-            const float *gu = g + 1;
-            if (nr > FM_TAYLOR_NORM_FLOOR) {
-                double ug = 0;
-                for (int a = lane; a < D; a += 32) ug += xr[a] / nr * gu[a];
-                ug = warp_sum_d(ug);
-                for (int a = lane; a < D; a += 32) o[a] = (float)((gu[a] - xr[a] / nr * ug) / nr);
-            } else {
-                for (int a = lane; a < D; a += 32) o[a] = (float)(gu[a] / FM_TAYLOR_NORM_FLOOR);
-            }
-        } else {
-            /* d/dx_a of sum_{b,e} G_be x_b x_e = sum_e x_e G_ea + sum_e G_ae x_e */
-            const float *G = g + 1 + D;
-            for (int a = lane; a < D; a += 32) {
-                float col = 0.0f, row = 0.0f;
-                for (int e = 0; e < D; e++) col += xr[e] * G[(long long)e * D + a];
-                for (int e = 0; e < D; e++) row += G[(long long)a * D + e] * xr[e];
-                o[a] = f.lin * g[1 + a] + f.scale * (row + col);
-            }
-        }
+        Map::backward(f, x + off, gphi + r * f.C, gx + off, lane);
     }
 }
 
@@ -338,16 +391,17 @@ __global__ void copy_rows_kernel(const float *src, int ld, rowmap rm, int M, flo
 
 struct lin_cfg {
     fm_dev f;
+    const fm_cuda_map *map; /* the launchers of the attention's feature map */
     int T, C, D, M, M1;
     double eps;
 };
 
+/* The map is the CPU's (lin_feature_map, linear.c); the backend's check_shape has made
+ * sure that it has CUDA kernels. */
 static void cfg_make(const attn *a, const attn_shape *s, lin_cfg *g) {
-    const bool poly = a->v == &attn_variant_polynomial;
-    const fm_kind kind = poly ? FM_POLY : a->p.feature_map == ATTN_FMAP_TAYLOR ? FM_TAYLOR : FM_ELU;
     fm_spec sp;
-    fm_init(&sp, kind, s->qk_dim, a->p.c, poly ? attn_scale(a, s->qk_dim) : 1.0);
-    g->f.kind = (int)kind;
+    lin_feature_map(a, s->qk_dim, &sp);
+    g->map = sp.map->cuda;
     g->f.D = sp.D;
     g->f.C = sp.C;
     g->f.c = sp.c;
@@ -459,13 +513,11 @@ static unsigned grid_elems(long long n) { return ab_cuda_grid(n, THREADS, MAX_BL
 static unsigned grid_warps(long long rows) { return ab_cuda_grid(rows, THREADS / 32, MAX_BLOCKS); }
 
 static int features(const lin_cfg &c, const float *x, const rowmap &rm, float *phi) {
-    AB_LAUNCH(fm_forward_kernel, grid_warps(rm.n_rows), THREADS, 0, ab_cuda_stream(), c.f, x, rm, phi);
-    return 0;
+    return c.map->forward(c.f, x, rm, phi);
 }
 
 static int features_backward(const lin_cfg &c, const float *x, const rowmap &rm, const float *gphi, float *gx) {
-    AB_LAUNCH(fm_backward_kernel, grid_warps(rm.n_rows), THREADS, 0, ab_cuda_stream(), c.f, x, rm, gphi, gx);
-    return 0;
+    return c.map->backward(c.f, x, rm, gphi, gx);
 }
 
 static int mask_upper(float *A, long long n_blocks, int T) {
@@ -819,7 +871,8 @@ extern "C" int lin_cuda_prefill(attn *a, const attn_shape *s, int capacity, int 
 /* S += phi(k) vaug^T and oaug = phi(q)^T S (the updated S) in one pass over S. Block:
  * `cols` consecutive columns of one slice's S (coalesced) x blockDim.x / cols rows
  * strided over C; partial sums (double) meet in shared memory. Features are computed
- * from q and k on the fly (fm_value: the same floats as the feature kernel). */
+ * from q and k on the fly (Map::value: the same floats as the feature kernel). */
+template <class Map>
 __global__ void step_update_kernel(fm_dev f, float *S, const float *q, const float *k, const float *v, float *oaug,
                                    long long n_slices, int M, int cols, int tiles) {
     __shared__ double part[THREADS];
@@ -831,12 +884,12 @@ __global__ void step_update_kernel(fm_dev f, float *S, const float *q, const flo
         const int m = (int)(blk % tiles) * cols + col;
         const float *qs = q + bh * f.D, *ks = k + bh * f.D;
         double iq = 0.0, ik = 0.0;
-        if (f.kind == FM_TAYLOR) {
+        if (Map::has_prep) {
             if (tid < 32) {
-                const double nq = warp_norm(qs, f.D, tid), nk = warp_norm(ks, f.D, tid);
+                const double pq = Map::prep(f, qs, tid), pk = Map::prep(f, ks, tid);
                 if (tid == 0) {
-                    norms[0] = 1.0 / fmax(nq, FM_TAYLOR_NORM_FLOOR);
-                    norms[1] = 1.0 / fmax(nk, FM_TAYLOR_NORM_FLOOR);
+                    norms[0] = pq;
+                    norms[1] = pk;
                 }
             }
             __syncthreads();
@@ -848,9 +901,9 @@ __global__ void step_update_kernel(fm_dev f, float *S, const float *q, const flo
             const float vm = m < M ? v[bh * M + m] : 1.0f;
             float *Sb = S + bh * C * M1 + m;
             for (long long c = row; c < C; c += rows) {
-                const float sv = Sb[c * M1] + fm_value(f, ks, c, ik) * vm;
+                const float sv = Sb[c * M1] + Map::value(f, ks, c, ik) * vm;
                 Sb[c * M1] = sv;
-                acc += (double)fm_value(f, qs, c, iq) * sv;
+                acc += (double)Map::value(f, qs, c, iq) * sv;
             }
         }
         part[tid] = acc;
@@ -882,8 +935,34 @@ extern "C" int lin_cuda_step(attn *a, const attn_shape *s, int capacity, void *s
     while (cols < c.M1 && cols < 32) cols *= 2;
     const int tiles = (c.M1 + cols - 1) / cols;
     float *oaug = (float *)a->ws;
-    AB_LAUNCH(step_update_kernel, ab_cuda_grid(BH * tiles, 1, AB_CUDA_MAX_GRID_X), THREADS, 0, ab_cuda_stream(), c.f,
-              (float *)state, q, k, v, oaug, BH, c.M, cols, tiles);
+    AB_TRY(c.map->step(c.f, (float *)state, q, k, v, oaug, BH, c.M, cols, tiles));
     AB_LAUNCH(step_finish_kernel, grid_elems(BH * c.M), THREADS, 0, ab_cuda_stream(), oaug, BH, c.M, c.eps, out);
     return 0;
 }
+
+/* ---- each map's launchers: its entry's `cuda` in fm_maps (feature_maps.c) ---- */
+
+template <class Map> static int launch_forward(const fm_dev &f, const float *x, const rowmap &rm, float *phi) {
+    AB_LAUNCH(fm_forward_kernel<Map>, grid_warps(rm.n_rows), THREADS, 0, ab_cuda_stream(), f, x, rm, phi);
+    return 0;
+}
+
+template <class Map>
+static int launch_backward(const fm_dev &f, const float *x, const rowmap &rm, const float *gphi, float *gx) {
+    AB_LAUNCH(fm_backward_kernel<Map>, grid_warps(rm.n_rows), THREADS, 0, ab_cuda_stream(), f, x, rm, gphi, gx);
+    return 0;
+}
+
+template <class Map>
+static int launch_step(const fm_dev &f, float *S, const float *q, const float *k, const float *v, float *oaug,
+                       long long n_slices, int M, int cols, int tiles) {
+    AB_LAUNCH(step_update_kernel<Map>, ab_cuda_grid(n_slices * tiles, 1, AB_CUDA_MAX_GRID_X), THREADS, 0,
+              ab_cuda_stream(), f, S, q, k, v, oaug, n_slices, M, cols, tiles);
+    return 0;
+}
+
+#define FM_CUDA_MAP(Map) {launch_forward<Map>, launch_backward<Map>, launch_step<Map>}
+
+extern "C" const fm_cuda_map fm_elu_cuda = FM_CUDA_MAP(fm_elu_dev);
+extern "C" const fm_cuda_map fm_taylor_cuda = FM_CUDA_MAP(fm_taylor_dev);
+extern "C" const fm_cuda_map fm_poly_cuda = FM_CUDA_MAP(fm_poly_dev);

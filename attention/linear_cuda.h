@@ -1,7 +1,9 @@
 /* Internal: the CUDA backend of `linear` and `polynomial` (linear_cuda.cu). linear.c
  * puts these functions into the attn_backend table of both variants when the build
- * has CUDA (ATTNBENCH_HAVE_CUDA); check_shape, saved_bytes (0: forward saves nothing)
- * and state_bytes (Saug, B*H*C*(M+1) floats) are the CPU's, same contract. */
+ * has CUDA (ATTNBENCH_HAVE_CUDA); check_shape (the CPU's, plus: the feature map has
+ * CUDA kernels), saved_bytes (0: forward saves nothing) and state_bytes (Saug,
+ * B*H*C*(M+1) floats) are linear.c's, same contract. The feature maps' kernels are
+ * reached through their table (feature_maps.h: each entry's `cuda`). */
 #ifndef ATTN_LINEAR_CUDA_H
 #define ATTN_LINEAR_CUDA_H
 

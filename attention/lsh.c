@@ -81,17 +81,17 @@ static const char *const combine_names[] = {"mean", "logsumexp", NULL};
 
 static const attn_option_spec lsh_options[] = {
     {"rounds", ATTN_OPT_INT, offsetof(attn_params, rounds), "1",
-     "hashing rounds, 1..64 (the paper uses 1, 4, 8)", NULL, 1, 64, false},
+     "hashing rounds, 1..64 (the paper uses 1, 4, 8)", NULL, 1, 64, false, NULL},
     {"bits", ATTN_OPT_INT, offsetof(attn_params, bits), "8",
-     "random rotations per round, 1..256: 2*bits buckets", NULL, 1, 256, false},
+     "random rotations per round, 1..256: 2*bits buckets", NULL, 1, 256, false, NULL},
     {"chunk", ATTN_OPT_INT, offsetof(attn_params, chunk), "32",
      "positions per chunk after sorting, 1..1048576; a chunk attends to itself and the previous one", NULL, 1,
-     1 << 20, false},
+     1 << 20, false, NULL},
     {"combine", ATTN_OPT_CHOICE, offsetof(attn_params, combine), "mean",
      "how rounds combine: mean (uniform, the paper's baseline) or logsumexp (Reformer's weights)", combine_names, 0,
-     0, false},
+     0, false, NULL},
     {"scale", ATTN_OPT_DOUBLE, offsetof(attn_params, scale), "1/sqrt(D)",
-     "score scale, a number in [0, 1e6] or auto for 1/sqrt(D)", NULL, 0, 1e6, true},
+     "score scale, a number in [0, 1e6] or auto for 1/sqrt(D)", NULL, 0, 1e6, true, NULL},
 };
 
 static void defaults_lsh(attn_params *p) {
@@ -743,6 +743,14 @@ static const attn_backend cuda_lsh = {
 #define CUDA_LSH NULL
 #endif
 
+/* Not counted (NAN): besides its chunk products, whose sizes are fixed, lsh spends its
+ * time hashing and sorting, which are not floating-point products, so a GFLOP/s figure
+ * would not compare with the other variants'. */
+static double flops(const attn *a, const attn_shape *s, bool backward) {
+    (void)a, (void)s, (void)backward;
+    return NAN;
+}
+
 const attn_variant attn_variant_lsh = {
     .name = "lsh",
     .summary = "Reformer LSH attention with shared query/key: keys are the normalised queries, sorted by hash "
@@ -750,6 +758,7 @@ const attn_variant attn_variant_lsh = {
     .options = lsh_options,
     .n_options = (int)(sizeof lsh_options / sizeof lsh_options[0]),
     .defaults = defaults_lsh,
+    .flops = flops,
     .cpu = &cpu_lsh,
     .cuda = CUDA_LSH,
 };

@@ -1,5 +1,6 @@
 /* The registry of variants, option parsing, and the checked entry points of
  * attention.h that dispatch to a variant's backend. */
+#include "feature_maps.h"
 #include "variant.h"
 
 #include "../harness/cuda_device.h"
@@ -29,12 +30,61 @@ bool attn_variant_has_device(int i, attn_device d) {
     return d == ATTN_DEVICE_CPU ? true : d == ATTN_DEVICE_CUDA ? g_variants[i]->cuda != NULL : false;
 }
 
+/* Allowed name c of a choice option (its own list, or its source's), NULL past the last. */
+static const char *choice_at(const attn_option_spec *o, int c) {
+    if (o->type != ATTN_OPT_CHOICE || c < 0) return NULL;
+    if (o->source) return o->source->name(c);
+    for (int i = 0; i <= c; i++)
+        if (!o->choices[i]) return NULL;
+    return o->choices[c];
+}
+
+static const char *help_of(const attn_option_spec *o) { return o->source ? o->source->help() : o->help; }
+
+static const attn_option_spec *option_at(int i, int j) {
+    if (i < 0 || i >= N_VARIANTS || j < 0 || j >= g_variants[i]->n_options) return NULL;
+    return &g_variants[i]->options[j];
+}
+
 bool attn_variant_option(int i, int j, const char **name, const char **def, const char **help) {
-    if (i < 0 || i >= N_VARIANTS || j < 0 || j >= g_variants[i]->n_options) return false;
-    const attn_option_spec *o = &g_variants[i]->options[j];
+    const attn_option_spec *o = option_at(i, j);
+    if (!o) return false;
     if (name) *name = o->name;
     if (def) *def = o->def;
-    if (help) *help = o->help;
+    if (help) *help = help_of(o);
+    return true;
+}
+
+bool attn_variant_option_info(int i, int j, attn_option_info *info) {
+    const attn_option_spec *o = option_at(i, j);
+    if (!o || !info) return false;
+    memset(info, 0, sizeof *info);
+    info->name = o->name;
+    info->def = o->def;
+    info->help = help_of(o);
+    info->type = o->type;
+    if (o->type == ATTN_OPT_CHOICE)
+        while (choice_at(o, info->n_choices)) info->n_choices++;
+    else {
+        info->min = o->min;
+        info->max = o->max;
+    }
+    info->auto_ok = o->auto_ok;
+    return true;
+}
+
+const char *attn_variant_option_choice(int i, int j, int c) {
+    const attn_option_spec *o = option_at(i, j);
+    return o ? choice_at(o, c) : NULL;
+}
+
+int attn_feature_map_count(void) { return fm_n_maps; }
+
+bool attn_feature_map_info(int i, const char **name, const char **features, const char **help) {
+    if (i < 0 || i >= fm_n_maps) return false;
+    if (name) *name = fm_maps[i].name;
+    if (features) *features = fm_maps[i].features;
+    if (help) *help = fm_maps[i].help;
     return true;
 }
 
@@ -101,8 +151,8 @@ static int parse_setting(const attn_variant *v, attn_params *p, const char *sett
         return 0;
     }
     case ATTN_OPT_CHOICE:
-        for (int c = 0; o->choices[c]; c++)
-            if (strcmp(o->choices[c], val) == 0) {
+        for (int c = 0; choice_at(o, c); c++)
+            if (strcmp(choice_at(o, c), val) == 0) {
                 *(int *)field = c;
                 return 0;
             }
@@ -110,8 +160,8 @@ static int parse_setting(const attn_variant *v, attn_params *p, const char *sett
             char list[256];
             size_t n = 0;
             list[0] = '\0';
-            for (int c = 0; o->choices[c] && n < sizeof list; c++)
-                n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", c ? ", " : "", o->choices[c]);
+            for (int c = 0; choice_at(o, c) && n < sizeof list; c++)
+                n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", c ? ", " : "", choice_at(o, c));
             return ab_fail(AB_EINVAL, "option %s=%s: must be one of %s", o->name, val, list);
         }
     }
@@ -206,7 +256,7 @@ const char *attn_option_value(const attn *a, const attn_shape *s, const char *ke
             else snprintf(buf, cap, "%d", x);
             break;
         }
-        case ATTN_OPT_CHOICE: snprintf(buf, cap, "%s", o->choices[*(const int *)field]); break;
+        case ATTN_OPT_CHOICE: snprintf(buf, cap, "%s", choice_at(o, *(const int *)field)); break;
         }
         return buf;
     }
@@ -269,6 +319,11 @@ size_t attn_saved_bytes(const attn *a, const attn_shape *s) {
 size_t attn_workspace_need(const attn *a, const attn_shape *s) {
     if (attn_check_shape(a, s)) return 0;
     return a->be->workspace_bytes(a, s);
+}
+
+double attn_flops(const attn *a, const attn_shape *s, bool backward) {
+    if (attn_check_shape(a, s)) return NAN;
+    return a->v->flops(a, s, backward);
 }
 
 int attn_reserve(attn *a, const attn_shape *s) {

@@ -48,6 +48,14 @@ const attn_option_spec smx_options[SMX_N_OPTIONS] = {
 
 void smx_defaults(attn_params *p) { p->scale = NAN; }
 
+double smx_flops(const attn *a, const attn_shape *s, bool backward) {
+    (void)a;
+    double bh = (double)s->batch * s->heads, n = s->len, D = s->qk_dim, M = s->v_dim;
+    double pairs = s->causal ? n * (n + 1) / 2 : n * n;
+    double fwd = 2 * pairs * (D + M) * bh;
+    return backward ? 3 * fwd : fwd;
+}
+
 /* ---- element-wise kernels ---- */
 
 /* exp(x) for x <= 0, written so that loops over it vectorise: Cody-Waite reduction
@@ -354,6 +362,7 @@ const attn_variant attn_variant_softmax = {
     .options = smx_options,
     .n_options = SMX_N_OPTIONS,
     .defaults = smx_defaults,
+    .flops = smx_flops,
     .cpu = &cpu_softmax,
     .cuda = CUDA_SOFTMAX,
 };

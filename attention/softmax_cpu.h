@@ -26,6 +26,11 @@ int smx_forward(attn *a, const attn_shape *s, const float *q, const float *k, co
 int smx_backward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v, const float *dout,
                  const void *saved, float *dq, float *dk, float *dv);
 
+/* Useful floating-point operations (attn_variant.flops, both variants): the products
+ * Q K^T and P V, 2 (D + M) per (query, key) pair, over N^2 pairs (N (N + 1) / 2 when
+ * causal) per slice; forward plus backward 3 times that. */
+double smx_flops(const attn *a, const attn_shape *s, bool backward);
+
 /* Number of row blocks for n rows. */
 static inline int smx_n_blocks(int n) { return (n + SMX_ROW_BLOCK - 1) / SMX_ROW_BLOCK; }
 

@@ -147,6 +147,7 @@ const attn_variant attn_variant_stateful_softmax = {
     .options = smx_options,
     .n_options = SMX_N_OPTIONS,
     .defaults = smx_defaults,
+    .flops = smx_flops,
     .cpu = &cpu_stateful_softmax,
     .cuda = CUDA_STATEFUL_SOFTMAX,
 };

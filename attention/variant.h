@@ -12,12 +12,11 @@ extern "C" {
 
 /* One flat struct of every variant's options; each variant's option table says which
  * fields it reads. */
-typedef enum { ATTN_FMAP_ELU = 0, ATTN_FMAP_TAYLOR = 1 } attn_feature_map;
 typedef enum { ATTN_COMBINE_MEAN = 0, ATTN_COMBINE_LOGSUMEXP = 1 } attn_combine;
 
 typedef struct {
     double scale;    /* NaN: 1/sqrt(D) */
-    int feature_map; /* attn_feature_map (linear) */
+    int feature_map; /* linear: index among the maps it offers (fm_linear_choice, feature_maps.h) */
     double eps;      /* added to the denominator (linear, polynomial) */
     int chunk;       /* 0: automatic (linear, polynomial); chunk length (lsh) */
     double c;        /* polynomial constant */
@@ -26,7 +25,12 @@ typedef struct {
     int combine;     /* attn_combine (lsh) */
 } attn_params;
 
-typedef enum { ATTN_OPT_DOUBLE, ATTN_OPT_INT, ATTN_OPT_CHOICE } attn_opt_type;
+/* The allowed names of a choice option that come from another table (linear's
+ * feature_map: from the feature maps' table), so that they are listed in one place. */
+typedef struct {
+    const char *(*name)(int c); /* the c-th allowed name, NULL past the last */
+    const char *(*help)(void);  /* the option's help, which lists them */
+} attn_choice_source;
 
 typedef struct {
     const char *name;
@@ -37,6 +41,8 @@ typedef struct {
     const char *const *choices; /* ATTN_OPT_CHOICE: NULL-terminated names, stored as index */
     double min, max;            /* allowed range, inclusive (ATTN_OPT_DOUBLE, ATTN_OPT_INT) */
     bool auto_ok;               /* "auto" is accepted and stored as NaN (double) or 0 (int) */
+    const attn_choice_source *source; /* ATTN_OPT_CHOICE: names and help from elsewhere (then
+                                       * choices and help are NULL), or NULL */
 } attn_option_spec;
 
 /* One backend's implementation of a variant. Shapes arrive validated (generic checks
@@ -69,6 +75,10 @@ typedef struct {
     const attn_option_spec *options;
     int n_options;
     void (*defaults)(attn_params *p);
+    /* Useful floating-point operations of one forward (backward = false) or forward +
+     * backward call at a validated shape, at the full length N; NAN where the count is
+     * not well defined. Required. Backs attn_flops (the sweep's GFLOP/s figures). */
+    double (*flops)(const attn *a, const attn_shape *s, bool backward);
     const attn_backend *cpu;
     const attn_backend *cuda; /* NULL until the CUDA backend provides it */
 } attn_variant;

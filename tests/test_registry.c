@@ -1,21 +1,36 @@
 /* The registry: variant names, options and defaults, option parsing and its errors,
- * shape checks, recurrent-mode misuse, and workspace reuse. */
+ * shape checks, recurrent-mode misuse, workspace reuse, FLOP counts and the feature
+ * maps' table. Properties every variant must have are checked by iterating the
+ * registry (a new variant is checked without editing this file); the known variants'
+ * specifics by name. */
 #include "attention.h"
 #include "cuda_device.h"
 #include "blas.h"
 #include "error.h"
+#include "feature_maps.h"
 #include "memory.h"
 #include "test_util.h"
 
 #include <criterion/criterion.h>
 
+#include <float.h>
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const VARIANTS[] = {"softmax", "stateful-softmax", "linear", "polynomial", "lsh"};
-#define N_VAR 5
+/* The variants these tests know by name, and whether each has a recurrent step
+ * (stateful-softmax's key/value cache and the two linear variants are RNNs; softmax and
+ * lsh are not). The registry may hold more. */
+static const struct {
+    const char *name;
+    bool step;
+} KNOWN[] = {
+    {"softmax", false}, {"stateful-softmax", true}, {"linear", true}, {"polynomial", true}, {"lsh", false},
+};
+#define N_KNOWN ((int)(sizeof KNOWN / sizeof KNOWN[0]))
+
 
 /* ---- helpers ---- */
 
@@ -74,30 +89,41 @@ static void expect_shape_bad(const attn *a, attn_shape s, const char *must) {
 /* ---- names and modes ---- */
 
 Test(registry, names_and_modes) {
-    cr_assert_eq(attn_variant_count(), N_VAR);
-    /* stateful-softmax (key/value cache) and the two linear variants are RNNs; softmax
-     * and lsh have no recurrent step. */
-    static const bool step[N_VAR] = {false, true, true, true, false};
-    for (int v = 0; v < N_VAR; v++) {
-        int i = attn_variant_find(VARIANTS[v]);
-        cr_assert_geq(i, 0, "variant %s is missing", VARIANTS[v]);
-        cr_assert_str_eq(attn_variant_name(i), VARIANTS[v]);
+    const int n = attn_variant_count();
+    cr_assert_geq(n, N_KNOWN);
+    /* Every registered variant: a unique non-empty name that finds it, a summary, and
+     * the same recurrent mode as an object created from it. */
+    for (int i = 0; i < attn_variant_count(); i++) {
+        const char *name = attn_variant_name(i);
+        cr_assert_not_null(name);
+        cr_assert_neq(name[0], '\0');
+        cr_assert_eq(attn_variant_find(name), i, "%s is found at another index", name);
         cr_assert_not_null(attn_variant_summary(i));
-        cr_assert_neq(attn_variant_summary(i)[0], '\0');
-        cr_assert_eq(attn_variant_has_step(i), step[v], "has_step(%s)", VARIANTS[v]);
-        attn *a = make(VARIANTS[v], 0, NULL);
-        cr_assert_str_eq(attn_name(a), VARIANTS[v]);
-        cr_assert_eq(attn_has_step(a), step[v]);
+        cr_assert_neq(attn_variant_summary(i)[0], '\0', "%s has no summary", name);
+        attn *a = make(name, 0, NULL);
+        cr_assert_str_eq(attn_name(a), name);
+        cr_assert_eq(attn_has_step(a), attn_variant_has_step(i), "has_step(%s)", name);
         attn_destroy(a);
+    }
+    /* The known variants are there, with the modes they are known for. */
+    for (int v = 0; v < N_KNOWN; v++) {
+        int i = attn_variant_find(KNOWN[v].name);
+        cr_assert_geq(i, 0, "variant %s is missing", KNOWN[v].name);
+        cr_assert_str_eq(attn_variant_name(i), KNOWN[v].name);
+        cr_assert_eq(attn_variant_has_step(i), KNOWN[v].step, "has_step(%s)", KNOWN[v].name);
     }
     cr_assert_eq(attn_variant_find("nosuch"), -1);
     cr_assert_eq(attn_variant_find(NULL), -1);
     cr_assert_eq(attn_variant_find("Softmax"), -1, "names are case-sensitive");
     cr_assert_null(attn_variant_name(-1));
-    cr_assert_null(attn_variant_name(N_VAR));
-    cr_assert_not(attn_variant_has_step(N_VAR));
-    cr_assert_not(attn_variant_option(N_VAR, 0, NULL, NULL, NULL));
+    cr_assert_null(attn_variant_name(n));
+    cr_assert_not(attn_variant_has_step(n));
+    cr_assert_not(attn_variant_option(n, 0, NULL, NULL, NULL));
     cr_assert_not(attn_variant_option(0, -1, NULL, NULL, NULL));
+    attn_option_info info;
+    cr_assert_not(attn_variant_option_info(n, 0, &info));
+    cr_assert_not(attn_variant_option_info(0, -1, &info));
+    cr_assert_null(attn_variant_option_choice(n, 0, 0));
     attn_destroy(NULL); /* allowed */
 }
 
@@ -201,15 +227,18 @@ Test(registry, every_documented_value_accepted) {
 /* ---- attn_create errors ---- */
 
 Test(registry, create_errors) {
-    /* Unknown variant: the message names it and lists every known one. */
+    /* Unknown variant: the message names it and lists every registered one. */
     {
-        const char *must[] = {"nosuch", "softmax", "stateful-softmax", "linear", "polynomial", "lsh", NULL};
+        const char *must[32] = {"nosuch"};
+        cr_assert_lt(attn_variant_count(), 31);
+        for (int i = 0; i < attn_variant_count(); i++) must[1 + i] = attn_variant_name(i);
         expect_create_fails("nosuch", NULL, ATTN_EINVAL, must);
     }
     /* Unknown option: named, for every variant. */
-    for (int v = 0; v < N_VAR; v++) {
+    for (int i = 0; i < attn_variant_count(); i++) {
+        const char *name = attn_variant_name(i);
         const char *must[] = {"frobnicate", NULL};
-        expect_create_fails(VARIANTS[v], "frobnicate=1", ATTN_EINVAL, must);
+        expect_create_fails(name, "frobnicate=1", ATTN_EINVAL, must);
     }
     /* An option of another variant is unknown here. */
     {
@@ -272,21 +301,22 @@ Test(registry, create_errors) {
 Test(registry, devices_of_variants) {
     /* Every variant runs on the CPU; on CUDA only where the build has its backend (none
      * in a build without CUDA); bad indices and devices are false. */
-    for (int v = 0; v < N_VAR; v++) {
-        int i = attn_variant_find(VARIANTS[v]);
-        cr_assert(attn_variant_has_device(i, ATTN_DEVICE_CPU), "%s on cpu", VARIANTS[v]);
-        if (!ab_cuda_built()) cr_assert_not(attn_variant_has_device(i, ATTN_DEVICE_CUDA), "%s on cuda", VARIANTS[v]);
+    for (int i = 0; i < attn_variant_count(); i++) {
+        const char *name = attn_variant_name(i);
+        cr_assert(attn_variant_has_device(i, ATTN_DEVICE_CPU), "%s on cpu", name);
+        if (!ab_cuda_built()) cr_assert_not(attn_variant_has_device(i, ATTN_DEVICE_CUDA), "%s on cuda", name);
         cr_assert_not(attn_variant_has_device(i, (attn_device)7));
     }
     cr_assert_not(attn_variant_has_device(-1, ATTN_DEVICE_CPU));
-    cr_assert_not(attn_variant_has_device(N_VAR, ATTN_DEVICE_CPU));
+    cr_assert_not(attn_variant_has_device(attn_variant_count(), ATTN_DEVICE_CPU));
 }
 
 Test(registry, cuda_without_backend) {
     /* Without CUDA in the build or without a device: ATTN_EDEVICE for every variant;
      * with a device: ATTN_EUNSUPPORTED for variants that have no CUDA implementation. */
-    for (int v = 0; v < N_VAR; v++) {
-        attn_options o = {VARIANTS[v], ATTN_DEVICE_CUDA, 0, 0, NULL};
+    for (int i = 0; i < attn_variant_count(); i++) {
+        const char *name = attn_variant_name(i);
+        attn_options o = {name, ATTN_DEVICE_CUDA, 0, 0, NULL};
         attn *a = NULL;
         ab_clear_error();
         int rc = attn_create(&o, &a);
@@ -295,7 +325,7 @@ Test(registry, cuda_without_backend) {
             attn_destroy(a);
             continue;
         }
-        cr_assert(rc == ATTN_EDEVICE || rc == ATTN_EUNSUPPORTED, "%s on cuda: %d (%s)", VARIANTS[v], rc, attn_error());
+        cr_assert(rc == ATTN_EDEVICE || rc == ATTN_EUNSUPPORTED, "%s on cuda: %d (%s)", name, rc, attn_error());
         cr_assert_null(a);
         cr_assert(strstr(attn_error(), "CUDA") != NULL, "message '%s' does not mention CUDA", attn_error());
     }
@@ -356,8 +386,9 @@ Test(registry, option_values) {
 /* ---- shape checks ---- */
 
 Test(registry, check_shape) {
-    for (int v = 0; v < N_VAR; v++) {
-        attn *a = make(VARIANTS[v], 0, NULL);
+    for (int i = 0; i < attn_variant_count(); i++) {
+        const char *name = attn_variant_name(i);
+        attn *a = make(name, 0, NULL);
         /* Every size must be >= 1; the message shows the offending size. */
         expect_shape_bad(a, shape(0, 1, 4, 4, 4, false, NULL), "B=0");
         expect_shape_bad(a, shape(1, 0, 4, 4, 4, false, NULL), "H=0");
@@ -390,7 +421,7 @@ Test(registry, check_shape) {
         };
         for (size_t g = 0; g < sizeof good / sizeof good[0]; g++) {
             int rc = attn_check_shape(a, &good[g]);
-            cr_assert_eq(rc, 0, "%s: shape %zu rejected: %s", VARIANTS[v], g, attn_error());
+            cr_assert_eq(rc, 0, "%s: shape %zu rejected: %s", name, g, attn_error());
         }
         attn_destroy(a);
     }
@@ -399,16 +430,20 @@ Test(registry, check_shape) {
 /* ---- recurrent mode misuse ---- */
 
 Test(recurrent, variants_without_step) {
-    static const char *const no_step[] = {"softmax", "lsh"};
-    for (int v = 0; v < 2; v++) {
-        attn *a = make(no_step[v], 0, NULL);
+    /* Every variant without a recurrent mode (softmax and lsh among them). */
+    int n_no_step = 0;
+    for (int v = 0; v < attn_variant_count(); v++) {
+        if (attn_variant_has_step(v)) continue;
+        n_no_step++;
+        const char *name = attn_variant_name(v);
+        attn *a = make(name, 0, NULL);
         attn_shape s = shape(1, 2, 1, 4, 4, true, NULL);
-        cr_assert_eq(attn_state_bytes(a, &s, 8), 0u, "%s has no state", no_step[v]);
+        cr_assert_eq(attn_state_bytes(a, &s, 8), 0u, "%s has no state", name);
         attn_state *st = NULL;
         ab_clear_error();
         cr_assert_eq(attn_state_create(a, &s, 8, &st), ATTN_EUNSUPPORTED);
         cr_assert_null(st);
-        cr_assert(strstr(attn_error(), no_step[v]) != NULL, "message '%s' does not name the variant", attn_error());
+        cr_assert(strstr(attn_error(), name) != NULL, "message '%s' does not name the variant", attn_error());
         /* A state of another variant cannot be stepped by this one. */
         attn *lin = make("linear", 0, NULL);
         cr_assert_eq(attn_state_create(lin, &s, 8, &st), 0, "%s", attn_error());
@@ -419,6 +454,7 @@ Test(recurrent, variants_without_step) {
         attn_destroy(lin);
         attn_destroy(a);
     }
+    cr_assert_geq(n_no_step, 2, "softmax and lsh have no recurrent mode");
 }
 
 enum { RB = 2, RH = 3, RD = 5, RM = 3 };
@@ -617,10 +653,11 @@ static void check_no_realloc(const char *variant, attn_shape s, bool backward) {
 
 Test(workspace, repeated_forward_allocates_nothing) {
     int lengths[2] = {50, 0};
-    for (int v = 0; v < N_VAR; v++) {
-        check_no_realloc(VARIANTS[v], shape(2, 2, 64, 8, 8, true, NULL), false);
-        check_no_realloc(VARIANTS[v], shape(2, 2, 64, 8, 8, false, lengths), false);
-        check_no_realloc(VARIANTS[v], shape(2, 3, 37, 5, 3, true, NULL), true);
+    for (int i = 0; i < attn_variant_count(); i++) {
+        const char *name = attn_variant_name(i);
+        check_no_realloc(name, shape(2, 2, 64, 8, 8, true, NULL), false);
+        check_no_realloc(name, shape(2, 2, 64, 8, 8, false, lengths), false);
+        check_no_realloc(name, shape(2, 3, 37, 5, 3, true, NULL), true);
     }
 }
 
@@ -632,16 +669,17 @@ Test(workspace, reserve_then_calls_allocate_nothing) {
     tu_fill_normal(q, nq, 22, 0, 1.0);
     tu_fill_normal(k, nq, 22, 1, 1.0);
     tu_fill_normal(v, nv, 22, 2, 1.0);
-    for (int i = 0; i < N_VAR; i++) {
-        attn *a = make(VARIANTS[i], 0, NULL);
+    for (int i = 0; i < attn_variant_count(); i++) {
+        const char *name = attn_variant_name(i);
+        attn *a = make(name, 0, NULL);
         size_t sb = attn_saved_bytes(a, &s);
         void *saved = malloc(sb ? sb : 1);
-        cr_assert_eq(attn_reserve(a, &s), 0, "%s: %s", VARIANTS[i], attn_error());
+        cr_assert_eq(attn_reserve(a, &s), 0, "%s: %s", name, attn_error());
         size_t cur = ab_mem_current(AB_DEV_CPU), ws = attn_workspace_bytes(a);
         ab_mem_reset_peak(AB_DEV_CPU);
-        cr_assert_eq(attn_forward(a, &s, q, k, v, out, saved), 0, "%s: %s", VARIANTS[i], attn_error());
-        cr_assert_eq(attn_backward(a, &s, q, k, v, out, saved, dq, dk, dv), 0, "%s: %s", VARIANTS[i], attn_error());
-        cr_assert_eq(ab_mem_peak(AB_DEV_CPU), cur, "%s: forward/backward after reserve allocated", VARIANTS[i]);
+        cr_assert_eq(attn_forward(a, &s, q, k, v, out, saved), 0, "%s: %s", name, attn_error());
+        cr_assert_eq(attn_backward(a, &s, q, k, v, out, saved, dq, dk, dv), 0, "%s: %s", name, attn_error());
+        cr_assert_eq(ab_mem_peak(AB_DEV_CPU), cur, "%s: forward/backward after reserve allocated", name);
         cr_assert_eq(attn_workspace_bytes(a), ws);
         /* Reserving a bad shape fails. */
         attn_shape bad = s;
@@ -654,28 +692,274 @@ Test(workspace, reserve_then_calls_allocate_nothing) {
 }
 
 Test(workspace, steps_allocate_nothing) {
-    static const char *const with_step[] = {"stateful-softmax", "linear", "polynomial"};
     enum { B = 2, H = 2, D = 6, M = 3, CAP = 12 };
     attn_shape s = shape(B, H, 1, D, M, true, NULL);
     float q[B * H * D], k[B * H * D], v[B * H * M], out[B * H * M];
-    for (int i = 0; i < 3; i++) {
-        attn *a = make(with_step[i], 0, NULL);
+    /* Every variant with a recurrent mode. */
+    for (int i = 0; i < attn_variant_count(); i++) {
+        if (!attn_variant_has_step(i)) continue;
+        const char *name = attn_variant_name(i);
+        attn *a = make(name, 0, NULL);
         size_t n = attn_state_bytes(a, &s, CAP);
-        cr_assert_gt(n, 0u, "%s: %s", with_step[i], attn_error());
+        cr_assert_gt(n, 0u, "%s: %s", name, attn_error());
         attn_state *st = NULL;
-        cr_assert_eq(attn_state_create(a, &s, CAP, &st), 0, "%s: %s", with_step[i], attn_error());
+        cr_assert_eq(attn_state_create(a, &s, CAP, &st), 0, "%s: %s", name, attn_error());
         size_t cur = ab_mem_current(AB_DEV_CPU);
         ab_mem_reset_peak(AB_DEV_CPU);
         for (int t = 0; t < CAP; t++) {
             tu_fill_normal(q, B * H * D, 23, (uint64_t)3 * t, 1.0);
             tu_fill_normal(k, B * H * D, 23, (uint64_t)3 * t + 1, 1.0);
             tu_fill_normal(v, B * H * M, 23, (uint64_t)3 * t + 2, 1.0);
-            cr_assert_eq(attn_step(a, st, t, q, k, v, out), 0, "%s t=%d: %s", with_step[i], t,
+            cr_assert_eq(attn_step(a, st, t, q, k, v, out), 0, "%s t=%d: %s", name, t,
                          attn_error());
         }
-        cr_assert_eq(ab_mem_peak(AB_DEV_CPU), cur, "%s: steps allocated %zu bytes", with_step[i],
+        cr_assert_eq(ab_mem_peak(AB_DEV_CPU), cur, "%s: steps allocated %zu bytes", name,
                      ab_mem_peak(AB_DEV_CPU) - cur);
         attn_state_destroy(st);
         attn_destroy(a);
     }
+}
+
+/* ---- every option, fully described ---- */
+
+/* attn_create with one "name=value" setting: its return code (the object is freed). */
+static int try_setting(const char *variant, const char *name, const char *value) {
+    char setting[160];
+    snprintf(setting, sizeof setting, "%s=%s", name, value);
+    const char *set[1] = {setting};
+    attn_options o = {variant, ATTN_DEVICE_CPU, 1, 1, set};
+    attn *a = NULL;
+    int rc = attn_create(&o, &a);
+    attn_destroy(a);
+    return rc;
+}
+
+static int try_number(const char *variant, const char *name, double x) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "%.17g", x); /* 17 digits: reads back as x exactly */
+    return try_setting(variant, name, buf);
+}
+
+/* For every option of every variant (what `attnbench list --json` shows): the full
+ * description agrees with attn_variant_option; the default shown is what a new object
+ * holds; every listed choice is accepted, reads back, and is named by the help; the
+ * ends of a numeric range are accepted and values past them refused; "auto" is
+ * accepted exactly where the description says so. */
+Test(registry, every_option_described) {
+    for (int i = 0; i < attn_variant_count(); i++) {
+        const char *vn = attn_variant_name(i);
+        attn *fresh = make(vn, 0, NULL);
+        attn_option_info o;
+        for (int j = 0; attn_variant_option_info(i, j, &o); j++) {
+            const char *name, *def, *help;
+            cr_assert(attn_variant_option(i, j, &name, &def, &help));
+            cr_assert_str_eq(o.name, name);
+            cr_assert_str_eq(o.def, def);
+            cr_assert_str_eq(o.help, help);
+            cr_assert_neq(o.help[0], '\0', "%s.%s has no help", vn, o.name);
+            const char *now = val(fresh, NULL, o.name);
+            char *end;
+            if (o.type == ATTN_OPT_CHOICE) {
+                cr_assert_gt(o.n_choices, 0, "%s.%s has no choices", vn, o.name);
+                cr_assert_str_eq(now, o.def, "%s.%s: default shown %s, a new object holds %s", vn, o.name, o.def, now);
+                for (int c = 0; c < o.n_choices; c++) {
+                    const char *ch = attn_variant_option_choice(i, j, c);
+                    cr_assert_not_null(ch);
+                    cr_assert(strstr(o.help, ch) != NULL, "%s.%s help '%s' does not name %s", vn, o.name, o.help, ch);
+                    char setting[128];
+                    snprintf(setting, sizeof setting, "%s=%s", o.name, ch);
+                    const char *set[1] = {setting};
+                    attn *a = make(vn, 1, set);
+                    cr_assert_str_eq(val(a, NULL, o.name), ch);
+                    attn_destroy(a);
+                }
+                cr_assert_null(attn_variant_option_choice(i, j, o.n_choices));
+                cr_assert_null(attn_variant_option_choice(i, j, -1));
+            } else {
+                cr_assert_null(attn_variant_option_choice(i, j, 0), "%s.%s is not a choice", vn, o.name);
+                cr_assert_leq(o.min, o.max, "%s.%s", vn, o.name);
+                double d = strtod(o.def, &end);
+                if (*o.def && *end == '\0') {
+                    /* A numeric default, shown by the object with %.9g (int: %d): equal to
+                     * 9 significant digits, relative rounding below 5e-9. */
+                    cr_assert(fabs(strtod(now, NULL) - d) <= 5e-9 * fabs(d), "%s.%s default %s, holds %s", vn,
+                              o.name, o.def, now);
+                    cr_assert(d >= o.min && d <= o.max, "%s.%s default %s outside [%g, %g]", vn, o.name, o.def,
+                              o.min, o.max);
+                } else {
+                    /* A default resolved per shape (1/sqrt(D), auto): shown as such. */
+                    cr_assert(o.auto_ok, "%s.%s: default '%s' is not a number and auto is refused", vn, o.name,
+                              o.def);
+                    cr_assert_str_eq(now, o.def, "%s.%s", vn, o.name);
+                }
+                cr_assert_eq(try_number(vn, o.name, o.min), 0, "%s.%s = min %g: %s", vn, o.name, o.min,
+                             attn_error());
+                cr_assert_eq(try_number(vn, o.name, o.max), 0, "%s.%s = max %g: %s", vn, o.name, o.max,
+                             attn_error());
+                if (o.type == ATTN_OPT_INT) {
+                    cr_assert_lt(try_number(vn, o.name, o.min - 1), 0, "%s.%s below its range", vn, o.name);
+                    cr_assert_lt(try_number(vn, o.name, o.max + 1), 0, "%s.%s above its range", vn, o.name);
+                } else {
+                    /* One millionth past each end (of the end's size, or of 1 near 0); the
+                     * full double range has no finite value past it. */
+                    if (o.min > -DBL_MAX)
+                        cr_assert_lt(try_number(vn, o.name, o.min - fmax(fabs(o.min), 1.0) * 1e-6), 0,
+                                     "%s.%s below its range", vn, o.name);
+                    if (o.max < DBL_MAX)
+                        cr_assert_lt(try_number(vn, o.name, o.max + fmax(fabs(o.max), 1.0) * 1e-6), 0,
+                                     "%s.%s above its range", vn, o.name);
+                }
+            }
+            int rc = try_setting(vn, o.name, "auto");
+            if (o.auto_ok) cr_assert_eq(rc, 0, "%s.%s=auto: %s", vn, o.name, attn_error());
+            else cr_assert_lt(rc, 0, "%s.%s=auto accepted", vn, o.name);
+        }
+        attn_destroy(fresh);
+    }
+}
+
+/* ---- FLOP counts ---- */
+
+static double flops_of(const char *variant, const char *setting, attn_shape s, bool backward) {
+    const char *set[1] = {setting};
+    attn *a = make(variant, setting ? 1 : 0, set);
+    double f = attn_flops(a, &s, backward);
+    attn_destroy(a);
+    return f;
+}
+
+/* Counted by hand at B = 2, H = 3 (6 slices), N = 10, D = 4, M = 6. Every count is an
+ * integer far below 2^53, exact in double: compared with ==. */
+Test(registry, flops_known_shapes) {
+    const attn_shape nc = shape(2, 3, 10, 4, 6, false, NULL), ca = shape(2, 3, 10, 4, 6, true, NULL);
+    /* softmax, stateful-softmax: 2 (D + M) per (query, key) pair and slice, over N^2
+     * pairs, N (N + 1) / 2 when causal; forward + backward 3 times the forward:
+     *   2 * 100 * 10 * 6 = 12000, causal 2 * 55 * 10 * 6 = 6600; 36000, 19800. */
+    static const char *const quad[] = {"softmax", "stateful-softmax"};
+    for (int v = 0; v < 2; v++) {
+        cr_assert_eq(flops_of(quad[v], NULL, nc, false), 12000.0, "%s", quad[v]);
+        cr_assert_eq(flops_of(quad[v], NULL, ca, false), 6600.0, "%s", quad[v]);
+        cr_assert_eq(flops_of(quad[v], NULL, nc, true), 36000.0, "%s", quad[v]);
+        cr_assert_eq(flops_of(quad[v], NULL, ca, true), 19800.0, "%s", quad[v]);
+    }
+    /* linear and polynomial, scan form: 4 N C (M + 1) per slice, C the feature count,
+     * causal or not; forward + backward 3 times the forward:
+     *   elu C = D = 4:                4 * 10 * 4 * 7 * 6 = 6720, 20160;
+     *   taylor C = 1 + D = 5:         4 * 10 * 5 * 7 * 6 = 8400, 25200;
+     *   polynomial C = 1 + D + D^2 = 21: 4 * 10 * 21 * 7 * 6 = 35280, 105840. */
+    cr_assert_eq(flops_of("linear", NULL, nc, false), 6720.0);
+    cr_assert_eq(flops_of("linear", "feature_map=elu", ca, false), 6720.0);
+    cr_assert_eq(flops_of("linear", NULL, ca, true), 20160.0);
+    cr_assert_eq(flops_of("linear", "feature_map=taylor", nc, false), 8400.0);
+    cr_assert_eq(flops_of("linear", "feature_map=taylor", ca, true), 25200.0);
+    cr_assert_eq(flops_of("polynomial", NULL, nc, false), 35280.0);
+    cr_assert_eq(flops_of("polynomial", "c=0.5", ca, true), 105840.0);
+    /* The chunk length changes the order of the sums, not the count. */
+    cr_assert_eq(flops_of("linear", "chunk=3", ca, false), 6720.0);
+    /* lsh: not counted. */
+    cr_assert(isnan(flops_of("lsh", NULL, nc, false)));
+    cr_assert(isnan(flops_of("lsh", NULL, ca, true)));
+    /* Counted at the full length: lengths do not change it. */
+    int lengths[2] = {3, 0};
+    attn_shape withlen = nc;
+    withlen.lengths = lengths;
+    cr_assert_eq(flops_of("softmax", NULL, withlen, false), 12000.0);
+}
+
+/* Every variant: a count that is NAN or positive, forward + backward at least the
+ * forward; NAN with a message for a rejected shape or NULL arguments. */
+Test(registry, flops_every_variant) {
+    for (int i = 0; i < attn_variant_count(); i++) {
+        const char *name = attn_variant_name(i);
+        attn *a = make(name, 0, NULL);
+        attn_shape s = shape(2, 2, 33, 5, 3, true, NULL);
+        double f = attn_flops(a, &s, false), fb = attn_flops(a, &s, true);
+        cr_assert(isnan(f) == isnan(fb), "%s", name);
+        if (!isnan(f)) {
+            cr_assert(f > 0 && isfinite(f), "%s: %g", name, f);
+            cr_assert_geq(fb, f, "%s", name);
+        }
+        attn_shape bad = s;
+        bad.len = 0;
+        ab_clear_error();
+        cr_assert(isnan(attn_flops(a, &bad, false)), "%s counts a rejected shape", name);
+        cr_assert(strstr(attn_error(), "N=0") != NULL, "%s: '%s'", name, attn_error());
+        cr_assert(isnan(attn_flops(a, NULL, false)));
+        attn_destroy(a);
+    }
+    attn_shape s = shape(1, 1, 1, 1, 1, false, NULL);
+    cr_assert(isnan(attn_flops(NULL, &s, true)));
+}
+
+/* ---- the feature maps' table ---- */
+
+Test(feature_maps, table_sizes_and_listing) {
+    /* Feature counts C for input size D, as the entries' formulas say: elu D, taylor
+     * 1 + D, poly 1 + D + D^2. */
+    static const int Ds[] = {1, 2, 7, 64};
+    for (size_t t = 0; t < sizeof Ds / sizeof Ds[0]; t++) {
+        size_t D = (size_t)Ds[t];
+        cr_assert_eq(fm_dim(FM_ELU, Ds[t]), D);
+        cr_assert_eq(fm_dim(FM_TAYLOR, Ds[t]), 1 + D);
+        cr_assert_eq(fm_dim(FM_POLY, Ds[t]), 1 + D + D * D);
+        fm_spec f;
+        fm_init(&f, FM_TAYLOR, Ds[t], 0.0, 1.0);
+        cr_assert_eq(f.C, (int)(1 + D));
+        cr_assert_eq(f.map, &fm_maps[FM_TAYLOR]);
+    }
+    cr_assert_str_eq(fm_maps[FM_ELU].name, "elu");
+    cr_assert_str_eq(fm_maps[FM_ELU].features, "D");
+    cr_assert_str_eq(fm_maps[FM_TAYLOR].name, "taylor");
+    cr_assert_str_eq(fm_maps[FM_TAYLOR].features, "1 + D");
+    cr_assert_str_eq(fm_maps[FM_POLY].name, "poly");
+    cr_assert_str_eq(fm_maps[FM_POLY].features, "1 + D + D^2");
+    cr_assert_eq(fm_dim(FM_POLY, 64), 4161u);
+
+    /* Every entry: a unique name that finds it, a formula and a help, its functions,
+     * a size of at least D; CUDA kernels for the known maps exactly when the build has
+     * CUDA. The public listing (attnbench list) is the table. */
+    cr_assert_eq(attn_feature_map_count(), fm_n_maps);
+    for (int i = 0; i < fm_n_maps; i++) {
+        const fm_map *m = &fm_maps[i];
+        cr_assert(m->name && m->name[0] && m->features && m->features[0] && m->help && m->help[0], "entry %d", i);
+        cr_assert_eq(fm_find(m->name), i, "%s", m->name);
+        cr_assert(m->dim && m->forward && m->backward, "%s", m->name);
+        cr_assert_geq(m->dim(5, NULL), 5u, "%s", m->name);
+        const char *name, *features, *help;
+        cr_assert(attn_feature_map_info(i, &name, &features, &help));
+        cr_assert_str_eq(name, m->name);
+        cr_assert_str_eq(features, m->features);
+        cr_assert_str_eq(help, m->help);
+    }
+    for (int k = FM_ELU; k <= FM_POLY; k++) cr_assert_eq(fm_maps[k].cuda != NULL, ab_cuda_built(), "%s", fm_maps[k].name);
+    cr_assert_not(attn_feature_map_info(fm_n_maps, NULL, NULL, NULL));
+    cr_assert_not(attn_feature_map_info(-1, NULL, NULL, NULL));
+    cr_assert_eq(fm_find("nosuch"), -1);
+    cr_assert_eq(fm_find(NULL), -1);
+
+    /* linear's feature_map choices are the entries marked for it, in table order (elu
+     * and taylor first; not polynomial's exact map), and its help names each as
+     * "NAME (what it is)". */
+    int li = attn_variant_find("linear"), oj = -1;
+    attn_option_info o;
+    for (int j = 0; attn_variant_option_info(li, j, &o); j++)
+        if (strcmp(o.name, "feature_map") == 0) oj = j;
+    cr_assert_geq(oj, 0);
+    attn_variant_option_info(li, oj, &o);
+    int c = 0;
+    for (int i = 0; i < fm_n_maps; i++) {
+        if (!fm_maps[i].linear_choice) continue;
+        cr_assert_eq(fm_linear_choice(c), &fm_maps[i]);
+        cr_assert_str_eq(attn_variant_option_choice(li, oj, c), fm_maps[i].name);
+        char item[256];
+        snprintf(item, sizeof item, "%s (%s)", fm_maps[i].name, fm_maps[i].help);
+        cr_assert(strstr(o.help, item) != NULL, "help '%s' lacks '%s'", o.help, item);
+        c++;
+    }
+    cr_assert_eq(o.n_choices, c);
+    cr_assert_null(fm_linear_choice(c));
+    cr_assert_str_eq(attn_variant_option_choice(li, oj, 0), "elu");
+    cr_assert_str_eq(attn_variant_option_choice(li, oj, 1), "taylor");
+    cr_assert_not(fm_maps[FM_POLY].linear_choice);
+    cr_assert(strncmp(o.help, "elu (elu(x)+1)", 14) == 0, "%s", o.help);
 }

@@ -45,29 +45,6 @@ static void fill_normal(float *x, size_t n, uint64_t seed, uint64_t stream) {
     for (size_t i = 0; i < n; i++) x[i] = (float)ab_rng_normal(seed, stream, i);
 }
 
-/* Useful floating-point operations of one call, where well defined: the quadratic
- * softmax products (half of them when causal), and the scan form of linear attention
- * (feature dimension C, values augmented by the denominator's column). NAN otherwise. */
-static double flops(const char *variant, const attn *a, const attn_shape *s, bool backward) {
-    double bh = (double)s->batch * s->heads, n = s->len, D = s->qk_dim, M = s->v_dim;
-    if (strcmp(variant, "softmax") == 0 || strcmp(variant, "stateful-softmax") == 0) {
-        double pairs = s->causal ? n * (n + 1) / 2 : n * n;
-        double fwd = 2 * pairs * (D + M) * bh;
-        return backward ? 3 * fwd : fwd;
-    }
-    double C;
-    if (strcmp(variant, "linear") == 0) {
-        char buf[32];
-        const char *fm = attn_option_value(a, s, "feature_map", buf, sizeof buf);
-        C = (fm && strcmp(fm, "taylor") == 0) ? D + 1 : D;
-    } else if (strcmp(variant, "polynomial") == 0) {
-        C = 1 + D + D * D;
-    } else
-        return NAN;
-    double fwd = 4 * n * C * (M + 1) * bh;
-    return backward ? 3 * fwd : fwd;
-}
-
 static json_t *options_json(const attn *a, const attn_shape *s) {
     json_t *o = json_object();
     int vi = attn_variant_find(attn_name(a));
@@ -295,7 +272,8 @@ json_t *sweep_run_point(const sweep_config *c, const sweep_variant *sv, attn *a,
         json_object_set_new(rec, "peak_bytes_per_sample", ab_json_num((double)peak / s->batch));
         json_object_set_new(rec, "saved_bytes", json_integer((json_int_t)saved_bytes));
         json_object_set_new(rec, "workspace_bytes", json_integer((json_int_t)attn_workspace_bytes(a)));
-        double ff = flops(sv->variant, a, s, false), fbf = flops(sv->variant, a, s, true);
+        /* The variant's own count (attn_flops); NAN where it has none (lsh). */
+        double ff = attn_flops(a, s, false), fbf = attn_flops(a, s, true);
         json_object_set_new(rec, "fwd_gflops", ab_json_num(ff / (fwd_med * 1e-3) * 1e-9));
         json_object_set_new(rec, "fwd_bwd_gflops", ab_json_num(fbf / (fb_med * 1e-3) * 1e-9));
         device_memory_json(rec, dev);

@@ -6,6 +6,13 @@ README's "Variants and options" and "Definitions the paper leaves open", `attnbe
 list`, `attnbench op --help` and the Philox layout documented in harness/rng.h), not
 from the C sources, so that a shared misreading cannot hide a bug.
 
+What is checked is what the binary under test lists (`attnbench list --json`): its
+variants in registry order, in turn, the modes each has and the values of its choice
+options. Each variant's reference is looked up by name in REFERENCES (and linear's
+feature maps in FEATURE_MAPS); a listed variant, option, choice value or mode that has
+none fails the test before any case runs, so a new variant cannot slip past the
+cross-check.
+
 For every case: random shapes and options from a fixed seed, inputs written as .npy
 with numpy's own writer, one `attnbench op` call (and one `--mode recurrent` call for
 causal variants that have a step), then out/dq/dk/dv compared with the reference:
@@ -24,11 +31,13 @@ Usage: xcheck.py ATTNBENCH [--cases N] [--seed S] [--case K] [--variant NAME]
 With --device cuda every call runs on the GPU (or, given the attnbench-emu binary, on
 the CPU emulator of the CUDA code: the meson test crosscheck_cuda_emu).
 Exit status: 0 all cases agree, 1 a disagreement (the case is named with the command
-that reproduces it), 2 a usage or setup error, 77 numpy missing (test skipped).
+that reproduces it) or something listed without a reference, 2 a usage or setup error,
+77 numpy missing (test skipped).
 """
 
 import argparse
 import functools
+import json
 import math
 import os
 import subprocess
@@ -202,16 +211,20 @@ def feature_elu(x):
     return np.where(x > 0, x + 1.0, np.exp(np.minimum(x, 0.0)))
 
 
+def feature_elu_backward(x, dphi, absolute=False):
+    """Gradient through elu + 1 (its derivative is positive: the magnitude bound for a
+    nonnegative dphi magnitude is the same expression)."""
+    return dphi * np.where(x > 0, 1.0, np.exp(np.minimum(x, 0.0)))
+
+
 def feature_taylor(x):
     n = np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
     return np.concatenate([np.ones(x.shape[:-1] + (1,)), x / n], axis=-1)
 
 
-def feature_backward(name, x, dphi, absolute=False):
-    """Gradient through the feature map; absolute=True gives the magnitude bound for a
-    nonnegative dphi magnitude."""
-    if name == "elu":
-        return dphi * np.where(x > 0, 1.0, np.exp(np.minimum(x, 0.0)))
+def feature_taylor_backward(x, dphi, absolute=False):
+    """Gradient through [1, x/max(|x|, 1e-12)]; absolute=True gives the magnitude bound
+    for a nonnegative dphi magnitude."""
     nrm = np.linalg.norm(x, axis=-1, keepdims=True)
     n = np.maximum(nrm, 1e-12)
     u = x / n
@@ -222,17 +235,25 @@ def feature_backward(name, x, dphi, absolute=False):
     return np.where(nrm > 1e-12, (dx - u * (u * dx).sum(-1, keepdims=True)) / n, dx / n)
 
 
+# linear's feature maps by name (its feature_map choices): phi and the gradient through
+# it. Every choice `attnbench list --json` lists must have an entry (see coverage).
+FEATURE_MAPS = {
+    "elu": (feature_elu, feature_elu_backward),
+    "taylor": (feature_taylor, feature_taylor_backward),
+}
+
+
 def ref_linear(q, k, v, g, lengths, causal, feature_map, eps):
     B, H, N, D = q.shape
     mask = base_mask(B, N, lengths, causal)
-    phi = feature_elu if feature_map == "elu" else feature_taylor
+    phi, back = FEATURE_MAPS[feature_map]
     fq, fk = phi(q), phi(k)
     r = _kernel_smoother(fq @ _T(fk), np.abs(fq) @ _T(np.abs(fk)), v, g, mask, eps)
     dS, dS_mag = r.pop("dS"), r.pop("dS_mag")
-    r["dq"] = feature_backward(feature_map, q, dS @ fk)
-    r["dk"] = feature_backward(feature_map, k, _T(dS) @ fq)
-    r["mag_dq"] = feature_backward(feature_map, q, dS_mag @ np.abs(fk), absolute=True)
-    r["mag_dk"] = feature_backward(feature_map, k, _T(dS_mag) @ np.abs(fq), absolute=True)
+    r["dq"] = back(q, dS @ fk)
+    r["dk"] = back(k, _T(dS) @ fq)
+    r["mag_dq"] = back(q, dS_mag @ np.abs(fk), absolute=True)
+    r["mag_dk"] = back(k, _T(dS_mag) @ np.abs(fq), absolute=True)
     return r
 
 
@@ -353,22 +374,121 @@ def ref_lsh(q, k, v, g, lengths, causal, rounds, bits, chunk, combine, scale, se
 
 def reference(variant, q, k, v, g, lengths, causal, o, seed, masks=None):
     """o: the options as given to `--set` (absent or "auto": the README's default)."""
-    D = q.shape[-1]
-    auto = 1.0 / math.sqrt(D)
     o = {key: val for key, val in o.items() if val != "auto"}
-    if variant in ("softmax", "stateful-softmax"):
-        return ref_softmax(q, k, v, g, lengths, causal, o.get("scale", auto))
-    if variant == "linear":
-        return ref_linear(q, k, v, g, lengths, causal, o.get("feature_map", "elu"),
+    return REFERENCES[variant].fn(q, k, v, g, lengths, causal, o, seed, masks)
+
+
+def _auto_scale(q):
+    return 1.0 / math.sqrt(q.shape[-1])
+
+
+def _softmax(q, k, v, g, lengths, causal, o, seed, masks):
+    return ref_softmax(q, k, v, g, lengths, causal, o.get("scale", _auto_scale(q)))
+
+
+def _linear(q, k, v, g, lengths, causal, o, seed, masks):
+    return ref_linear(q, k, v, g, lengths, causal, o.get("feature_map", "elu"), o.get("eps", 1e-6))
+
+
+def _polynomial(q, k, v, g, lengths, causal, o, seed, masks):
+    return ref_polynomial(q, k, v, g, lengths, causal, o.get("c", 1.0), o.get("scale", _auto_scale(q)),
                           o.get("eps", 1e-6))
-    if variant == "polynomial":
-        return ref_polynomial(q, k, v, g, lengths, causal, o.get("c", 1.0),
-                              o.get("scale", auto), o.get("eps", 1e-6))
-    if variant == "lsh":
-        return ref_lsh(q, k, v, g, lengths, causal, o.get("rounds", 1), o.get("bits", 8),
-                       o.get("chunk", 32), o.get("combine", "mean"), o.get("scale", auto),
-                       seed, masks)
-    raise ValueError(variant)
+
+
+def _lsh(q, k, v, g, lengths, causal, o, seed, masks):
+    return ref_lsh(q, k, v, g, lengths, causal, o.get("rounds", 1), o.get("bits", 8), o.get("chunk", 32),
+                   o.get("combine", "mean"), o.get("scale", _auto_scale(q)), seed, masks)
+
+
+# How a case draws a variant's options: rng, the case's D, and the allowed values of the
+# variant's choice options as `attnbench list --json` gives them (option -> names).
+# Each option is left at its default now and then.
+CHUNK_CHOICES = [1, 2, 3, 5, 7, 8, 16, 32, 64, 100]
+
+
+def _draw_softmax(rng, D, choices):
+    o = {}
+    if rng.random() < 0.6:
+        o["scale"] = float(np.float32(rng.choice([0.0, rng.uniform(-2, 2), 1.0])))
+    elif rng.random() < 0.5:
+        o["scale"] = "auto"
+    return o
+
+
+def _draw_linear(rng, D, choices):
+    o = {"feature_map": str(rng.choice(choices["feature_map"]))}
+    if rng.random() < 0.7:
+        o["eps"] = float(rng.choice([0.0, 1e-6, 1e-3, 0.1, 1.0]))
+        if o["eps"] == 0.0 and o["feature_map"] == "taylor" and D == 1:
+            # taylor's sim = 1 + sign(q) sign(k) is 0 for opposite signs, so a row
+            # may have a zero denominator: 0/0, NaN on both sides (README).
+            o["eps"] = 1e-6
+    if rng.random() < 0.7:
+        o["chunk"] = int(rng.choice(CHUNK_CHOICES))
+    elif rng.random() < 0.5:
+        o["chunk"] = "auto"
+    return o
+
+
+def _draw_polynomial(rng, D, choices):
+    o = {}
+    if rng.random() < 0.7:
+        o["c"] = float(rng.choice([0.0, 0.5, 1.0, 2.5]))
+    if rng.random() < 0.6:
+        o["scale"] = float(np.float32(rng.uniform(0.05, 1.0)))
+    elif rng.random() < 0.5:
+        o["scale"] = "auto"
+    if rng.random() < 0.6:
+        o["eps"] = float(rng.choice([0.0, 1e-6, 1e-3, 0.1]))
+    if rng.random() < 0.7:
+        o["chunk"] = int(rng.choice(CHUNK_CHOICES))
+    elif rng.random() < 0.5:
+        o["chunk"] = "auto"
+    return o
+
+
+def _draw_lsh(rng, D, choices):
+    # defaults: rounds 1, bits 8, chunk 32, mean
+    o = {}
+    if rng.random() < 0.85:
+        o["rounds"] = int(rng.choice([1, 2, 4]))
+    if rng.random() < 0.85:
+        o["bits"] = int(rng.choice([1, 2, 3, 4, 8]))
+    if rng.random() < 0.85:
+        o["chunk"] = int(rng.choice(CHUNK_CHOICES))
+    if rng.random() < 0.85:
+        o["combine"] = str(rng.choice(choices["combine"]))
+    if rng.random() < 0.6:
+        o["scale"] = float(np.float32(rng.uniform(0.0, 2.0)))
+    elif rng.random() < 0.5:
+        o["scale"] = "auto"
+    return o
+
+
+class Ref:
+    """A variant's reference: fn(q, k, v, g, lengths, causal, o, seed, masks) -> dict (o
+    without "auto" values), the options it reads (name -> None for a number, or the set
+    of values it knows for a choice option), and draw (see above)."""
+
+    def __init__(self, fn, options, draw):
+        self.fn, self.options, self.draw = fn, options, draw
+
+
+# The references, by the variant names of `attnbench list --json`. The cross-check
+# runs the variants the binary lists; one listed without an entry here, or with an
+# option or a choice value its entry does not know, fails the test (see coverage).
+REFERENCES = {
+    "softmax": Ref(_softmax, {"scale": None}, _draw_softmax),
+    "stateful-softmax": Ref(_softmax, {"scale": None}, _draw_softmax),
+    "linear": Ref(_linear, {"feature_map": set(FEATURE_MAPS), "eps": None, "chunk": None}, _draw_linear),
+    "polynomial": Ref(_polynomial, {"c": None, "scale": None, "eps": None, "chunk": None}, _draw_polynomial),
+    "lsh": Ref(_lsh, {"rounds": None, "bits": None, "chunk": None, "combine": {"mean", "logsumexp"},
+                      "scale": None}, _draw_lsh),
+}
+
+# The modes run_op knows: "parallel" (forward and backward) and "recurrent" (steps over
+# t = 0..N-1, compared with the causal forward).
+MODES = {"parallel", "recurrent"}
 
 # ---------------------------------------------------------------------------------------
 # Self-test of the reference: analytic gradients against central finite differences
@@ -438,8 +558,70 @@ def selftest_gradients():
 # Cases
 # ---------------------------------------------------------------------------------------
 
-VARIANTS = ["softmax", "stateful-softmax", "linear", "polynomial", "lsh"]
-HAS_STEP = {"stateful-softmax", "linear", "polynomial"}
+LIST_SCHEMA = "attnbench/list/1"
+
+
+def read_listing(exe):
+    """`attnbench list --json` of the binary under test: its variants, their options,
+    modes and devices (what the cases are drawn from)."""
+    p = subprocess.run([exe, "list", "--json"], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError("%s list --json exited %d: %s" % (exe, p.returncode, (p.stderr or p.stdout).strip()))
+    try:
+        doc = json.loads(p.stdout)
+    except ValueError as e:
+        raise RuntimeError("%s list --json is not JSON: %s" % (exe, e))
+    if doc.get("schema") != LIST_SCHEMA or not doc.get("variants"):
+        raise RuntimeError("%s list --json: schema %r, expected %r with variants" %
+                           (exe, doc.get("schema"), LIST_SCHEMA))
+    return doc
+
+
+def coverage(listing):
+    """What the binary lists that this file has no reference for: one message per
+    variant, option, choice value or mode (empty when everything is covered)."""
+    problems = []
+    for var in listing["variants"]:
+        name = var["name"]
+        ref = REFERENCES.get(name)
+        if ref is None:
+            problems.append("variant '%s' has no reference in xcheck.py: add one to REFERENCES "
+                            "(a reference function and how cases draw its options)" % name)
+            continue
+        for opt in var["options"]:
+            if opt["name"] not in ref.options:
+                problems.append("option '%s' of variant '%s' is unknown to its reference in xcheck.py" %
+                                (opt["name"], name))
+                continue
+            known = ref.options[opt["name"]]
+            for value in opt.get("choices") or []:
+                if known is None or value not in known:
+                    problems.append("%s=%s of variant '%s' has no reference in xcheck.py%s" %
+                                    (opt["name"], value, name,
+                                     " (add the feature map to FEATURE_MAPS)" if opt["name"] == "feature_map"
+                                     else ""))
+        for mode in var["modes"]:
+            if mode not in MODES:
+                problems.append("mode '%s' of variant '%s' is unknown to xcheck.py" % (mode, name))
+    return problems
+
+
+def selftest_coverage(listing):
+    """coverage() must report a variant, an option and a choice value it has no
+    reference for (a listing of the binary's with one of each added)."""
+    fake = json.loads(json.dumps(listing))
+    fake["variants"].append({"name": "no-such-variant", "options": [], "modes": ["parallel"],
+                             "devices": ["cpu"]})
+    for var in fake["variants"]:
+        if var["name"] == "linear":
+            var["options"].append({"name": "no_such_option", "type": "int"})
+            for opt in var["options"]:
+                if opt["name"] == "feature_map":
+                    opt["choices"] = opt["choices"] + ["no-such-map"]
+    found = coverage(fake)
+    for word in ("no-such-variant", "no_such_option", "no-such-map"):
+        if not any(word in m for m in found):
+            raise AssertionError("coverage() does not report %s: %s" % (word, found))
 
 # Smallest gap between the two largest hash scores (unit-norm x, N(0,1) rotations) that
 # a case may contain. float32 evaluation of xR errs by at most about D * 2^-24 * sum|x_d
@@ -448,9 +630,12 @@ HAS_STEP = {"stateful-softmax", "linear", "polynomial"}
 LSH_MIN_GAP = 1e-4
 
 
-def make_case(seed, idx, only=None, max_n=70, max_d=12):
+def make_case(seed, idx, variants, only=None, max_n=70, max_d=12):
+    """Case idx: variants (the listing's entries to draw from) in turn, or only."""
     rng = np.random.default_rng([seed, idx])
-    variant = only or VARIANTS[idx % len(VARIANTS)]
+    variant = only or variants[idx % len(variants)]["name"]
+    entry = next(v for v in variants if v["name"] == variant)
+    allowed = {opt["name"]: opt.get("choices") for opt in entry["options"]}
     B, H = int(rng.integers(1, 4)), int(rng.integers(1, 4))
     if idx % 13 == 0:
         N = 1
@@ -473,53 +658,8 @@ def make_case(seed, idx, only=None, max_n=70, max_d=12):
     k = (amp * rng.standard_normal((B, H, N, D))).astype(np.float32)
     v = rng.standard_normal((B, H, N, M)).astype(np.float32)
     dout = rng.standard_normal((B, H, N, M)).astype(np.float32)
-    o = {}
     lsh_seed = int(rng.choice([0, 1, int(rng.integers(2, 2**31)), int(rng.integers(2**32, 2**40))]))
-    chunk_choices = [1, 2, 3, 5, 7, 8, 16, 32, 64, 100]
-    if variant in ("softmax", "stateful-softmax"):
-        if rng.random() < 0.6:
-            o["scale"] = float(np.float32(rng.choice([0.0, rng.uniform(-2, 2), 1.0])))
-        elif rng.random() < 0.5:
-            o["scale"] = "auto"
-    elif variant == "linear":
-        o["feature_map"] = str(rng.choice(["elu", "taylor"]))
-        if rng.random() < 0.7:
-            o["eps"] = float(rng.choice([0.0, 1e-6, 1e-3, 0.1, 1.0]))
-            if o["eps"] == 0.0 and o["feature_map"] == "taylor" and D == 1:
-                # taylor's sim = 1 + sign(q) sign(k) is 0 for opposite signs, so a row
-                # may have a zero denominator: 0/0, NaN on both sides (README).
-                o["eps"] = 1e-6
-        if rng.random() < 0.7:
-            o["chunk"] = int(rng.choice(chunk_choices))
-        elif rng.random() < 0.5:
-            o["chunk"] = "auto"
-    elif variant == "polynomial":
-        if rng.random() < 0.7:
-            o["c"] = float(rng.choice([0.0, 0.5, 1.0, 2.5]))
-        if rng.random() < 0.6:
-            o["scale"] = float(np.float32(rng.uniform(0.05, 1.0)))
-        elif rng.random() < 0.5:
-            o["scale"] = "auto"
-        if rng.random() < 0.6:
-            o["eps"] = float(rng.choice([0.0, 1e-6, 1e-3, 0.1]))
-        if rng.random() < 0.7:
-            o["chunk"] = int(rng.choice(chunk_choices))
-        elif rng.random() < 0.5:
-            o["chunk"] = "auto"
-    else:
-        # each option left at its default now and then (rounds 1, bits 8, chunk 32, mean)
-        if rng.random() < 0.85:
-            o["rounds"] = int(rng.choice([1, 2, 4]))
-        if rng.random() < 0.85:
-            o["bits"] = int(rng.choice([1, 2, 3, 4, 8]))
-        if rng.random() < 0.85:
-            o["chunk"] = int(rng.choice(chunk_choices))
-        if rng.random() < 0.85:
-            o["combine"] = str(rng.choice(["mean", "logsumexp"]))
-        if rng.random() < 0.6:
-            o["scale"] = float(np.float32(rng.uniform(0.0, 2.0)))
-        elif rng.random() < 0.5:
-            o["scale"] = "auto"
+    o = REFERENCES[variant].draw(rng, D, allowed)
     len_dtype = np.int32 if rng.random() < 0.5 else np.int64
     if lengths is not None:
         lengths = lengths.astype(len_dtype)
@@ -654,7 +794,7 @@ def compare(got, ref, mag):
     return fig, bound, None
 
 
-def check_case(exe, c, folder, stats, failures, verbose, device):
+def check_case(exe, c, folder, stats, failures, verbose, device, modes_of):
     f64 = {n: c[n].astype(np.float64) for n in ("q", "k", "v", "dout")}
 
     def ref_for(lengths):
@@ -665,7 +805,7 @@ def check_case(exe, c, folder, stats, failures, verbose, device):
 
     ref = ref_for(c["lengths"])
     modes = ["parallel"]
-    if c["causal"] and c["variant"] in HAS_STEP:
+    if c["causal"] and "recurrent" in modes_of[c["variant"]]:
         modes.append("recurrent")
     for mode in modes:
         key = c["variant"] + ("/recurrent" if mode == "recurrent" else "")
@@ -707,7 +847,7 @@ def main():
     ap.add_argument("--cases", type=int, default=500)
     ap.add_argument("--seed", type=int, default=20240607)
     ap.add_argument("--case", type=int, help="run only this case number")
-    ap.add_argument("--variant", choices=VARIANTS, help="run only this variant")
+    ap.add_argument("--variant", help="run only this variant (one that the binary lists)")
     ap.add_argument("--max-n", type=int, default=70, help="largest sequence length (>= 2)")
     ap.add_argument("--max-d", type=int, default=12, help="largest D and M")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
@@ -720,8 +860,36 @@ def main():
         print("crosscheck: error: %s is not an executable" % exe)
         return 2
 
+    # The variants and modes to check are the binary's own (`list --json`); every one of
+    # them needs a reference here, or the test fails.
+    try:
+        listing = read_listing(exe)
+    except RuntimeError as e:
+        print("crosscheck: error: %s" % e)
+        return 2
+    problems = coverage(listing)
+    if problems:
+        print("crosscheck: FAILED: %s lists what this cross-check has no reference for "
+              "(tests/crosscheck/xcheck.py):" % args.attnbench)
+        for m in problems:
+            print("  " + m)
+        return 1
+    variants = [v for v in listing["variants"] if args.device in v["devices"]]
+    for v in listing["variants"]:
+        if args.device not in v["devices"]:
+            print("crosscheck: %s does not run on %s in this build: not checked" % (v["name"], args.device))
+    if not variants:
+        print("crosscheck: error: no variant runs on %s in this build" % args.device)
+        return 2
+    if args.variant is not None and args.variant not in [v["name"] for v in variants]:
+        print("crosscheck: error: --variant %s: not one of %s" %
+              (args.variant, ", ".join(v["name"] for v in variants)))
+        return 2
+    modes_of = {v["name"]: set(v["modes"]) for v in variants}
+
     t0 = time.time()
     selftest_philox()
+    selftest_coverage(listing)
     selftest_gradients()
     t_self = time.time() - t0
 
@@ -730,11 +898,11 @@ def main():
     redrawn = 0
     with tempfile.TemporaryDirectory(prefix="xcheck-") as tmp:
         for i in idxs:
-            c = make_case(args.seed, i, args.variant, args.max_n, args.max_d)
+            c = make_case(args.seed, i, variants, args.variant, args.max_n, args.max_d)
             redrawn += c["redrawn"]
             if args.verbose:
                 print(describe(c))
-            check_case(exe, c, os.path.join(tmp, "c"), stats, failures, args.verbose, args.device)
+            check_case(exe, c, os.path.join(tmp, "c"), stats, failures, args.verbose, args.device, modes_of)
     elapsed = time.time() - t0
 
     worst = (-1.0, None, None, None)
@@ -755,7 +923,7 @@ def main():
                " (%d degenerate tensors left out)" % st["degenerate"] if st["degenerate"] else "",
                ", ".join(bounds)))
     if worst[1] is not None:
-        wc = make_case(args.seed, worst[3], args.variant, args.max_n, args.max_d)
+        wc = make_case(args.seed, worst[3], variants, args.variant, args.max_n, args.max_d)
         print("crosscheck: closest to its tolerance: %s of %s at %.0f%% of it, %s" %
               (worst[2], worst[1], 100 * worst[0], describe(wc)))
     print("crosscheck: %d cases, %d attnbench calls on %s, seed %d, %.1f s (reference self-test %.1f s); "
