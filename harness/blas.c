@@ -3,11 +3,13 @@
 #include <cblas.h>
 #include <omp.h>
 
-/* OpenBLAS extensions (declared in its cblas.h too, repeated for clarity). */
+/* OpenBLAS extensions (declared in its cblas.h too, repeated for clarity and for
+ * cblas.h files that lack some of them). */
 extern char *openblas_get_config(void);
 extern char *openblas_get_corename(void);
 extern void openblas_set_num_threads(int);
 extern int openblas_get_num_threads(void);
+extern int openblas_get_parallel(void);
 
 void ab_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a, int lda,
               const float *b, int ldb, float beta, float *c, int ldc) {
@@ -36,3 +38,13 @@ int ab_threads(void) { return g_threads > 0 ? g_threads : omp_get_max_threads();
 const char *ab_blas_config(void) { return openblas_get_config(); }
 const char *ab_blas_corename(void) { return openblas_get_corename(); }
 int ab_blas_threads(void) { return openblas_get_num_threads(); }
+int ab_blas_parallel(void) { return openblas_get_parallel(); }
+
+const char *ab_blas_parallel_name(int model) {
+    switch (model) {
+    case 0: return "sequential";
+    case 1: return "pthreads";
+    case 2: return "openmp";
+    default: return "unknown";
+    }
+}

@@ -19,10 +19,16 @@ void ab_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, cons
 void ab_set_threads(int n);
 int ab_threads(void);
 
-/* OpenBLAS's build string and the core type it runs with (e.g. "Haswell"). */
+/* OpenBLAS's build string, the core type it runs with (openblas_get_corename(), e.g.
+ * "Haswell": the one chosen at load time, which OPENBLAS_CORETYPE overrides), and its
+ * thread count. */
 const char *ab_blas_config(void);
 const char *ab_blas_corename(void);
 int ab_blas_threads(void);
+/* OpenBLAS's threading model (openblas_get_parallel()): 0 sequential, 1 pthreads,
+ * 2 OpenMP; and its name ("sequential", "pthreads", "openmp", else "unknown"). */
+int ab_blas_parallel(void);
+const char *ab_blas_parallel_name(int model);
 
 #ifdef __cplusplus
 }

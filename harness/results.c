@@ -5,6 +5,7 @@
 #include "error.h"
 #include "fileio.h"
 
+#include <gnu/libc-version.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -98,8 +99,23 @@ json_t *ab_machine_info(void) {
     json_object_set_new(m, "blas_config", json_string(ab_blas_config()));
     json_object_set_new(m, "blas_core", json_string(ab_blas_corename()));
     json_object_set_new(m, "blas_threads", json_integer(ab_blas_threads()));
+    const int par = ab_blas_parallel();
+    json_object_set_new(m, "blas_parallel", json_integer(par));
+    json_object_set_new(m, "blas_parallel_model", json_string(ab_blas_parallel_name(par)));
     const char *ct = getenv("OPENBLAS_CORETYPE");
     json_object_set_new(m, "openblas_coretype_env", ct ? json_string(ct) : json_null());
+    /* Host memory: harness/memory.c's tracked allocator on glibc's malloc
+     * (aligned_alloc, 64-byte alignment); an LD_PRELOAD'ed allocator or malloc tunables
+     * would change what that means, so they are recorded when set. */
+    char alloc[96];
+    snprintf(alloc, sizeof alloc, "glibc malloc (aligned_alloc, 64-byte alignment), glibc %s", gnu_get_libc_version());
+    json_object_set_new(m, "allocator", json_string(alloc));
+    char libc[48];
+    snprintf(libc, sizeof libc, "glibc %s", gnu_get_libc_version());
+    json_object_set_new(m, "libc", json_string(libc));
+    const char *pre = getenv("LD_PRELOAD"), *tun = getenv("GLIBC_TUNABLES");
+    json_object_set_new(m, "ld_preload", pre ? json_string(pre) : json_null());
+    json_object_set_new(m, "glibc_tunables", tun ? json_string(tun) : json_null());
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     json_object_set_new(m, "memory_bytes", json_integer((json_int_t)pages * psz));
     struct utsname u;
@@ -116,7 +132,10 @@ json_t *ab_machine_info(void) {
     json_object_set_new(m, "jansson", json_string(v));
     json_object_set_new(m, "zlib", json_string(zlibVersion()));
     json_object_set_new(m, "attnbench", json_string(ATTNBENCH_VERSION));
-    json_object_set_new(m, "gpu", gpu_info());
+    json_t *gpu = gpu_info();
+    json_object_set_new(m, "device_allocator",
+                        json_is_null(gpu) ? json_null() : json_string("cudaMalloc per tensor (tracked, no caching)"));
+    json_object_set_new(m, "gpu", gpu);
     return m;
 }
 

@@ -31,9 +31,13 @@ json_t *ab_json_num(double x);
 /* Current time as ISO 8601 UTC. */
 void ab_iso_time(char *buf, size_t cap);
 
-/* This machine: CPU model, cores, threads, BLAS build and core type, OPENBLAS_CORETYPE,
- * OS, compiler, library versions, and the CUDA device (name, compute capability,
- * memory, driver and runtime versions) when the process initialised one, else null. */
+/* This machine: CPU model, cores, threads, BLAS build, core type (blas_core:
+ * openblas_get_corename()), OPENBLAS_CORETYPE (openblas_coretype_env), OpenBLAS's
+ * thread count and threading model (blas_parallel: 0 sequential, 1 pthreads, 2 OpenMP;
+ * blas_parallel_model: its name), the host allocator (allocator, libc, ld_preload,
+ * glibc_tunables), OS, compiler, library versions, and the CUDA device (name, compute
+ * capability, memory, driver and runtime versions) when the process initialised one,
+ * else null (device_allocator likewise). */
 json_t *ab_machine_info(void);
 /* {"commit": ..., "dirty": bool} of the source tree the binary was built from (null
  * when unknown). */

@@ -1,60 +1,202 @@
 #!/usr/bin/env python3
-"""Side-by-side table of an `attnbench bench` result and the PyTorch peer's `train`
-output (torch_attention_bench.py), at the same N, D, H, B: our median forward+backward
-time and peak memory against PyTorch's, and the ratios.
+"""Side by side: an `attnbench bench` run document and the PyTorch peer's
+(experiments/sweep/torch_bench.py) from the same sweep config, as ratio tables (ours /
+PyTorch) of time and memory per variant and N, and of the recurrent step times.
 
-    python3 experiments/sweep/compare_torch.py results/compare-torch.json torch-train.json
+    compare_torch.py OURS.json TORCH.json [--allow-mismatch]
 
-Pairs: softmax <-> softmax_causal, linear <-> linear_causal_chunked (the fastest PyTorch
-form of causal linear attention) and linear_causal_cumsum; with the GPU peer
-(torch_gpu_bench.py) also linear and softmax <-> sdpa_causal (PyTorch's fused causal
-scaled_dot_product_attention). Memory: ours is the tracked
-allocator's peak (inputs, outputs, gradients, saved state, workspace); PyTorch's is
-peak_alloc_step (bytes live in its allocator during one step, from its profiler) and
-peak_rss_delta (process RSS growth), as the peer reports them. Standard library only.
+Pairs: each PyTorch record stands against the labels in its "peer_of" (e.g. softmax ->
+PyTorch's eager softmax and sdpa, linear -> linear_chunked), at the same length,
+batch, heads, dimensions and causality. Time: medians of forward and of
+forward+backward (ms). Memory: ours is the tracked allocator's peak over the point
+(inputs q, k, v, dout, out, gradients, saved state, workspace); PyTorch's peak_bytes
+excludes its inputs (q, k, v, dout), so the ratio is taken against PyTorch's
+peak_bytes + input_bytes. Recurrent: the median time per generated position at each
+context, and the state each keeps.
+
+The two runs must have used the same BLAS core type and thread count (machine.blas_core,
+machine.threads and machine.blas_threads, on the CPU) or the same GPU (machine.gpu.name,
+on CUDA), and the same device: otherwise one line and exit status 2, unless
+--allow-mismatch, which the output then states. Standard library only.
 """
 import json
 import sys
 
-PAIRS = [("softmax", "softmax_causal"), ("linear", "linear_causal_chunked"), ("linear", "linear_causal_cumsum"),
-         ("linear", "sdpa_causal"), ("softmax", "sdpa_causal")]
+PROG = "compare_torch"
 
 
-def main():
-    if len(sys.argv) != 3:
-        sys.exit(__doc__)
-    ours = json.load(open(sys.argv[1]))
-    theirs = json.load(open(sys.argv[2]))
-    rows = {}
+class Refusal(Exception):
+    pass
+
+
+def load(path, what):
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except OSError as e:
+        raise Refusal(f"cannot read {path}: {e.strerror}")
+    except json.JSONDecodeError as e:
+        raise Refusal(f"{path}:{e.lineno}:{e.colno}: not JSON: {e.msg}")
+    if not isinstance(doc, dict) or doc.get("schema") != "attnbench/run/1" or not isinstance(doc.get("records"), list):
+        raise Refusal(f"{path}: not a run document (schema attnbench/run/1) from {what}")
+    if not isinstance(doc.get("machine"), dict):
+        raise Refusal(f"{path}: the run document has no machine section")
+    return doc
+
+
+def device(doc):
+    return (doc.get("config") or {}).get("device", "cpu")
+
+
+def mismatches(ours, theirs):
+    """What differs between the two runs' conditions, as short phrases."""
+    out = []
+    dv_o, dv_t = device(ours), device(theirs)
+    if dv_o != dv_t:
+        return [f"device {dv_o} vs {dv_t}"]
+    mo, mt = ours["machine"], theirs["machine"]
+    if dv_o == "cuda":
+        go, gt = (mo.get("gpu") or {}).get("name"), (mt.get("gpu") or {}).get("name")
+        if go != gt:
+            out.append(f"GPU {go} vs {gt}")
+        return out
+    for key, name in (("blas_core", "BLAS core type"), ("threads", "thread count"),
+                      ("blas_threads", "BLAS thread count")):
+        a, b = mo.get(key), mt.get(key)
+        if a != b:
+            out.append(f"{name} {a} vs {b}")
+    return out
+
+
+def ms(x):
+    if x is None:
+        return "-"
+    return f"{x:.1f}" if x >= 100 else f"{x:.2f}" if x >= 1 else f"{x:.4f}"
+
+
+def mib(x):
+    if x is None:
+        return "-"
+    return f"{x / 2**20:.3f}" if x < 2**20 else f"{x / 2**20:.1f}" if x < 10 * 2**20 else f"{x / 2**20:.0f}"
+
+
+def ratio(a, b):
+    if a is None or b is None or b == 0:
+        return "-"
+    r = a / b
+    return f"{r:.2f}" if r >= 0.1 else f"{r:.2g}"
+
+
+def med(r, key):
+    v = r.get(key)
+    return v.get("median") if isinstance(v, dict) else None
+
+
+def shape_key(r):
+    return (r.get("len"), r.get("batch"), r.get("heads"), r.get("qk_dim"), r.get("v_dim"), r.get("causal"))
+
+
+def side_line(doc, who):
+    m = doc["machine"]
+    sg = (doc.get("sgemm") or {}).get("gflops")
+    extra = f", PyTorch {m.get('torch')}" if m.get("torch") else ""
+    gpu = (m.get("gpu") or {}).get("name")
+    return (f"{who}: {m.get('cpu')}{', GPU ' + gpu if gpu else ''}, {m.get('threads')} threads, "
+            f"{m.get('blas')} core {m.get('blas_core')} ({m.get('blas_parallel_model')}, "
+            f"{m.get('blas_threads')} threads), OPENBLAS_CORETYPE={m.get('openblas_coretype_env') or '(unset)'}, "
+            f"allocator {m.get('allocator')}{extra}; sgemm {'-' if sg is None else f'{sg:.0f}'} GFLOP/s")
+
+
+def tables(ours, theirs):
+    lines = []
+    own = {}
     for r in ours["records"]:
-        if r.get("kind") == "parallel" and r["status"] == "ok":
-            rows[(r["variant"], r["len"], r["qk_dim"])] = r
-    m = ours["machine"]
-    print(f"machine: {m.get('cpu')}, {m.get('threads')} threads, OpenBLAS core {m.get('blas_core')}, "
-          f"OPENBLAS_CORETYPE={m.get('openblas_coretype_env')}; sgemm {ours.get('sgemm', {}).get('gflops', 0):.0f} GFLOP/s")
-    print()
-    print("| ours | PyTorch | N | ours fwd+bwd ms | PyTorch fwd+bwd ms | time ratio | ours peak MiB | PyTorch alloc / rss MiB | memory ratio | ours GFLOP/s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for ov, tm in PAIRS:
-        for t in theirs:
-            if t.get("method") != tm:
-                continue
-            o = rows.get((ov, t["N"], t["D"]))
+        own[(r.get("kind"), r.get("variant")) + shape_key(r) + (r.get("context"),)] = r
+    lines.append("| ours | PyTorch | N | B | ours fwd ms | PyTorch fwd ms | fwd ratio | ours fwd+bwd ms | "
+                 "PyTorch fwd+bwd ms | fwd+bwd ratio | ours peak MiB | PyTorch peak + inputs MiB | memory ratio |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    n_par = 0
+    for t in theirs["records"]:
+        if t.get("kind") != "parallel":
+            continue
+        for label in t.get("peer_of") or []:
+            o = own.get(("parallel", label) + shape_key(t) + (None,))
             if o is None:
                 continue
-            ours_ms = o["fwd_bwd_ms"]["median"]
-            if t["status"] != "ok":
-                print(f"| {ov} | {tm} | {t['N']} | {ours_ms:.1f} | {t['status']} | - | {o['peak_bytes'] / 2**20:.0f} | - | - | - |")
+            n_par += 1
+            row = [label, t["variant"], str(t["len"]), str(t["batch"])]
+            ok_o, ok_t = o.get("status") == "ok", t.get("status") == "ok"
+            of, ofb = (med(o, "fwd_ms"), med(o, "fwd_bwd_ms")) if ok_o else (None, None)
+            tf, tfb = (med(t, "fwd_ms"), med(t, "fwd_bwd_ms")) if ok_t else (None, None)
+            op = o.get("peak_bytes") if ok_o else None
+            tp = t.get("peak_bytes") if ok_t else None
+            tpi = tp + (t.get("input_bytes") or 0) if tp is not None else None
+            row += [ms(of) if ok_o else o.get("status", "-"), ms(tf) if ok_t else t.get("status", "-"), ratio(of, tf),
+                    ms(ofb) if ok_o else o.get("status", "-"), ms(tfb) if ok_t else t.get("status", "-"),
+                    ratio(ofb, tfb), mib(op), mib(tpi), ratio(op, tpi)]
+            lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    lines.append("| ours | PyTorch | context | B | ours ms/step | PyTorch ms/step | step ratio | ours state MiB | "
+                 "PyTorch state MiB |")
+    lines.append("|---|---|---|---|---|---|---|---|---|")
+    n_rec = 0
+    for t in theirs["records"]:
+        if t.get("kind") != "recurrent":
+            continue
+        for label in t.get("peer_of") or []:
+            o = own.get(("recurrent", label) + shape_key(t) + (t.get("context"),))
+            if o is None:
                 continue
-            th_ms = t["fwdbwd_median"] * 1e3
-            alloc = t.get("peak_alloc_step") or 0
-            rss = t.get("peak_rss_delta") or 0
-            theirs_mem = max(alloc, rss)
-            gf = o.get("fwd_bwd_gflops")
-            print(f"| {ov} | {tm} | {t['N']} | {ours_ms:.1f} | {th_ms:.1f} | {ours_ms / th_ms:.2f} | "
-                  f"{o['peak_bytes'] / 2**20:.0f} | {alloc / 2**20:.0f} / {rss / 2**20:.0f} | "
-                  f"{o['peak_bytes'] / theirs_mem:.2f} | {'-' if gf is None else f'{gf:.0f}'} |")
+            n_rec += 1
+            ok_o, ok_t = o.get("status") == "ok", t.get("status") == "ok"
+            op, tp = (o.get("per_position_ms") if ok_o else None), (t.get("per_position_ms") if ok_t else None)
+            lines.append("| " + " | ".join([
+                label, t["variant"], str(t.get("context")), str(t["batch"]),
+                ms(op) if ok_o else o.get("status", "-"), ms(tp) if ok_t else t.get("status", "-"), ratio(op, tp),
+                mib(o.get("state_bytes") if ok_o else None), mib(t.get("state_bytes") if ok_t else None)]) + " |")
+    return lines, n_par, n_rec
+
+
+def main(argv):
+    args = [a for a in argv if not a.startswith("--")]
+    flags = [a for a in argv if a.startswith("--")]
+    if "--help" in flags or "-h" in argv:
+        print(__doc__)
+        return 0
+    bad = [f for f in flags if f != "--allow-mismatch"]
+    try:
+        if bad:
+            raise Refusal(f"unknown option {bad[0]} (usage: compare_torch.py OURS.json TORCH.json [--allow-mismatch])")
+        if len(args) != 2:
+            raise Refusal("usage: compare_torch.py OURS.json TORCH.json [--allow-mismatch]")
+        ours = load(args[0], "attnbench bench")
+        theirs = load(args[1], "torch_bench.py")
+        if "torch" not in theirs["machine"] or "peer_of" not in next(iter(theirs["records"]), {"peer_of": 0}):
+            raise Refusal(f"{args[1]}: not a torch_bench.py run document (no machine.torch or records' peer_of)")
+        if "torch" in ours["machine"]:
+            raise Refusal(f"{args[0]}: a torch_bench.py document where attnbench's is expected (order: OURS TORCH)")
+        diff = mismatches(ours, theirs)
+        if diff and "--allow-mismatch" not in flags:
+            raise Refusal("the runs differ in " + "; ".join(diff) + ": refusing to compare (--allow-mismatch to do it "
+                          "anyway)")
+    except Refusal as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    print(side_line(ours, "ours"))
+    print(side_line(theirs, "PyTorch"))
+    if diff:
+        print("WARNING: compared with --allow-mismatch although the runs differ in " + "; ".join(diff))
+    print(f"device {device(ours)}; ratios are ours / PyTorch (below 1: ours is faster or smaller); memory: ours' "
+          "tracked peak (inputs included) against PyTorch's peak beyond its inputs + its inputs")
+    print()
+    lines, n_par, n_rec = tables(ours, theirs)
+    print("\n".join(lines))
+    if n_par + n_rec == 0:
+        print(f"{PROG}: error: no record of {args[1]} has a peer in {args[0]} (different configs or shapes?)",
+              file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv[1:]))

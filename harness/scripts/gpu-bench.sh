@@ -2,10 +2,13 @@
 # On a machine with an NVIDIA GPU (compute capability 8.0+), CUDA toolkit and the
 # project's dependencies (harness/scripts/setup.sh installs them on Debian): builds,
 # runs the GPU test suites and the float64 cross-check on the GPU (needs numpy), the
-# Figure 1 sweep on the GPU and the side-by-side with PyTorch (needs python3 with torch
-# 2.x and CUDA). Writes under results/:
-#   figure1-gpu.json/.tsv/.png/.svg, compare-torch-gpu.json, torch-gpu.json,
-#   compare-torch-gpu.md (the table), gpu-tests.log.
+# Figure 1 sweep on the GPU and the side-by-side with PyTorch
+# (experiments/sweep/compare-torch.sh cuda: needs a python3 whose torch is a CUDA build,
+# PyTorch 2.x for scaled_dot_product_attention; PYTHON names it when python3 is not
+# that one). Writes under results/:
+#   figure1-gpu.json/.tsv/.png/.svg, compare-torch-gpu.json (ours),
+#   compare-torch-gpu-torch.json (PyTorch), compare-torch-gpu.md (the table),
+#   gpu-tests.log.
 set -euo pipefail
 # A shell started with no PATH in its environment has a default one it does not
 # export; the compilers that meson and gcc start need it exported.
@@ -19,7 +22,5 @@ python3 tests/crosscheck/xcheck.py build/attnbench --device cuda 2>&1 | tee -a r
 set -e
 build/attnbench bench experiments/sweep/figure1-gpu.json --device cuda --out results/figure1-gpu.json
 build/attnbench plot results/figure1-gpu.json
-build/attnbench bench experiments/sweep/compare-torch-gpu.json --device cuda --out results/compare-torch-gpu.json
-python3 experiments/sweep/torch_gpu_bench.py --out results/torch-gpu.json
-python3 experiments/sweep/compare_torch.py results/compare-torch-gpu.json results/torch-gpu.json \
-    | tee results/compare-torch-gpu.md
+# Both sides with the same host thread count (all cores unless THREADS is set).
+THREADS="${THREADS:-$(nproc)}" OUT=results ATTNBENCH=build/attnbench bash experiments/sweep/compare-torch.sh cuda
