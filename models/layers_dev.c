@@ -151,3 +151,17 @@ int ld_cross_entropy_backward(attn_device dev, float *dlogits, const float *logi
     DISPATCH(dev, cross_entropy_backward_cuda(dlogits, logits, targets, weights, weight_sum, BT, V),
              cross_entropy_backward(dlogits, logits, targets, weights, weight_sum, BT, V));
 }
+
+int ld_lstm_step_forward(attn_device dev, const lstm_step_shape *s, float *gates, float *c, float *out, int out_ld,
+                         float *h, float *cs, const float *hw) {
+    DISPATCH(dev, lstm_step_forward_cuda(s, gates, c, out, out_ld, h, cs, hw),
+             lstm_step_forward(s, gates, c, out, out_ld, h, cs, hw));
+}
+
+int ld_lstm_step_backward(attn_device dev, const lstm_step_shape *s, float *dgates, float *dstep, float *hprev,
+                          float *dcs, const float *dh_rec, const float *dout, int dout_ld, const float *gates,
+                          const float *c, const float *out, int out_ld) {
+    DISPATCH(dev,
+             lstm_step_backward_cuda(s, dgates, dstep, hprev, dcs, dh_rec, dout, dout_ld, gates, c, out, out_ld),
+             lstm_step_backward(s, dgates, dstep, hprev, dcs, dh_rec, dout, dout_ld, gates, c, out, out_ld));
+}

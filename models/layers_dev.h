@@ -9,6 +9,7 @@
 
 #include "attention.h"
 #include "layers.h"
+#include "lstm.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -54,5 +55,11 @@ int ld_cross_entropy_forward(attn_device dev, ce_stats *st, float *nll, const fl
                              const float *weights, int BT, int V, void *ws);
 int ld_cross_entropy_backward(attn_device dev, float *dlogits, const float *logits, const int *targets,
                               const float *weights, double weight_sum, int BT, int V);
+/* One direction's LSTM step (lstm.h: lstm_step_forward, lstm_step_backward) */
+int ld_lstm_step_forward(attn_device dev, const lstm_step_shape *s, float *gates, float *c, float *out, int out_ld,
+                         float *h, float *cs, const float *hw);
+int ld_lstm_step_backward(attn_device dev, const lstm_step_shape *s, float *dgates, float *dstep, float *hprev,
+                          float *dcs, const float *dh_rec, const float *dout, int dout_ld, const float *gates,
+                          const float *c, const float *out, int out_ld);
 
 #endif
