@@ -28,13 +28,12 @@
  * X, this build reads 1", "truncated checkpoint (N bytes, its header says M)",
  * "blob 'params' is corrupt (CRC mismatch)", ...
  *
- * The container knows nothing of models; the helpers at the end write and read a
- * meta record and JSON values (models/optim.h adds the optimiser's state).
+ * The container knows nothing of models or training runs; the helpers at the end write
+ * and read JSON values (models/optim.h adds the optimiser's state).
  */
 #ifndef AB_CHECKPOINT_H
 #define AB_CHECKPOINT_H
 
-#include "rng.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -48,7 +47,6 @@
 /* Conventional blob names. */
 #define AB_CKPT_PARAMS "params" /* the model's flat float parameters */
 #define AB_CKPT_OPTIM "optim"   /* ab_ckpt_add_optim */
-#define AB_CKPT_META "meta"     /* ab_ckpt_add_meta */
 #define AB_CKPT_CONFIG "config" /* the run's config, ab_ckpt_add_json */
 
 /* ---- writing ---- */
@@ -98,24 +96,6 @@ int ab_ckpt_get(const ab_ckpt_reader *r, const char *name, const void **data, si
 int ab_ckpt_read(const ab_ckpt_reader *r, const char *name, void *dst, size_t expected);
 
 /* ---- common blobs ---- */
-
-#define AB_CKPT_META_RNGS 4
-
-/* Where a run stands, in blob "meta" (fixed layout, 184 bytes, versioned). */
-typedef struct {
-    uint64_t step;          /* optimiser steps done */
-    uint64_t n_params;      /* length of the parameter array */
-    uint64_t seed;          /* the run's seed */
-    uint64_t data_position; /* next sample / batch of the data stream */
-    uint64_t data_epoch;    /* passes over the data so far */
-    double elapsed_s;       /* training time so far, seconds */
-    uint64_t extra[4];      /* free for the caller */
-    ab_rng rng[AB_CKPT_META_RNGS]; /* RNG cursors (seed, stream, index) */
-} ab_ckpt_meta;
-
-int ab_ckpt_add_meta(ab_ckpt_writer *w, const ab_ckpt_meta *m);
-/* 0, or AB_EINVAL: no "meta" blob, wrong size or record version. */
-int ab_ckpt_get_meta(const ab_ckpt_reader *r, ab_ckpt_meta *m);
 
 /* A JSON value as compact text (reals with 17 significant digits, so numbers read
  * back exactly). */

@@ -23,7 +23,7 @@ struct tf_gen {
 /* The logits (B, V) of position N-1 of the last forward into out (host memory). On
  * CUDA the rows are first gathered in the dlogits scratch, then copied in one go. */
 static int copy_last(const tf_model *m, int B, int N, float *out) {
-    size_t V = (size_t)m->cfg.vocab;
+    size_t V = (size_t)m->classes;
     const float *last = m->logits + (size_t)(N - 1) * V;
     if (m->dev == ATTN_DEVICE_CPU) {
         for (int b = 0; b < B; b++) memcpy(out + (size_t)b * V, last + (size_t)b * N * V, sizeof(float) * V);
@@ -45,6 +45,11 @@ int tf_last_logits(tf_model *m, const int *tokens, int B, int N, uint64_t seed, 
 
 bool tf_has_recurrent(const tf_model *m) {
     if (!m) return false;
+    if (m->cfg.body != TF_BODY_TRANSFORMER || m->cfg.input != TF_INPUT_TOKENS) {
+        ab_fail(AB_EUNSUPPORTED, "generation as an RNN needs a transformer over tokens (this model: %s over %s)",
+                tf_body_name(m->cfg.body), tf_input_name(m->cfg.input));
+        return false;
+    }
     if (!attn_has_step(m->att)) {
         ab_fail(AB_EUNSUPPORTED, "attention '%s' has no recurrent mode: generate by recomputation", m->cfg.attention);
         return false;
@@ -134,28 +139,20 @@ void tf_gen_destroy(tf_gen *g) {
 
 int tf_gen_position(const tf_gen *g) { return g ? g->t : 0; }
 
-static int check_tokens(const tf_model *m, const int *tokens, size_t n) {
-    if (!tokens) return ab_fail(AB_EINVAL, "generation: NULL tokens");
-    for (size_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab)
-            return ab_fail(AB_EINVAL, "generation: token %d at index %zu is outside [0, vocab=%d)", tokens[i], i,
-                           m->cfg.vocab);
-    return 0;
-}
-
 int tf_gen_prefill(tf_gen *g, const int *tokens, int P, float *logits) {
     if (!g || !logits) return ab_fail(AB_EINVAL, "tf_gen_prefill: NULL argument");
     if (g->t != 0)
         return ab_fail(AB_EINVAL, "tf_gen_prefill: the state already holds %d positions (tf_gen_init)", g->t);
     if (P < 1 || P > g->capacity)
         return ab_fail(AB_EINVAL, "tf_gen_prefill: prompt of %d positions is outside 1..capacity=%d", P, g->capacity);
-    int rc = check_tokens(g->m, tokens, (size_t)g->B * P);
+    int rc = tf_check_tokens(g->m, tokens, (size_t)g->B * P, "generation");
     if (rc) return rc;
     for (int l = 0; l < g->m->cfg.layers; l++) {
         g->runs[l].mode = MHA_PREFILL;
         g->runs[l].t = 0;
     }
-    rc = tf_forward_run(g->m, tokens, g->B, P, 0, NULL, false, 0, g->runs);
+    tf_in in = {tokens, NULL};
+    rc = tf_forward_run(g->m, &in, g->B, P, 0, NULL, false, 0, g->runs);
     if (rc || (rc = copy_last(g->m, g->B, P, logits))) return rc;
     g->t = P;
     return 0;
@@ -164,13 +161,14 @@ int tf_gen_prefill(tf_gen *g, const int *tokens, int P, float *logits) {
 int tf_gen_step(tf_gen *g, const int *tokens, float *logits) {
     if (!g || !logits) return ab_fail(AB_EINVAL, "tf_gen_step: NULL argument");
     if (g->t >= g->capacity) return ab_fail(AB_EINVAL, "tf_gen_step: the state is full (capacity %d)", g->capacity);
-    int rc = check_tokens(g->m, tokens, (size_t)g->B);
+    int rc = tf_check_tokens(g->m, tokens, (size_t)g->B, "generation");
     if (rc) return rc;
     for (int l = 0; l < g->m->cfg.layers; l++) {
         g->runs[l].mode = MHA_STEP;
         g->runs[l].t = g->t;
     }
-    rc = tf_forward_run(g->m, tokens, g->B, 1, g->t, NULL, false, 0, g->runs);
+    tf_in in = {tokens, NULL};
+    rc = tf_forward_run(g->m, &in, g->B, 1, g->t, NULL, false, 0, g->runs);
     if (rc || (rc = copy_last(g->m, g->B, 1, logits))) return rc;
     g->t++;
     return 0;

@@ -1,9 +1,12 @@
-/* The token transformer: creation (config checks, size tables, allocation,
- * initialisation), forward, loss and backward. Generation is in generate.c. */
+/* The model (transformer.h): creation (config checks, size tables, allocation,
+ * initialisation), forward, loss and backward, with the input stage, the body and the
+ * head each in their own functions (input_*, body_*, head_*). Generation is in
+ * generate.c. */
 #include "transformer_internal.h"
 
 #include "layers_dev.h"
 
+#include "../harness/cuda_device.h"
 #include "../harness/device.h"
 #include "../harness/error.h"
 #include "../harness/memory.h"
@@ -15,8 +18,47 @@
 #include <stdlib.h>
 #include <string.h>
 
+static const char *const INPUT_NAMES[] = {"tokens", "frames"};
+static const char *const BODY_NAMES[] = {"transformer", "lstm"};
+static const char *const HEAD_NAMES[] = {"categorical"};
+_Static_assert(sizeof INPUT_NAMES / sizeof *INPUT_NAMES == TF_INPUT_COUNT, "a name for every input");
+_Static_assert(sizeof BODY_NAMES / sizeof *BODY_NAMES == TF_BODY_COUNT, "a name for every body");
+_Static_assert(sizeof HEAD_NAMES / sizeof *HEAD_NAMES == TF_HEAD_COUNT, "a name for every head");
+
+const char *tf_input_name(tf_input i) { return (unsigned)i < TF_INPUT_COUNT ? INPUT_NAMES[i] : "?"; }
+const char *tf_body_name(tf_body b) { return (unsigned)b < TF_BODY_COUNT ? BODY_NAMES[b] : "?"; }
+const char *tf_head_name(tf_head h) { return (unsigned)h < TF_HEAD_COUNT ? HEAD_NAMES[h] : "?"; }
+
+static int find_name(const char *const *names, int n, const char *name) {
+    for (int i = 0; name && i < n; i++)
+        if (strcmp(names[i], name) == 0) return i;
+    return -1;
+}
+int tf_body_find(const char *name) { return find_name(BODY_NAMES, TF_BODY_COUNT, name); }
+int tf_head_find(const char *name) { return find_name(HEAD_NAMES, TF_HEAD_COUNT, name); }
+
+static const char *join(char *buf, size_t cap, const char *const *names, int n) {
+    size_t k = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && k < cap; i++) k += (size_t)snprintf(buf + k, cap - k, "%s%s", i ? ", " : "", names[i]);
+    return buf;
+}
+const char *tf_body_names(void) {
+    static char buf[128];
+    return join(buf, sizeof buf, BODY_NAMES, TF_BODY_COUNT);
+}
+const char *tf_head_names(void) {
+    static char buf[128];
+    return join(buf, sizeof buf, HEAD_NAMES, TF_HEAD_COUNT);
+}
+
 void tf_config_default(tf_config *c) {
     memset(c, 0, sizeof *c);
+    c->input = TF_INPUT_TOKENS;
+    c->body = TF_BODY_TRANSFORMER;
+    c->head = TF_HEAD_CATEGORICAL;
+    c->lstm_hidden = 256;
+    c->bidirectional = true;
     c->vocab = 12;
     c->max_len = 257;
     c->d_model = 128;
@@ -46,28 +88,59 @@ uint64_t tf_attn_seed(uint64_t seed, int layer) {
 
 /* ---- configuration ---- */
 
+/* The head's outputs: classes, or the vocabulary when classes is 0. */
+static int classes_of(const tf_config *c) { return c->classes > 0 ? c->classes : c->vocab; }
+
+/* The body's output channels. */
+static int width_of(const tf_config *c) {
+    if (c->body == TF_BODY_LSTM) return c->bidirectional ? 2 * c->lstm_hidden : c->lstm_hidden;
+    return c->d_model;
+}
+
 static int check_config(const tf_config *c, int max_batch) {
     if (!c) return ab_fail(AB_EINVAL, "model config is NULL");
-    if (c->vocab < 1) return ab_fail(AB_EINVAL, "model vocab %d must be >= 1", c->vocab);
+    if ((unsigned)c->input >= TF_INPUT_COUNT) return ab_fail(AB_EINVAL, "model input %d is not an input kind", (int)c->input);
+    if ((unsigned)c->body >= TF_BODY_COUNT)
+        return ab_fail(AB_EINVAL, "model body %d is not a body (one of: %s)", (int)c->body, tf_body_names());
+    if ((unsigned)c->head >= TF_HEAD_COUNT)
+        return ab_fail(AB_EINVAL, "model head %d is not a head (one of: %s)", (int)c->head, tf_head_names());
+    if (c->input == TF_INPUT_TOKENS && c->vocab < 1) return ab_fail(AB_EINVAL, "model vocab %d must be >= 1", c->vocab);
+    if (c->input == TF_INPUT_FRAMES && c->features < 1)
+        return ab_fail(AB_EINVAL, "model features %d must be >= 1 (frames of F floats)", c->features);
+    if (c->classes < 0 || (c->classes == 0 && c->input != TF_INPUT_TOKENS))
+        return ab_fail(AB_EINVAL, "model classes %d must be >= 1 (0 means the vocabulary, for token input)", c->classes);
     if (c->max_len < 1) return ab_fail(AB_EINVAL, "model max_len %d must be >= 1", c->max_len);
     if (c->d_model < 1) return ab_fail(AB_EINVAL, "model d_model %d must be >= 1", c->d_model);
-    if (c->heads < 1) return ab_fail(AB_EINVAL, "model heads %d must be >= 1", c->heads);
-    if (c->d_model % c->heads != 0)
-        return ab_fail(AB_EINVAL, "model d_model %d is not divisible by heads %d (head dimension = d_model / heads)",
-                       c->d_model, c->heads);
     if (c->layers < 1) return ab_fail(AB_EINVAL, "model layers %d must be >= 1", c->layers);
-    if (c->d_ff < 1) return ab_fail(AB_EINVAL, "model d_ff %d must be >= 1", c->d_ff);
+    if (c->body == TF_BODY_TRANSFORMER) {
+        if (c->heads < 1) return ab_fail(AB_EINVAL, "model heads %d must be >= 1", c->heads);
+        if (c->d_model % c->heads != 0)
+            return ab_fail(AB_EINVAL, "model d_model %d is not divisible by heads %d (head dimension = d_model / heads)",
+                           c->d_model, c->heads);
+        if (c->d_ff < 1) return ab_fail(AB_EINVAL, "model d_ff %d must be >= 1", c->d_ff);
+    } else {
+        if (c->lstm_hidden < 1 || c->lstm_hidden > (1 << 20))
+            return ab_fail(AB_EINVAL, "model LSTM hidden size %d must be in [1, 2^20]", c->lstm_hidden);
+        lstm_config lc = {c->d_model, c->lstm_hidden, c->layers, c->bidirectional, c->dropout};
+        int rc = lstm_check_config(&lc);
+        if (rc) return rc;
+        if (c->causal && c->bidirectional)
+            return ab_fail(AB_EINVAL, "a causal model cannot have a bidirectional LSTM (its reverse direction sees "
+                                      "the future): set bidirectional to false");
+    }
     if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
         return ab_fail(AB_EINVAL, "model dropout %g must be in [0, 1)", (double)c->dropout);
     if (max_batch < 1) return ab_fail(AB_EINVAL, "model max batch %d must be >= 1", max_batch);
     if (c->device != ATTN_DEVICE_CPU && c->device != ATTN_DEVICE_CUDA)
         return ab_fail(AB_EINVAL, "model device %d is neither the CPU (%d) nor CUDA (%d)", (int)c->device,
                        (int)ATTN_DEVICE_CPU, (int)ATTN_DEVICE_CUDA);
-    if (!c->attention || !*c->attention) return ab_fail(AB_EINVAL, "model attention variant is not set");
+    if (c->body == TF_BODY_TRANSFORMER && (!c->attention || !*c->attention))
+        return ab_fail(AB_EINVAL, "model attention variant is not set");
     if (c->n_attn_settings < 0 || (c->n_attn_settings > 0 && !c->attn_settings))
         return ab_fail(AB_EINVAL, "model attention settings list is malformed");
-    /* GEMM dimensions are ints: rows B*N and widths 3C, F, V must fit */
-    if ((long long)max_batch * c->max_len > INT_MAX || c->d_model > INT_MAX / 3)
+    /* GEMM dimensions are ints: rows B*N and widths 3C, F, K, 4H must fit */
+    if ((long long)max_batch * c->max_len > INT_MAX || c->d_model > INT_MAX / 3 ||
+        (c->body == TF_BODY_LSTM && c->lstm_hidden > INT_MAX / 8))
         return ab_fail(AB_EINVAL, "model sizes too large: max batch %d x max_len %d rows (or 3 x d_model %d) exceed %d",
                        max_batch, c->max_len, c->d_model, INT_MAX);
     return 0;
@@ -82,32 +155,60 @@ static char *dup_str(const char *s) {
 
 /* ---- size tables ---- */
 
-/* Parameters (or, with grads, the same carving of the gradients). */
-static void carve_params(tf_model *m, tf_table *t, bool grads) {
+/* The parameters of the input stage, the body and the head, in that order (the
+ * order fixes each tensor's initialisation stream), or with grads the same carving of
+ * the gradients. */
+static void input_carve_params(tf_model *m, tf_table *t, bool grads) {
     const tf_config *c = &m->cfg;
-    float **emb = grads ? &m->g_tok_emb : &m->tok_emb;
-    enc_params *lp = grads ? m->lg : m->lp;
-    *emb = tf_carve_f(t, "tok_emb", false, 2, c->vocab, c->d_model, 0, 0);
-    for (int l = 0; l < c->layers; l++) {
-        tf_table_prefix(t, "layers.%d.", l);
-        enc_carve_params(t, &lp[l], &m->enc);
+    if (c->input == TF_INPUT_TOKENS) {
+        *(grads ? &m->g_tok_emb : &m->tok_emb) = tf_carve_f(t, "tok_emb", false, 2, c->vocab, c->d_model, 0, 0);
+    } else {
+        *(grads ? &m->g_in_w : &m->in_w) = tf_carve_f(t, "in.w", true, 2, c->d_model, c->features, 0, 0);
+        *(grads ? &m->g_in_b : &m->in_b) = tf_carve_f(t, "in.b", false, 1, c->d_model, 0, 0, 0);
     }
-    tf_table_prefix(t, "%s", "");
-    if (c->final_norm) {
-        *(grads ? &m->g_lnf_g : &m->lnf_g) = tf_carve_f(t, "final_ln.g", false, 1, c->d_model, 0, 0, 0);
-        *(grads ? &m->g_lnf_b : &m->lnf_b) = tf_carve_f(t, "final_ln.b", false, 1, c->d_model, 0, 0, 0);
+}
+
+static void body_carve_params(tf_model *m, tf_table *t, bool grads) {
+    const tf_config *c = &m->cfg;
+    if (c->body == TF_BODY_TRANSFORMER) {
+        enc_params *lp = grads ? m->lg : m->lp;
+        for (int l = 0; l < c->layers; l++) {
+            tf_table_prefix(t, "layers.%d.", l);
+            enc_carve_params(t, &lp[l], &m->enc);
+        }
+        tf_table_prefix(t, "%s", "");
+        if (c->final_norm) {
+            *(grads ? &m->g_lnf_g : &m->lnf_g) = tf_carve_f(t, "final_ln.g", false, 1, c->d_model, 0, 0, 0);
+            *(grads ? &m->g_lnf_b : &m->lnf_b) = tf_carve_f(t, "final_ln.b", false, 1, c->d_model, 0, 0, 0);
+        }
+    } else {
+        tf_table_prefix(t, "%s", "lstm.");
+        lstm_carve_params(t, grads ? &m->lsg : &m->lsp, &m->lc);
+        tf_table_prefix(t, "%s", "");
     }
-    *(grads ? &m->g_head_w : &m->head_w) = tf_carve_f(t, "head.w", true, 2, c->vocab, c->d_model, 0, 0);
-    *(grads ? &m->g_head_b : &m->head_b) = tf_carve_f(t, "head.b", false, 1, c->vocab, 0, 0, 0);
+}
+
+static void head_carve_params(tf_model *m, tf_table *t, bool grads) {
+    *(grads ? &m->g_head_w : &m->head_w) = tf_carve_f(t, "head.w", true, 2, m->classes, m->width, 0, 0);
+    *(grads ? &m->g_head_b : &m->head_b) = tf_carve_f(t, "head.b", false, 1, m->classes, 0, 0, 0);
+}
+
+static void carve_params(tf_model *m, tf_table *t, bool grads) {
+    input_carve_params(m, t, grads);
+    body_carve_params(m, t, grads);
+    head_carve_params(m, t, grads);
 }
 
 static void carve_acts(tf_model *m, tf_table *t) {
     const tf_config *c = &m->cfg;
-    const bool cuda = m->dev == ATTN_DEVICE_CUDA;
-    int B = m->max_batch, N = m->max_len, C = c->d_model, V = c->vocab;
-    m->tokens = tf_carve(t, "tokens", sizeof(int), false, 2, B, N, 0, 0);
+    const bool cuda = m->dev == ATTN_DEVICE_CUDA, tokens = c->input == TF_INPUT_TOKENS;
+    const bool transformer = c->body == TF_BODY_TRANSFORMER;
+    int B = m->max_batch, N = m->max_len, C = c->d_model, V = tokens ? c->vocab : 0, K = m->classes;
+    int64_t W = m->width > C ? m->width : C;
+    m->tokens = tf_carve(t, "tokens", sizeof(int), false, 2, B, tokens ? N : 0, 0, 0);
     /* CUDA: embedding_token_index of the tokens, starts (V + 1) then order (B N) */
-    int *index = tf_carve(t, "token_index", sizeof(int), false, 1, cuda ? (int64_t)V + 1 + (int64_t)B * N : 0, 0, 0, 0);
+    int *index = tf_carve(t, "token_index", sizeof(int), false, 1,
+                          cuda && tokens ? (int64_t)V + 1 + (int64_t)B * N : 0, 0, 0, 0);
     m->starts = index;
     m->order = index ? index + V + 1 : NULL;
     m->targets = tf_carve(t, "targets", sizeof(int), false, 2, B, N, 0, 0);
@@ -115,39 +216,50 @@ static void carve_acts(tf_model *m, tf_table *t) {
     /* lengths stay in host memory (attention.h): here on the CPU, in the staging on CUDA */
     int *lengths = tf_carve(t, "lengths", sizeof(int), false, 1, cuda ? 0 : B, 0, 0, 0);
     if (!cuda) m->lengths = lengths;
-    m->pos_table = tf_carve_f(t, "positions", false, 2, N, C, 0, 0);
+    m->frames = tf_carve_f(t, "frames", false, 3, B, N, tokens ? 0 : c->features, 0);
+    m->pos_table = tf_carve_f(t, "positions", false, 2, N, transformer ? C : 0, 0, 0);
     m->emb = tf_carve_f(t, "emb", false, 3, B, N, C, 0);
-    for (int l = 0; l < c->layers; l++) {
-        tf_table_prefix(t, "layers.%d.", l);
-        enc_carve_acts(t, &m->la[l], &m->enc, B, N, m->attn_saved, c->dropout > 0.0f);
+    if (transformer) {
+        for (int l = 0; l < c->layers; l++) {
+            tf_table_prefix(t, "layers.%d.", l);
+            enc_carve_acts(t, &m->la[l], &m->enc, B, N, m->attn_saved, c->dropout > 0.0f);
+        }
+        tf_table_prefix(t, "%s", "");
+        if (c->final_norm) {
+            m->lnf_mean = tf_carve_f(t, "final_ln.mean", false, 2, B, N, 0, 0);
+            m->lnf_rstd = tf_carve_f(t, "final_ln.rstd", false, 2, B, N, 0, 0);
+            m->lnf_out = tf_carve_f(t, "final_ln.out", false, 3, B, N, C, 0);
+        }
+    } else {
+        tf_table_prefix(t, "%s", "lstm.");
+        lstm_carve_acts(t, &m->lsa, &m->lc, B, N, c->dropout > 0.0f);
+        tf_table_prefix(t, "%s", "");
     }
-    tf_table_prefix(t, "%s", "");
-    if (c->final_norm) {
-        m->lnf_mean = tf_carve_f(t, "final_ln.mean", false, 2, B, N, 0, 0);
-        m->lnf_rstd = tf_carve_f(t, "final_ln.rstd", false, 2, B, N, 0, 0);
-        m->lnf_out = tf_carve_f(t, "final_ln.out", false, 3, B, N, C, 0);
-    }
-    m->logits = tf_carve_f(t, "logits", false, 3, B, N, V, 0);
+    m->logits = tf_carve_f(t, "logits", false, 3, B, N, K, 0);
     m->nll = tf_carve_f(t, "nll", false, 2, B, N, 0, 0);
     tf_table_prefix(t, "%s", "scratch.");
-    enc_carve_scratch(t, &m->ws, &m->enc, B, N);
-    m->dx_a = tf_carve_f(t, "dx_a", false, 3, B, N, C, 0);
-    m->dx_b = tf_carve_f(t, "dx_b", false, 3, B, N, C, 0);
-    m->dlogits = tf_carve_f(t, "dlogits", false, 3, B, N, V, 0);
+    if (transformer) enc_carve_scratch(t, &m->ws, &m->enc, B, N);
+    else lstm_carve_scratch(t, &m->lsw, &m->lc, B, N);
+    m->dx_a = tf_carve_f(t, "dx_a", false, 3, B, N, W, 0);
+    m->dx_b = tf_carve_f(t, "dx_b", false, 3, B, N, W, 0);
+    m->dlogits = tf_carve_f(t, "dlogits", false, 3, B, N, K, 0);
     m->ce_ws = tf_carve(t, "ce", 1, false, 1, (int64_t)ld_cross_entropy_ws_bytes(m->dev, B * N), 0, 0, 0);
     tf_table_prefix(t, "%s", "");
 }
 
 /* CUDA: the host staging of the inputs, laid out as the device tensors from "tokens"
  * to the end of "token_index" and from "targets" to the end of "weights" (each range
- * one upload), then the lengths. Needs the sized activation table. */
+ * one upload), then the frames (frame input) and the lengths. Needs the sized
+ * activation table. */
 static int make_staging(tf_model *m) {
     if (m->dev != ATTN_DEVICE_CUDA) return 0;
     const tf_tensor *tt = tf_table_find(&m->atab, "tokens"), *ti = tf_table_find(&m->atab, "token_index");
     const tf_tensor *tg = tf_table_find(&m->atab, "targets"), *tw = tf_table_find(&m->atab, "weights");
+    const tf_tensor *tf = tf_table_find(&m->atab, "frames");
     size_t tok = (ti->offset + ti->count * sizeof(int) - tt->offset + 63) / 64 * 64;
     size_t tgt = (tw->offset + tw->count * sizeof(float) - tg->offset + 63) / 64 * 64;
-    char *h = ab_alloc(tok + tgt + sizeof(int) * (size_t)m->max_batch);
+    size_t frm = (tf->count * sizeof(float) + 63) / 64 * 64;
+    char *h = ab_alloc(tok + tgt + frm + sizeof(int) * (size_t)m->max_batch);
     if (!h) return AB_ENOMEM;
     m->host_in = h;
     m->h_tokens = (int *)h;
@@ -155,7 +267,8 @@ static int make_staging(tf_model *m) {
     m->h_order = m->h_starts + m->cfg.vocab + 1;
     m->h_targets = (int *)(h + tok);
     m->h_weights = (float *)(h + tok + (tw->offset - tg->offset));
-    m->lengths = (int *)(h + tok + tgt);
+    m->h_frames = (float *)(h + tok + tgt);
+    m->lengths = (int *)(h + tok + tgt + frm);
     return 0;
 }
 
@@ -203,30 +316,48 @@ static void init_dense(const init_ctx *x, const float *w, const float *b, int ou
     if (b) fill_uniform(x, b, (size_t)out, bound);
 }
 
-int tf_init_params(tf_model *m, uint64_t seed) {
+static void input_init(const init_ctx *x) {
+    const tf_config *c = &x->m->cfg;
+    if (c->input == TF_INPUT_TOKENS) fill_normal(x, x->m->tok_emb, (size_t)c->vocab * c->d_model, 1.0);
+    else init_dense(x, x->m->in_w, x->m->in_b, c->d_model, c->features);
+}
+
+static void body_init(const init_ctx *x) {
+    tf_model *m = x->m;
     const tf_config *c = &m->cfg;
-    int C = c->d_model, F = c->d_ff, V = c->vocab;
+    int C = c->d_model, F = c->d_ff;
+    if (c->body == TF_BODY_LSTM) {
+        /* PyTorch's nn.LSTM: every tensor uniform(+-1/sqrt(H)), each from its table stream */
+        lstm_init_tensor list[LSTM_MAX_TENSORS];
+        int n = lstm_init_list(&m->lc, &m->lsp, list);
+        for (int i = 0; i < n; i++) fill_uniform(x, list[i].p, list[i].count, list[i].bound);
+        return;
+    }
+    for (int l = 0; l < c->layers; l++) {
+        enc_params *p = &m->lp[l];
+        fill_const(x, p->ln1_g, (size_t)C, 1.0f);
+        fill_const(x, p->ln1_b, (size_t)C, 0.0f);
+        init_dense(x, p->attn.wqkv, p->attn.bqkv, 3 * C, C);
+        init_dense(x, p->attn.wo, p->attn.bo, C, C);
+        fill_const(x, p->ln2_g, (size_t)C, 1.0f);
+        fill_const(x, p->ln2_b, (size_t)C, 0.0f);
+        init_dense(x, p->w1, p->b1, F, C);
+        init_dense(x, p->w2, p->b2, C, F);
+    }
+    if (c->final_norm) {
+        fill_const(x, m->lnf_g, (size_t)C, 1.0f);
+        fill_const(x, m->lnf_b, (size_t)C, 0.0f);
+    }
+}
+
+int tf_init_params(tf_model *m, uint64_t seed) {
     const bool cuda = m->dev == ATTN_DEVICE_CUDA;
     const size_t bytes = sizeof(float) * m->ptab.total;
     init_ctx x = {m, cuda ? ab_alloc(bytes) : m->params, seed};
     if (!x.h) return AB_ENOMEM;
-    fill_normal(&x, m->tok_emb, (size_t)V * C, 1.0);
-    for (int l = 0; l < c->layers; l++) {
-        enc_params *p = &m->lp[l];
-        fill_const(&x, p->ln1_g, (size_t)C, 1.0f);
-        fill_const(&x, p->ln1_b, (size_t)C, 0.0f);
-        init_dense(&x, p->attn.wqkv, p->attn.bqkv, 3 * C, C);
-        init_dense(&x, p->attn.wo, p->attn.bo, C, C);
-        fill_const(&x, p->ln2_g, (size_t)C, 1.0f);
-        fill_const(&x, p->ln2_b, (size_t)C, 0.0f);
-        init_dense(&x, p->w1, p->b1, F, C);
-        init_dense(&x, p->w2, p->b2, C, F);
-    }
-    if (c->final_norm) {
-        fill_const(&x, m->lnf_g, (size_t)C, 1.0f);
-        fill_const(&x, m->lnf_b, (size_t)C, 0.0f);
-    }
-    init_dense(&x, m->head_w, m->head_b, V, C);
+    input_init(&x);
+    body_init(&x);
+    init_dense(&x, m->head_w, m->head_b, m->classes, m->width);
     if (!cuda) return 0;
     int rc = ab_dev_upload(AB_DEV_CUDA, m->params, x.h, bytes);
     ab_free(x.h);
@@ -236,6 +367,7 @@ int tf_init_params(tf_model *m, uint64_t seed) {
 /* The positions table (computed on the host; uploaded on CUDA). */
 static int init_tables(tf_model *m) {
     int N = m->max_len, C = m->cfg.d_model;
+    if (!m->pos_table) return 0; /* a body without positions */
     if (m->dev == ATTN_DEVICE_CPU) {
         positions_table(m->pos_table, N, C);
         return 0;
@@ -281,7 +413,7 @@ int tf_create(const tf_config *cfg, int max_batch, tf_model **out) {
     m->max_batch = max_batch;
     m->max_len = cfg->max_len;
     m->dev = cfg->device;
-    m->variant = dup_str(cfg->attention);
+    m->variant = dup_str(cfg->attention ? cfg->attention : "");
     m->settings = cfg->n_attn_settings ? calloc((size_t)cfg->n_attn_settings, sizeof(char *)) : NULL;
     m->lp = calloc((size_t)cfg->layers, sizeof *m->lp);
     m->lg = calloc((size_t)cfg->layers, sizeof *m->lg);
@@ -300,24 +432,32 @@ int tf_create(const tf_config *cfg, int max_batch, tf_model **out) {
     }
     m->cfg.attention = m->variant;
     m->cfg.attn_settings = (const char *const *)m->settings;
+    m->classes = classes_of(cfg);
+    m->width = width_of(cfg);
     m->enc = (enc_config){cfg->d_model, cfg->heads, cfg->d_ff, cfg->dropout, cfg->pre_norm, cfg->causal};
+    m->lc = (lstm_config){cfg->d_model, cfg->lstm_hidden, cfg->layers, cfg->bidirectional, cfg->dropout};
 
-    /* the attention, checked at the largest shape */
-    attn_options ao = {.variant = m->variant, .device = m->dev, .seed = tf_attn_seed(cfg->seed, 0),
-                       .n_settings = cfg->n_attn_settings, .settings = (const char *const *)m->settings};
-    if ((rc = attn_create(&ao, &m->att))) {
+    /* the attention (transformer body), checked at the largest shape */
+    mha_dims md = {max_batch, m->max_len, cfg->d_model, cfg->heads, cfg->causal, NULL, m->dev};
+    attn_shape as = mha_shape(&md);
+    if (cfg->body == TF_BODY_TRANSFORMER) {
+        attn_options ao = {.variant = m->variant, .device = m->dev, .seed = tf_attn_seed(cfg->seed, 0),
+                           .n_settings = cfg->n_attn_settings, .settings = (const char *const *)m->settings};
+        if ((rc = attn_create(&ao, &m->att))) {
+            tf_destroy(m);
+            return rc;
+        }
+        if ((rc = attn_check_shape(m->att, &as))) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", ab_error());
+            tf_destroy(m);
+            return ab_fail(rc, "model attention at batch %d, length %d: %s", max_batch, cfg->max_len, msg);
+        }
+        m->attn_saved = attn_saved_bytes(m->att, &as);
+    } else if (m->dev != ATTN_DEVICE_CPU && (rc = ab_cuda_init())) {
         tf_destroy(m);
         return rc;
     }
-    mha_dims md = {max_batch, m->max_len, cfg->d_model, cfg->heads, cfg->causal, NULL, m->dev};
-    attn_shape as = mha_shape(&md);
-    if ((rc = attn_check_shape(m->att, &as))) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", ab_error());
-        tf_destroy(m);
-        return ab_fail(rc, "model attention at batch %d, length %d: %s", max_batch, m->max_len, msg);
-    }
-    m->attn_saved = attn_saved_bytes(m->att, &as);
 
     /* sizing passes, allocation, binding passes */
     tf_table_init(&m->ptab, sizeof(float), 1);
@@ -367,7 +507,7 @@ int tf_create(const tf_config *cfg, int max_batch, tf_model **out) {
     tf_table_begin(&m->atab, m->acts);
     carve_acts(m, &m->atab);
 
-    if ((rc = attn_reserve(m->att, &as))) {
+    if (m->att && (rc = attn_reserve(m->att, &as))) {
         tf_destroy(m);
         return rc;
     }
@@ -411,28 +551,47 @@ int tf_grads_download(const tf_model *m, float *host) {
 int tf_logits_download(const tf_model *m, float *host) {
     if (!m || !host) return ab_fail(AB_EINVAL, "tf_logits_download: NULL argument");
     if (!m->have_forward) return ab_fail(AB_EINVAL, "tf_logits_download: no forward (call tf_forward first)");
-    return ab_dev_download((ab_device)m->dev, host, m->logits, sizeof(float) * (size_t)m->B * m->N * m->cfg.vocab);
+    return ab_dev_download((ab_device)m->dev, host, m->logits, sizeof(float) * (size_t)m->B * m->N * m->classes);
 }
 
 /* ---- forward ---- */
 
-/* input: token embedding + positions -> emb (B, N, C) */
-static int input_forward(tf_model *m, const int *tokens, int B, int N, int pos0) {
-    int C = m->cfg.d_model;
-    int rc = ld_embedding_forward(m->dev, m->emb, tokens, m->tok_emb, B * N, C);
-    return rc ? rc : ld_positions_add(m->dev, m->emb, m->pos_table, B, N, C, pos0);
+/* The input stage -> emb (B, N, C): token embedding or the dense projection of the
+ * frames, plus the positions (from pos0) for a body that needs them. */
+static int input_forward(tf_model *m, int B, int N, int pos0) {
+    int C = m->cfg.d_model, rc;
+    if (m->cfg.input == TF_INPUT_TOKENS)
+        rc = ld_embedding_forward(m->dev, m->emb, m->tokens, m->tok_emb, B * N, C);
+    else
+        rc = ld_dense_forward(m->dev, m->emb, m->frames, m->in_w, m->in_b, B * N, m->cfg.features, C);
+    if (rc || !m->pos_table) return rc;
+    return ld_positions_add(m->dev, m->emb, m->pos_table, B, N, C, pos0);
+}
+
+/* d(emb) (B N, C) -> the input stage's parameter gradients. */
+static int input_backward(tf_model *m, const float *demb, int BT) {
+    if (m->cfg.input == TF_INPUT_TOKENS)
+        return ld_embedding_backward(m->dev, m->g_tok_emb, demb, m->tokens, m->order, m->starts, BT, m->cfg.d_model,
+                                     m->cfg.vocab);
+    return ld_dense_backward(m->dev, NULL, m->g_in_w, m->g_in_b, demb, m->frames, m->in_w, BT, m->cfg.features,
+                             m->cfg.d_model);
 }
 
 static const float *layer_input(const tf_model *m, int l) {
     return l == 0 ? m->emb : enc_output(&m->enc, &m->la[l - 1]);
 }
 
-/* the input of the head: final LN output or the last layer's output */
+/* the input of the head: the transformer's final LN output or last layer's output */
 static const float *body_output(const tf_model *m) {
+    if (m->cfg.body == TF_BODY_LSTM) return lstm_output(&m->lc, &m->lsa);
     return m->cfg.final_norm ? m->lnf_out : layer_input(m, m->cfg.layers);
 }
 
 static int body_forward(tf_model *m, const mha_dims *d, bool train, uint64_t seed, const mha_run *runs) {
+    if (m->cfg.body == TF_BODY_LSTM) {
+        lstm_dims ld = {d->B, d->N, d->lengths, m->dev};
+        return lstm_stack_forward(&m->lc, &ld, m->emb, &m->lsp, &m->lsa, &m->lsw, train, seed, TF_STREAM_DROPOUT);
+    }
     for (int l = 0; l < m->cfg.layers; l++) {
         attn_reseed(m->att, tf_attn_seed(seed, l));
         int rc = enc_forward(m->att, &m->enc, d, runs ? &runs[l] : NULL, layer_input(m, l), &m->lp[l], &m->la[l],
@@ -446,8 +605,7 @@ static int body_forward(tf_model *m, const mha_dims *d, bool train, uint64_t see
 }
 
 static int head_forward(tf_model *m, int BT) {
-    return ld_dense_forward(m->dev, m->logits, body_output(m), m->head_w, m->head_b, BT, m->cfg.d_model,
-                            m->cfg.vocab);
+    return ld_dense_forward(m->dev, m->logits, body_output(m), m->head_w, m->head_b, BT, m->width, m->classes);
 }
 
 /* The tokens (B N) into the model's buffer; on CUDA with their token index for the
@@ -463,17 +621,29 @@ static int put_tokens(tf_model *m, const int *tokens, int BT) {
     return ab_dev_upload(AB_DEV_CUDA, m->tokens, m->h_tokens, bytes);
 }
 
-int tf_forward_run(tf_model *m, const int *tokens, int B, int N, int pos0, const int *lengths, bool train,
+/* The frames (B N F) into the model's buffer (one upload on CUDA). */
+static int put_frames(tf_model *m, const float *frames, int BT) {
+    size_t bytes = sizeof(float) * (size_t)BT * (size_t)m->cfg.features;
+    if (m->dev == ATTN_DEVICE_CPU) {
+        memcpy(m->frames, frames, bytes);
+        return 0;
+    }
+    return ab_dev_upload(AB_DEV_CUDA, m->frames, frames, bytes);
+}
+
+int tf_forward_run(tf_model *m, const tf_in *in, int B, int N, int pos0, const int *lengths, bool train,
                    uint64_t seed, const mha_run *runs) {
     m->have_forward = m->have_loss = false;
-    int rc = put_tokens(m, tokens, B * N);
-    if (rc || (rc = input_forward(m, m->tokens, B, N, pos0))) return rc;
+    int rc = in->tokens ? put_tokens(m, in->tokens, B * N) : put_frames(m, in->frames, B * N);
+    if (rc || (rc = input_forward(m, B, N, pos0))) return rc;
     mha_dims d = {B, N, m->cfg.d_model, m->cfg.heads, m->cfg.causal, lengths, m->dev};
     if ((rc = body_forward(m, &d, train, seed, runs))) return rc;
     return head_forward(m, B * N);
 }
 
-static int check_tokens(const tf_model *m, const int *tokens, size_t n, const char *what) {
+int tf_check_tokens(const tf_model *m, const int *tokens, size_t n, const char *what) {
+    if (m->cfg.input != TF_INPUT_TOKENS)
+        return ab_fail(AB_EINVAL, "%s: the model's input is %s, not tokens", what, tf_input_name(m->cfg.input));
     if (!tokens) return ab_fail(AB_EINVAL, "%s: NULL tokens", what);
     for (size_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab)
@@ -482,13 +652,24 @@ static int check_tokens(const tf_model *m, const int *tokens, size_t n, const ch
     return 0;
 }
 
-int tf_forward(tf_model *m, const int *tokens, int B, int N, const int *lengths, bool train, uint64_t seed) {
+static int check_frames(const tf_model *m, const float *frames, size_t n, const char *what) {
+    if (m->cfg.input != TF_INPUT_FRAMES)
+        return ab_fail(AB_EINVAL, "%s: the model's input is %s, not frames", what, tf_input_name(m->cfg.input));
+    if (!frames) return ab_fail(AB_EINVAL, "%s: NULL frames", what);
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(frames[i])) return ab_fail(AB_EINVAL, "%s: frame value %zu is not finite", what, i);
+    return 0;
+}
+
+static int forward(tf_model *m, const tf_in *in, bool frames, int B, int N, const int *lengths, bool train,
+                   uint64_t seed) {
     if (!m) return ab_fail(AB_EINVAL, "tf_forward: NULL model");
     m->have_forward = m->have_loss = false;
     if (B < 1 || B > m->max_batch || N < 1 || N > m->max_len)
         return ab_fail(AB_EINVAL, "batch %d x length %d does not fit the model (batch 1..%d, length 1..%d)", B, N,
                        m->max_batch, m->max_len);
-    int rc = check_tokens(m, tokens, (size_t)B * N, "tf_forward");
+    int rc = !frames ? tf_check_tokens(m, in->tokens, (size_t)B * N, "tf_forward")
+                     : check_frames(m, in->frames, (size_t)B * N * (size_t)m->cfg.features, "tf_forward_frames");
     if (rc) return rc;
     if (lengths) {
         for (int b = 0; b < B; b++)
@@ -496,12 +677,14 @@ int tf_forward(tf_model *m, const int *tokens, int B, int N, const int *lengths,
                 return ab_fail(AB_EINVAL, "tf_forward: lengths[%d] = %d is outside [0, N=%d]", b, lengths[b], N);
         memcpy(m->lengths, lengths, sizeof(int) * (size_t)B);
     }
-    mha_dims d = {B, N, m->cfg.d_model, m->cfg.heads, m->cfg.causal, NULL, m->dev};
-    attn_shape s = mha_shape(&d);
-    if (attn_saved_bytes(m->att, &s) > m->attn_saved)
-        return ab_fail(AB_EINVAL, "tf_forward: attention at batch %d, length %d saves more than at the maximum shape",
-                       B, N);
-    rc = tf_forward_run(m, tokens, B, N, 0, lengths ? m->lengths : NULL, train, seed, NULL);
+    if (m->att) {
+        mha_dims d = {B, N, m->cfg.d_model, m->cfg.heads, m->cfg.causal, NULL, m->dev};
+        attn_shape s = mha_shape(&d);
+        if (attn_saved_bytes(m->att, &s) > m->attn_saved)
+            return ab_fail(AB_EINVAL, "tf_forward: attention at batch %d, length %d saves more than at the maximum shape",
+                           B, N);
+    }
+    rc = tf_forward_run(m, in, B, N, 0, lengths ? m->lengths : NULL, train, seed, NULL);
     if (rc) return rc;
     m->B = B;
     m->N = N;
@@ -511,6 +694,18 @@ int tf_forward(tf_model *m, const int *tokens, int B, int N, const int *lengths,
     m->have_forward = true;
     return 0;
 }
+
+int tf_forward(tf_model *m, const int *tokens, int B, int N, const int *lengths, bool train, uint64_t seed) {
+    tf_in in = {tokens, NULL};
+    return forward(m, &in, false, B, N, lengths, train, seed);
+}
+
+int tf_forward_frames(tf_model *m, const float *frames, int B, int N, const int *lengths, bool train, uint64_t seed) {
+    tf_in in = {NULL, frames};
+    return forward(m, &in, true, B, N, lengths, train, seed);
+}
+
+int tf_classes(const tf_model *m) { return m->classes; }
 
 /* ---- loss and backward ---- */
 
@@ -523,9 +718,9 @@ int tf_loss(tf_model *m, const int *targets, const float *weights, ce_stats *st)
         float w = weights ? weights[i] : 1.0f;
         if (!(w >= 0.0f) || isinf(w))
             return ab_fail(AB_EINVAL, "tf_loss: weight %g at index %zu is not finite and >= 0", (double)w, i);
-        if (w > 0.0f && (targets[i] < 0 || targets[i] >= m->cfg.vocab))
-            return ab_fail(AB_EINVAL, "tf_loss: target %d at index %zu is outside [0, vocab=%d)", targets[i], i,
-                           m->cfg.vocab);
+        if (w > 0.0f && (targets[i] < 0 || targets[i] >= m->classes))
+            return ab_fail(AB_EINVAL, "tf_loss: target %d at index %zu is outside [0, classes=%d)", targets[i], i,
+                           m->classes);
     }
     m->has_weights = weights != NULL;
     int rc;
@@ -540,7 +735,7 @@ int tf_loss(tf_model *m, const int *targets, const float *weights, ce_stats *st)
         if ((rc = ab_dev_upload(AB_DEV_CUDA, m->targets, m->h_targets, bytes))) return rc;
     }
     if ((rc = ld_cross_entropy_forward(m->dev, st, m->nll, m->logits, m->targets, m->has_weights ? m->weights : NULL,
-                                       (int)n, m->cfg.vocab, m->ce_ws)))
+                                       (int)n, m->classes, m->ce_ws)))
         return rc;
     m->weight_sum = st->weight_sum;
     m->have_loss = true;
@@ -548,12 +743,12 @@ int tf_loss(tf_model *m, const int *targets, const float *weights, ce_stats *st)
 }
 
 static int head_backward(tf_model *m, float *dx, int BT) {
-    int C = m->cfg.d_model, V = m->cfg.vocab;
-    int rc = ld_zero(m->dev, m->dlogits, sizeof(float) * (size_t)BT * V);
+    int W = m->width, K = m->classes;
+    int rc = ld_zero(m->dev, m->dlogits, sizeof(float) * (size_t)BT * K);
     if (rc || (rc = ld_cross_entropy_backward(m->dev, m->dlogits, m->logits, m->targets,
-                                              m->has_weights ? m->weights : NULL, m->weight_sum, BT, V)))
+                                              m->has_weights ? m->weights : NULL, m->weight_sum, BT, K)))
         return rc;
-    return ld_dense_backward(m->dev, dx, m->g_head_w, m->g_head_b, m->dlogits, body_output(m), m->head_w, BT, C, V);
+    return ld_dense_backward(m->dev, dx, m->g_head_w, m->g_head_b, m->dlogits, body_output(m), m->head_w, BT, W, K);
 }
 
 /* dtop: gradient at the body's output; returns the buffer holding d(emb) */
@@ -562,6 +757,15 @@ static int body_backward(tf_model *m, const mha_dims *d, float *dtop, float **de
     size_t n = (size_t)BT * C;
     float *dcur = m->dx_a, *dnext = m->dx_b;
     int rc;
+    if (m->cfg.body == TF_BODY_LSTM) {
+        /* dtop is dx_b (the head's input gradient); d(emb) accumulates into dx_a */
+        lstm_dims ld = {d->B, d->N, d->lengths, m->dev};
+        if ((rc = ld_zero(m->dev, dcur, sizeof(float) * n)) ||
+            (rc = lstm_stack_backward(&m->lc, &ld, dcur, &m->lsg, dtop, m->emb, &m->lsp, &m->lsa, &m->lsw, m->train)))
+            return rc;
+        *demb = dcur;
+        return 0;
+    }
     if (m->cfg.final_norm) {
         if ((rc = ld_zero(m->dev, dcur, sizeof(float) * n)) ||
             (rc = ld_layernorm_backward(m->dev, dcur, m->g_lnf_g, m->g_lnf_b, dtop, layer_input(m, m->cfg.layers),
@@ -589,7 +793,7 @@ int tf_backward(tf_model *m) {
     if (!m->have_forward || !m->have_loss)
         return ab_fail(AB_EINVAL, "tf_backward: needs tf_forward then tf_loss first");
     int BT = m->B * m->N;
-    size_t n = (size_t)BT * m->cfg.d_model;
+    size_t n = (size_t)BT * m->width;
     /* the head's input gradient goes to dx_b (free until the first layer) */
     float *dtop = m->dx_b;
     int rc = ld_zero(m->dev, dtop, sizeof(float) * n);
@@ -597,9 +801,7 @@ int tf_backward(tf_model *m) {
     mha_dims d = {m->B, m->N, m->cfg.d_model, m->cfg.heads, m->cfg.causal, m->has_lengths ? m->lengths : NULL, m->dev};
     float *demb;
     if ((rc = body_backward(m, &d, dtop, &demb))) return rc;
-    if ((rc = ld_embedding_backward(m->dev, m->g_tok_emb, demb, m->tokens, m->order, m->starts, BT, m->cfg.d_model,
-                                    m->cfg.vocab)))
-        return rc;
+    if ((rc = input_backward(m, demb, BT))) return rc;
     m->have_loss = false;
     return 0;
 }

@@ -1,11 +1,17 @@
-/* A causal (or bidirectional) transformer over tokens, with forward and backward on
- * the CPU or a CUDA device, and generation by recomputation or as an RNN.
+/* The trainable model (the "tf_" prefix is historical: the body need not be a
+ * transformer): an input stage, a body and an output head, with forward and backward
+ * on the CPU or a CUDA device, and generation by recomputation or as an RNN.
  *
- *   input:  token embedding (V, C) + sinusoidal positions (no parameters)
- *   body:   L encoder layers (encoder.h: post-norm as fast-transformers, or pre-norm),
- *           any registered attention variant with its "key=value" options; optional
- *           final layer normalisation
- *   head:   dense C -> V logits, softmax cross-entropy with per-position weights
+ *   input:  tokens into an embedding (V, C), or float frames (F per position) into a
+ *           dense projection F -> C (tf_config.input); plus sinusoidal positions (no
+ *           parameters) when the body has no notion of order (the transformer)
+ *   body:   TF_BODY_TRANSFORMER: L encoder layers (encoder.h: post-norm as
+ *           fast-transformers, or pre-norm), any registered attention variant with its
+ *           "key=value" options; optional final layer normalisation. Width C.
+ *           TF_BODY_LSTM: L LSTM layers of lstm_hidden units per direction,
+ *           bidirectional or not (lstm.h), dropout between layers. Width 2H or H.
+ *   head:   TF_HEAD_CATEGORICAL: dense width -> classes logits, softmax cross-entropy
+ *           with per-position weights
  *
  * Memory (the llm.c way): parameters in ONE float allocation carved by a size table
  * (tf_param_tensor: names, offsets and counts in floats, weight-decay flags),
@@ -22,11 +28,13 @@
  *     dense weights      uniform(-1/sqrt(fan_in), +1/sqrt(fan_in))  (nn.Linear)
  *     dense biases       uniform(-1/sqrt(fan_in), +1/sqrt(fan_in))  (nn.Linear)
  *     LN gain 1, bias 0
+ *     LSTM weights and biases uniform(-1/sqrt(H), +1/sqrt(H))      (nn.LSTM)
  *   with normal = ab_rng_normal and uniform = (2 ab_rng_uniform - 1) * bound.
  * - Dropout: tf_forward takes a seed from the caller (per training step, e.g.
  *   tf_step_seed(run_seed, step)); dropout site k (0 attention output, 1 FFN hidden,
- *   2 FFN output) of layer l draws its mask from (seed, TF_STREAM_DROPOUT + 4 l + k)
- *   (rule in layers.h). Dropout is applied only when train is true.
+ *   2 FFN output; the LSTM's one site: its output) of layer l draws its mask from
+ *   (seed, TF_STREAM_DROPOUT + 4 l + k) (rule in layers.h). Dropout is applied only
+ *   when train is true.
  * - The attention object of layer l is reseeded with tf_attn_seed(seed, l) at every
  *   forward and backward (fresh LSH rotations per step, the same for a step's forward
  *   and backward); variants without random choices ignore it.
@@ -34,15 +42,16 @@
  * bit for bit (same thread count: OpenBLAS partitions GEMMs by thread count).
  *
  * Padding: lengths[b] (optional) marks positions >= lengths[b] of row b as padding:
- * the attention ignores them as keys and gives them zero output; the loss should give
- * them weight 0. Position-wise layers still compute them (cheap, and harmless).
+ * the attention ignores them as keys and gives them zero output, the LSTM does not
+ * run over them (its reverse direction starts at lengths[b] - 1); the loss should
+ * give them weight 0. Position-wise layers still compute them (cheap, and harmless).
  *
  * Devices (cfg.device): with ATTN_DEVICE_CPU (the default) everything is host memory.
  * With ATTN_DEVICE_CUDA the parameter, gradient and activation blocks are each one
  * device allocation (ab_cuda_malloc, tracked on AB_DEV_CUDA) carved by the same
  * tables, the attention object lives on the device, and every layer runs there
  * (layers_cuda.h). What the caller passes and receives stays on the host: tokens,
- * lengths, targets and weights are host arrays, copied into preallocated device
+ * frames, lengths, targets and weights are host arrays, copied into preallocated device
  * buffers (one copy per tf_forward and per tf_loss; a small host staging block is
  * allocated at tf_create, so steps allocate nothing on either side); ce_stats and the
  * generation logits come back to the host. But the pointers the model hands out,
@@ -71,13 +80,35 @@
 #define TF_STREAM_ATTN 0x4154544E00000000ULL    /* "ATTN" << 32 */
 #define TF_STREAM_STEP 0x5354455000000000ULL    /* "STEP" << 32 */
 
+/* The parts a model is built from (names: tf_*_name, as in configs). */
+typedef enum { TF_INPUT_TOKENS = 0, TF_INPUT_FRAMES = 1, TF_INPUT_COUNT } tf_input;
+typedef enum { TF_BODY_TRANSFORMER = 0, TF_BODY_LSTM = 1, TF_BODY_COUNT } tf_body;
+typedef enum { TF_HEAD_CATEGORICAL = 0, TF_HEAD_COUNT } tf_head;
+
+const char *tf_input_name(tf_input i);
+const char *tf_body_name(tf_body b);
+const char *tf_head_name(tf_head h);
+/* The enum value of a name, -1 if unknown. */
+int tf_body_find(const char *name);
+int tf_head_find(const char *name);
+/* The names, comma-separated (messages). */
+const char *tf_body_names(void);
+const char *tf_head_names(void);
+
 typedef struct {
-    int vocab;           /* V: tokens and targets in [0, V) */
+    tf_input input;      /* TF_INPUT_TOKENS (default) or TF_INPUT_FRAMES */
+    int vocab;           /* V: input tokens in [0, V) (TF_INPUT_TOKENS) */
+    int features;        /* F: floats per position (TF_INPUT_FRAMES) */
+    int classes;         /* head outputs, targets in [0, classes); 0: the vocabulary */
+    tf_body body;        /* TF_BODY_TRANSFORMER (default) or TF_BODY_LSTM */
+    tf_head head;        /* TF_HEAD_CATEGORICAL (default) */
     int max_len;         /* longest sequence; rows of the positions table */
-    int d_model;         /* C */
-    int heads;           /* H; C % H == 0, head dimension C / H */
+    int d_model;         /* C: width of the input stage (and of the transformer) */
+    int heads;           /* transformer: H; C % H == 0, head dimension C / H */
     int layers;          /* L >= 1 */
-    int d_ff;            /* F: FFN width */
+    int d_ff;            /* transformer: FFN width */
+    int lstm_hidden;     /* LSTM: units per direction */
+    bool bidirectional;  /* LSTM: both directions (a causal model cannot be) */
     float dropout;       /* rate in [0, 1) of every dropout site */
     bool pre_norm;       /* false: post-norm (fast-transformers); true: pre-norm */
     bool final_norm;     /* a layer normalisation after the last layer (fast-transformers' default) */
@@ -91,8 +122,9 @@ typedef struct {
 
 typedef struct tf_model tf_model;
 
-/* Defaults: the copy task of the paper (V 12, N 257, C 128, 8 heads, 4 layers,
- * F 4C, dropout 0.1, post-norm with final LN, causal, linear attention, seed 1, CPU). */
+/* Defaults: the copy task of the paper (tokens, V 12, N 257, C 128, transformer of 8
+ * heads, 4 layers, FFN 4C, dropout 0.1, post-norm with final LN, causal, linear
+ * attention, categorical head, seed 1, CPU; LSTM fields 256 units, bidirectional). */
 void tf_config_default(tf_config *c);
 
 /* Validates cfg (one-line message: sizes positive, d_model % heads, dropout range,
@@ -146,16 +178,21 @@ uint64_t tf_step_seed(uint64_t run_seed, uint64_t step);
  * ab_philox4x32(seed, TF_STREAM_ATTN, l). */
 uint64_t tf_attn_seed(uint64_t seed, int layer);
 
-/* tokens (B, N) in [0, V), 1 <= B <= max_batch, 1 <= N <= max_len; lengths NULL or B
- * values in [0, N]. Computes logits (B, N, V). train: dropout on (masks from seed). */
+/* tokens (B, N) in [0, V) (a token-input model), 1 <= B <= max_batch,
+ * 1 <= N <= max_len; lengths NULL or B values in [0, N]. Computes logits (B, N, K),
+ * K = the classes. train: dropout on (masks from seed). */
 int tf_forward(tf_model *m, const int *tokens, int B, int N, const int *lengths, bool train, uint64_t seed);
-/* Logits (B, N, V) of the last tf_forward, in memory of tf_device(). */
+/* The same for a frame-input model: frames (B, N, F) finite floats (host memory). */
+int tf_forward_frames(tf_model *m, const float *frames, int B, int N, const int *lengths, bool train, uint64_t seed);
+/* K: the head's outputs per position. */
+int tf_classes(const tf_model *m);
+/* Logits (B, N, K) of the last tf_forward, in memory of tf_device(). */
 const float *tf_logits(const tf_model *m);
-/* Copies them to host (B * N * V floats of the last forward; AB_EINVAL without one). */
+/* Copies them to host (B * N * K floats of the last forward; AB_EINVAL without one). */
 int tf_logits_download(const tf_model *m, float *host);
 /* Loss of the last forward: targets (B, N), weights (B, N) or NULL (all 1); positions
  * with weight 0 are not scored (their target may be anything); weighted targets must
- * be in [0, V), weights finite and >= 0. Fills st (loss = sum(w nll) / sum(w), the
+ * be in [0, K), weights finite and >= 0. Fills st (loss = sum(w nll) / sum(w), the
  * accuracy counts) and remembers targets and weights for tf_backward. */
 int tf_loss(tf_model *m, const int *targets, const float *weights, ce_stats *st);
 /* Gradient of the last tf_loss with respect to every parameter, accumulated (+=) into
@@ -164,13 +201,14 @@ int tf_backward(tf_model *m);
 
 /* ---- generation ---- */
 
-/* Recomputation (every variant): a full forward over tokens (B, N) in evaluation mode
- * (attention seeds from `seed`), then logits (B, V) of position N-1 copied to out
+/* Recomputation (every variant and body; token input): a full forward over tokens
+ * (B, N) in evaluation mode (attention seeds from `seed`), then logits (B, K) of
+ * position N-1 copied to out
  * (host memory, on either device; the logits of the generator calls below too). */
 int tf_last_logits(tf_model *m, const int *tokens, int B, int N, uint64_t seed, float *out);
 
-/* Recurrent mode (variants with a step: linear, polynomial, stateful-softmax; causal
- * models only): a per-layer attention state for B sequences of up to `capacity`
+/* Recurrent mode (transformers over tokens whose variant has a step: linear,
+ * polynomial, stateful-softmax; causal models only): a per-layer attention state for B sequences of up to `capacity`
  * positions (capacity <= max_len, B <= max_batch). A generator uses the model's
  * activation buffers, so it overwrites the last forward's results; one generator runs
  * at a time. */
@@ -185,10 +223,10 @@ int tf_gen_create(tf_model *m, int B, int capacity, tf_gen **out);
 /* Empties the states (position 0 next). */
 int tf_gen_init(tf_gen *g);
 /* Runs a prompt tokens (B, P), 1 <= P <= capacity, through every layer in one
- * parallel call each (the state must be empty) and writes the logits (B, V) of
+ * parallel call each (the state must be empty) and writes the logits (B, K) of
  * position P-1. */
 int tf_gen_prefill(tf_gen *g, const int *tokens, int P, float *logits);
-/* Feeds tokens (B) at the next position and writes its logits (B, V). */
+/* Feeds tokens (B) at the next position and writes its logits (B, K). */
 int tf_gen_step(tf_gen *g, const int *tokens, float *logits);
 /* Positions in the state so far. */
 int tf_gen_position(const tf_gen *g);

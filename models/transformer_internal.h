@@ -3,6 +3,7 @@
 #define AB_MODELS_TRANSFORMER_INTERNAL_H
 
 #include "encoder.h"
+#include "lstm.h"
 #include "transformer.h"
 
 #include "attention.h"
@@ -13,6 +14,8 @@ struct tf_model {
     char **settings;
     enc_config enc;
     int max_batch, max_len;
+    int classes;        /* K: head outputs */
+    int width;          /* the body's output channels (C, or the LSTM's H or 2H) */
     attn_device dev;    /* cfg.device: where params, grads, acts and the attention live */
     attn *att;          /* one attention object shared by the layers (reseeded per layer) */
     size_t attn_saved;  /* bytes of each layer's saved buffer (for max_batch, max_len) */
@@ -21,32 +24,38 @@ struct tf_model {
     float *params, *grads;
     void *acts;
 
-    /* parameters (and the same carving of the gradients) */
-    float *tok_emb, *head_w, *head_b, *lnf_g, *lnf_b;
-    float *g_tok_emb, *g_head_w, *g_head_b, *g_lnf_g, *g_lnf_b;
+    /* parameters (and the same carving of the gradients); tok_emb for token input,
+     * in_w (C, F) and in_b (C) for frame input */
+    float *tok_emb, *in_w, *in_b, *head_w, *head_b, *lnf_g, *lnf_b;
+    float *g_tok_emb, *g_in_w, *g_in_b, *g_head_w, *g_head_b, *g_lnf_g, *g_lnf_b;
     enc_params *lp, *lg; /* per layer */
+    lstm_config lc;      /* LSTM body: I = d_model, H = lstm_hidden, cfg.layers layers */
+    lstm_params lsp, lsg; /* LSTM body: parameters and their gradients */
 
     /* activations */
-    int *tokens, *targets;           /* copies of the inputs: (B, N) each */
+    int *tokens, *targets;           /* copies of the inputs: (B, N) each (tokens: token input) */
+    float *frames;                   /* frame input: a copy of the frames (B, N, F) */
     int *lengths;                    /* (B): host memory on either device (attention.h) */
     float *weights;                  /* (B, N) */
     int *starts, *order;             /* CUDA: embedding_token_index of the tokens, (V + 1), (B, N) */
     void *ce_ws;                     /* CUDA: cross_entropy_forward_cuda's scratch */
-    float *pos_table;                /* (max_len, C) */
+    float *pos_table;                /* (max_len, C); NULL for a body without positions */
     float *emb;                      /* (B, N, C): layer 0's input */
     enc_acts *la;                    /* per layer */
     float *lnf_mean, *lnf_rstd, *lnf_out;
-    float *logits, *nll;             /* (B, N, V), (B, N) */
+    float *logits, *nll;             /* (B, N, K), (B, N) */
     enc_scratch ws;
-    float *dx_a, *dx_b;              /* (B, N, C): gradients between layers */
-    float *dlogits;                  /* (B, N, V) */
+    lstm_acts lsa;                   /* LSTM body: kept from forward */
+    lstm_scratch lsw;                /* LSTM body: scratch */
+    float *dx_a, *dx_b;              /* (B, N, max(C, width)): gradients between layers */
+    float *dlogits;                  /* (B, N, K) */
 
     /* CUDA: host staging of the inputs (one tracked host block made at creation),
      * laid out as their device tensors so that each group goes up in one copy:
      * tokens .. token_index (tokens, starts, order) and targets .. weights. */
     void *host_in;
     int *h_tokens, *h_starts, *h_order, *h_targets;
-    float *h_weights;
+    float *h_weights, *h_frames;
 
     /* the last forward */
     int B, N;
@@ -56,9 +65,18 @@ struct tf_model {
     bool has_weights;
 };
 
-/* The forward of the whole model for tokens (B, N) at positions pos0.. with the
- * attention run as `run` (NULL: parallel). Validates nothing (callers do). */
-int tf_forward_run(tf_model *m, const int *tokens, int B, int N, int pos0, const int *lengths, bool train,
+/* A forward's input: tokens (B, N) or frames (B, N, F), host memory. */
+typedef struct {
+    const int *tokens;
+    const float *frames;
+} tf_in;
+
+/* The forward of the whole model for the input at positions pos0.. with the attention
+ * run as `run` (NULL: parallel). Validates nothing (callers do). */
+int tf_forward_run(tf_model *m, const tf_in *in, int B, int N, int pos0, const int *lengths, bool train,
                    uint64_t seed, const mha_run *runs);
+/* 0, or AB_EINVAL naming `what` when the model does not take tokens or one is
+ * outside [0, vocab). */
+int tf_check_tokens(const tf_model *m, const int *tokens, size_t n, const char *what);
 
 #endif

@@ -136,9 +136,7 @@ static void write_standard(const char *path, blob_set *set) {
         tu_fill_normal(g, n, 21, (uint64_t)t, 1.0);
         cr_assert_eq(ab_optim_step(o, p, g, NULL), 0);
     }
-    ab_ckpt_meta m = {.step = 3, .n_params = n, .seed = 21, .data_position = 96, .data_epoch = 1, .elapsed_s = 1.5};
-    m.rng[0] = ab_rng_make(21, 4);
-    m.rng[0].index = 12345;
+    json_t *state = json_pack("{s:i, s:i, s:f}", "step", 3, "n_params", (int)n, "elapsed_s", 1.5);
     json_t *cfg = json_pack("{s:i, s:f, s:s}", "seed", 21, "lr", 1e-3, "task", "copy");
 
     ab_ckpt_writer *w;
@@ -146,7 +144,7 @@ static void write_standard(const char *path, blob_set *set) {
     cr_assert_eq(ab_ckpt_add(w, AB_CKPT_PARAMS, p, n * sizeof(float)), 0, "%s", ab_error());
     cr_assert_eq(ab_ckpt_add(w, "empty", NULL, 0), 0, "%s", ab_error());
     cr_assert_eq(ab_ckpt_add(w, "odd", "hello, world!", 13), 0, "%s", ab_error());
-    cr_assert_eq(ab_ckpt_add_meta(w, &m), 0, "%s", ab_error());
+    cr_assert_eq(ab_ckpt_add_json(w, "state", state), 0, "%s", ab_error());
     cr_assert_eq(ab_ckpt_add_json(w, AB_CKPT_CONFIG, cfg), 0, "%s", ab_error());
     cr_assert_eq(ab_ckpt_add_optim(w, AB_CKPT_OPTIM, o), 0, "%s", ab_error());
     cr_assert_eq(ab_ckpt_commit(w), 0, "%s", ab_error());
@@ -154,14 +152,14 @@ static void write_standard(const char *path, blob_set *set) {
     set_add(set, AB_CKPT_PARAMS, p, n * sizeof(float));
     set_add(set, "empty", NULL, 0);
     set_add(set, "odd", "hello, world!", 13);
-    /* meta and config as the reader will see them: read back from the file once, and
+    /* state and config as the reader will see them: read back from the file once, and
      * checked field by field in their own tests. */
     ab_ckpt_reader *r;
     cr_assert_eq(ab_ckpt_open(path, &r), 0, "%s", ab_error());
     const void *d;
     size_t nb;
-    cr_assert_eq(ab_ckpt_get(r, AB_CKPT_META, &d, &nb), 0);
-    set_add(set, AB_CKPT_META, d, nb);
+    cr_assert_eq(ab_ckpt_get(r, "state", &d, &nb), 0);
+    set_add(set, "state", d, nb);
     cr_assert_eq(ab_ckpt_get(r, AB_CKPT_CONFIG, &d, &nb), 0);
     set_add(set, AB_CKPT_CONFIG, d, nb);
     ab_ckpt_close(r);
@@ -171,6 +169,7 @@ static void write_standard(const char *path, blob_set *set) {
     set_add(set, AB_CKPT_OPTIM, st, sb);
 
     json_decref(cfg);
+    json_decref(state);
     ab_optim_destroy(o);
     free(p), free(g);
 }
@@ -265,58 +264,6 @@ Test(checkpoint, large_empty_and_zero_blobs) {
     ab_ckpt_abort(w);
     cr_assert_eq(count_temporaries(), 0);
     cr_assert_not(tp_exists(path_in("full.ckpt")));
-}
-
-Test(checkpoint, meta_round_trip) {
-    ab_ckpt_meta m;
-    memset(&m, 0, sizeof m);
-    m.step = 3000;
-    m.n_params = 123456789;
-    m.seed = 0xfedcba9876543210ull;
-    m.data_position = 77;
-    m.data_epoch = 5;
-    m.elapsed_s = 1234.5678;
-    for (int i = 0; i < 4; i++) m.extra[i] = (uint64_t)i * 1000 + 1;
-    for (int i = 0; i < AB_CKPT_META_RNGS; i++) m.rng[i] = (ab_rng){(uint64_t)i + 1, (uint64_t)i + 10, UINT64_MAX - (uint64_t)i};
-    ab_ckpt_writer *w;
-    cr_assert_eq(ab_ckpt_begin(path_in("m.ckpt"), &w), 0);
-    cr_assert_eq(ab_ckpt_add_meta(w, &m), 0);
-    cr_assert_eq(ab_ckpt_add(w, "other", "abc", 3), 0);
-    cr_assert_eq(ab_ckpt_commit(w), 0);
-    ab_ckpt_reader *r;
-    cr_assert_eq(ab_ckpt_open(path_in("m.ckpt"), &r), 0, "%s", ab_error());
-    ab_ckpt_meta b;
-    memset(&b, 0xab, sizeof b);
-    cr_assert_eq(ab_ckpt_get_meta(r, &b), 0, "%s", ab_error());
-    cr_assert_eq(b.step, m.step);
-    cr_assert_eq(b.n_params, m.n_params);
-    cr_assert_eq(b.seed, m.seed);
-    cr_assert_eq(b.data_position, m.data_position);
-    cr_assert_eq(b.data_epoch, m.data_epoch);
-    cr_assert_eq(b.elapsed_s, m.elapsed_s);
-    for (int i = 0; i < 4; i++) cr_assert_eq(b.extra[i], m.extra[i]);
-    for (int i = 0; i < AB_CKPT_META_RNGS; i++) {
-        cr_assert_eq(b.rng[i].seed, m.rng[i].seed);
-        cr_assert_eq(b.rng[i].stream, m.rng[i].stream);
-        cr_assert_eq(b.rng[i].index, m.rng[i].index);
-    }
-    ab_ckpt_close(r);
-
-    /* A blob called meta that is not a meta record; no meta at all. */
-    cr_assert_eq(ab_ckpt_begin(path_in("m2.ckpt"), &w), 0);
-    cr_assert_eq(ab_ckpt_add(w, AB_CKPT_META, "\1\0\0\0\4\0\0\0abc", 11), 0);
-    cr_assert_eq(ab_ckpt_commit(w), 0);
-    cr_assert_eq(ab_ckpt_open(path_in("m2.ckpt"), &r), 0);
-    cr_assert_eq(ab_ckpt_get_meta(r, &b), AB_EINVAL);
-    cr_assert(strstr(ab_error(), "blob 'meta' has 11 bytes, expected 184"), "%s", ab_error());
-    ab_ckpt_close(r);
-    cr_assert_eq(ab_ckpt_open(path_in("none.ckpt"), &r), AB_EINVAL, "missing file");
-    cr_assert_eq(ab_ckpt_begin(path_in("none.ckpt"), &w), 0);
-    cr_assert_eq(ab_ckpt_commit(w), 0);
-    cr_assert_eq(ab_ckpt_open(path_in("none.ckpt"), &r), 0);
-    cr_assert_eq(ab_ckpt_get_meta(r, &b), AB_EINVAL);
-    cr_assert(strstr(ab_error(), "no blob 'meta'"), "%s", ab_error());
-    ab_ckpt_close(r);
 }
 
 Test(checkpoint, json_round_trip_is_exact) {
@@ -855,10 +802,12 @@ Test(checkpoint, resume_is_bit_identical) {
             resume_grad(g, seed, t);
             cr_assert_eq(ab_optim_step(b, pb, g, NULL), 0);
         }
-        ab_ckpt_meta m = {.step = (uint64_t)ab_optim_steps(b), .n_params = RESUME_N, .seed = seed, .data_position = t};
+        json_t *m = json_pack("{s:I, s:I, s:I, s:I}", "step", (json_int_t)ab_optim_steps(b), "n_params",
+                              (json_int_t)RESUME_N, "seed", (json_int_t)seed, "data_position", (json_int_t)t);
         ab_ckpt_writer *w;
         cr_assert_eq(ab_ckpt_begin(p, &w), 0);
-        cr_assert_eq(ab_ckpt_add_meta(w, &m), 0);
+        cr_assert_eq(ab_ckpt_add_json(w, "state", m), 0);
+        json_decref(m);
         cr_assert_eq(ab_ckpt_add_json(w, AB_CKPT_CONFIG, cfg), 0);
         cr_assert_eq(ab_ckpt_add(w, AB_CKPT_PARAMS, pb, RESUME_N * sizeof(float)), 0);
         cr_assert_eq(ab_ckpt_add_optim(w, AB_CKPT_OPTIM, b), 0);
@@ -869,8 +818,15 @@ Test(checkpoint, resume_is_bit_identical) {
     }
     ab_ckpt_reader *r;
     cr_assert_eq(ab_ckpt_open(p, &r), 0, "%s", ab_error());
-    ab_ckpt_meta m;
-    cr_assert_eq(ab_ckpt_get_meta(r, &m), 0, "%s", ab_error());
+    json_t *mj;
+    cr_assert_eq(ab_ckpt_get_json(r, "state", &mj), 0, "%s", ab_error());
+    struct {
+        uint64_t step, n_params, seed, data_position;
+    } m = {(uint64_t)json_integer_value(json_object_get(mj, "step")),
+           (uint64_t)json_integer_value(json_object_get(mj, "n_params")),
+           (uint64_t)json_integer_value(json_object_get(mj, "seed")),
+           (uint64_t)json_integer_value(json_object_get(mj, "data_position"))};
+    json_decref(mj);
     json_t *cfg2;
     cr_assert_eq(ab_ckpt_get_json(r, AB_CKPT_CONFIG, &cfg2), 0, "%s", ab_error());
     ab_optim *b = resume_optim(cfg2);

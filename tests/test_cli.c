@@ -10,12 +10,15 @@
 #include "memory.h"
 #include "npy.h"
 #include "test_proc.h"
+#include "task.h"
 #include "test_util.h"
+#include "transformer.h"
 
 #include <criterion/criterion.h>
 
 #include <dirent.h>
 #include <float.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -172,6 +175,132 @@ Test(cli, list_shows_variants_and_options) {
     cr_assert_eq(run("list", "--threads", "2", NULL), 0, "list --threads 2: %s", g_stderr);
     const char *must2[] = {"--threads", NULL};
     expect_usage_error(run("list", "--threads", NULL), "list --threads (no value)", must2);
+}
+
+/* The strings of a JSON array, compared with `want` (n of them, in order). */
+static void expect_strings(json_t *arr, const char *const *want, int n, const char *what) {
+    cr_assert(json_is_array(arr), "%s: not an array", what);
+    cr_assert_eq((int)json_array_size(arr), n, "%s: %zu entries, want %d", what, json_array_size(arr), n);
+    for (int k = 0; k < n; k++)
+        cr_assert_str_eq(json_string_value(json_array_get(arr, (size_t)k)), want[k], "%s[%d]", what, k);
+}
+
+static const char *jstr(json_t *obj, const char *key) {
+    const char *s = json_string_value(json_object_get(obj, key));
+    cr_assert_not_null(s, "no string '%s'", key);
+    return s;
+}
+
+/* list --json parses and is exactly the registry: every variant in order with its
+ * summary, modes, devices and options (each with its type, default, help, choices or
+ * range, auto), and every feature map with the choice options that offer it. */
+Test(cli, list_json_is_the_registry) {
+    cr_assert_eq(run("list", "--json", NULL), 0, "%s", g_stderr);
+    cr_assert_str_empty(g_stderr);
+    json_error_t jerr;
+    json_t *doc = json_loads(g_stdout, 0, &jerr);
+    cr_assert_not_null(doc, "list --json is not JSON: %s (line %d)", jerr.text, jerr.line);
+    cr_assert_eq(json_object_size(doc), 5u, "schema, variants, feature_maps, tasks, bodies");
+    cr_assert_str_eq(jstr(doc, "schema"), "attnbench/list/1");
+
+    json_t *vars = json_object_get(doc, "variants");
+    cr_assert(json_is_array(vars));
+    cr_assert_eq((int)json_array_size(vars), attn_variant_count());
+    for (int i = 0; i < attn_variant_count(); i++) {
+        json_t *v = json_array_get(vars, (size_t)i);
+        const char *vn = attn_variant_name(i);
+        cr_assert_eq(json_object_size(v), 5u, "%s: name, summary, options, modes, devices", vn);
+        cr_assert_str_eq(jstr(v, "name"), vn);
+        cr_assert_str_eq(jstr(v, "summary"), attn_variant_summary(i));
+        const char *modes[2] = {"parallel", "recurrent"}, *devices[2] = {"cpu", "cuda"};
+        expect_strings(json_object_get(v, "modes"), modes, attn_variant_has_step(i) ? 2 : 1, vn);
+        expect_strings(json_object_get(v, "devices"), devices, attn_variant_has_device(i, ATTN_DEVICE_CUDA) ? 2 : 1,
+                       vn);
+        json_t *opts = json_object_get(v, "options");
+        cr_assert(json_is_array(opts));
+        attn_option_info o;
+        int j = 0;
+        for (; attn_variant_option_info(i, j, &o); j++) {
+            json_t *jo = json_array_get(opts, (size_t)j);
+            cr_assert_not_null(jo, "%s: option %s is missing", vn, o.name);
+            static const char *const types[] = {"double", "int", "choice"};
+            cr_assert_str_eq(jstr(jo, "name"), o.name);
+            cr_assert_str_eq(jstr(jo, "type"), types[o.type], "%s.%s", vn, o.name);
+            cr_assert_str_eq(jstr(jo, "default"), o.def);
+            cr_assert_str_eq(jstr(jo, "help"), o.help);
+            cr_assert(json_is_boolean(json_object_get(jo, "auto")));
+            cr_assert_eq(json_is_true(json_object_get(jo, "auto")), o.auto_ok, "%s.%s auto", vn, o.name);
+            if (o.type == ATTN_OPT_CHOICE) {
+                cr_assert_eq(json_object_size(jo), 6u, "%s.%s: no range for a choice", vn, o.name);
+                const char *want[16];
+                cr_assert_leq(o.n_choices, 16);
+                for (int c = 0; c < o.n_choices; c++) want[c] = attn_variant_option_choice(i, j, c);
+                expect_strings(json_object_get(jo, "choices"), want, o.n_choices, o.name);
+            } else {
+                cr_assert_eq(json_object_size(jo), 7u, "%s.%s: name, type, default, help, min, max, auto", vn, o.name);
+                json_t *mn = json_object_get(jo, "min"), *mx = json_object_get(jo, "max");
+                if (o.type == ATTN_OPT_INT) cr_assert(json_is_integer(mn) && json_is_integer(mx), "%s.%s", vn, o.name);
+                /* Written with 17 digits: the doubles read back exactly. */
+                cr_assert_eq(json_number_value(mn), o.min, "%s.%s min", vn, o.name);
+                cr_assert_eq(json_number_value(mx), o.max, "%s.%s max", vn, o.name);
+            }
+        }
+        cr_assert_eq((int)json_array_size(opts), j, "%s: %zu options listed, the registry has %d", vn,
+                     json_array_size(opts), j);
+    }
+
+    json_t *maps = json_object_get(doc, "feature_maps");
+    cr_assert(json_is_array(maps));
+    cr_assert_eq((int)json_array_size(maps), attn_feature_map_count());
+    int li = attn_variant_find("linear");
+    const char *first;
+    cr_assert(attn_variant_option(li, 0, &first, NULL, NULL));
+    cr_assert_str_eq(first, "feature_map");
+    for (int m = 0; m < attn_feature_map_count(); m++) {
+        const char *name, *features, *help;
+        cr_assert(attn_feature_map_info(m, &name, &features, &help));
+        json_t *jm = json_array_get(maps, (size_t)m);
+        cr_assert_str_eq(jstr(jm, "name"), name);
+        cr_assert_str_eq(jstr(jm, "features"), features);
+        cr_assert_str_eq(jstr(jm, "help"), help);
+        /* Offered by linear's feature_map exactly when it is one of its choices. */
+        bool offered = false;
+        for (int c = 0; attn_variant_option_choice(li, 0, c); c++)
+            offered |= strcmp(attn_variant_option_choice(li, 0, c), name) == 0;
+        json_t *of = json_object_get(jm, "choice_of");
+        cr_assert(json_is_array(of));
+        cr_assert_eq(json_array_size(of), offered ? 1u : 0u, "%s", name);
+        if (offered) {
+            cr_assert_str_eq(jstr(json_array_get(of, 0), "variant"), "linear");
+            cr_assert_str_eq(jstr(json_array_get(of, 0), "option"), "feature_map");
+        }
+    }
+    cr_assert_str_eq(jstr(json_array_get(maps, 0), "name"), "elu");
+
+    /* the training tasks with their config keys, and the model bodies */
+    json_t *tasks = json_object_get(doc, "tasks");
+    int nt = 0;
+    for (; task_kind_at(nt); nt++) {
+        const task_kind *k = task_kind_at(nt);
+        json_t *jt = json_array_get(tasks, (size_t)nt);
+        cr_assert_not_null(jt, "task %s is missing", k->name);
+        cr_assert_str_eq(jstr(jt, "name"), k->name);
+        cr_assert_str_eq(jstr(jt, "summary"), k->summary);
+        int nk = 0;
+        for (; k->keys[nk]; nk++) cr_assert_str_eq(json_string_value(json_array_get(json_object_get(jt, "keys"), nk)),
+                                                   k->keys[nk]);
+        cr_assert_eq(json_array_size(json_object_get(jt, "keys")), (size_t)nk, "%s keys", k->name);
+    }
+    cr_assert_eq(json_array_size(tasks), (size_t)nt);
+    cr_assert_geq(nt, 3, "copy, sequences, frames");
+    json_t *bodies = json_object_get(doc, "bodies");
+    cr_assert_eq(json_array_size(bodies), (size_t)TF_BODY_COUNT);
+    for (int b = 0; b < TF_BODY_COUNT; b++)
+        cr_assert_str_eq(json_string_value(json_array_get(bodies, b)), tf_body_name((tf_body)b));
+    json_decref(doc);
+
+    const char *must[] = {"extra", NULL};
+    expect_usage_error(run("list", "--json", "extra", NULL), "list --json extra", must);
 }
 
 Test(cli, global_errors) {

@@ -112,13 +112,13 @@ static void *blob(const char *path, const char *name, size_t *n) {
 static long long ckpt_step(const char *path) {
     ab_ckpt_reader *r;
     if (ab_ckpt_open(path, &r)) return -1;
-    ab_ckpt_meta m;
-    cr_assert_eq(ab_ckpt_get_meta(r, &m), 0, "%s", ab_error());
+    train_ckpt_state m;
+    cr_assert_eq(train_ckpt_get_state(r, &m), 0, "%s", ab_error());
     ab_ckpt_close(r);
-    return (long long)m.step;
+    return m.step;
 }
 
-/* The blobs a resumed run must reproduce exactly (meta and config hold times and the
+/* The blobs a resumed run must reproduce exactly (state and config hold times and the
  * resumable keys). */
 static void expect_same_state(const char *a, const char *b, const char *what) {
     const char *names[3] = {AB_CKPT_PARAMS, AB_CKPT_OPTIM, "losses"};
@@ -620,4 +620,127 @@ Test(train_cli, plot_draws_figure_2) {
     /* a sweep and a training run do not share a figure */
     write_text(P("sweep.json"), "{\"schema\": \"attnbench/run/1\", \"records\": [{\"kind\": \"parallel\"}]}");
     expect_usage_error(run("plot", P("p1/train.json"), P("sweep.json"), NULL), "mixed", "not a training run");
+}
+
+/* ---- the copy task as it was: a stored trace ---- */
+
+/* tests/fixtures/copy-trace.json holds the per-step losses (float64 in C99 hex) of
+ * three short copy runs recorded by the driver before its tasks and model were rebuilt
+ * on the task/input/body/head seams. The same config and seed must give the same bits.
+ * Bits depend on the arithmetic: one thread, OpenBLAS's Haswell kernels (set here for
+ * the child), and our loops compiled for an AVX-512 machine (-march=native), as when
+ * the trace was recorded. Elsewhere the test skips, saying why. */
+#define FIXTURES ATTNBENCH_SOURCE_DIR "/tests/fixtures"
+
+static bool trace_conditions_hold(void) {
+    setenv("OPENBLAS_CORETYPE", "Haswell", 1); /* for the children (the suite runs one test per process) */
+    if (!TEST_NATIVE_BUILD) {
+        cr_skip_test("stored trace: recorded with -march=native; this build has -Dnative=false");
+        return false;
+    }
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f")) {
+        cr_skip_test("stored trace: recorded on an AVX-512 CPU; this one has no AVX-512F");
+        return false;
+    }
+    return true;
+#else
+    cr_skip_test("stored trace: recorded on x86-64");
+    return false;
+#endif
+}
+
+/* The run `name` of the fixture: its --set arguments (argv form, NULL-terminated, at
+ * most 40) and its losses. */
+typedef struct {
+    const char *argv[48];
+    int argc;
+    double *losses;
+    size_t n;
+    const char *checkpoint;
+} trace_run;
+
+static json_t *g_trace;
+
+static trace_run trace_get(const char *name) {
+    if (!g_trace) g_trace = load(FIXTURES "/copy-trace.json");
+    json_t *runs = json_object_get(g_trace, "runs"), *r = NULL, *x;
+    size_t i;
+    json_array_foreach(runs, i, x) if (strcmp(json_string_value(json_object_get(x, "name")), name) == 0) r = x;
+    cr_assert_not_null(r, "no run '%s' in the trace fixture", name);
+    trace_run t = {.argc = 0};
+    json_array_foreach(json_object_get(r, "args"), i, x) {
+        cr_assert_lt(t.argc, 40);
+        t.argv[t.argc++] = json_string_value(x);
+    }
+    t.argv[t.argc] = NULL;
+    json_t *l = json_object_get(r, "losses");
+    t.n = json_array_size(l);
+    t.losses = malloc(sizeof(double) * t.n);
+    json_array_foreach(l, i, x) {
+        char *end;
+        t.losses[i] = strtod(json_string_value(x), &end);
+        cr_assert(*end == '\0', "loss %zu of '%s' is not a hex float", i, name);
+    }
+    t.checkpoint = json_string_value(json_object_get(r, "checkpoint"));
+    return t;
+}
+
+/* The checkpoint's step losses equal the trace's, bit for bit. */
+static void expect_trace(const char *ckpt, const trace_run *t, const char *name) {
+    size_t bytes;
+    double *got = blob(ckpt, "losses", &bytes);
+    cr_assert_eq(bytes, sizeof(double) * t->n, "%s: %zu losses, the trace has %zu", name, bytes / sizeof(double), t->n);
+    for (size_t i = 0; i < t->n; i++)
+        cr_expect(memcmp(&got[i], &t->losses[i], sizeof(double)) == 0, "%s: step %zu loss %a, the trace has %a",
+                  name, i + 1, got[i], t->losses[i]);
+    free(got);
+}
+
+/* attnbench --threads 1 train SMOKE --out DIR --quiet ARGS... under OpenBLAS's Haswell kernels */
+static int train_with(const char *out, const trace_run *t) {
+    const char *argv[64] = {"--threads", "1", "train", SMOKE, "--out", out, "--quiet"};
+    int k = 7;
+    for (int i = 0; i < t->argc; i++) argv[k++] = t->argv[i];
+    argv[k] = NULL;
+    return tp_wait(g_dir, tp_spawn(g_dir, g_exe, NULL, argv), &g_out, &g_err);
+}
+
+Test(train_cli, copy_trace_matches_the_stored_losses_bit_for_bit) {
+    if (!trace_conditions_hold()) return;
+    const char *names[] = {"smoke", "smoke-lsh-dropout"};
+    for (int i = 0; i < 2; i++) {
+        trace_run t = trace_get(names[i]);
+        const char *out = P("trace-%d", i);
+        cr_assert_eq(train_with(out, &t), 0, "%s: %s", names[i], g_err);
+        expect_trace(P("trace-%d/checkpoint.bin", i), &t, names[i]);
+        free(t.losses);
+    }
+}
+
+Test(train_cli, checkpoint_of_the_previous_format_resumes_bit_for_bit) {
+    if (!trace_conditions_hold()) return;
+    trace_run t = trace_get("legacy-resume");
+    cr_assert_not_null(t.checkpoint);
+    /* the stored checkpoint (format attnbench-train/1, step 4 of 8) in a run folder */
+    char src[700];
+    snprintf(src, sizeof src, "%s/%s", FIXTURES, t.checkpoint);
+    size_t n;
+    unsigned char *bytes = tp_read_bytes(src, &n);
+    cr_assert_not_null(bytes, "cannot read %s", src);
+    cr_assert_eq(mkdir(P("legacy"), 0755), 0);
+    tp_write_bytes(P("legacy/checkpoint.bin"), bytes, n);
+    free(bytes);
+    cr_assert_eq(ckpt_step(P("legacy/checkpoint.bin")), 4, "the stored checkpoint's step is read");
+    const char *argv[] = {"--threads", "1", "train", "--resume", "--out", P("legacy"), "--quiet", "--set", "steps=8",
+                          NULL};
+    int st = tp_wait(g_dir, tp_spawn(g_dir, g_exe, NULL, argv), &g_out, &g_err);
+    cr_assert_eq(st, 0, "resume of a format-1 checkpoint: %s", g_err);
+    expect_trace(P("legacy/checkpoint.bin"), &t, "legacy-resume");
+    /* and the current format resumes the same way: the whole run from scratch, then a
+     * 4-step run resumed to 8 */
+    cr_assert_eq(train_with(P("fresh"), &t), 0, "%s", g_err);
+    expect_trace(P("fresh/checkpoint.bin"), &t, "fresh");
+    free(t.losses);
 }

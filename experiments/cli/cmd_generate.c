@@ -1,6 +1,7 @@
-/* attnbench generate CHECKPOINT: greedy autoregressive generation from a training
- * checkpoint, each variant in its own mode, scored against the task's expected
- * continuation (for the copy task: the copy accuracy), with the decoding speed.
+/* attnbench generate CHECKPOINT: autoregressive generation from a training checkpoint
+ * (greedy, or sampling with a temperature and a seed), each variant in its own mode,
+ * scored against the task's expected continuation (for the copy task: the copy
+ * accuracy), with the decoding speed.
  *
  * Modes: "recurrent" (variants with a recurrent step: linear, polynomial,
  * stateful-softmax): the prompt runs through every layer in one parallel prefill,
@@ -29,11 +30,13 @@
 
 static const char GEN_USAGE[] =
     "usage: attnbench generate CHECKPOINT [--n K] [--seed S] [--mode auto|recurrent|recompute]\n"
-    "                          [--out FILE] [--tokens] [--device cpu|cuda]\n"
+    "                          [--temperature T] [--out FILE] [--tokens] [--device cpu|cuda]\n"
     "\n"
     "Loads the model of a training checkpoint, draws K prompts (default 64) from the\n"
     "task's distribution (seed S, default the run's seed; the prompts differ from the\n"
-    "training and evaluation rows), decodes each greedily and scores the tokens against\n"
+    "training and evaluation rows), decodes each (greedily, or with --temperature T > 0\n"
+    "by sampling from softmax(logits / T), the draws a pure function of S, the prompt\n"
+    "and the position) and scores the tokens against\n"
     "the expected continuation. Modes: recurrent (linear, polynomial, stateful-softmax:\n"
     "parallel prefill of the prompt, then one RNN step per token), recompute (any\n"
     "variant: a full forward per token; softmax and lsh have only this), auto (the\n"
@@ -49,9 +52,23 @@ static int argmax(const float *x, int n) {
     return a;
 }
 
+/* A draw from softmax(x / T) (in double, from the largest logit down) with the
+ * uniform u in (0, 1): the first class whose cumulative probability exceeds u. */
+static int sample(const float *x, int n, double T, double u) {
+    double mx = x[argmax(x, n)], z = 0;
+    for (int i = 0; i < n; i++) z += exp(((double)x[i] - mx) / T);
+    double c = 0, target = u * z;
+    for (int i = 0; i < n; i++) {
+        c += exp(((double)x[i] - mx) / T);
+        if (c > target) return i;
+    }
+    return argmax(x, n); /* u z at the top of the sum's rounding: the likeliest class */
+}
+
 int cmd_generate(int argc, char **argv, const char *command_line) {
     const char *ckpt = NULL, *out = NULL, *mode_s = "auto";
     long long K = 64;
+    double temperature = 0;
     uint64_t seed = 0;
     bool have_seed = false, tokens_out = false;
     attn_device device = ATTN_DEVICE_CPU;
@@ -67,6 +84,12 @@ int cmd_generate(int argc, char **argv, const char *command_line) {
             mode_s = cli_value(argc, argv, &i);
             if (strcmp(mode_s, "auto") && strcmp(mode_s, "recurrent") && strcmp(mode_s, "recompute"))
                 cli_die(AB_EXIT_USAGE, "--mode %s: must be auto, recurrent or recompute", mode_s);
+        } else if (strcmp(argv[i], "--temperature") == 0) {
+            const char *v = cli_value(argc, argv, &i);
+            char *end;
+            temperature = strtod(v, &end);
+            if (!*v || *end || !(temperature >= 0) || temperature > 1e6)
+                cli_die(AB_EXIT_USAGE, "--temperature %s: must be a number in [0, 1e6] (0: greedy)", v);
         } else if (strcmp(argv[i], "--out") == 0) out = cli_value(argc, argv, &i);
         else if (strcmp(argv[i], "--tokens") == 0) tokens_out = true;
         else if (strcmp(argv[i], "--device") == 0) {
@@ -83,7 +106,7 @@ int cmd_generate(int argc, char **argv, const char *command_line) {
 
     train_config cfg;
     tf_model *m;
-    ab_ckpt_meta meta;
+    train_ckpt_state meta;
     int rc = train_ckpt_load_model(ckpt, 1, device, &cfg, &m, &meta);
     if (rc) cli_die(cli_status_for(rc), "%s", ab_error());
     const train_task *task = cfg.task;
@@ -94,7 +117,8 @@ int cmd_generate(int argc, char **argv, const char *command_line) {
     if (recurrent && !tf_has_recurrent(m)) cli_die(AB_EXIT_USAGE, "generate --mode recurrent: %s", ab_error());
     ab_clear_error();
 
-    int N = task->seq_len, V = cfg.model.vocab;
+    if (task->input != TASK_INPUT_TOKENS) cli_die(AB_EXIT_USAGE, "generate: the task '%s' does not take tokens", task->name);
+    int N = task->seq_len, V = tf_classes(m);
     int *prompt = malloc(sizeof(int) * (size_t)N), *expected = malloc(sizeof(int) * (size_t)(task->max_gen + 1));
     int *seq = malloc(sizeof(int) * (size_t)(N + 1));
     float *logits = malloc(sizeof(float) * (size_t)V);
@@ -123,7 +147,10 @@ int cmd_generate(int argc, char **argv, const char *command_line) {
                 rc = tf_last_logits(m, seq, 1, P + j, attn_seed, logits);
             }
             if (rc) cli_die(cli_status_for(rc), "generate: prompt %lld, token %d: %s", k, j, ab_error());
-            seq[P + j] = argmax(logits, V);
+            seq[P + j] = temperature > 0
+                             ? sample(logits, V, temperature,
+                                      ab_rng_uniform(seed, TASK_STREAM_SAMPLE, (uint64_t)k * (uint64_t)(N + 1) + (uint64_t)j))
+                             : argmax(logits, V);
         }
         decode_s += (double)(ab_now_ns() - t0) * 1e-9;
         bool all = true;
@@ -150,6 +177,8 @@ int cmd_generate(int argc, char **argv, const char *command_line) {
     json_object_set_new(doc, "task", json_string(task->name));
     json_object_set_new(doc, "variant", json_string(cfg.model.attention));
     json_object_set_new(doc, "mode", json_string(recurrent ? "recurrent" : "recompute"));
+    json_object_set_new(doc, "decoding", json_string(temperature > 0 ? "sample" : "greedy"));
+    json_object_set_new(doc, "temperature", json_real(temperature));
     json_object_set_new(doc, "device", json_string(device == ATTN_DEVICE_CUDA ? "cuda" : "cpu"));
     json_object_set_new(doc, "seed", json_integer((json_int_t)seed));
     json_object_set_new(doc, "prompts", json_integer(K));

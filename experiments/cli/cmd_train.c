@@ -47,20 +47,24 @@ static const char TRAIN_USAGE[] =
     "                       [--resume] [--overwrite] [--quiet]\n"
     "       attnbench train --resume --out DIR [--set KEY=VALUE]...\n"
     "\n"
-    "Trains the model of CONFIG (see experiments/copy/) with evaluation every\n"
-    "eval_every steps and a checkpoint every checkpoint_every steps. --set overrides a\n"
-    "config value by its dotted path (e.g. --set steps=2000, --set optim.lr=3e-4).\n"
-    "Writes DIR/train.json, DIR/train.tsv and DIR/checkpoint.bin (DIR default:\n"
-    "results/NAME). --resume continues the run in DIR from its checkpoint (CONFIG may\n"
-    "then be left out; only name, label, description, steps, eval_every,\n"
-    "checkpoint_every and log_every may differ from the checkpoint's config).\n"
+    "Trains the model of CONFIG (task, model, optimiser; configs in experiments/*/,\n"
+    "tasks listed by `attnbench list`) for `steps` steps or, on a dataset task,\n"
+    "`epochs` passes over its train split, with evaluation every eval_every steps and a\n"
+    "checkpoint every checkpoint_every steps. --set overrides a config value by its\n"
+    "dotted path (e.g. --set steps=2000, --set optim.lr=3e-4; setting steps or epochs\n"
+    "alone replaces the other). Writes DIR/train.json, DIR/train.tsv and\n"
+    "DIR/checkpoint.bin (DIR default: results/NAME). --resume continues the run in DIR\n"
+    "from its checkpoint (CONFIG may then be left out; only name, label, description,\n"
+    "steps, epochs, eval_every, checkpoint_every and log_every may differ from the\n"
+    "checkpoint's config).\n"
     "--overwrite replaces a run already in DIR. Ctrl-C stops at the end of the step\n"
     "with a checkpoint (status \"interrupted\"). A progress bar is drawn when stderr is\n"
     "a terminal; otherwise one line per log point (--quiet: none).\n";
 
-static const char *const TSV_COLUMNS[] = {"kind",        "step",          "loss",          "loss_last",
-                                          "lr",          "grad_norm",     "tokens_per_s",  "elapsed_s",
-                                          "eval_loss",   "eval_accuracy", NULL};
+/* The TSV's columns: these, then eval_NAME for each of the task's metrics. */
+static const char *const TSV_BASE[] = {"kind", "step",         "loss",      "loss_last", "lr",
+                                       "grad_norm", "tokens_per_s", "elapsed_s", "eval_loss"};
+#define N_TSV_BASE ((int)(sizeof TSV_BASE / sizeof *TSV_BASE))
 
 static bool file_exists(const char *p) {
     struct stat st;
@@ -78,8 +82,8 @@ typedef struct {
     long long int_steps;
     double int_time_s;
     train_step_info last;
-    train_eval_info last_eval;
-    bool have_eval;
+    train_eval_info last_eval, test;
+    bool have_eval, have_test;
     ab_progress bar;
     bool quiet;
 } run_state;
@@ -116,9 +120,23 @@ static json_t *summary_json(run_state *s) {
     window_stats(t, w, &mean, &sd);
     double el = elapsed(s);
     double positions = (double)t->step * (double)t->batch.B * (double)t->batch.N;
+    const train_task *task = t->cfg.task;
+    char key[96];
     json_object_set_new(o, "steps_done", json_integer(t->step));
     json_object_set_new(o, "final_eval_loss", s->have_eval ? ab_json_num(s->last_eval.loss) : json_null());
-    json_object_set_new(o, "final_eval_accuracy", s->have_eval ? ab_json_num(s->last_eval.accuracy) : json_null());
+    for (int i = 0; i < task->n_metrics; i++) {
+        snprintf(key, sizeof key, "final_eval_%s", task->metrics[i].name);
+        json_object_set_new(o, key, s->have_eval ? ab_json_num(s->last_eval.metrics[i]) : json_null());
+    }
+    if (s->have_test) {
+        json_object_set_new(o, "test_split", json_string(task->split_names[t->cfg.test_split]));
+        json_object_set_new(o, "test_rows", json_integer(s->test.rows));
+        json_object_set_new(o, "test_loss", ab_json_num(s->test.loss));
+        for (int i = 0; i < task->n_metrics; i++) {
+            snprintf(key, sizeof key, "test_%s", task->metrics[i].name);
+            json_object_set_new(o, key, ab_json_num(s->test.metrics[i]));
+        }
+    }
     json_object_set_new(o, "final_train_loss_window", json_integer(t->step ? w : 0));
     json_object_set_new(o, "final_train_loss_mean", ab_json_num(mean));
     json_object_set_new(o, "final_train_loss_std", ab_json_num(sd));
@@ -161,22 +179,48 @@ static void log_line(run_state *s, const char *fmt, ...) {
     va_end(ap);
 }
 
-static void do_eval(run_state *s) {
+/* An evaluation record: kind "eval" (the config's evaluation set) or "test" (all of
+ * the test split, at the end), with the loss and each of the task's metrics. */
+static void do_eval(run_state *s, bool test) {
     trainer *t = s->t;
+    const train_task *task = t->cfg.task;
+    const char *kind = test ? "test" : "eval";
     train_eval_info e;
-    int rc = trainer_eval(t, &e);
-    if (rc) die_run(s, AB_EXIT_FAILURE, "evaluation at step %lld failed: %s", t->step, ab_error());
-    s->last_eval = e;
-    s->have_eval = true;
+    int rc = test ? trainer_eval(t, t->cfg.test_split, 0, &e) : trainer_eval(t, -1, 0, &e);
+    if (rc) die_run(s, AB_EXIT_FAILURE, "%s evaluation at step %lld failed: %s", kind, t->step, ab_error());
+    if (test) {
+        s->test = e;
+        s->have_test = true;
+    } else {
+        s->last_eval = e;
+        s->have_eval = true;
+    }
+    char key[96], line[512];
+    size_t n = 0;
     json_t *r = json_object();
-    json_object_set_new(r, "kind", json_string("eval"));
+    json_object_set_new(r, "kind", json_string(kind));
     json_object_set_new(r, "step", json_integer(t->step));
-    json_object_set_new(r, "eval_loss", ab_json_num(e.loss));
-    json_object_set_new(r, "eval_accuracy", ab_json_num(e.accuracy));
-    json_object_set_new(r, "eval_positions", json_integer(e.counted));
+    snprintf(key, sizeof key, "%s_loss", kind);
+    json_object_set_new(r, key, ab_json_num(e.loss));
+    line[0] = '\0';
+    for (int i = 0; i < task->n_metrics; i++) {
+        snprintf(key, sizeof key, "%s_%s", kind, task->metrics[i].name);
+        json_object_set_new(r, key, ab_json_num(e.metrics[i]));
+        n += (size_t)snprintf(line + n, n < sizeof line ? sizeof line - n : 0, " %s %.4f", task->metrics[i].name,
+                              e.metrics[i]);
+    }
+    snprintf(key, sizeof key, "%s_positions", kind);
+    json_object_set_new(r, key, json_integer(e.counted));
+    if (task_is_dataset(task)) {
+        int split = test ? t->cfg.test_split : t->cfg.eval_split;
+        snprintf(key, sizeof key, "%s_split", kind);
+        json_object_set_new(r, key, json_string(task->split_names[split]));
+        snprintf(key, sizeof key, "%s_rows", kind);
+        json_object_set_new(r, key, json_integer(e.rows));
+    }
     json_object_set_new(r, "elapsed_s", ab_json_num(elapsed(s)));
     json_array_append_new(ab_run_records(s->run), r);
-    log_line(s, "train: step %lld eval loss %.6g accuracy %.4f\n", t->step, e.loss, e.accuracy);
+    log_line(s, "train: step %lld %s loss %.6g%s\n", t->step, kind, e.loss, line);
 }
 
 /* A "train" record for the log interval ending at this step: the steps since the
@@ -196,10 +240,15 @@ static void do_log(run_state *s) {
     json_object_set_new(r, "step", json_integer(t->step));
     json_object_set_new(r, "loss", ab_json_num(mean));
     json_object_set_new(r, "loss_last", ab_json_num(t->losses[t->step - 1]));
-    json_object_set_new(r, "accuracy_last", s->int_steps ? ab_json_num(s->last.counted ? (double)s->last.correct /
-                                                                                               (double)s->last.counted
-                                                                                         : NAN)
-                                                         : json_null());
+    /* the task's metrics on the last step's batch (when this process ran it) */
+    const train_task *task = t->cfg.task;
+    double values[TASK_MAX_METRICS];
+    bool have = s->int_steps > 0 && trainer_step_metrics(t, &s->last, values) == 0;
+    for (int i = 0; i < task->n_metrics; i++) {
+        char key[96];
+        snprintf(key, sizeof key, "%s_last", task->metrics[i].name);
+        json_object_set_new(r, key, have ? ab_json_num(values[i]) : json_null());
+    }
     json_object_set_new(r, "steps", json_integer(t->step - prev));
     json_object_set_new(r, "lr", s->int_steps ? ab_json_num(s->last.lr) : json_null());
     json_object_set_new(r, "grad_norm", s->int_steps ? ab_json_num(s->last.grad_norm) : json_null());
@@ -233,12 +282,18 @@ static json_t *adopt_earlier(run_state *s, const char *path, long long upto, jso
         json_t *res = json_object_get(old, "resumes");
         if (json_is_array(res)) json_array_extend(resumes, res);
         /* the last evaluation so far, for the summary */
+        const train_task *task = s->t->cfg.task;
         json_array_foreach(recs, i, r) {
             json_t *st = json_object_get(r, "step"), *k = json_object_get(r, "kind");
             if (json_is_integer(st) && json_integer_value(st) <= upto && json_is_string(k) &&
                 strcmp(json_string_value(k), "eval") == 0) {
                 s->last_eval.loss = json_number_value(json_object_get(r, "eval_loss"));
-                s->last_eval.accuracy = json_number_value(json_object_get(r, "eval_accuracy"));
+                for (int m = 0; m < task->n_metrics; m++) {
+                    char key[96];
+                    snprintf(key, sizeof key, "eval_%s", task->metrics[m].name);
+                    json_t *v = json_object_get(r, key);
+                    s->last_eval.metrics[m] = json_is_number(v) ? json_number_value(v) : NAN;
+                }
                 s->have_eval = true;
             }
         }
@@ -278,8 +333,17 @@ static bool task_option(const json_t *root, const char *key) {
  * model.attention.set (the variant checks those). */
 static void apply_sets(json_t *root, const char *const *sets, int n, const char *config_path) {
     json_t *canon = NULL;
+    /* steps and epochs are two forms of a run's length: setting one alone replaces the
+     * other (a checkpoint's config holds both) */
+    bool set_steps = false, set_epochs = false;
     for (int i = 0; i < n; i++) {
-        if (ab_config_set(root, sets[i], false) == 0) continue;
+        set_steps |= strncmp(sets[i], "steps=", 6) == 0;
+        set_epochs |= strncmp(sets[i], "epochs=", 7) == 0;
+    }
+    if (set_steps != set_epochs) json_object_del(root, set_steps ? "epochs" : "steps");
+    for (int i = 0; i < n; i++) {
+        bool length = strncmp(sets[i], "steps=", 6) == 0 || strncmp(sets[i], "epochs=", 7) == 0;
+        if (ab_config_set(root, sets[i], length) == 0) continue;
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", ab_error());
         const char *eq = strchr(sets[i], '=');
@@ -369,11 +433,18 @@ int cmd_train(int argc, char **argv, const char *command_line) {
         cli_die(AB_EXIT_USAGE, "cannot remove the earlier checkpoint %s: %s", ckpt_path, strerror(errno));
     if (resume) {
         if (!reader && train_ckpt_open(ckpt_path, &reader, &ckpt_config)) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+        /* the checkpoint's config in this release's canonical form (keys added since
+         * it was written take their defaults), against this run's */
+        train_config old;
+        if (train_config_parse(ckpt_config, &old))
+            cli_die(AB_EXIT_USAGE, "%s: the checkpoint's config is not valid here: %s", ckpt_path, ab_error());
         char key[512];
-        if (train_config_diff(ckpt_config, t->cfg.canon, key, sizeof key))
+        int differ = train_config_diff(old.canon, t->cfg.canon, key, sizeof key);
+        train_config_free(&old);
+        if (differ)
             cli_die(AB_EXIT_USAGE,
                     "train --resume: '%s' differs from the checkpoint's config (only name, label, description, steps, "
-                    "eval_every, checkpoint_every and log_every may change)",
+                    "epochs, eval_every, checkpoint_every and log_every may change)",
                     key);
         if (trainer_restore(t, reader)) cli_die(AB_EXIT_USAGE, "%s", ab_error());
         ab_ckpt_close(reader);
@@ -394,7 +465,15 @@ int cmd_train(int argc, char **argv, const char *command_line) {
     s.quiet = quiet;
     s.ckpt_step = resume ? t->step : -1;
     snprintf(s.ckpt_path, sizeof s.ckpt_path, "%s", ckpt_path);
-    s.run = ab_run_begin(json_path, command_line, t->cfg.canon, t->cfg.seed, TSV_COLUMNS);
+    const char *columns[N_TSV_BASE + TASK_MAX_METRICS + 1];
+    char metric_cols[TASK_MAX_METRICS][96];
+    for (int i = 0; i < N_TSV_BASE; i++) columns[i] = TSV_BASE[i];
+    for (int i = 0; i < t->cfg.task->n_metrics; i++) {
+        snprintf(metric_cols[i], sizeof metric_cols[i], "eval_%s", t->cfg.task->metrics[i].name);
+        columns[N_TSV_BASE + i] = metric_cols[i];
+    }
+    columns[N_TSV_BASE + t->cfg.task->n_metrics] = NULL;
+    s.run = ab_run_begin(json_path, command_line, t->cfg.canon, t->cfg.seed, columns);
     if (!s.run) cli_die(AB_EXIT_USAGE, "%s", ab_error());
     ab_run_set(s.run, "task", json_string(t->cfg.task->name));
     ab_run_set(s.run, "device", json_string(device == ATTN_DEVICE_CUDA ? "cuda" : "cpu"));
@@ -433,13 +512,17 @@ int cmd_train(int argc, char **argv, const char *command_line) {
     signal(SIGTERM, on_signal);
     s.t0_ns = ab_now_ns();
     const train_config *c = &t->cfg;
-    if (!quiet && !resume)
-        fprintf(stderr, "train: %s: %zu parameters, %s attention, %lld steps of %lld x %d positions, %d threads -> %s\n",
-                c->name, tf_param_count(t->model), c->model.attention, c->steps, c->batch, t->batch.N, ab_threads(),
-                dir);
+    if (!quiet && !resume) {
+        char body[128];
+        if (c->model.body == TF_BODY_TRANSFORMER) snprintf(body, sizeof body, "%s attention", c->model.attention);
+        else snprintf(body, sizeof body, "%s body", tf_body_name(c->model.body));
+        fprintf(stderr, "train: %s: %zu parameters, %s, %lld steps of %lld x %d positions, %d threads -> %s\n", c->name,
+                tf_param_count(t->model), body, c->steps, c->batch, t->batch.N, ab_threads(), dir);
+    }
     ab_progress_begin(&s.bar, t->step, c->steps, !quiet);
-    if (t->step == 0 && c->eval_batches > 0 && c->eval_every > 0) {
-        do_eval(&s);
+    const bool has_eval = trainer_has_eval(t);
+    if (t->step == 0 && has_eval && c->eval_every > 0) {
+        do_eval(&s, false);
         if (save_doc(&s)) die_run(&s, AB_EXIT_FAILURE, "%s", ab_error());
     }
     while (t->step < c->steps && !g_stop) {
@@ -466,19 +549,22 @@ int cmd_train(int argc, char **argv, const char *command_line) {
         json_array_append_new(s.step_loss, json_real(info.loss));
         bool last = t->step == c->steps;
         bool log = t->step % c->log_every == 0 || last;
-        bool eval = c->eval_batches > 0 && ((c->eval_every > 0 && t->step % c->eval_every == 0) || last);
+        bool eval = has_eval && ((c->eval_every > 0 && t->step % c->eval_every == 0) || last);
         bool ckpt = (c->checkpoint_every > 0 && t->step % c->checkpoint_every == 0) || last;
         if (log) do_log(&s);
-        if (eval) do_eval(&s);
+        if (eval) do_eval(&s, false);
+        if (last && c->test_split >= 0 && task_is_dataset(c->task)) do_eval(&s, true);
         /* the checkpoint first, then the document: the document never runs ahead of a
          * checkpoint at a checkpoint step */
         if (ckpt && save_checkpoint(&s)) die_run(&s, AB_EXIT_FAILURE, "%s", ab_error());
         if ((log || eval || ckpt) && save_doc(&s)) die_run(&s, AB_EXIT_FAILURE, "%s", ab_error());
         if (ab_progress_on(&s.bar)) {
             char st[160];
-            if (s.have_eval)
-                snprintf(st, sizeof st, "loss %.4g eval %.4g acc %.3f", info.loss, s.last_eval.loss,
-                         s.last_eval.accuracy);
+            if (s.have_eval && c->task->n_metrics > 0)
+                snprintf(st, sizeof st, "loss %.4g eval %.4g %s %.3f", info.loss, s.last_eval.loss,
+                         c->task->metrics[0].name, s.last_eval.metrics[0]);
+            else if (s.have_eval)
+                snprintf(st, sizeof st, "loss %.4g eval %.4g", info.loss, s.last_eval.loss);
             else
                 snprintf(st, sizeof st, "loss %.4g", info.loss);
             ab_progress_draw(&s.bar, t->step, st, last);
@@ -494,9 +580,15 @@ int cmd_train(int argc, char **argv, const char *command_line) {
     ab_run_set(s.run, "summary", summary_json(&s));
     if (ab_run_finish(s.run, status)) cli_die(AB_EXIT_FAILURE, "%s", ab_error());
     if (!quiet) {
-        if (strcmp(status, "ok") == 0)
-            fprintf(stderr, "train: done: %lld steps, final eval loss %.6g, accuracy %.4f, %.1f s -> %s\n", t->step,
-                    s.have_eval ? s.last_eval.loss : NAN, s.have_eval ? s.last_eval.accuracy : NAN, elapsed(&s), dir);
+        if (strcmp(status, "ok") == 0 && s.have_test)
+            fprintf(stderr, "train: done: %lld steps, final eval loss %.6g, test loss %.6g (%s), %.1f s -> %s\n",
+                    t->step, s.have_eval ? s.last_eval.loss : NAN, s.test.loss,
+                    c->task->split_names[c->test_split], elapsed(&s), dir);
+        else if (strcmp(status, "ok") == 0)
+            fprintf(stderr, "train: done: %lld steps, final eval loss %.6g%s%s %.4f, %.1f s -> %s\n", t->step,
+                    s.have_eval ? s.last_eval.loss : NAN, c->task->n_metrics ? ", " : "",
+                    c->task->n_metrics ? c->task->metrics[0].name : "",
+                    s.have_eval && c->task->n_metrics ? s.last_eval.metrics[0] : NAN, elapsed(&s), dir);
         else
             fprintf(stderr, "train: interrupted at step %lld; checkpoint written; continue with: attnbench train --resume --out %s\n",
                     t->step, dir);

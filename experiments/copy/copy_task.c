@@ -36,7 +36,9 @@ typedef struct {
     int *d; /* one data row, 2X + 1 (scratch of row() and prompt(): one caller at a time) */
 } copy_state;
 
-static void copy_row(const train_task *t, ab_rng *rng, int *tokens, int *targets, float *weights, int *length) {
+static void copy_row(const train_task *t, ab_rng *rng, int *tokens, float *frames, int *targets, float *weights,
+                     int *length) {
+    (void)frames;
     copy_state *s = t->priv;
     int N = t->seq_len;
     int L = copy_draw(&s->o, rng, s->d);
@@ -101,9 +103,14 @@ static int copy_create(const json_t *obj, train_task **out) {
     st->o = (copy_options){(int)x, (int)s, (int)mn, noise};
     st->d = d;
     t->name = "copy";
+    t->input = TASK_INPUT_TOKENS;
     t->vocab = (int)s + COPY_FIRST_SYMBOL;
     t->seq_len = (int)(2 * x);
     t->causal = true;
+    t->head = "categorical";
+    t->classes = t->vocab;
+    t->n_metrics = 1;
+    t->metrics[0] = (task_metric){"accuracy", TASK_METRIC_ACCURACY, NULL, NULL};
     t->max_prompt = (int)x + 1;
     t->max_gen = (int)x;
     t->priv = st;

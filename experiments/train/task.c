@@ -1,29 +1,46 @@
-/* The task registry and the row/batch plumbing shared by every task (task.h). */
+/* The task registry and the row, batch, epoch and metric plumbing shared by every
+ * task (task.h). */
 #include "task.h"
 
 #include "copy_task.h"
 #include "error.h"
+#include "frames_task.h"
 #include "memory.h"
+#include "sequences_task.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 
-static const task_kind *const KINDS[] = {&copy_task_kind};
-#define N_KINDS (sizeof KINDS / sizeof *KINDS)
+/* The one list of tasks: a new task is its own files plus one line here. */
+static const task_kind *const KINDS[] = {&copy_task_kind, &sequences_task_kind, &frames_task_kind};
+#define N_KINDS ((int)(sizeof KINDS / sizeof *KINDS))
+
+const task_kind *task_kind_at(int i) { return i >= 0 && i < N_KINDS ? KINDS[i] : NULL; }
 
 const task_kind *task_kind_find(const char *name) {
     if (!name) return NULL;
-    for (size_t i = 0; i < N_KINDS; i++)
+    for (int i = 0; i < N_KINDS; i++)
         if (strcmp(KINDS[i]->name, name) == 0) return KINDS[i];
     return NULL;
 }
 
-const char *task_kind_names(void) { return "copy"; }
+const char *task_kind_names(void) {
+    static char buf[256];
+    if (!buf[0]) {
+        size_t n = 0;
+        for (int i = 0; i < N_KINDS && n < sizeof buf; i++)
+            n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s", i ? ", " : "", KINDS[i]->name);
+    }
+    return buf;
+}
 
 int task_create(const json_t *obj, train_task **out) {
     *out = NULL;
     if (!json_is_object(obj)) return ab_fail(AB_EINVAL, "config: 'task' must be an object with a \"name\"");
     json_t *name = json_object_get(obj, "name");
-    if (!json_is_string(name)) return ab_fail(AB_EINVAL, "config: 'task.name' must be a string (one of: %s)", task_kind_names());
+    if (!json_is_string(name))
+        return ab_fail(AB_EINVAL, "config: 'task.name' must be a string (one of: %s)", task_kind_names());
     const task_kind *k = task_kind_find(json_string_value(name));
     if (!k)
         return ab_fail(AB_EINVAL, "config: 'task.name' = '%s' is not a task (one of: %s)", json_string_value(name),
@@ -35,40 +52,144 @@ void task_destroy(train_task *t) {
     if (t && t->destroy) t->destroy(t);
 }
 
-ab_rng task_row_rng(uint64_t run_seed, uint64_t stream, uint64_t index, uint64_t row) {
+bool task_is_dataset(const train_task *t) { return t->n_splits > 0 && t->fill != NULL; }
+
+int task_split_find(const train_task *t, const char *name) {
+    for (int i = 0; name && i < t->n_splits; i++)
+        if (strcmp(t->split_names[i], name) == 0) return i;
+    return -1;
+}
+
+void task_split_names(const train_task *t, char *buf, size_t cap) {
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < t->n_splits && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? ", " : "", t->split_names[i]);
+}
+
+static uint64_t seed_of(uint64_t run_seed, uint64_t stream, uint64_t index) {
     uint32_t w[4];
     ab_philox4x32(run_seed, stream, index, w);
-    return ab_rng_make((uint64_t)w[0] | (uint64_t)w[1] << 32, row);
+    return (uint64_t)w[0] | (uint64_t)w[1] << 32;
+}
+
+ab_rng task_row_rng(uint64_t run_seed, uint64_t stream, uint64_t index, uint64_t row) {
+    return ab_rng_make(seed_of(run_seed, stream, index), row);
+}
+
+/* uniform{0..n-1} for n up to 2^63 from the cursor: ab_rng_next_below for n < 2^32,
+ * else rejection over 64-bit words (two 32-bit draws). */
+static uint64_t below64(ab_rng *r, uint64_t n) {
+    if (n <= UINT32_MAX) return ab_rng_next_below(r, (uint32_t)n);
+    uint64_t lim = UINT64_MAX - UINT64_MAX % n, x;
+    do {
+        x = (uint64_t)ab_rng_next_below(r, UINT32_MAX) << 32;
+        x |= ab_rng_next_below(r, UINT32_MAX);
+    } while (x >= lim);
+    return x % n;
+}
+
+void task_epoch_order(uint64_t run_seed, uint64_t epoch, long long n, long long *order) {
+    for (long long i = 0; i < n; i++) order[i] = i;
+    ab_rng rng = ab_rng_make(seed_of(run_seed, TASK_STREAM_EPOCH, epoch), 0);
+    for (long long i = n - 1; i > 0; i--) {
+        long long j = (long long)below64(&rng, (uint64_t)i + 1);
+        long long x = order[i];
+        order[i] = order[j];
+        order[j] = x;
+    }
 }
 
 int task_batch_alloc(const train_task *t, int B, task_batch *b) {
     memset(b, 0, sizeof *b);
     if (B < 1) return ab_fail(AB_EINVAL, "batch %d must be >= 1", B);
-    size_t n = (size_t)B * (size_t)t->seq_len, bytes;
-    /* tokens, targets, weights: n each (4 bytes); lengths: B */
-    if (ab_mul_size(n, 3 * sizeof(int), &bytes) || bytes > SIZE_MAX - sizeof(int) * (size_t)B)
+    const bool frames = t->input == TASK_INPUT_FRAMES;
+    const size_t F = frames ? (size_t)t->features : 0;
+    size_t n = (size_t)B * (size_t)t->seq_len, bytes, fbytes;
+    /* tokens (token input), targets, weights: n each (4 bytes); frames: n F floats;
+     * lengths: B */
+    if (ab_mul_size(n, (frames ? 2 : 3) * sizeof(int), &bytes) || ab_mul_size(n, F * sizeof(float), &fbytes) ||
+        bytes > SIZE_MAX - fbytes - sizeof(int) * (size_t)B)
         return ab_fail(AB_EINVAL, "batch %d x length %d is too large", B, t->seq_len);
-    bytes += sizeof(int) * (size_t)B;
+    bytes += fbytes + sizeof(int) * (size_t)B;
     char *p = ab_calloc(bytes);
     if (!p) return ab_fail(AB_ENOMEM, "out of memory for a batch of %d rows", B);
     b->B = B;
     b->N = t->seq_len;
-    b->tokens = (int *)p;
-    b->targets = b->tokens + n;
-    b->weights = (float *)(b->targets + n);
-    b->lengths = (int *)(b->weights + n);
+    b->F = (int)F;
+    b->rows = B;
+    char *q = p;
+    if (frames) {
+        b->frames = (float *)q;
+        q += fbytes;
+    } else {
+        b->tokens = (int *)q;
+        q += sizeof(int) * n;
+    }
+    b->targets = (int *)q;
+    q += sizeof(int) * n;
+    b->weights = (float *)q;
+    q += sizeof(float) * n;
+    b->lengths = (int *)q;
     return 0;
 }
 
 void task_batch_free(task_batch *b) {
-    if (b && b->tokens) ab_free(b->tokens);
-    if (b) memset(b, 0, sizeof *b);
+    if (!b) return;
+    /* one block, starting at the first of frames / tokens */
+    ab_free(b->frames ? (void *)b->frames : (void *)b->tokens);
+    memset(b, 0, sizeof *b);
 }
 
 void task_batch_fill(const train_task *t, uint64_t run_seed, uint64_t stream, uint64_t index, task_batch *b) {
-    size_t N = (size_t)b->N;
+    size_t N = (size_t)b->N, F = (size_t)b->F;
     for (int r = 0; r < b->B; r++) {
         ab_rng rng = task_row_rng(run_seed, stream, index, (uint64_t)r);
-        t->row(t, &rng, b->tokens + r * N, b->targets + r * N, b->weights + r * N, &b->lengths[r]);
+        t->row(t, &rng, b->tokens ? b->tokens + r * N : NULL, b->frames ? b->frames + r * N * F : NULL,
+               b->targets + r * N, b->weights + r * N, &b->lengths[r]);
+    }
+    b->rows = b->B;
+}
+
+void task_batch_fill_rows(const train_task *t, int split, const long long *indices, int rows, task_batch *b) {
+    size_t N = (size_t)b->N, F = (size_t)b->F;
+    for (int r = 0; r < rows; r++)
+        t->fill(t, split, indices[r], b->tokens ? b->tokens + r * N : NULL, b->frames ? b->frames + r * N * F : NULL,
+                b->targets + r * N, b->weights + r * N, &b->lengths[r]);
+    b->rows = rows;
+}
+
+bool task_metrics_need_logits(const train_task *t) {
+    for (int i = 0; i < t->n_metrics; i++)
+        if (t->metrics[i].kind == TASK_METRIC_CUSTOM) return true;
+    return false;
+}
+
+void task_metrics_add(const train_task *t, const task_batch *b, const task_loss_stats *st, const float *logits,
+                      double sums[][TASK_METRIC_SUMS]) {
+    for (int i = 0; i < t->n_metrics; i++) {
+        const task_metric *m = &t->metrics[i];
+        switch (m->kind) {
+        case TASK_METRIC_ACCURACY:
+            sums[i][0] += (double)st->correct;
+            sums[i][1] += (double)st->counted;
+            break;
+        case TASK_METRIC_BITS:
+            sums[i][0] += st->loss * st->weight_sum;
+            sums[i][1] += st->weight_sum;
+            break;
+        case TASK_METRIC_CUSTOM: m->add(t, b, logits, sums[i]); break;
+        }
+    }
+}
+
+void task_metrics_values(const train_task *t, double sums[][TASK_METRIC_SUMS], double *values) {
+    for (int i = 0; i < t->n_metrics; i++) {
+        const task_metric *m = &t->metrics[i];
+        switch (m->kind) {
+        case TASK_METRIC_ACCURACY: values[i] = sums[i][1] > 0 ? sums[i][0] / sums[i][1] : NAN; break;
+        case TASK_METRIC_BITS: values[i] = sums[i][1] > 0 ? sums[i][0] / sums[i][1] / log(2.0) : NAN; break;
+        case TASK_METRIC_CUSTOM: values[i] = m->value(t, sums[i]); break;
+        }
     }
 }

@@ -1,27 +1,45 @@
 /* Training tasks: what `attnbench train` and `attnbench generate` need to know about
- * a task (the copy task now; MNIST, CIFAR-10 and speech later).
+ * a task. A task brings its data, its input, its output head and its metrics; the
+ * driver (trainer.h) and the model (models/transformer.h) do the rest, so a new
+ * experiment is a task plus its pieces, not a fork of the driver.
  *
- * A task is a vocabulary, a fixed number of model positions N per row, and a row
- * generator that is a pure function of an RNG cursor (harness/rng.h). The driver
- * derives the cursor of row r of batch `index` in stream `stream` of a run with seed S
- * as
+ * Input. Tokens (TASK_INPUT_TOKENS: ids in [0, vocab) into an embedding) or float
+ * frames (TASK_INPUT_FRAMES: `features` floats per position into a dense projection).
+ * Every row has the task's N = seq_len model positions; row b's first lengths[b] are
+ * valid, the rest is padding (masked out of the attention, weight 0).
  *
- *     cursor = ab_rng_make(seed_of(S, stream, index), r)
- *     seed_of(S, stream, index) = words 0, 1 of ab_philox4x32(S, stream, index)
+ * Output. A head and its loss, by name ("categorical": a softmax over `classes`
+ * with per-position targets and loss weights; tf_head in models/transformer.h lists
+ * them) and the
+ * number of classes. Targets are per position (N ints, ignored where the weight is 0).
  *
- * with the streams below: training batch `index` = the step number (1, 2, ...), the
- * evaluation set = batches 0 .. eval_batches-1 of TASK_STREAM_EVAL (the same rows at
- * every evaluation), generation prompt k = row 0 of batch k of TASK_STREAM_GEN. So a
- * run's data needs no loader state: a resumed run draws exactly the batches it would
- * have drawn.
+ * Metrics. A list of named values the driver logs in every evaluation record
+ * ("eval_NAME"), in the TSV and in the summary ("final_eval_NAME"), and in every
+ * training record for the last step's batch ("NAME_last"). Each is computed from
+ * per-batch sums that add up over a split (task_metric below): accuracy (weighted
+ * positions whose first argmax is the target), bits per scored value (the weighted
+ * mean loss in nats / ln 2), or a task's own (from the logits on the host).
  *
- * Rows: tokens (N) in [0, vocab), next-token targets (N), loss weights (N; 0 where a
- * position is not scored, e.g. padding or the prompt), and the number of valid
- * positions (the rest is padding, masked out of the attention).
+ * Data, one of two kinds:
+ * - A generator (copy): a row is a pure function of an RNG cursor. Row r of batch
+ *   `index` of stream `stream` of a run with seed S has the cursor
+ *       cursor = ab_rng_make(seed_of(S, stream, index), r)
+ *       seed_of(S, stream, index) = words 0, 1 of ab_philox4x32(S, stream, index)
+ *   training batch `index` = the step number (1, 2, ...) of TASK_STREAM_DATA; the
+ *   evaluation set = batches 0 .. eval_batches-1 of TASK_STREAM_EVAL (the same rows at
+ *   every evaluation); generation prompt k = row 0 of batch k of TASK_STREAM_GEN.
+ * - A dataset with named splits (e.g. "train", "valid", "test"), each a fixed number of
+ *   rows; a row is a pure function of (split, index). Training draws the rows of
+ *   the training split ("train") in epochs: epoch e (0, 1, ...) visits them in the
+ *   order of a permutation that is a pure function of (seed, e) (task_epoch_order), and
+ *   the epochs follow each other as one stream, so step t (1, 2, ...) with batch B
+ *   takes stream positions (t-1) B .. t B - 1 (a batch may span two epochs).
+ *   Evaluation runs over the rows of a split in order (all, or a prefix), in batches.
+ * Either way a run's data needs no loader state: a resumed run draws exactly the
+ * batches it would have drawn.
  *
  * Generation (optional, for `attnbench generate`): a prompt of P tokens and the G
- * tokens a perfect model continues it with; the driver decodes G tokens greedily and
- * scores them against the expected ones. */
+ * tokens a perfect model continues it with. */
 #ifndef AB_TRAIN_TASK_H
 #define AB_TRAIN_TASK_H
 
@@ -31,24 +49,81 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define TASK_STREAM_DATA 0x4441544100000000ULL /* "DATA" << 32: training batches, index = step */
-#define TASK_STREAM_EVAL 0x4556414C00000000ULL /* "EVAL" << 32: the fixed evaluation set */
-#define TASK_STREAM_GEN 0x47454E5200000000ULL  /* "GENR" << 32: generation prompts */
+#define TASK_STREAM_DATA 0x4441544100000000ULL  /* "DATA" << 32: training batches, index = step */
+#define TASK_STREAM_EVAL 0x4556414C00000000ULL  /* "EVAL" << 32: the fixed evaluation set */
+#define TASK_STREAM_GEN 0x47454E5200000000ULL   /* "GENR" << 32: generation prompts */
+#define TASK_STREAM_EPOCH 0x45504F4300000000ULL /* "EPOC" << 32: dataset epoch orders, index = epoch */
+#define TASK_STREAM_SAMPLE 0x534D504C00000000ULL /* "SMPL" << 32: generation draws, index = prompt (N+1) + token */
+
+#define TASK_MAX_SPLITS 8
+#define TASK_MAX_METRICS 8
+#define TASK_METRIC_SUMS 4 /* per-batch sums a metric accumulates over a split */
+
+typedef enum { TASK_INPUT_TOKENS = 0, TASK_INPUT_FRAMES = 1 } task_input;
 
 typedef struct train_task train_task;
 
-struct train_task {
-    const char *name;   /* the config's task.name */
-    int vocab;          /* tokens in [0, vocab) */
-    int seq_len;        /* N: model positions of every row */
-    bool causal;        /* the model is autoregressive */
-    int max_prompt;     /* generation: longest prompt (0: the task does not generate) */
-    int max_gen;        /* generation: most tokens to generate after a prompt */
-    void *priv;
+/* A batch of up to B rows: `rows` filled (the last evaluation batch of a split may
+ * hold fewer). tokens (B N) for token input, frames (B N F) for frame input, targets
+ * and weights (B N), lengths (B). */
+typedef struct {
+    int B, N, F, rows;
+    int *tokens;
+    float *frames;
+    int *targets, *lengths;
+    float *weights;
+} task_batch;
 
-    /* One row from the cursor (a pure function of it): tokens, targets, weights (N
-     * each) and *length valid positions in [1, N]. */
-    void (*row)(const train_task *t, ab_rng *rng, int *tokens, int *targets, float *weights, int *length);
+/* The statistics of a batch's loss the head reports (models/layers.h ce_stats's
+ * fields): weighted mean loss, sum of weights, argmax hits among the weighted
+ * positions and their number. */
+typedef struct {
+    double loss, weight_sum;
+    long long correct, counted;
+} task_loss_stats;
+
+typedef enum {
+    TASK_METRIC_ACCURACY = 0, /* sums: correct, counted; value correct / counted */
+    TASK_METRIC_BITS = 1,     /* sums: loss * weight_sum, weight_sum; value mean loss / ln 2 */
+    TASK_METRIC_CUSTOM = 2    /* the task's add/value callbacks, from the logits */
+} task_metric_kind;
+
+typedef struct {
+    const char *name; /* e.g. "accuracy", "bits_per_dim": a JSON key and TSV column suffix */
+    task_metric_kind kind;
+    /* TASK_METRIC_CUSTOM only: adds one batch to sums[TASK_METRIC_SUMS] (logits
+     * (rows, N, classes) in host memory) and turns the sums into the value. */
+    void (*add)(const train_task *t, const task_batch *b, const float *logits, double *sums);
+    double (*value)(const train_task *t, const double *sums);
+} task_metric;
+
+struct train_task {
+    const char *name; /* the config's task.name */
+    /* input */
+    task_input input;
+    int vocab;    /* TASK_INPUT_TOKENS: ids in [0, vocab) */
+    int features; /* TASK_INPUT_FRAMES: F floats per position */
+    int seq_len;  /* N: model positions of every row */
+    bool causal;  /* the model is autoregressive */
+    /* output */
+    const char *head; /* "categorical" */
+    int classes;      /* targets in [0, classes) */
+    /* metrics */
+    int n_metrics;
+    task_metric metrics[TASK_MAX_METRICS];
+    /* data: a generator (row != NULL) or a dataset (n_splits > 0, fill != NULL) */
+    void (*row)(const train_task *t, ab_rng *rng, int *tokens, float *frames, int *targets, float *weights,
+                int *length);
+    int n_splits;
+    const char *split_names[TASK_MAX_SPLITS];
+    long long split_rows[TASK_MAX_SPLITS];
+    /* Row `index` of split `split` (0 <= index < split_rows[split]): tokens or frames
+     * (N, or N F), targets, weights (N) and *length in [0, N]. Pure function of its
+     * arguments; may be called from one thread at a time. */
+    void (*fill)(const train_task *t, int split, long long index, int *tokens, float *frames, int *targets,
+                 float *weights, int *length);
+    /* generation (max_prompt 0: the task does not generate) */
+    int max_prompt, max_gen;
     /* A generation prompt from the cursor: prompt (P tokens, P <= max_prompt) and the
      * expected continuation (G tokens, G <= max_gen, P + G - 1 <= N). */
     void (*prompt)(const train_task *t, ab_rng *rng, int *prompt, int *P, int *expected, int *G);
@@ -56,6 +131,7 @@ struct train_task {
      * checkpoints and config comparison on resume. Includes "name". */
     json_t *(*to_json)(const train_task *t);
     void (*destroy)(train_task *t);
+    void *priv;
 };
 
 typedef struct {
@@ -65,32 +141,50 @@ typedef struct {
      * what `train --set task.KEY=VALUE` may set when the config file leaves it out. */
     const char *const *keys;
     /* Creates the task from its config object (at config key "task"); unknown keys,
-     * wrong types and out-of-range values are AB_EINVAL naming "task.KEY". */
+     * wrong types, out-of-range values and unreadable data are AB_EINVAL naming
+     * "task.KEY" or the file. */
     int (*create)(const json_t *obj, train_task **out);
 } task_kind;
 
-/* The registered kinds ("copy"), by name; NULL if unknown. */
+/* The registered kinds, by name; NULL if unknown. */
 const task_kind *task_kind_find(const char *name);
-/* Names of every kind, comma-separated (for messages). */
+/* Names of every kind, comma-separated (for messages), built from the list. */
 const char *task_kind_names(void);
+/* Kind i (0, 1, ...), NULL past the last. */
+const task_kind *task_kind_at(int i);
 /* Creates the task named by obj's "name" key. */
 int task_create(const json_t *obj, train_task **out);
 void task_destroy(train_task *t);
 
+/* Whether the task reads a dataset (else it is a generator). */
+bool task_is_dataset(const train_task *t);
+/* Index of the split named `name`, -1 if the task has none of that name. */
+int task_split_find(const train_task *t, const char *name);
+/* The split names, comma-separated (messages). */
+void task_split_names(const train_task *t, char *buf, size_t cap);
+
 /* The cursor of row r of batch `index` of `stream` (formula above). */
 ab_rng task_row_rng(uint64_t run_seed, uint64_t stream, uint64_t index, uint64_t row);
 
-/* A batch of B rows (B * N tokens, targets, weights; B lengths). */
-typedef struct {
-    int B, N;
-    int *tokens, *targets, *lengths;
-    float *weights;
-} task_batch;
+/* The order of epoch e over n rows: order[i] = the row visited i-th, a permutation of
+ * 0..n-1 drawn by Fisher-Yates from the Philox stream (seed, TASK_STREAM_EPOCH, e):
+ * for i = n-1 down to 1, j = uniform{0..i} from the cursor ab_rng_make(seed_of(seed,
+ * TASK_STREAM_EPOCH, e), 0), swap. A pure function of (seed, e, n). */
+void task_epoch_order(uint64_t run_seed, uint64_t epoch, long long n, long long *order);
 
-/* Allocates a batch of B rows of the task's N (tracked allocator; one block). */
+/* Allocates a batch of B rows of the task's shape (tracked allocator; one block). */
 int task_batch_alloc(const train_task *t, int B, task_batch *b);
 void task_batch_free(task_batch *b);
-/* Fills rows 0..B-1 of batch `index` of `stream`. */
+/* Generator: fills rows 0..B-1 of batch `index` of `stream`. */
 void task_batch_fill(const train_task *t, uint64_t run_seed, uint64_t stream, uint64_t index, task_batch *b);
+/* Dataset: fills the batch with rows `indices[0..rows-1]` of split `split`. */
+void task_batch_fill_rows(const train_task *t, int split, const long long *indices, int rows, task_batch *b);
+
+/* Metric sums: zeroes, adds one batch (its loss stats; the logits (rows, N, classes)
+ * on the host, needed only by custom metrics: task_metrics_need_logits), values. */
+bool task_metrics_need_logits(const train_task *t);
+void task_metrics_add(const train_task *t, const task_batch *b, const task_loss_stats *st, const float *logits,
+                      double sums[][TASK_METRIC_SUMS]);
+void task_metrics_values(const train_task *t, double sums[][TASK_METRIC_SUMS], double *values);
 
 #endif

@@ -5,12 +5,13 @@
 #include "config.h"
 #include "error.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-const char *const TRAIN_RESUMABLE_KEYS[] = {"name", "label", "description", "steps", "eval_every",
-                                            "checkpoint_every", "log_every", NULL};
+const char *const TRAIN_RESUMABLE_KEYS[] = {"name",       "label",     "description",      "steps", "epochs",
+                                            "eval_every", "log_every", "checkpoint_every", NULL};
 
 void train_config_free(train_config *c) {
     if (!c) return;
@@ -78,20 +79,48 @@ static int parse_attention(const json_t *obj, train_config *c, json_t *canon_mod
     return 0;
 }
 
-static int parse_model(const json_t *obj, train_config *c, json_t *canon) {
+static int parse_model(const json_t *obj, train_config *c, json_t *canon, bool causal) {
     const char *where = "model";
     if (!json_is_object(obj)) return ab_fail(AB_EINVAL, "config: 'model' must be an object");
-    static const char *const keys[] = {"d_model", "heads", "layers", "d_ff", "dropout", "pre_norm", "final_norm",
-                                       "attention", NULL};
-    int rc = ab_config_only_keys(obj, where, keys);
+    const char *body_name;
+    int rc = ab_config_str(obj, where, "body", false, "transformer", &body_name);
     if (rc) return rc;
+    int body = tf_body_find(body_name);
+    if (body < 0)
+        return ab_fail(AB_EINVAL, "config: 'model.body' = '%s' is not a body (one of: %s)", body_name, tf_body_names());
+    static const char *const tf_keys[] = {"body",     "d_model",    "heads",     "layers", "d_ff", "dropout",
+                                          "pre_norm", "final_norm", "attention", NULL};
+    static const char *const lstm_keys[] = {"body", "d_model", "layers", "hidden", "bidirectional", "dropout", NULL};
+    if ((rc = ab_config_only_keys(obj, where, body == TF_BODY_LSTM ? lstm_keys : tf_keys))) return rc;
     tf_config d;
     tf_config_default(&d);
     tf_config *m = &c->model;
+    m->body = (tf_body)body;
     long long x;
     double f;
+    json_t *cm = json_object();
+    json_object_set_new(canon, "model", cm);
+    json_object_set_new(cm, "body", json_string(tf_body_name(m->body)));
     if ((rc = ab_config_int(obj, where, "d_model", false, d.d_model, 1, 1 << 20, &x))) return rc;
     m->d_model = (int)x;
+    if (m->body == TF_BODY_LSTM) {
+        if ((rc = ab_config_int(obj, where, "layers", false, d.layers, 1, 1024, &x))) return rc;
+        m->layers = (int)x;
+        if ((rc = ab_config_int(obj, where, "hidden", false, d.lstm_hidden, 1, 1 << 20, &x))) return rc;
+        m->lstm_hidden = (int)x;
+        if ((rc = ab_config_bool(obj, where, "bidirectional", false, !causal, &m->bidirectional))) return rc;
+        if (causal && m->bidirectional)
+            return ab_fail(AB_EINVAL, "config: 'model.bidirectional': the task is causal, so its LSTM cannot look "
+                                      "ahead (set it to false)");
+        if ((rc = ab_config_num(obj, where, "dropout", false, 0.0, 0.0, 0.999, &f))) return rc;
+        m->dropout = (float)f;
+        json_object_set_new(cm, "d_model", json_integer(m->d_model));
+        json_object_set_new(cm, "layers", json_integer(m->layers));
+        json_object_set_new(cm, "hidden", json_integer(m->lstm_hidden));
+        json_object_set_new(cm, "bidirectional", json_boolean(m->bidirectional));
+        json_object_set_new(cm, "dropout", json_real(f));
+        return 0;
+    }
     if ((rc = ab_config_int(obj, where, "heads", false, d.heads, 1, 1 << 16, &x))) return rc;
     m->heads = (int)x;
     if (m->d_model % m->heads)
@@ -105,8 +134,6 @@ static int parse_model(const json_t *obj, train_config *c, json_t *canon) {
     m->dropout = (float)f;
     if ((rc = ab_config_bool(obj, where, "pre_norm", false, d.pre_norm, &m->pre_norm))) return rc;
     if ((rc = ab_config_bool(obj, where, "final_norm", false, d.final_norm, &m->final_norm))) return rc;
-    json_t *cm = json_object();
-    json_object_set_new(canon, "model", cm);
     json_object_set_new(cm, "d_model", json_integer(m->d_model));
     json_object_set_new(cm, "heads", json_integer(m->heads));
     json_object_set_new(cm, "layers", json_integer(m->layers));
@@ -119,11 +146,60 @@ static int parse_model(const json_t *obj, train_config *c, json_t *canon) {
     return parse_attention(att, c, cm);
 }
 
+/* The dataset keys: epochs (or steps), eval_split, eval_rows, test_split. */
+static int parse_dataset_keys(const json_t *root, train_config *c) {
+    const train_task *t = c->task;
+    int train = task_split_find(t, "train");
+    char names[256];
+    task_split_names(t, names, sizeof names);
+    if (train < 0) return ab_fail(AB_EINVAL, "config: the task's data has no \"train\" split (it has: %s)", names);
+    int rc;
+    json_t *ep = json_object_get(root, "epochs");
+    if (ep) {
+        if ((rc = ab_config_num(root, "", "epochs", true, 0, 1e-9, 1e9, &c->epochs))) return rc;
+        double steps = ceil(c->epochs * (double)t->split_rows[train] / (double)c->batch);
+        if (steps > (double)(1LL << 40)) return ab_fail(AB_EINVAL, "config: 'epochs' = %g is too many steps", c->epochs);
+        if (json_object_get(root, "steps") && (double)c->steps != steps)
+            return ab_fail(AB_EINVAL,
+                           "config: 'steps' = %lld and 'epochs' = %g disagree (%g epochs of %lld rows in batches of %lld "
+                           "are %.0f steps): give one of them",
+                           c->steps, c->epochs, c->epochs, t->split_rows[train], c->batch, steps);
+        c->steps = (long long)steps;
+    }
+    const char *def_eval = task_split_find(t, "valid") >= 0 ? "valid" : task_split_find(t, "test") >= 0 ? "test" : "train";
+    const char *es, *ts;
+    if ((rc = ab_config_str(root, "", "eval_split", false, def_eval, &es))) return rc;
+    if ((c->eval_split = task_split_find(t, es)) < 0)
+        return ab_fail(AB_EINVAL, "config: 'eval_split' = '%s' is not a split of the task's data (it has: %s)", es, names);
+    const char *def_test = task_split_find(t, "test") >= 0 && strcmp(es, "test") != 0 ? "test" : "";
+    if ((rc = ab_config_str(root, "", "test_split", false, def_test, &ts))) return rc;
+    c->test_split = -1;
+    if (*ts && (c->test_split = task_split_find(t, ts)) < 0)
+        return ab_fail(AB_EINVAL, "config: 'test_split' = '%s' is not a split of the task's data (it has: %s; \"\" for "
+                                  "none)",
+                       ts, names);
+    long long rows;
+    if ((rc = ab_config_int(root, "", "eval_rows", false, 0, 0, 1LL << 40, &rows))) return rc;
+    if (rows > t->split_rows[c->eval_split])
+        return ab_fail(AB_EINVAL, "config: 'eval_rows' = %lld is more than the %lld rows of split '%s' (0: all of them)",
+                       rows, t->split_rows[c->eval_split], es);
+    c->eval_rows = rows == 0 ? t->split_rows[c->eval_split] : rows;
+    if (json_object_get(root, "eval_batches"))
+        return ab_fail(AB_EINVAL, "config: 'eval_batches' is for generator tasks; a dataset task evaluates 'eval_rows' "
+                                  "rows of 'eval_split'");
+    if (c->epochs > 0) json_object_set_new(c->canon, "epochs", json_real(c->epochs));
+    json_object_set_new(c->canon, "eval_split", json_string(es));
+    json_object_set_new(c->canon, "eval_rows", json_integer(rows));
+    json_object_set_new(c->canon, "test_split", json_string(ts));
+    return 0;
+}
+
 int train_config_parse(const json_t *root, train_config *c) {
     memset(c, 0, sizeof *c);
-    static const char *const keys[] = {"name",  "label", "description", "task",       "model",           "optim",
-                                       "steps", "batch", "eval_every",  "eval_batches", "checkpoint_every", "log_every",
-                                       "seed",  NULL};
+    static const char *const keys[] = {"name",       "label",     "description",  "task",       "model",
+                                       "optim",      "steps",     "epochs",       "batch",      "eval_every",
+                                       "eval_batches", "eval_split", "eval_rows", "test_split", "checkpoint_every",
+                                       "log_every",  "seed",      NULL};
     if (!json_is_object(root)) return ab_fail(AB_EINVAL, "config: the top level must be an object");
     int rc = ab_config_only_keys(root, "", keys);
     if (rc) return rc;
@@ -156,12 +232,23 @@ int train_config_parse(const json_t *root, train_config *c) {
         rc = ab_fail(AB_EINVAL, "config: missing key 'model'");
         goto fail;
     }
-    if ((rc = parse_model(model, c, c->canon))) goto fail;
+    if ((rc = parse_model(model, c, c->canon, c->task->causal))) goto fail;
+    c->model.input = c->task->input == TASK_INPUT_FRAMES ? TF_INPUT_FRAMES : TF_INPUT_TOKENS;
     c->model.vocab = c->task->vocab;
+    c->model.features = c->task->features;
+    c->model.classes = c->task->classes;
+    if (tf_head_find(c->task->head) < 0) {
+        rc = ab_fail(AB_EINVAL, "config: the task's head '%s' is not one the model has (%s)", c->task->head,
+                     tf_head_names());
+        goto fail;
+    }
+    c->model.head = (tf_head)tf_head_find(c->task->head);
     c->model.max_len = c->task->seq_len;
     c->model.causal = c->task->causal;
-    c->model.attention = json_string_value(
-        json_object_get(json_object_get(json_object_get(c->canon, "model"), "attention"), "variant"));
+    c->model.attention = c->model.body == TF_BODY_TRANSFORMER
+                             ? json_string_value(json_object_get(
+                                   json_object_get(json_object_get(c->canon, "model"), "attention"), "variant"))
+                             : NULL;
 
     ab_optim_config_default(&c->optim);
     json_t *optim = json_object_get(root, "optim");
@@ -186,11 +273,26 @@ int train_config_parse(const json_t *root, train_config *c) {
         {"log_every", 10, 1, 1LL << 40, &c->log_every},
         {"seed", 1, 0, INT64_MAX, &x},
     };
+    const bool dataset = task_is_dataset(c->task);
     for (size_t i = 0; i < sizeof ints / sizeof *ints; i++) {
+        if (dataset && strcmp(ints[i].key, "eval_batches") == 0) continue; /* parse_dataset_keys */
         if ((rc = ab_config_int(root, "", ints[i].key, false, ints[i].def, ints[i].min, ints[i].max, ints[i].out)))
             goto fail;
-        json_object_set_new(c->canon, ints[i].key, json_integer(*ints[i].out));
     }
+    if (dataset) {
+        if ((rc = parse_dataset_keys(root, c))) goto fail;
+    } else {
+        static const char *const ds_keys[] = {"epochs", "eval_split", "eval_rows", "test_split", NULL};
+        for (int i = 0; ds_keys[i]; i++)
+            if (json_object_get(root, ds_keys[i])) {
+                rc = ab_fail(AB_EINVAL, "config: '%s' is for dataset tasks; task '%s' draws its rows from a generator",
+                             ds_keys[i], c->task->name);
+                goto fail;
+            }
+    }
+    for (size_t i = 0; i < sizeof ints / sizeof *ints; i++)
+        if (!(dataset && strcmp(ints[i].key, "eval_batches") == 0))
+            json_object_set_new(c->canon, ints[i].key, json_integer(*ints[i].out));
     c->seed = (uint64_t)x;
     c->model.seed = c->seed;
     /* pointers into the canonical config (stable: canon is not modified again) */

@@ -6,23 +6,32 @@
  *     "description": "...",
  *     "task": {"name": "copy", ...},       the task and its options (task.h, copy_task.h)
  *     "model": {
- *       "d_model": 256, "heads": 8, "layers": 4, "d_ff": 1024, "dropout": 0.0,
- *       "pre_norm": false, "final_norm": true,
- *       "attention": {"variant": "lsh", "set": {"rounds": 4, "chunk": 32}}
+ *       "body": "transformer",             or "lstm"
+ *       transformer: "d_model": 256, "heads": 8, "layers": 4, "d_ff": 1024, "dropout": 0.0,
+ *         "pre_norm": false, "final_norm": true,
+ *         "attention": {"variant": "lsh", "set": {"rounds": 4, "chunk": 32}}
+ *       lstm: "d_model": 64 (the input stage's width), "layers": 3, "hidden": 320
+ *         (units per direction), "bidirectional": true, "dropout": 0.0 (between layers)
  *     },
  *     "optim": {...},                      models/optim.h's JSON (RAdam, schedule, ...)
- *     "steps": 10000, "batch": 64,
- *     "eval_every": 250, "eval_batches": 4,
+ *     "steps": 10000, "batch": 64,         or, for a dataset task, "epochs": 250
+ *     "eval_every": 250, "eval_batches": 4 (generator tasks),
+ *     "eval_split": "valid", "eval_rows": 0, "test_split": "test" (dataset tasks),
  *     "checkpoint_every": 500, "log_every": 25,
  *     "seed": 1
  *   }
  *
- * The model's vocabulary, length and causality come from the task; its
- * initialisation seed is the run's seed. Every key but name, task and model is
- * optional (defaults: model as tf_config_default, optim as ab_optim_config_default,
- * steps 1000, batch 64, eval_every 100, eval_batches 4, checkpoint_every 500,
- * log_every 10, seed 1). Unknown keys, wrong types and values out of range are
- * errors whose one-line message names the dotted key.
+ * The model's input (tokens or frames), vocabulary or features, length, classes, head
+ * and causality come from the task; its initialisation seed is the run's seed. Every
+ * key but name, task and model is optional (defaults: model as tf_config_default,
+ * optim as ab_optim_config_default, steps 1000, batch 64, eval_every 100,
+ * eval_batches 4, checkpoint_every 500, log_every 10, seed 1). Dataset tasks: "epochs"
+ * (a positive number; steps = ceil(epochs x training rows / batch)) may replace
+ * "steps" (given both, they must agree); evaluation runs over the first eval_rows rows
+ * (0: all) of eval_split (default "valid" if the task has it, else "test"), and at
+ * the end of a run over all of test_split (default "test" when the task has it and it
+ * is not the evaluation split; "" for none). Unknown keys, wrong types and values out
+ * of range are errors whose one-line message names the dotted key.
  *
  * The canonical form (train_config.canon) has every key with its value, defaults
  * filled in: it is what results and checkpoints record and what a resume compares. */
@@ -48,6 +57,9 @@ typedef struct {
     char *attn_settings[TRAIN_MAX_ATTN_SETTINGS];
     ab_optim_config optim;
     long long steps, batch, eval_every, eval_batches, checkpoint_every, log_every;
+    double epochs;              /* dataset tasks: as given (0: steps given instead) */
+    int eval_split, test_split; /* dataset tasks: split indices (test_split -1: none) */
+    long long eval_rows;        /* rows of eval_split evaluated (all of it when 0 in the config) */
     uint64_t seed;
 } train_config;
 
@@ -57,7 +69,7 @@ int train_config_parse(const json_t *root, train_config *c);
 void train_config_free(train_config *c);
 
 /* Keys a resumed run may change (NULL-terminated): name, label, description, steps,
- * eval_every, checkpoint_every, log_every. */
+ * epochs, eval_every, checkpoint_every, log_every. */
 extern const char *const TRAIN_RESUMABLE_KEYS[];
 
 /* Compares two canonical configs, ignoring TRAIN_RESUMABLE_KEYS at the top level.

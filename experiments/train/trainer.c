@@ -14,6 +14,9 @@ void trainer_destroy(trainer *t) {
     tf_destroy(t->model);
     ab_optim_destroy(t->opt);
     ab_free(t->host_params);
+    ab_free(t->host_logits);
+    ab_free(t->order);
+    ab_free(t->rows);
     task_batch_free(&t->batch);
     free(t->losses);
     train_config_free(&t->cfg);
@@ -53,6 +56,20 @@ int trainer_create(train_config *cfg, trainer **out) {
     if (!rc && tf_device(t->model) != ATTN_DEVICE_CPU && !(t->host_params = ab_alloc(sizeof(float) * tf_param_count(t->model))))
         rc = ab_fail(AB_ENOMEM, "out of memory for a host copy of %zu parameters", tf_param_count(t->model));
     if (!rc) rc = task_batch_alloc(t->cfg.task, (int)t->cfg.batch, &t->batch);
+    const train_task *task = t->cfg.task;
+    t->order_epoch = -1;
+    if (!rc && task_is_dataset(task)) {
+        t->train_split = task_split_find(task, "train");
+        long long n = task->split_rows[t->train_split];
+        if (!(t->order = ab_alloc(sizeof(long long) * (size_t)n)) ||
+            !(t->rows = ab_alloc(sizeof(long long) * (size_t)t->cfg.batch)))
+            rc = ab_fail(AB_ENOMEM, "out of memory for the order of %lld training rows", n);
+    }
+    if (!rc && task_metrics_need_logits(task)) {
+        size_t n = (size_t)t->cfg.batch * (size_t)task->seq_len * (size_t)tf_classes(t->model);
+        if (!(t->host_logits = ab_alloc(sizeof(float) * n)))
+            rc = ab_fail(AB_ENOMEM, "out of memory for a batch of logits (%zu floats)", n);
+    }
     if (!rc) {
         t->losses_cap = t->cfg.steps > 0 ? t->cfg.steps : 1;
         t->losses = calloc((size_t)t->losses_cap, sizeof(double));
@@ -71,13 +88,14 @@ int train_step(tf_model *m, ab_optim *o, const task_batch *b, uint64_t run_seed,
     memset(info, 0, sizeof *info);
     info->loss = NAN;
     tf_zero_grad(m);
-    int rc = tf_forward(m, b->tokens, b->B, b->N, b->lengths, true, tf_step_seed(run_seed, (uint64_t)step));
+    uint64_t seed = tf_step_seed(run_seed, (uint64_t)step);
+    int rc = b->frames ? tf_forward_frames(m, b->frames, b->rows, b->N, b->lengths, true, seed)
+                       : tf_forward(m, b->tokens, b->rows, b->N, b->lengths, true, seed);
     if (rc) return rc;
     ce_stats st;
     if ((rc = tf_loss(m, b->targets, b->weights, &st))) return rc;
     info->loss = st.loss;
-    info->correct = st.correct;
-    info->counted = st.counted;
+    info->st = (task_loss_stats){st.loss, st.weight_sum, st.correct, st.counted};
     if (!isfinite(st.loss)) {
         info->diverged = true;
         return ab_fail(AB_EINVAL, "training diverged: the loss is %s at step %lld", isnan(st.loss) ? "NaN" : "infinite",
@@ -98,10 +116,35 @@ int train_step(tf_model *m, ab_optim *o, const task_batch *b, uint64_t run_seed,
     return 0;
 }
 
+/* The order of `epoch` over the training split in t->order (kept until another
+ * epoch is needed). */
+static void use_epoch(trainer *t, long long epoch) {
+    if (t->order_epoch == epoch) return;
+    task_epoch_order(t->cfg.seed, (uint64_t)epoch, t->cfg.task->split_rows[t->train_split], t->order);
+    t->order_epoch = epoch;
+}
+
+int trainer_fill_step(trainer *t, long long step) {
+    const train_task *task = t->cfg.task;
+    if (!task_is_dataset(task)) {
+        task_batch_fill(task, t->cfg.seed, TASK_STREAM_DATA, (uint64_t)step, &t->batch);
+        return 0;
+    }
+    const long long n = task->split_rows[t->train_split], B = t->cfg.batch;
+    for (long long r = 0; r < B; r++) {
+        long long pos = (step - 1) * B + r;
+        use_epoch(t, pos / n);
+        t->rows[r] = t->order[pos % n];
+    }
+    task_batch_fill_rows(task, t->train_split, t->rows, (int)B, &t->batch);
+    return 0;
+}
+
 int trainer_step(trainer *t, train_step_info *info) {
     long long s = t->step + 1;
-    task_batch_fill(t->cfg.task, t->cfg.seed, TASK_STREAM_DATA, (uint64_t)s, &t->batch);
-    int rc = train_step(t->model, t->opt, &t->batch, t->cfg.seed, s, info);
+    memset(info, 0, sizeof *info);
+    int rc = trainer_fill_step(t, s);
+    if (!rc) rc = train_step(t->model, t->opt, &t->batch, t->cfg.seed, s, info);
     if (rc) return rc;
     if (s > t->losses_cap) {
         long long cap = 2 * t->losses_cap > s ? 2 * t->losses_cap : s;
@@ -115,24 +158,81 @@ int trainer_step(trainer *t, train_step_info *info) {
     return 0;
 }
 
-int trainer_eval(trainer *t, train_eval_info *e) {
+bool trainer_has_eval(const trainer *t) {
+    return task_is_dataset(t->cfg.task) ? t->cfg.eval_rows > 0 : t->cfg.eval_batches > 0;
+}
+
+/* The logits of the last forward on the host (rows N K floats), when a metric needs them. */
+static const float *logits_for_metrics(trainer *t, int *rc) {
+    *rc = 0;
+    if (!t->host_logits) return NULL;
+    if (tf_device(t->model) == ATTN_DEVICE_CPU) return tf_logits(t->model);
+    *rc = tf_logits_download(t->model, t->host_logits);
+    return t->host_logits;
+}
+
+/* One evaluation batch already in t->batch: forward, loss, sums. */
+static int eval_batch(trainer *t, uint64_t seed, double *swl, double *sw, long long *counted,
+                      double sums[][TASK_METRIC_SUMS]) {
+    task_batch *b = &t->batch;
+    int rc = b->frames ? tf_forward_frames(t->model, b->frames, b->rows, b->N, b->lengths, false, seed)
+                       : tf_forward(t->model, b->tokens, b->rows, b->N, b->lengths, false, seed);
+    ce_stats st;
+    if (!rc) rc = tf_loss(t->model, b->targets, b->weights, &st);
+    if (rc) return rc;
+    const float *logits = logits_for_metrics(t, &rc);
+    if (rc) return rc;
+    *swl += st.loss * st.weight_sum;
+    *sw += st.weight_sum;
+    *counted += st.counted;
+    task_loss_stats ts = {st.loss, st.weight_sum, st.correct, st.counted};
+    task_metrics_add(t->cfg.task, b, &ts, logits, sums);
+    return 0;
+}
+
+int trainer_eval(trainer *t, int split, long long rows, train_eval_info *e) {
     memset(e, 0, sizeof *e);
-    double swl = 0, sw = 0;
-    long long correct = 0, counted = 0;
+    const train_task *task = t->cfg.task;
+    double swl = 0, sw = 0, sums[TASK_MAX_METRICS][TASK_METRIC_SUMS];
+    memset(sums, 0, sizeof sums);
+    long long counted = 0, done = 0;
     uint64_t seed = tf_step_seed(t->cfg.seed, TRAIN_EVAL_STEP);
-    for (long long k = 0; k < t->cfg.eval_batches; k++) {
-        task_batch_fill(t->cfg.task, t->cfg.seed, TASK_STREAM_EVAL, (uint64_t)k, &t->batch);
-        int rc = tf_forward(t->model, t->batch.tokens, t->batch.B, t->batch.N, t->batch.lengths, false, seed);
-        ce_stats st;
-        if (!rc) rc = tf_loss(t->model, t->batch.targets, t->batch.weights, &st);
-        if (rc) return rc;
-        swl += st.loss * st.weight_sum;
-        sw += st.weight_sum;
-        correct += st.correct;
-        counted += st.counted;
+    int rc = 0;
+    if (!task_is_dataset(task)) {
+        for (long long k = 0; k < t->cfg.eval_batches && !rc; k++) {
+            task_batch_fill(task, t->cfg.seed, TASK_STREAM_EVAL, (uint64_t)k, &t->batch);
+            rc = eval_batch(t, seed, &swl, &sw, &counted, sums);
+            done += t->batch.rows;
+        }
+    } else {
+        if (split < 0) {
+            split = t->cfg.eval_split;
+            rows = t->cfg.eval_rows;
+        }
+        if (rows <= 0 || rows > task->split_rows[split]) rows = task->split_rows[split];
+        for (long long r0 = 0; r0 < rows && !rc; r0 += t->cfg.batch) {
+            int n = (int)(rows - r0 < t->cfg.batch ? rows - r0 : t->cfg.batch);
+            for (int r = 0; r < n; r++) t->rows[r] = r0 + r;
+            task_batch_fill_rows(task, split, t->rows, n, &t->batch);
+            rc = eval_batch(t, seed, &swl, &sw, &counted, sums);
+            done += n;
+        }
     }
+    if (rc) return rc;
     e->loss = sw > 0 ? swl / sw : NAN;
-    e->accuracy = counted > 0 ? (double)correct / (double)counted : NAN;
+    task_metrics_values(task, sums, e->metrics);
     e->counted = counted;
+    e->rows = done;
+    return 0;
+}
+
+int trainer_step_metrics(trainer *t, const train_step_info *info, double *values) {
+    double sums[TASK_MAX_METRICS][TASK_METRIC_SUMS];
+    memset(sums, 0, sizeof sums);
+    int rc;
+    const float *logits = logits_for_metrics(t, &rc);
+    if (rc) return rc;
+    task_metrics_add(t->cfg.task, &t->batch, &info->st, logits, sums);
+    task_metrics_values(t->cfg.task, sums, values);
     return 0;
 }

@@ -1,18 +1,24 @@
-/* The state of a training run and its operations: one training step, evaluation on
- * the fixed evaluation set, and checkpoints (train_ckpt.c). Generic over tasks (task.h).
+/* The state of a training run and its operations: one training step, evaluation over
+ * a split, and checkpoints (train_ckpt.c). Generic over tasks (task.h): their data,
+ * input, head and metrics.
  *
  * A training step t (1, 2, ...) of a run with seed S:
- *   batch    rows of batch t of TASK_STREAM_DATA (task.h)
- *   forward  tf_forward(train = true, seed = tf_step_seed(S, t)) with the rows' lengths
- *            (dropout masks and LSH rotations follow from that seed)
+ *   batch    generator tasks: rows of batch t of TASK_STREAM_DATA; dataset tasks: the
+ *            rows at positions (t-1) B .. t B - 1 of the stream of epoch orders of the
+ *            training split (task.h)
+ *   forward  tf_forward (tokens) or tf_forward_frames (frames), train = true,
+ *            seed = tf_step_seed(S, t), with the rows' lengths (dropout masks and LSH
+ *            rotations follow from that seed)
  *   loss     tf_loss with the task's weights; a NaN or infinite loss stops here
  *   backward tf_backward after tf_zero_grad
  *   update   ab_optim_step (clipping, schedule, Adam/RAdam); a non-finite gradient
  *            norm stops here (the optimiser then changes nothing)
- * Evaluation: batches 0 .. eval_batches-1 of TASK_STREAM_EVAL, forward without dropout
- * with the fixed seed tf_step_seed(S, TRAIN_EVAL_STEP) (for LSH: one fixed set of
- * rotations for every evaluation), loss = sum(w nll) / sum(w) over all of them,
- * accuracy = weighted positions whose argmax is the target / weighted positions.
+ * Evaluation (trainer_eval): generator tasks: batches 0 .. eval_batches-1 of
+ * TASK_STREAM_EVAL; dataset tasks: rows 0 .. rows-1 of a split in order, in batches of
+ * B (the last one may be smaller). Forward without dropout with the fixed seed
+ * tf_step_seed(S, TRAIN_EVAL_STEP) (for LSH: one fixed set of rotations for every
+ * evaluation); loss = sum(w nll) / sum(w) over all of it, and each of the task's
+ * metrics over all of it.
  *
  * Everything is a function of (config, seed, step, parameters, optimiser state), so a
  * run restored from a checkpoint continues bit for bit on the same number of threads. */
@@ -31,14 +37,16 @@
 
 typedef struct {
     double loss;            /* weighted mean loss of the batch */
-    long long correct, counted;
+    task_loss_stats st;     /* the head's statistics of the batch */
     double grad_norm, lr, clip_scale;
     bool diverged;          /* non-finite loss or gradient: the step changed nothing */
 } train_step_info;
 
 typedef struct {
-    double loss, accuracy;
+    double loss;
+    double metrics[TASK_MAX_METRICS]; /* the task's metrics, in its order */
     long long counted;      /* scored positions */
+    long long rows;         /* rows evaluated */
 } train_eval_info;
 
 typedef struct {
@@ -46,6 +54,11 @@ typedef struct {
     tf_model *model;
     ab_optim *opt;
     task_batch batch;       /* training rows (cfg.batch) */
+    long long *order;       /* dataset tasks: the order of epoch order_epoch over the training split */
+    long long order_epoch;  /* -1: none yet */
+    long long *rows;        /* dataset tasks: the row indices of a batch (cfg.batch) */
+    int train_split;        /* dataset tasks: index of "train" */
+    float *host_logits;     /* a batch's logits on the host, when a metric needs them (else NULL) */
     long long step;         /* steps done */
     double *losses;         /* losses[i]: loss of step i + 1, for i < step */
     long long losses_cap;
@@ -68,18 +81,38 @@ void trainer_destroy(trainer *t);
  * message, info->diverged set, parameters and optimiser unchanged for a bad loss. */
 int train_step(tf_model *m, ab_optim *o, const task_batch *b, uint64_t run_seed, long long step,
                train_step_info *info);
+/* Fills t->batch with the rows of training step `step` (1-based). */
+int trainer_fill_step(trainer *t, long long step);
 /* Step t->step + 1 with its batch; records the loss. */
 int trainer_step(trainer *t, train_step_info *info);
-/* Evaluation on the fixed set (cfg.eval_batches batches of cfg.batch rows). */
-int trainer_eval(trainer *t, train_eval_info *e);
+/* Evaluation: split < 0 (and generator tasks): the evaluation set of the config
+ * (eval_batches batches, or eval_rows rows of eval_split); split >= 0: the first
+ * `rows` rows of that split (all when rows <= 0 or more than it has). */
+int trainer_eval(trainer *t, int split, long long rows, train_eval_info *e);
+/* The task's metrics of the last training step's batch (values in the task's order). */
+int trainer_step_metrics(trainer *t, const train_step_info *info, double *values);
+/* Whether the config evaluates at all (generator: eval_batches > 0). */
+bool trainer_has_eval(const trainer *t);
 
 /* ---- checkpoints (train_ckpt.c) ----
- * Blobs: "format" ("attnbench-train/1"), "config" (canonical config JSON),
- * "params", "optim", "meta" (step, n_params, seed, data position = step, elapsed
- * seconds, extra[0] = threads, extra[1] = the bits of the double step_s; rng[0] = the data cursor (seed, TASK_STREAM_DATA,
- * step)), "losses" (float64 per step done). Written atomically (a crash leaves the
- * previous file). */
-#define TRAIN_CKPT_FORMAT "attnbench-train/1"
+ * Blobs: "format" ("attnbench-train/2"), "config" (canonical config JSON), "state"
+ * (JSON: step, n_params, seed, elapsed_s (wall time of all processes so far), step_s
+ * (time inside training steps), threads (of the process that wrote it)), "params",
+ * "optim", "losses" (float64 per step done). Written atomically (a crash leaves the
+ * previous file). Checkpoints of format "attnbench-train/1" (the release before
+ * datasets) load too: their binary "meta" record holds the same facts (and a data
+ * position and cursor, which must agree with the step: both are derived from it). */
+#define TRAIN_CKPT_FORMAT "attnbench-train/2"
+#define TRAIN_CKPT_FORMAT_V1 "attnbench-train/1"
+
+/* What a checkpoint's state record holds. */
+typedef struct {
+    long long step;
+    size_t n_params;
+    uint64_t seed;
+    double elapsed_s, step_s;
+    int threads;
+} train_ckpt_state;
 
 int trainer_save(trainer *t, const char *path, double elapsed_s);
 /* Opens and checks a training checkpoint: the container (checkpoint.h), the format
@@ -89,10 +122,12 @@ int train_ckpt_open(const char *path, ab_ckpt_reader **r, json_t **config);
 /* Restores parameters, optimiser state, step, losses and elapsed time into a trainer
  * built from a config equal to the checkpoint's (up to the resumable keys). */
 int trainer_restore(trainer *t, const ab_ckpt_reader *r);
+/* The state record (either format). */
+int train_ckpt_get_state(const ab_ckpt_reader *r, train_ckpt_state *st);
 /* For generation: the config, the task and a model of max batch `max_batch` on
- * `device` with the checkpoint's parameters; meta (may be NULL) receives the meta
+ * `device` with the checkpoint's parameters; state (may be NULL) receives the state
  * record. */
 int train_ckpt_load_model(const char *path, int max_batch, attn_device device, train_config *cfg, tf_model **model,
-                          ab_ckpt_meta *meta);
+                          train_ckpt_state *state);
 
 #endif

@@ -1,0 +1,496 @@
+/* Dataset tasks and the non-transformer body through `attnbench train`, on tiny
+ * synthetic datasets the tests write as .npy files:
+ * - "sequences": token rows (row r of a split counts up from a start symbol modulo 5),
+ *   a causal transformer; bits per token and accuracy over whole splits;
+ * - "frames": float frames of F = 3 features with a per-frame class (how many of the
+ *   first two features are positive: 0, 1 or 2), rows of different lengths, through a
+ *   non-causal transformer and through a 2-layer bidirectional LSTM body with dropout.
+ * Each trains for a few epochs on the CPU and on the CUDA backend (attnbench-emu, its
+ * device emulated on the CPU), the loss falls, a run resumed in the middle of an epoch
+ * continues bit for bit, evaluation covers the whole split (or the configured prefix)
+ * in batches whatever the batch size, and bad data or configs are one line, exit 2.
+ * The library-level tests check the epoch order (a permutation, a pure function of
+ * (seed, epoch)) and that an epoch visits every training row once. */
+#include <criterion/criterion.h>
+
+#include "checkpoint.h"
+#include "error.h"
+#include "npy.h"
+#include "task.h"
+#include "test_proc.h"
+#include "train_config.h"
+#include "trainer.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static char g_dir[600];
+static char *g_out, *g_err;
+static const char *g_exe = ATTNBENCH_EXE;
+
+static void setup(void) { tp_scratch_make(g_dir, sizeof g_dir, TEST_DATA_DIR "/train-data-tmp"); }
+
+static void teardown(void) {
+    tp_rm_tree(g_dir);
+    free(g_out);
+    free(g_err);
+    g_out = g_err = NULL;
+}
+
+TestSuite(train_data, .init = setup, .fini = teardown, .timeout = 300);
+
+static const char *P(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static const char *P(const char *fmt, ...) {
+    static char bufs[16][1100];
+    static int k;
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    char *b = bufs[k++ % 16];
+    snprintf(b, 1100, "%s/%s", g_dir, name);
+    return b;
+}
+
+#define run(...) tp_wait(g_dir, tp_spawn(g_dir, g_exe, NULL, TP_ARGV("--threads", "1", __VA_ARGS__, NULL)), &g_out, &g_err)
+
+/* ---- the datasets ---- */
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static double unif(void) { /* xorshift64*: fixed sequence, [0, 1) */
+    g_rng ^= g_rng >> 12;
+    g_rng ^= g_rng << 25;
+    g_rng ^= g_rng >> 27;
+    return (double)((g_rng * 2685821657736338717ull) >> 11) / 9007199254740992.0;
+}
+
+static void save(const char *path, ab_dtype t, int nd, int64_t a, int64_t b, int64_t c, const void *data) {
+    int64_t shape[3] = {a, b, c};
+    cr_assert_eq(ab_npy_write(path, t, nd, shape, data), 0, "%s", ab_error());
+}
+
+enum { SEQ_L = 10, FR_N = 12, FR_F = 3 };
+static const char *const SPLITS[3] = {"train", "valid", "test"};
+static const int ROWS[3] = {40, 12, 10};
+
+/* sequences: row tokens (s + i) mod 5, s uniform in 0..4 */
+static void write_sequences(const char *dir) {
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    for (int sp = 0; sp < 3; sp++) {
+        int n = ROWS[sp], *x = malloc(sizeof(int) * n * SEQ_L);
+        for (int r = 0; r < n; r++) {
+            int s = (int)(unif() * 5);
+            for (int i = 0; i < SEQ_L; i++) x[r * SEQ_L + i] = (s + i) % 5;
+        }
+        char path[1200];
+        snprintf(path, sizeof path, "%s/%s.npy", dir, SPLITS[sp]);
+        save(path, AB_I32, 2, n, SEQ_L, 0, x);
+        free(x);
+    }
+}
+
+/* frames: N(0,1)-ish features, label = [x0 > 0] + [x1 > 0], lengths 6..12, padding
+ * frames 0 and labels -1 */
+static void write_frames(const char *dir) {
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    for (int sp = 0; sp < 3; sp++) {
+        int n = ROWS[sp];
+        float *x = calloc((size_t)n * FR_N * FR_F, sizeof(float));
+        int *y = malloc(sizeof(int) * n * FR_N), *len = malloc(sizeof(int) * n);
+        for (int r = 0; r < n; r++) {
+            len[r] = 6 + (int)(unif() * 7);
+            for (int i = 0; i < FR_N; i++) {
+                float *f = x + ((size_t)r * FR_N + i) * FR_F;
+                if (i < len[r])
+                    for (int j = 0; j < FR_F; j++) f[j] = (float)(unif() * 2 - 1);
+                y[r * FR_N + i] = i < len[r] ? (f[0] > 0) + (f[1] > 0) : -1;
+            }
+        }
+        char path[1200];
+        snprintf(path, sizeof path, "%s/%s.frames.npy", dir, SPLITS[sp]);
+        save(path, AB_F32, 3, n, FR_N, FR_F, x);
+        snprintf(path, sizeof path, "%s/%s.labels.npy", dir, SPLITS[sp]);
+        save(path, AB_I32, 2, n, FR_N, 0, y);
+        snprintf(path, sizeof path, "%s/%s.lengths.npy", dir, SPLITS[sp]);
+        save(path, AB_I32, 1, n, 0, 0, len);
+        free(x);
+        free(y);
+        free(len);
+    }
+}
+
+static void write_text(const char *path, const char *text) { tp_write_bytes(path, text, strlen(text)); }
+
+/* Run configs: batch 8 over 40 training rows (5 steps an epoch), evaluation on
+ * "valid" every 5 steps, the test split at the end. */
+static const char *seq_config(void) {
+    write_sequences(P("seq"));
+    char text[2000];
+    snprintf(text, sizeof text,
+             "{\"name\": \"seq\", \"task\": {\"name\": \"sequences\", \"path\": \"%s\"},"
+             " \"model\": {\"d_model\": 16, \"heads\": 2, \"layers\": 1, \"d_ff\": 16, \"dropout\": 0.1,"
+             "            \"attention\": {\"variant\": \"linear\"}},"
+             " \"optim\": {\"kind\": \"radam\", \"lr\": 0.01}, \"epochs\": 8, \"batch\": 8,"
+             " \"eval_every\": 5, \"eval_split\": \"valid\", \"test_split\": \"test\","
+             " \"checkpoint_every\": 5, \"log_every\": 5, \"seed\": 3}",
+             P("seq"));
+    write_text(P("seq.json"), text);
+    return P("seq.json");
+}
+
+static const char *frames_config(const char *body) {
+    write_frames(P("fr"));
+    char text[2000];
+    snprintf(text, sizeof text,
+             "{\"name\": \"fr\", \"task\": {\"name\": \"frames\", \"path\": \"%s\", \"classes\": 3},"
+             " \"model\": %s,"
+             " \"optim\": {\"kind\": \"adam\", \"lr\": 0.01}, \"epochs\": 8, \"batch\": 8,"
+             " \"eval_every\": 5, \"eval_split\": \"valid\", \"test_split\": \"test\","
+             " \"checkpoint_every\": 5, \"log_every\": 5, \"seed\": 5}",
+             P("fr"), body);
+    write_text(P("fr.json"), text);
+    return P("fr.json");
+}
+
+#define LSTM_BODY "{\"body\": \"lstm\", \"d_model\": 8, \"layers\": 2, \"hidden\": 6, \"dropout\": 0.1}"
+#define TF_BODY                                                                                                      \
+    "{\"d_model\": 16, \"heads\": 2, \"layers\": 1, \"d_ff\": 16, \"dropout\": 0.0, \"attention\": {\"variant\": " \
+    "\"softmax\"}}"
+
+/* ---- reading runs ---- */
+
+static json_t *load(const char *path) {
+    json_error_t e;
+    json_t *j = json_load_file(path, 0, &e);
+    cr_assert_not_null(j, "%s is not JSON: %s", path, e.text);
+    return j;
+}
+
+static double num(json_t *o, const char *key) {
+    json_t *v = json_object_get(o, key);
+    cr_assert(json_is_number(v), "no number '%s'", key);
+    return json_number_value(v);
+}
+
+/* The records of `kind` ("eval", "test"): the first and the last. */
+static void records(json_t *doc, const char *kind, json_t **first, json_t **last) {
+    *first = *last = NULL;
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(doc, "records"), i, r) {
+        if (strcmp(json_string_value(json_object_get(r, "kind")), kind) != 0) continue;
+        if (!*first) *first = r;
+        *last = r;
+    }
+    cr_assert_not_null(*first, "no '%s' record", kind);
+}
+
+static void *blob(const char *path, const char *name, size_t *n) {
+    ab_ckpt_reader *r;
+    cr_assert_eq(ab_ckpt_open(path, &r), 0, "%s", ab_error());
+    const void *p;
+    cr_assert_eq(ab_ckpt_get(r, name, &p, n), 0, "%s", ab_error());
+    void *c = malloc(*n ? *n : 1);
+    memcpy(c, p, *n);
+    ab_ckpt_close(r);
+    return c;
+}
+
+static void expect_same_state(const char *a, const char *b, const char *what) {
+    const char *names[3] = {AB_CKPT_PARAMS, AB_CKPT_OPTIM, "losses"};
+    for (int i = 0; i < 3; i++) {
+        size_t na, nb;
+        void *pa = blob(a, names[i], &na), *pb = blob(b, names[i], &nb);
+        cr_expect(na == nb && memcmp(pa, pb, na) == 0, "%s: blob '%s' differs", what, names[i]);
+        free(pa);
+        free(pb);
+    }
+}
+
+static double *step_losses(const char *path, size_t *n) {
+    json_t *doc = load(path);
+    json_t *a = json_object_get(doc, "step_loss");
+    *n = json_array_size(a);
+    double *x = malloc(sizeof(double) * (*n ? *n : 1));
+    for (size_t i = 0; i < *n; i++) x[i] = json_number_value(json_array_get(a, i));
+    json_decref(doc);
+    return x;
+}
+
+/* A complete run in DIR that learned: status ok, 40 steps (8 epochs of 5), the eval
+ * loss down by `drop` at least, whole-split records with every metric, a test record
+ * and the test metrics in the summary. */
+static void expect_learned(const char *dir, const char *const *metrics, double drop) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/train.json", dir);
+    json_t *doc = load(path);
+    cr_expect_str_eq(json_string_value(json_object_get(doc, "status")), "ok");
+    cr_expect_eq(json_array_size(json_object_get(doc, "step_loss")), 40, "8 epochs of 40 rows in batches of 8");
+    json_t *first, *last, *test, *test_last;
+    records(doc, "eval", &first, &last);
+    records(doc, "test", &test, &test_last);
+    cr_expect_eq(num(last, "step"), 40);
+    cr_expect_lt(num(last, "eval_loss"), (1.0 - drop) * num(first, "eval_loss"), "eval loss %g -> %g",
+                 num(first, "eval_loss"), num(last, "eval_loss"));
+    cr_expect_str_eq(json_string_value(json_object_get(last, "eval_split")), "valid");
+    cr_expect_eq(num(last, "eval_rows"), 12, "evaluation covers the whole valid split (12 rows)");
+    cr_expect_eq(num(test, "test_rows"), 10, "the test record covers the whole test split (10 rows)");
+    json_t *sum = json_object_get(doc, "summary");
+    for (int i = 0; metrics[i]; i++) {
+        char k[96];
+        snprintf(k, sizeof k, "eval_%s", metrics[i]);
+        double v = num(last, k);
+        snprintf(k, sizeof k, "test_%s", metrics[i]);
+        cr_expect(isfinite(v) && isfinite(num(test, k)) && num(sum, k) == num(test, k), "metric %s", metrics[i]);
+    }
+    json_decref(doc);
+}
+
+/* ---- the sequences task ---- */
+
+Test(train_data, sequences_train_resume_and_cuda) {
+    const char *cfg = seq_config();
+    static const char *const metrics[] = {"accuracy", "bits_per_token", NULL};
+    cr_assert_eq(run("train", cfg, "--out", P("a"), "--quiet"), 0, "%s", g_err);
+    expect_learned(P("a"), metrics, 0.3);
+    /* bits per token = the mean loss over every scored position / ln 2, over the whole
+     * split: 12 rows x 10 positions */
+    json_t *doc = load(P("a/train.json")), *first, *last;
+    records(doc, "eval", &first, &last);
+    cr_expect_eq(num(last, "eval_positions"), 120);
+    cr_expect_lt(fabs(num(last, "eval_bits_per_token") - num(last, "eval_loss") / log(2.0)), 1e-6 * num(last, "eval_loss"));
+    json_decref(doc);
+
+    /* stopped in the middle of the third epoch (13 steps), resumed to 8 epochs */
+    cr_assert_eq(run("train", cfg, "--out", P("b"), "--quiet", "--set", "epochs=2.6"), 0, "%s", g_err);
+    cr_assert_eq(run("train", "--resume", "--out", P("b"), "--quiet", "--set", "epochs=8"), 0, "%s", g_err);
+    expect_same_state(P("a/checkpoint.bin"), P("b/checkpoint.bin"), "sequences resumed at step 13");
+
+    /* the CUDA backend (emulated): the same losses to rounding (float32 sums in
+     * other orders, carried by training: 1e-4 relative is far above them and far below
+     * what a wrong gradient does), and its own resume bit for bit */
+    g_exe = ATTNBENCH_EMU_EXE;
+    cr_assert_eq(run("train", cfg, "--out", P("c"), "--quiet", "--device", "cuda"), 0, "%s", g_err);
+    cr_assert_eq(run("train", cfg, "--out", P("d"), "--quiet", "--device", "cuda", "--set", "steps=7"), 0, "%s", g_err);
+    cr_assert_eq(run("train", "--resume", "--out", P("d"), "--quiet", "--device", "cuda", "--set", "epochs=8"), 0, "%s",
+                 g_err);
+    g_exe = ATTNBENCH_EXE;
+    expect_same_state(P("c/checkpoint.bin"), P("d/checkpoint.bin"), "CUDA sequences resumed at step 7");
+    size_t na, nb;
+    double *a = step_losses(P("a/train.json"), &na), *b = step_losses(P("c/train.json"), &nb);
+    cr_assert_eq(na, nb);
+    double worst = 0;
+    for (size_t i = 0; i < na; i++) worst = fmax(worst, fabs(a[i] - b[i]) / fabs(a[i]));
+    cr_expect_lt(worst, 1e-4, "CUDA vs CPU step losses differ by %g relative", worst);
+    free(a);
+    free(b);
+
+    /* generation from a dataset task: the prompts are rows of its evaluation split */
+    cr_assert_eq(run("generate", P("a/checkpoint.bin"), "--n", "4"), 0, "%s", g_err);
+    json_t *g = json_loads(g_out, 0, NULL);
+    cr_assert_not_null(g, "generate: not JSON: %s", g_out);
+    cr_expect_str_eq(json_string_value(json_object_get(g, "task")), "sequences");
+    cr_expect_eq(json_integer_value(json_object_get(g, "prompts")), 4);
+    json_decref(g);
+}
+
+Test(train_data, evaluation_is_the_whole_split_whatever_the_batch) {
+    /* Step 0's evaluation depends only on the initial parameters: with batch 8 the 12
+     * valid rows go as 8 + 4, with batch 5 as 5 + 5 + 2, with batch 12 at once. Each
+     * row's loss is the same computation in every case (rows never mix), so the three
+     * agree to float rounding of the BLAS blocking (1e-6 relative: float32 sums of 120
+     * terms differ by ~1e-7). eval_rows = 5 evaluates the first 5 rows only. */
+    const char *cfg = seq_config();
+    const char *batches[3] = {"batch=8", "batch=5", "batch=12"};
+    double loss[3];
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(run("train", cfg, "--out", P("e%d", i), "--quiet", "--set", batches[i], "--set", "steps=1"), 0,
+                     "%s", g_err);
+        json_t *doc = load(P("e%d/train.json", i)), *first, *last;
+        records(doc, "eval", &first, &last);
+        cr_expect_eq(num(first, "step"), 0);
+        cr_expect_eq(num(first, "eval_rows"), 12);
+        cr_expect_eq(num(first, "eval_positions"), 120);
+        loss[i] = num(first, "eval_loss");
+        json_decref(doc);
+    }
+    cr_expect_lt(fabs(loss[1] - loss[0]), 1e-6 * loss[0], "batch 5 vs 8: %.9g vs %.9g", loss[1], loss[0]);
+    cr_expect_lt(fabs(loss[2] - loss[0]), 1e-6 * loss[0], "batch 12 vs 8: %.9g vs %.9g", loss[2], loss[0]);
+    cr_assert_eq(run("train", cfg, "--out", P("p"), "--quiet", "--set", "eval_rows=5", "--set", "steps=1"), 0, "%s",
+                 g_err);
+    json_t *doc = load(P("p/train.json")), *first, *last;
+    records(doc, "eval", &first, &last);
+    cr_expect_eq(num(first, "eval_rows"), 5);
+    cr_expect_eq(num(first, "eval_positions"), 50);
+    cr_expect_neq(num(first, "eval_loss"), loss[0], "a prefix of 5 rows scores differently from all 12");
+    json_decref(doc);
+}
+
+/* ---- the frames task: a transformer and the LSTM body ---- */
+
+static void frames_case(const char *body, const char *what) {
+    const char *cfg = frames_config(body);
+    static const char *const metrics[] = {"accuracy", NULL};
+    cr_assert_eq(run("train", cfg, "--out", P("a"), "--quiet"), 0, "%s: %s", what, g_err);
+    expect_learned(P("a"), metrics, 0.1);
+    /* the scored positions are the labelled frames of the valid rows (lengths 6..12) */
+    json_t *doc = load(P("a/train.json")), *first, *last;
+    records(doc, "eval", &first, &last);
+    double pos = num(last, "eval_positions");
+    cr_expect(pos >= 72 && pos <= 144, "%s: %g scored positions in 12 rows of 6..12 frames", what, pos);
+    cr_expect_gt(num(last, "eval_accuracy"), 0.55, "%s: accuracy %g (a third by chance)", what,
+                 num(last, "eval_accuracy"));
+    json_decref(doc);
+    cr_assert_eq(run("train", cfg, "--out", P("b"), "--quiet", "--set", "epochs=1.4"), 0, "%s", g_err);
+    cr_assert_eq(run("train", "--resume", "--out", P("b"), "--quiet", "--set", "epochs=8"), 0, "%s", g_err);
+    expect_same_state(P("a/checkpoint.bin"), P("b/checkpoint.bin"), what);
+
+    g_exe = ATTNBENCH_EMU_EXE;
+    cr_assert_eq(run("train", cfg, "--out", P("c"), "--quiet", "--device", "cuda"), 0, "%s: %s", what, g_err);
+    cr_assert_eq(run("train", cfg, "--out", P("d"), "--quiet", "--device", "cuda", "--set", "epochs=1.4"), 0, "%s",
+                 g_err);
+    cr_assert_eq(run("train", "--resume", "--out", P("d"), "--quiet", "--device", "cuda", "--set", "epochs=8"), 0, "%s",
+                 g_err);
+    g_exe = ATTNBENCH_EXE;
+    expect_same_state(P("c/checkpoint.bin"), P("d/checkpoint.bin"), what);
+    size_t na, nb;
+    double *a = step_losses(P("a/train.json"), &na), *b = step_losses(P("c/train.json"), &nb);
+    cr_assert_eq(na, nb);
+    double worst = 0;
+    for (size_t i = 0; i < na; i++) worst = fmax(worst, fabs(a[i] - b[i]) / fabs(a[i]));
+    cr_expect_lt(worst, 1e-4, "%s: CUDA vs CPU step losses differ by %g relative", what, worst);
+    free(a);
+    free(b);
+
+    /* no generation for frame input: one line, exit 2 */
+    int st = run("generate", P("a/checkpoint.bin"), "--n", "2");
+    tp_usage_error(st, g_err, "generate of a frames model", TP_ARGV("frames", NULL));
+}
+
+Test(train_data, frames_with_a_transformer) { frames_case(TF_BODY, "frames, transformer"); }
+
+Test(train_data, frames_with_a_bidirectional_lstm) {
+    frames_case(LSTM_BODY, "frames, bidirectional LSTM");
+    /* the LSTM's parameters are in the checkpoint under PyTorch's names */
+    json_t *doc = load(P("a/train.json"));
+    json_t *model = json_object_get(json_object_get(doc, "config"), "model");
+    cr_expect_str_eq(json_string_value(json_object_get(model, "body")), "lstm");
+    cr_expect(json_is_true(json_object_get(model, "bidirectional")), "non-causal: bidirectional by default");
+    json_decref(doc);
+}
+
+/* ---- bad data and configs ---- */
+
+Test(train_data, bad_data_and_configs_are_one_line_exit_2) {
+    const char *cfg = seq_config();
+    struct {
+        const char *set, *needle;
+    } cases[] = {
+        {"steps=7", "disagree"},                   /* with epochs 8 in the file: both given */
+        {"eval_split=nope", "nope"},               /* no such split */
+        {"eval_batches=3", "eval_batches"},        /* a generator task's key */
+        {"eval_rows=13", "eval_rows"},             /* more rows than the split has */
+        {"task.path=/nonexistent-attnbench", "nonexistent-attnbench"},
+        {"model.body=gru", "gru"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *out = P("bad%zu", i);
+        int st = strcmp(cases[i].set, "steps=7") == 0
+                     ? run("train", cfg, "--out", out, "--set", "steps=7", "--set", "epochs=8")
+                     : run("train", cfg, "--out", out, "--set", cases[i].set);
+        tp_usage_error(st, g_err, cases[i].set, TP_ARGV(cases[i].needle, NULL));
+        cr_expect(!tp_exists(out), "%s: %s was made", cases[i].set, out);
+    }
+    /* epochs on a generator task */
+    int st = run("train", ATTNBENCH_SOURCE_DIR "/experiments/copy/smoke.json", "--out", P("copy"), "--set", "epochs=2");
+    tp_usage_error(st, g_err, "epochs on copy", TP_ARGV("epochs", NULL));
+    /* a truncated split file, a split whose rows differ in length from train's, a
+     * frames file whose labels have other rows */
+    unsigned char *bytes;
+    size_t n;
+    bytes = tp_read_bytes(P("seq/valid.npy"), &n);
+    tp_write_bytes(P("seq/valid.npy"), bytes, n - 7);
+    st = run("train", cfg, "--out", P("t1"));
+    tp_usage_error(st, g_err, "truncated valid.npy", TP_ARGV("valid.npy", NULL));
+    tp_write_bytes(P("seq/valid.npy"), bytes, n);
+    free(bytes);
+    int short_rows[12 * 4] = {0};
+    save(P("seq/test.npy"), AB_I32, 2, 12, 4, 0, short_rows);
+    st = run("train", cfg, "--out", P("t2"));
+    tp_usage_error(st, g_err, "rows of another length", TP_ARGV("test.npy", NULL));
+    frames_config(TF_BODY);
+    int labels[5 * FR_N] = {0};
+    save(P("fr/valid.labels.npy"), AB_I32, 2, 5, FR_N, 0, labels);
+    st = run("train", P("fr.json"), "--out", P("t3"));
+    tp_usage_error(st, g_err, "labels of other rows", TP_ARGV("valid", NULL));
+}
+
+/* ---- the epoch order (library) ---- */
+
+Test(train_data, epoch_order_is_a_permutation_and_a_pure_function) {
+    enum { n = 97 };
+    long long a[n], b[n], c[n];
+    task_epoch_order(11, 0, n, a);
+    task_epoch_order(11, 0, n, b);
+    task_epoch_order(11, 1, n, c);
+    int seen[n] = {0}, same_as_next = 0;
+    for (int i = 0; i < n; i++) {
+        cr_assert(a[i] >= 0 && a[i] < n);
+        seen[a[i]]++;
+        same_as_next += a[i] == c[i];
+    }
+    for (int i = 0; i < n; i++) cr_expect_eq(seen[i], 1, "row %d visited %d times in an epoch", i, seen[i]);
+    cr_expect(memcmp(a, b, sizeof a) == 0, "epoch 0 drawn twice differs");
+    /* two independent uniform permutations agree at ~1 position on average */
+    cr_expect_lt(same_as_next, 10, "epochs 0 and 1 agree at %d of %d positions", same_as_next, n);
+    task_epoch_order(12, 0, n, b);
+    cr_expect(memcmp(a, b, sizeof a) != 0, "another seed gives the same order");
+}
+
+Test(train_data, training_visits_every_row_once_per_epoch) {
+    /* Rows are told apart by their tokens: row r of the sequences task is (r, r). 40
+     * rows, batch 8 then batch 7 (a batch spanning two epochs): over steps covering
+     * exactly two epochs every row comes twice. */
+    cr_assert_eq(mkdir(P("rows"), 0755), 0);
+    int x[40 * 2];
+    for (int r = 0; r < 40; r++) x[2 * r] = x[2 * r + 1] = r;
+    save(P("rows/train.npy"), AB_I32, 2, 40, 2, 0, x);
+    const int batches[2] = {8, 7};
+    for (int k = 0; k < 2; k++) {
+        char text[1500];
+        snprintf(text, sizeof text,
+                 "{\"name\": \"rows\", \"task\": {\"name\": \"sequences\", \"path\": \"%s\"},"
+                 " \"model\": {\"d_model\": 8, \"heads\": 1, \"layers\": 1, \"d_ff\": 8,"
+                 "            \"attention\": {\"variant\": \"linear\"}},"
+                 " \"optim\": {\"kind\": \"radam\", \"lr\": 0.01}, \"steps\": 1000, \"batch\": %d, \"seed\": 9}",
+                 P("rows"), batches[k]);
+        json_t *root = json_loads(text, 0, NULL);
+        cr_assert_not_null(root);
+        train_config cfg;
+        cr_assert_eq(train_config_parse(root, &cfg), 0, "%s", ab_error());
+        json_decref(root);
+        trainer *t;
+        cr_assert_eq(trainer_create(&cfg, &t), 0, "%s", ab_error());
+        int seen[40] = {0}, got = 0;
+        for (long long step = 1; got < 80; step++) {
+            cr_assert_eq(trainer_fill_step(t, step), 0, "%s", ab_error());
+            const task_batch *b = &t->batch;
+            for (int i = 0; i < b->rows && got < 80; i++, got++) {
+                /* the input row is the start token then the row's first token */
+                int tok = b->tokens[i * b->N + 1];
+                cr_assert(tok >= 0 && tok < 40);
+                seen[tok]++;
+                if (got == 39)
+                    for (int r = 0; r < 40; r++) cr_expect_eq(seen[r], 1, "batch %d: row %d in epoch 0", batches[k], r);
+            }
+        }
+        for (int r = 0; r < 40; r++) cr_expect_eq(seen[r], 2, "batch %d: row %d %d times in 2 epochs", batches[k], r, seen[r]);
+        trainer_destroy(t);
+    }
+}
