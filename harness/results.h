@@ -1,5 +1,6 @@
-/* Run documents (DESIGN.md "Results"): one JSON object per run, schema
- * "attnbench/run/1", rewritten atomically after every record so a crash loses at most
+/* Run documents: one JSON object per run, schema "attnbench/run/1" (keys schema,
+ * command, config, seed, machine, git, started, finished, status, records, and what a
+ * command adds: summary, step_loss, ...), rewritten atomically after every record so a crash loses at most
  * the record in flight, plus a TSV beside it (same name, .tsv) with chosen columns. */
 #ifndef AB_RESULTS_H
 #define AB_RESULTS_H

@@ -2,7 +2,7 @@
  * logging and checkpoints; --resume continues a run from its checkpoint.
  *
  * Output folder DIR (default results/NAME/):
- *   train.json       the run document (DESIGN.md "Results"): config (canonical),
+ *   train.json       the run document (harness/results.h): config (canonical),
  *                    seed, machine, git, started, finished, status, records (one
  *                    "train" record per log point, one "eval" record per evaluation),
  *                    step_loss (the loss of every step), summary; rewritten atomically

@@ -4,8 +4,8 @@ synthetic runs whose answers are known by construction.
 
     python3 tests/copy_scripts/test_copy_scripts.py SOURCE_ROOT
 
-The conclusions about linear against softmax in the README come from these scripts,
-so their arithmetic (windows, medians, paired log ratios, the t interval) and their
+The conclusions about linear against softmax in experiments/copy/RESULTS.md come from
+these scripts, so their arithmetic (windows, medians, paired log ratios, the t interval) and their
 choice of runs (complete, paired, the right folders) are checked here. Standard
 library only."""
 import io

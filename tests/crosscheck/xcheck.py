@@ -2,7 +2,8 @@
 """Cross-check of `attnbench op` against an independent float64 numpy reference.
 
 The reference below is written from the specification only (the paper's formulas, the
-README's "Variants and options" and "Definitions the paper leaves open", `attnbench
+README's "Variants and options", attention/README.md's "Definitions the paper leaves
+open", `attnbench
 list`, `attnbench op --help` and the Philox layout documented in harness/rng.h), not
 from the C sources, so that a shared misreading cannot hide a bug.
 

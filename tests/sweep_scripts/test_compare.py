@@ -216,6 +216,101 @@ class Compare(unittest.TestCase):
         self.assertIn("no record", err)
 
 
+TABLE = os.path.join(SWEEP, "table.py")
+CHECK_TABLES = os.path.join(ROOT, "tests", "results_tables", "check_tables.py")
+
+
+class Figure1Table(unittest.TestCase):
+    """experiments/sweep/table.py on a synthetic bench document: every cell, the status
+    of points that did not run, the recurrent table and the growth exponents; bad files
+    refused with one line, exit status 2."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def write(self, name, doc):
+        path = os.path.join(self.tmp.name, name)
+        with open(path, "w") as f:
+            f.write(doc if isinstance(doc, str) else json.dumps(doc))
+        return path
+
+    def doc(self):
+        d = ours_doc()
+        for r in d["records"]:
+            if r["kind"] == "parallel" and r["status"] == "ok":
+                r["per_sample_fwd_bwd_ms"] = r["fwd_bwd_ms"]["median"]
+                r["per_sample_fwd_ms"] = r["fwd_ms"]["median"]
+                r["peak_bytes_per_sample"] = r["peak_bytes"]
+        d["records"].append(par("lsh-4", 1024, fwd=3.0, fb=123.456, peak=3 * MiB, variant_name="lsh",
+                                per_sample_fwd_bwd_ms=123.456, per_sample_fwd_ms=3.0, peak_bytes_per_sample=3 * MiB))
+        d["summary"] = {"linear": {"fwd_bwd_time_exponent": 1.0, "points": 2, "len_min": 1024, "len_max": 2048},
+                        "softmax": {"fwd_bwd_time_exponent": None, "points": 1, "len_min": 1024, "len_max": 1024}}
+        return d
+
+    def test_cells(self):
+        rc, out, err = run([TABLE, self.write("f.json", self.doc())])
+        self.assertEqual(rc, 0, err)
+        lines = out.splitlines()
+        self.assertIn("| softmax | 30.00 | oom |", lines)
+        self.assertIn("| linear | 6.00 | 12.00 |", lines)
+        self.assertIn("| lsh-4 | 123.5 |  |", lines)  # a label of its own; no point at 2048
+        self.assertIn("| linear | 16.00 | 32.00 |", lines)  # MiB per sample
+        self.assertIn("| stateful-softmax | 0.5 |", lines)
+        self.assertIn("| linear | 1.00 | 1024..2048 | 2 |", lines)
+        self.assertIn("| softmax | - | 1024..1024 | 1 |", lines)
+        rc, out, err = run([TABLE, self.write("f.json", self.doc()), "--fwd"])
+        self.assertIn("| softmax | 10.00 | oom |", out.splitlines())
+
+    def test_bad_files(self):
+        for name, content, words in (("empty.json", "", "not JSON"), ("list.json", "[]", "not an attnbench run"),
+                                     ("train.json", json.dumps({"schema": "attnbench/run/1", "records": []}),
+                                      "no bench points")):
+            rc, out, err = run([TABLE, self.write(name, content)])
+            self.assertEqual(rc, 2, (name, err))
+            self.assertEqual(len(err.strip().splitlines()), 1, err)
+            self.assertIn(words, err)
+        rc, out, err = run([TABLE, os.path.join(self.tmp.name, "missing.json")])
+        self.assertEqual(rc, 2)
+
+
+class ResultsPages(unittest.TestCase):
+    """tests/results_tables/check_tables.py: a page whose block matches its script
+    passes; an edited number, a missing end marker, or a failing command is caught."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.root = self.tmp.name
+        os.makedirs(os.path.join(self.root, "experiments", "x"))
+        with open(os.path.join(self.root, "experiments", "x", "p.py"), "w") as f:
+            f.write("print('| a | 1.25 |')\nprint('| b | 2 |')\n")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def page(self, body):
+        with open(os.path.join(self.root, "experiments", "x", "RESULTS.md"), "w") as f:
+            f.write("# r\n\n" + body)
+        return run([CHECK_TABLES, self.root])
+
+    def test_match_and_mismatch(self):
+        ok = "Printed by `python3 experiments/x/p.py`:\n\n| a | 1.25 |\n| b | 2 |\n<!-- end of printed output -->\n"
+        rc, out, err = self.page(ok)
+        self.assertEqual(rc, 0, out + err)
+        rc, out, err = self.page(ok.replace("1.25", "1.26"))
+        self.assertEqual(rc, 1)
+        self.assertIn("first at line 1", out)
+        rc, out, err = self.page(ok.replace("<!-- end of printed output -->", ""))
+        self.assertEqual(rc, 1)
+        rc, out, err = self.page(ok.replace("p.py", "missing.py"))
+        self.assertEqual(rc, 1)
+        self.assertIn("failed", out)
+        rc, out, err = self.page(ok.replace("python3 experiments/x/p.py", "sh -c true"))
+        self.assertEqual(rc, 1)
+
+
 class TorchBenchInput(unittest.TestCase):
     """Bad input is refused before PyTorch is imported: these run without it."""
 
