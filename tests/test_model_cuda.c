@@ -3,7 +3,9 @@
  * bit for bit, the LSTM stack (models/lstm.h: forward, backward, masks, padding,
  * bit-identical repeats) against the CPU's, a tiny transformer's logits, loss, every gradient and one optimiser
  * step (softmax, linear, stateful-softmax and lsh attention; dropout on and off;
- * post- and pre-norm; padding and weights), generation on the device (recurrent ==
+ * post- and pre-norm; padding and weights), the frames + LSTM model's logits, loss,
+ * masks and gradients (bidirectional and causal, padding, dropout; bit-identical
+ * repeats, no allocation per step), generation on the device (recurrent ==
  * recomputation, the CPU's greedy tokens), the optimiser on the device (bit for bit
  * against the CPU's, state download and upload, checkpoints), and no allocation per
  * training step on either side.
@@ -833,6 +835,191 @@ Test(model_cuda, no_allocation_per_step_and_repeatable) {
     cr_expect(memcmp(g2, g0, sizeof(float) * np) == 0, "gradients differ on a repeat");
     cr_expect(memcmp(p1, p0, sizeof(float) * np) != 0, "the optimiser changed nothing");
     free(p0), free(p1), free(g0), free(g2);
+    ab_optim_destroy(o);
+    tf_destroy(m);
+}
+
+/* ---- frame input and the LSTM body on the device ---- */
+
+/* The frames + LSTM model (tm_tiny_lstm_config: F = 3, C = 4, H = 3, 2 layers) on
+ * CUDA against the same model on the CPU. Each side is within test_model.c's measured
+ * bounds of the exact double values (logits <= 1.4e-7, gradients <= 6.7e-7 per
+ * tensor), and the device adds only another summation order (cuBLAS, or the
+ * emulator's double-accumulated GEMM, against OpenBLAS) and its expf/tanhf (within
+ * 2 ulp) through the cell recurrence: lstm_cuda's bound 1e-5 for forward and
+ * gradients, while a wrong position, a lost padding row, a mask that is not the CPU's
+ * or a device buffer read before it is written (NaN on the emulator) gives 1e-2 or
+ * worse. Measured on the emulator (both modes): logits <= 8.3e-8, loss equal,
+ * gradients <= 5.9e-7 per tensor (17x margin). */
+#define LSTM_MODEL_CUDA_TOL 1e-5
+
+static void lstm_model_vs_cpu(bool bidirectional, float dropout, const int *lengths, uint64_t seed) {
+    tf_config cc = tm_tiny_lstm_config();
+    cc.bidirectional = bidirectional;
+    cc.causal = !bidirectional;
+    cc.dropout = dropout;
+    tf_config gc = cc;
+    gc.device = ATTN_DEVICE_CUDA;
+    const int B = 3, N = 6, F = cc.features, L = cc.layers;
+    /* carved for 4 x 7: the calls run on the first rows of every buffer */
+    tf_model *g = make(&gc, B + 1), *m = make(&cc, B + 1);
+    cr_assert_eq(tf_device(g), ATTN_DEVICE_CUDA);
+    const int K = tf_classes(m), DH = (bidirectional ? 2 : 1) * cc.lstm_hidden;
+    const size_t np = tf_param_count(m), BT = (size_t)B * N;
+    cr_assert_eq(tf_param_count(g), np);
+    cr_assert_eq(tf_param_tensor_count(g), tf_param_tensor_count(m));
+    float *pg = tu_alloc_f(np), *gg = tu_alloc_f(np), *pc = tf_params(m);
+    cr_assert_eq(tf_params_download(g, pg), 0, "%s", ab_error());
+    cr_assert(memcmp(pg, pc, sizeof(float) * np) == 0, "initial parameters differ between the devices");
+    for (size_t i = 0; i < np; i++) pc[i] += (float)(0.2 * ab_rng_normal(seed, 900, i));
+    cr_assert_eq(tf_params_upload(g, pc), 0, "%s", ab_error());
+    float *fr = tu_normal(BT * F, seed, 1, 1.0);
+    int targets[18];
+    float weights[18];
+    tu_fill_int(targets, BT, seed, 2, 0, K - 1);
+    for (size_t i = 0; i < BT; i++) weights[i] = (float)(i % 3) * 0.5f + 0.25f;
+    for (int b = 0; lengths && b < B; b++)
+        for (int n = lengths[b]; n < N; n++) {
+            weights[b * N + n] = 0.0f;
+            targets[b * N + n] = -1;
+        }
+    const uint64_t step_seed = seed + 1000;
+    ce_stats sc, sg;
+    tf_model *both[2] = {m, g};
+    ce_stats *st[2] = {&sc, &sg};
+    for (int d = 0; d < 2; d++) {
+        cr_assert_eq(tf_zero_grad(both[d]), 0);
+        cr_assert_eq(tf_forward_frames(both[d], fr, B, N, lengths, true, step_seed), 0, "%s", ab_error());
+        cr_assert_eq(tf_loss(both[d], targets, weights, st[d]), 0, "%s", ab_error());
+        cr_assert_eq(tf_backward(both[d]), 0, "%s", ab_error());
+    }
+    char what[160];
+    int k = snprintf(what, sizeof what, "frames -> lstm %s p=%g lengths", bidirectional ? "bi" : "uni",
+                     (double)dropout);
+    for (int b = 0; lengths && b < B && k < (int)sizeof what; b++)
+        k += snprintf(what + k, sizeof what - (size_t)k, " %d", lengths[b]);
+    if (!lengths) snprintf(what + k, sizeof what - (size_t)k, " none");
+    /* logits and loss */
+    const size_t nl = BT * K;
+    float *lg = tu_alloc_f(nl), *lg2 = tu_alloc_f(nl), *gg2 = tu_alloc_f(np);
+    cr_assert_eq(tf_logits_download(g, lg), 0, "%s", ab_error());
+    double *want = tu_to_double(tf_logits(m), nl);
+    double le = tu_rel_err(lg, want, nl, 1e-30), lerr = fabs(sg.loss - sc.loss) / sc.loss;
+    free(want);
+    if (verbose()) fprintf(stderr, "%s: logits err %.3g, loss err %.3g\n", what, le, lerr);
+    cr_expect_lt(le, LSTM_MODEL_CUDA_TOL, "%s: logits err %g", what, le);
+    cr_expect_lt(lerr, LSTM_MODEL_CUDA_TOL, "%s: loss %.9g vs CPU %.9g", what, sg.loss, sc.loss);
+    cr_expect_eq(sg.counted, sc.counted);
+    cr_expect_eq(sg.weight_sum, sc.weight_sum);
+    /* the dropout masks (one per layer but the last) are the CPU's, bit for bit */
+    int masks = 0;
+    for (int i = 0; i < tf_act_tensor_count(m); i++) {
+        const tf_tensor *t = tf_act_tensor(m, i);
+        if (!strstr(t->name, "mask") || t->count == 0) continue;
+        const tf_tensor *tg = tf_act_tensor(g, i);
+        cr_assert_str_eq(tg->name, t->name);
+        cr_expect(dev_same((char *)tf_acts(g) + tg->offset, (char *)tf_acts(m) + t->offset, BT * DH),
+                  "%s: %s differs from the CPU's", what, t->name);
+        masks++;
+    }
+    cr_expect_eq(masks, dropout > 0 ? L - 1 : 0, "%s: %d dropout masks", what, masks);
+    /* every gradient */
+    cr_assert_eq(tf_grads_download(g, gg), 0, "%s", ab_error());
+    double worst = 0;
+    for (int i = 0; i < tf_param_tensor_count(m); i++) {
+        const tf_tensor *t = tf_param_tensor(m, i);
+        cr_assert_str_eq(tf_param_tensor(g, i)->name, t->name);
+        double *gw = tu_to_double(tf_grads(m) + t->offset, t->count);
+        double e = tu_rel_err(gg + t->offset, gw, t->count, 1e-30);
+        worst = fmax(worst, e);
+        if (verbose()) fprintf(stderr, "%s: d%s err %.3g\n", what, t->name, e);
+        cr_expect_lt(e, LSTM_MODEL_CUDA_TOL, "%s: gradient of %s: err %g", what, t->name, e);
+        cr_expect_gt(tu_max_abs(gw, t->count), 1e-4, "%s: %s has no gradient to compare", what, t->name);
+        free(gw);
+    }
+    if (verbose()) fprintf(stderr, "%s: worst gradient err %.3g\n", what, worst);
+    /* the same step again on the device: the same bits */
+    ce_stats s2;
+    cr_assert_eq(tf_zero_grad(g), 0);
+    cr_assert_eq(tf_forward_frames(g, fr, B, N, lengths, true, step_seed), 0, "%s", ab_error());
+    cr_assert_eq(tf_loss(g, targets, weights, &s2), 0, "%s", ab_error());
+    cr_assert_eq(tf_backward(g), 0, "%s", ab_error());
+    cr_assert_eq(tf_logits_download(g, lg2), 0, "%s", ab_error());
+    cr_assert_eq(tf_grads_download(g, gg2), 0, "%s", ab_error());
+    cr_expect_eq(s2.loss, sg.loss, "%s: loss %.17g on a repeat, %.17g before", what, s2.loss, sg.loss);
+    cr_expect(memcmp(lg2, lg, sizeof(float) * nl) == 0, "%s: device logits differ on a repeat", what);
+    cr_expect(memcmp(gg2, gg, sizeof(float) * np) == 0, "%s: device gradients differ on a repeat", what);
+    free(fr), free(lg), free(lg2), free(pg), free(gg), free(gg2);
+    tf_destroy(m);
+    tf_destroy(g);
+}
+
+Test(model_cuda, lstm_frames_bidirectional_padded) {
+    const int lens[3] = {6, 4, 1};
+    lstm_model_vs_cpu(true, 0.0f, lens, 31);
+}
+
+Test(model_cuda, lstm_frames_bidirectional_padded_dropout) {
+    const int lens[3] = {5, 6, 0};
+    lstm_model_vs_cpu(true, 0.3f, lens, 32);
+}
+
+Test(model_cuda, lstm_frames_unidirectional_causal_dropout) {
+    lstm_model_vs_cpu(false, 0.2f, NULL, 33);
+}
+
+/* Training steps of two shapes with the optimiser on the device: no memory is taken on
+ * either side, and a repeat of the first step gives the same bits. */
+Test(model_cuda, lstm_frames_no_allocation_per_step_and_repeatable) {
+    tf_config c = tm_tiny_lstm_config();
+    c.device = ATTN_DEVICE_CUDA;
+    c.dropout = 0.3f;
+    tf_model *m = make(&c, 3);
+    ab_optim_config oc;
+    ab_optim_config_default(&oc);
+    ab_optim *o = NULL;
+    cr_assert_eq(ab_optim_create_on(AB_DEV_CUDA, &oc, tf_param_count(m), NULL, 0, &o), 0, "%s", ab_error());
+    const int F = c.features;
+    float *fr = tu_normal((size_t)3 * 7 * F, 41, 1, 1.0);
+    int targets[21], lens[3] = {7, 2, 0};
+    tu_fill_int(targets, 21, 41, 2, 0, c.classes - 1);
+    float weights[21];
+    for (int b = 0; b < 3; b++)
+        for (int n = 0; n < 7; n++) weights[b * 7 + n] = n < lens[b] ? 1.0f : 0.0f;
+    const size_t np = tf_param_count(m);
+    float *p0 = tu_alloc_f(np), *p1 = tu_alloc_f(np), *g0 = tu_alloc_f(np), *g2 = tu_alloc_f(np);
+    cr_assert_eq(tf_params_download(m, p0), 0);
+    size_t gpu0 = ab_mem_current(AB_DEV_CUDA), cpu0 = ab_mem_current(AB_DEV_CPU);
+    ab_mem_reset_peak(AB_DEV_CUDA);
+    ab_mem_reset_peak(AB_DEV_CPU);
+    double losses[3];
+    /* step 0: batch A (3 x 7, padded, one empty row); step 1: batch B (2 x 5); step 2:
+     * A again from the initial parameters, without the optimiser */
+    for (int s = 0; s < 3; s++) {
+        if (s == 2) cr_assert_eq(tf_params_upload(m, p0), 0);
+        bool a = s != 1;
+        int B = a ? 3 : 2, N = a ? 7 : 5;
+        ce_stats st;
+        cr_assert_eq(tf_zero_grad(m), 0);
+        cr_assert_eq(tf_forward_frames(m, fr, B, N, a ? lens : NULL, true, tf_step_seed(5, a ? 0 : 1)), 0, "%s",
+                     ab_error());
+        cr_assert_eq(tf_loss(m, targets, a ? weights : NULL, &st), 0, "%s", ab_error());
+        cr_assert_eq(tf_backward(m), 0, "%s", ab_error());
+        if (s == 0) cr_assert_eq(tf_grads_download(m, g0), 0);
+        if (s == 2) cr_assert_eq(tf_grads_download(m, g2), 0);
+        if (s < 2) cr_assert_eq(ab_optim_step(o, tf_params(m), tf_grads(m), NULL), 0, "%s", ab_error());
+        if (s == 1) cr_assert_eq(tf_params_download(m, p1), 0);
+        losses[s] = st.loss;
+    }
+    cr_assert_eq(ab_cuda_sync(), 0, "%s", ab_error());
+    cr_expect_eq(ab_mem_current(AB_DEV_CUDA), gpu0, "device memory changed during steps");
+    cr_expect_eq(ab_mem_peak(AB_DEV_CUDA), gpu0, "a step allocated device memory");
+    cr_expect_eq(ab_mem_current(AB_DEV_CPU), cpu0, "host memory changed during steps");
+    cr_expect_eq(ab_mem_peak(AB_DEV_CPU), cpu0, "a step allocated host memory");
+    cr_expect_eq(losses[2], losses[0], "loss %.17g on a repeat, %.17g before", losses[2], losses[0]);
+    cr_expect(memcmp(g2, g0, sizeof(float) * np) == 0, "gradients differ on a repeat");
+    cr_expect(memcmp(p1, p0, sizeof(float) * np) != 0, "the optimiser changed nothing");
+    free(fr), free(p0), free(p1), free(g0), free(g2);
     ab_optim_destroy(o);
     tf_destroy(m);
 }

@@ -2,7 +2,9 @@
 
 #include <criterion/criterion.h>
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 tf_config tm_tiny_config(const char *variant) {
@@ -30,6 +32,8 @@ ref_params tm_ref_params(const tf_model *m, const double *pd) {
         char suffix[64];
         const double **slot = NULL;
         if (strcmp(t->name, "tok_emb") == 0) slot = &r.tok_emb;
+        else if (strcmp(t->name, "in.w") == 0) slot = &r.in_w;
+        else if (strcmp(t->name, "in.b") == 0) slot = &r.in_b;
         else if (strcmp(t->name, "final_ln.g") == 0) slot = &r.lnf_g;
         else if (strcmp(t->name, "final_ln.b") == 0) slot = &r.lnf_b;
         else if (strcmp(t->name, "head.w") == 0) slot = &r.head_w;
@@ -48,4 +52,145 @@ ref_params tm_ref_params(const tf_model *m, const double *pd) {
         *slot = p;
     }
     return r;
+}
+
+/* ---- the frames + LSTM model in double ---- */
+
+tf_config tm_tiny_lstm_config(void) {
+    tf_config c;
+    tf_config_default(&c);
+    c.input = TF_INPUT_FRAMES;
+    c.features = 3;
+    c.classes = 4;
+    c.body = TF_BODY_LSTM;
+    c.max_len = 7;
+    c.d_model = 4;
+    c.lstm_hidden = 3;
+    c.layers = 2;
+    c.bidirectional = true;
+    c.causal = false;
+    c.dropout = 0.0f;
+    c.seed = 3;
+    return c;
+}
+
+static void expect_shape(const tf_tensor *t, int ndim, int64_t d0, int64_t d1) {
+    cr_assert_eq(t->ndim, ndim, "%s: %d dimensions, expected %d", t->name, t->ndim, ndim);
+    cr_assert_eq(t->shape[0], d0, "%s: dimension 0 is %lld, expected %lld", t->name, (long long)t->shape[0],
+                 (long long)d0);
+    if (ndim > 1)
+        cr_assert_eq(t->shape[1], d1, "%s: dimension 1 is %lld, expected %lld", t->name, (long long)t->shape[1],
+                     (long long)d1);
+}
+
+tm_ref_lstm tm_ref_lstm_view(const tf_model *m, double *pd) {
+    const tf_config *c = tf_get_config(m);
+    tm_ref_lstm r;
+    memset(&r, 0, sizeof r);
+    r.F = c->features;
+    r.C = c->d_model;
+    r.H = c->lstm_hidden;
+    r.layers = c->layers;
+    r.K = tf_classes(m);
+    r.bidirectional = c->bidirectional;
+    const int D = r.bidirectional ? 2 : 1, G = 4 * r.H;
+    cr_assert_leq(r.layers, REF_LSTM_MAX_LAYERS);
+    for (int i = 0; i < tf_param_tensor_count(m); i++) {
+        const tf_tensor *t = tf_param_tensor(m, i);
+        double *p = pd + t->offset, **slot = NULL;
+        char kind[16] = "", rest[16] = "";
+        int l = -1;
+        if (strcmp(t->name, "in.w") == 0) slot = &r.in_w, expect_shape(t, 2, r.C, r.F);
+        else if (strcmp(t->name, "in.b") == 0) slot = &r.in_b, expect_shape(t, 1, r.C, 0);
+        else if (strcmp(t->name, "head.w") == 0) slot = &r.head_w, expect_shape(t, 2, r.K, D * r.H);
+        else if (strcmp(t->name, "head.b") == 0) slot = &r.head_b, expect_shape(t, 1, r.K, 0);
+        else if (sscanf(t->name, "lstm.%15[a-z_]%d%15s", kind, &l, rest) >= 2 && l >= 0 && l < r.layers &&
+                 (rest[0] == '\0' || (D == 2 && strcmp(rest, "_reverse") == 0))) {
+            ref_lstm_dir *q = &r.lstm.dir[l][rest[0] ? 1 : 0];
+            int in = l == 0 ? r.C : D * r.H;
+            if (strcmp(kind, "weight_ih_l") == 0) slot = &q->w_ih, expect_shape(t, 2, G, in);
+            else if (strcmp(kind, "weight_hh_l") == 0) slot = &q->w_hh, expect_shape(t, 2, G, r.H);
+            else if (strcmp(kind, "bias_l") == 0) slot = &q->b, expect_shape(t, 1, G, 0);
+        }
+        cr_assert_not_null(slot, "parameter %s has no place in the reference", t->name);
+        cr_assert_null(*slot, "parameter %s mapped twice", t->name);
+        *slot = p;
+    }
+    cr_assert(r.in_w && r.in_b && r.head_w && r.head_b, "a dense tensor of the model is missing");
+    for (int l = 0; l < r.layers; l++)
+        for (int d = 0; d < D; d++)
+            cr_assert(r.lstm.dir[l][d].w_ih && r.lstm.dir[l][d].w_hh && r.lstm.dir[l][d].b,
+                      "LSTM layer %d direction %d lacks a tensor", l, d);
+    return r;
+}
+
+/* frames -> x (B N, C) -> h (B N, D H) -> logits (B N, K) */
+static void lstm_model_forward(const tm_ref_lstm *r, const double *frames, int B, int N, const int *lengths,
+                               const ref_lstm_drop *drop, double *x, double *h, double *logits) {
+    const int BT = B * N, DH = (r->bidirectional ? 2 : 1) * r->H;
+    ref_lstm_cfg lc = {r->C, r->H, r->layers, r->bidirectional};
+    ref_dense(frames, r->in_w, r->in_b, BT, r->F, r->C, x);
+    ref_lstm_forward(&lc, &r->lstm, x, B, N, lengths, drop, h);
+    ref_dense(h, r->head_w, r->head_b, BT, DH, r->K, logits);
+}
+
+void tm_ref_lstm_logits(const tm_ref_lstm *r, const double *frames, int B, int N, const int *lengths,
+                        const ref_lstm_drop *drop, double *logits) {
+    const size_t BT = (size_t)B * N, DH = (size_t)(r->bidirectional ? 2 : 1) * r->H;
+    double *x = calloc(BT * r->C, sizeof(double)), *h = calloc(BT * DH, sizeof(double));
+    lstm_model_forward(r, frames, B, N, lengths, drop, x, h, logits);
+    free(x);
+    free(h);
+}
+
+double tm_ref_lstm_loss(const tm_ref_lstm *r, const double *frames, int B, int N, const int *lengths,
+                        const ref_lstm_drop *drop, const int *targets, const double *weights, const tm_ref_lstm *g) {
+    const int BT = B * N, C = r->C, K = r->K, F = r->F, DH = (r->bidirectional ? 2 : 1) * r->H;
+    double *x = calloc((size_t)BT * C, sizeof(double)), *h = calloc((size_t)BT * DH, sizeof(double));
+    double *logits = calloc((size_t)BT * K, sizeof(double));
+    lstm_model_forward(r, frames, B, N, lengths, drop, x, h, logits);
+    double loss = ref_cross_entropy(logits, targets, weights, BT, K);
+    if (g) {
+        /* d loss / d logits = w_i / sum(w) (softmax_i - onehot(t_i)) at scored positions */
+        double sw = 0;
+        for (int i = 0; i < BT; i++) sw += weights ? (weights[i] > 0 ? weights[i] : 0) : 1.0;
+        double *dl = calloc((size_t)BT * K, sizeof(double)), *dh = calloc((size_t)BT * DH, sizeof(double));
+        double *dx = calloc((size_t)BT * C, sizeof(double));
+        for (int i = 0; sw > 0 && i < BT; i++) {
+            double w = weights ? weights[i] : 1.0;
+            if (!(w > 0)) continue;
+            const double *li = logits + (long)i * K;
+            double mx = li[0], s = 0;
+            for (int k = 1; k < K; k++) mx = fmax(mx, li[k]);
+            for (int k = 0; k < K; k++) s += exp(li[k] - mx);
+            for (int k = 0; k < K; k++)
+                dl[(long)i * K + k] = w / sw * (exp(li[k] - mx) / s - (k == targets[i] ? 1.0 : 0.0));
+        }
+        /* head: dW += dl^T h, db += column sums, dh = dl W */
+        for (int i = 0; i < BT; i++)
+            for (int k = 0; k < K; k++) {
+                double d = dl[(long)i * K + k];
+                g->head_b[k] += d;
+                for (int j = 0; j < DH; j++) {
+                    g->head_w[(long)k * DH + j] += d * h[(long)i * DH + j];
+                    dh[(long)i * DH + j] += d * r->head_w[(long)k * DH + j];
+                }
+            }
+        ref_lstm_cfg lc = {C, r->H, r->layers, r->bidirectional};
+        ref_lstm_backward(&lc, &r->lstm, x, B, N, lengths, drop, dh, dx, &g->lstm);
+        /* input projection: dW += dx^T frames, db += column sums */
+        for (int i = 0; i < BT; i++)
+            for (int ch = 0; ch < C; ch++) {
+                double d = dx[(long)i * C + ch];
+                g->in_b[ch] += d;
+                for (int f = 0; f < F; f++) g->in_w[(long)ch * F + f] += d * frames[(long)i * F + f];
+            }
+        free(dl);
+        free(dh);
+        free(dx);
+    }
+    free(x);
+    free(h);
+    free(logits);
+    return loss;
 }

@@ -1,9 +1,10 @@
 /* Shared helpers of the model suites (test_model, test_model_cuda, test_train): the
- * tiny transformer they check, and the double reference's view of a model's
- * parameters. */
+ * tiny transformer they check, the double reference's view of a model's parameters,
+ * and the frames + LSTM model composed from the double references. */
 #ifndef AB_TEST_MODEL_UTIL_H
 #define AB_TEST_MODEL_UTIL_H
 
+#include "ref_lstm.h"
 #include "ref_model.h"
 #include "transformer.h"
 
@@ -12,7 +13,38 @@
 tf_config tm_tiny_config(const char *variant);
 
 /* The reference's parameter pointers into pd, a double copy of the model's parameters,
- * by name; asserts that every tensor of the model has exactly one place. */
+ * by name (a transformer body; token or frame input); asserts that every tensor of
+ * the model has exactly one place. */
 ref_params tm_ref_params(const tf_model *m, const double *pd);
+
+/* The tiny frames + LSTM model: frame input (F = 3), C = 4, an LSTM body of H = 3
+ * units per direction, bidirectional, 2 layers (not causal), 4 classes, no dropout,
+ * max_len 7, seed 3. */
+tf_config tm_tiny_lstm_config(void);
+
+/* The frames + LSTM model (TF_INPUT_FRAMES, TF_BODY_LSTM, categorical head) in double,
+ * composed of ref_dense (input projection F -> C, head D H -> K), ref_lstm's stack
+ * and the weighted cross-entropy. Pointers into a double array laid out as the
+ * model's parameters (or gradients). */
+typedef struct {
+    int F, C, H, layers, K;
+    bool bidirectional;
+    double *in_w, *in_b, *head_w, *head_b; /* (C, F), (C), (K, D H), (K) */
+    ref_lstm_params lstm;
+} tm_ref_lstm;
+
+/* The view of pd (tf_param_count(m) doubles) by the model's tensor names (in.w, in.b,
+ * lstm.weight_ih_lK[_reverse], lstm.weight_hh_lK[_reverse], lstm.bias_lK[_reverse],
+ * head.w, head.b); asserts that every tensor has exactly one place and every place a
+ * tensor, with the shape the reference expects. */
+tm_ref_lstm tm_ref_lstm_view(const tf_model *m, double *pd);
+/* frames (B, N, F) -> logits (B, N, K); lengths NULL or B values; drop NULL: none. */
+void tm_ref_lstm_logits(const tm_ref_lstm *r, const double *frames, int B, int N, const int *lengths,
+                        const ref_lstm_drop *drop, double *logits);
+/* The loss (ref_cross_entropy of the logits; weights NULL: all 1) and its exact
+ * gradient (back-propagation through the head, the LSTM and the input projection)
+ * ADDED to g, a view of a gradient array (g may be NULL: loss only). */
+double tm_ref_lstm_loss(const tm_ref_lstm *r, const double *frames, int B, int N, const int *lengths,
+                        const ref_lstm_drop *drop, const int *targets, const double *weights, const tm_ref_lstm *g);
 
 #endif

@@ -114,20 +114,20 @@ void ref_encoder_layer(const ref_model_cfg *c, const ref_layer_params *p, const 
     free(r2);
 }
 
-void ref_model_logits(const ref_model_cfg *c, const ref_params *p, const int *tokens, int B, int N,
-                      const int *lengths, double *logits) {
+/* x (B, N, C): the input stage's output without positions; adds them, runs the layers,
+ * the final LN and the head. Overwrites x. */
+static void body_and_head(const ref_model_cfg *c, const ref_params *p, double *x, int B, int N, const int *lengths,
+                          double *logits) {
     int C = c->C, BT = B * N;
     long n = (long)BT * C;
-    double *x = malloc(sizeof(double) * n), *y = malloc(sizeof(double) * n);
-    /* token embedding + sinusoidal positions */
+    double *y = malloc(sizeof(double) * n);
+    /* sinusoidal positions */
     for (int b = 0; b < B; b++)
         for (int i = 0; i < N; i++)
             for (int ch = 0; ch < C; ch++) {
                 int pair = ch / 2;
                 double angle = i / pow(10000.0, 2.0 * pair / C);
-                double pe = ch % 2 == 0 ? sin(angle) : cos(angle);
-                long r = (long)b * N + i;
-                x[r * C + ch] = p->tok_emb[(long)tokens[r] * C + ch] + pe;
+                x[((long)b * N + i) * C + ch] += ch % 2 == 0 ? sin(angle) : cos(angle);
             }
     for (int l = 0; l < c->L; l++) {
         ref_encoder_layer(c, &p->layer[l], x, B, N, lengths, NULL, y);
@@ -138,8 +138,26 @@ void ref_model_logits(const ref_model_cfg *c, const ref_params *p, const int *to
         memcpy(x, y, sizeof(double) * n);
     }
     ref_dense(x, p->head_w, p->head_b, BT, C, c->V, logits);
-    free(x);
     free(y);
+}
+
+void ref_model_logits(const ref_model_cfg *c, const ref_params *p, const int *tokens, int B, int N,
+                      const int *lengths, double *logits) {
+    int C = c->C, BT = B * N;
+    double *x = malloc(sizeof(double) * (size_t)BT * C);
+    /* token embedding */
+    for (long r = 0; r < BT; r++)
+        for (int ch = 0; ch < C; ch++) x[r * C + ch] = p->tok_emb[(long)tokens[r] * C + ch];
+    body_and_head(c, p, x, B, N, lengths, logits);
+    free(x);
+}
+
+void ref_model_logits_frames(const ref_model_cfg *c, const ref_params *p, const double *frames, int F_in, int B,
+                             int N, const int *lengths, double *logits) {
+    double *x = malloc(sizeof(double) * (size_t)B * N * c->C);
+    ref_dense(frames, p->in_w, p->in_b, B * N, F_in, c->C, x);
+    body_and_head(c, p, x, B, N, lengths, logits);
+    free(x);
 }
 
 double ref_cross_entropy(const double *logits, const int *targets, const double *weights, int BT, int V) {

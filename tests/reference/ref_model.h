@@ -23,7 +23,8 @@ typedef struct {
 } ref_layer_params;
 
 typedef struct {
-    const double *tok_emb; /* (V, C) */
+    const double *tok_emb; /* (V, C): token input */
+    const double *in_w, *in_b; /* (C, F_in), (C): frame input's dense projection */
     ref_layer_params layer[REF_MAX_LAYERS];
     const double *lnf_g, *lnf_b; /* final LN (when final_norm) */
     const double *head_w, *head_b; /* (V, C), (V) */
@@ -51,6 +52,10 @@ void ref_encoder_layer(const ref_model_cfg *c, const ref_layer_params *p, const 
 /* The whole model without dropout: tokens (B, N) -> logits (B, N, V). */
 void ref_model_logits(const ref_model_cfg *c, const ref_params *p, const int *tokens, int B, int N,
                       const int *lengths, double *logits);
+/* The same for frame input: frames (B, N, F_in) -> frames W_in^T + b_in + positions,
+ * then the layers, final LN and head as above. */
+void ref_model_logits_frames(const ref_model_cfg *c, const ref_params *p, const double *frames, int F_in, int B,
+                             int N, const int *lengths, double *logits);
 /* sum(w * nll) / sum(w) over positions with w > 0 (weights NULL: all 1). */
 double ref_cross_entropy(const double *logits, const int *targets, const double *weights, int BT, int V);
 
