@@ -148,6 +148,45 @@ void cross_entropy_forward(ce_stats *st, float *nll, const float *logits, const 
 void cross_entropy_backward(float *dlogits, const float *logits, const int *targets, const float *weights,
                             double weight_sum, int BT, int V);
 
+/* ---- discretised logistic mixture of one 8-bit value per position (mixture.c;
+ * PixelCNN++'s head, as the paper's image experiments use it) ----
+ *
+ * Each position has 3K outputs (K components): K mixture logits, then K means, then
+ * K raw log-scales. Value v in 0..255 stands for x = 2v/255 - 1 in [-1, 1], its bin
+ * for [x - 1/255, x + 1/255] (bin 0 extends to -inf, bin 255 to +inf); log-scales are
+ * clamped below at -7 (PixelCNN++; no gradient where the clamp holds). log P(v) =
+ * logsumexp_k(log pi_k + log p_k(v)), p_k(v) = sigma((x + 1/255 - mu)/s) -
+ * sigma((x - 1/255 - mu)/s), the CDF up to x + 1/255 at v = 0 and 1 - CDF from
+ * x - 1/255 at v = 255, all in log space; where a middle bin's mass is below 1e-5,
+ * PixelCNN++'s fallback log pdf(x) + log(2/255). mixture_core.h has every formula.
+ *
+ * Statistics (ce_stats, as the cross-entropy's): loss = sum(w nll) / sum(w) with
+ * nll = -log P(target) (nats); correct counts the weighted positions whose target is
+ * the most probable value (mixture_mode), counted the weighted positions. */
+
+/* log P(v) of one position (p: its 3K outputs), v in 0..255 */
+double mixture_log_prob(const float *p, int K, int v);
+/* The most probable value of a position: the first v with the largest probability,
+ * the probabilities computed from the component CDFs at the 255 bin edges (the exact
+ * discretised masses; they differ from exp(mixture_log_prob) only in bins where the
+ * fallback applies, each under 1e-5, so the two agree but in near-ties). */
+int mixture_mode(const float *p, int K);
+/* A sample of a position's distribution from two uniform draws u1, u2 in [0, 1): the
+ * component is the first k whose cumulative softmax weight exceeds u1 (times the
+ * total), then x = mu_k + s_k (log u - log(1 - u)) with u = u2 kept within
+ * [1e-5, 1 - 1e-5] (PixelCNN++), and v = round((x + 1) 255/2) clamped to 0..255 (ties
+ * round up). A pure function of its arguments. */
+int mixture_sample(const float *p, int K, double u1, double u2);
+/* out (BT, 3K), targets (BT) in 0..255 for weighted positions, weights (BT) or NULL
+ * (all ones) -> st; nll (BT) receives -log P(target) (0 where w = 0). As
+ * cross_entropy_forward otherwise (unweighted positions are not read). */
+void mixture_forward(ce_stats *st, float *nll, const float *out, const int *targets, const float *weights, int BT,
+                     int K);
+/* dout (BT, 3K) += w_i / weight_sum d(-log P_i(target_i)) / d out_i; nothing when
+ * weight_sum = 0. */
+void mixture_backward(float *dout, const float *out, const int *targets, const float *weights, double weight_sum,
+                      int BT, int K);
+
 #ifdef __cplusplus
 }
 #endif

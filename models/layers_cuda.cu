@@ -18,6 +18,7 @@
 #include "../harness/cuda_compat.h"
 
 #include "layers_cuda.h"
+#include "mixture_core.h"
 
 #include "../harness/rng_core.h"
 
@@ -536,11 +537,11 @@ __global__ void ce_sum_kernel(double *sums, const float *nll, const uint8_t *fla
     }
 }
 
-extern "C" int cross_entropy_forward_cuda(ce_stats *st, float *nll, const float *logits, const int *targets,
-                                          const float *weights, int BT, int V, void *ws) {
+/* The statistics from the per-position nll and flags in ws (ce_sum_kernel, then one
+ * download, which waits for the kernels). */
+static int ce_stats_of(ce_stats *st, const float *nll, const float *weights, int BT, void *ws) {
     double *sums = (double *)ws;
-    uint8_t *flags = (uint8_t *)ws + CE_SUMS_BYTES;
-    if (BT > 0) LAUNCH_ROWS(ce_rows_kernel, BT, nll, flags, logits, targets, weights, BT, V);
+    const uint8_t *flags = (const uint8_t *)ws + CE_SUMS_BYTES;
     AB_LAUNCH(ce_sum_kernel, 1, CE_SUM_THREADS, 0, ab_cuda_stream(), sums, nll, flags, weights, BT);
     double h[4];
     AB_TRY(ab_cuda_memcpy_d2h(h, sums, sizeof h)); /* waits for the kernels */
@@ -549,6 +550,13 @@ extern "C" int cross_entropy_forward_cuda(ce_stats *st, float *nll, const float 
     st->correct = (long long)h[2];
     st->counted = (long long)h[3];
     return 0;
+}
+
+extern "C" int cross_entropy_forward_cuda(ce_stats *st, float *nll, const float *logits, const int *targets,
+                                          const float *weights, int BT, int V, void *ws) {
+    uint8_t *flags = (uint8_t *)ws + CE_SUMS_BYTES;
+    if (BT > 0) LAUNCH_ROWS(ce_rows_kernel, BT, nll, flags, logits, targets, weights, BT, V);
+    return ce_stats_of(st, nll, weights, BT, ws);
 }
 
 __global__ void ce_backward_kernel(float *dlogits, const float *logits, const int *targets, const float *weights,
@@ -578,5 +586,75 @@ extern "C" int cross_entropy_backward_cuda(float *dlogits, const float *logits, 
                                            const float *weights, double weight_sum, int BT, int V) {
     if (!(weight_sum > 0) || BT <= 0) return 0;
     LAUNCH_ROWS(ce_backward_kernel, BT, dlogits, logits, targets, weights, weight_sum, BT, V);
+    return 0;
+}
+
+/* ---- discretised logistic mixture (mixture_core.h's formulas, as the CPU) ---- */
+
+/* One warp per position: lane 0 computes -log P(target); the most probable value is
+ * shared out, lane l taking values l, l + 32, ... (mix_bin_prob), then the first
+ * argmax over the warp. Flags as ce_rows_kernel's, for ce_sum_kernel. */
+__global__ void mixture_rows_kernel(float *nll, uint8_t *flags, const float *out, const int *targets,
+                                    const float *weights, int BT, int K) {
+    const int lane = threadIdx.x & 31;
+    FOR_EACH_ROW(i, BT) {
+        const float w = weights ? weights[i] : 1.0f;
+        if (!(w > 0.0f)) {
+            if (lane == 0) {
+                nll[i] = 0.0f;
+                flags[i] = 0;
+            }
+            continue;
+        }
+        const float *p = out + i * 3LL * K;
+        const double lse = mix_logit_lse(p, K);
+        double best = 0.0;
+        int am = -1;
+        for (int v = lane; v < MIX_VALUES; v += 32) {
+            const double P = mix_bin_prob(p, K, v, lse);
+            if (am < 0 || P > best) {
+                best = P;
+                am = v;
+            }
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            const double ob = __shfl_xor_sync(FULL, best, o);
+            const int oa = __shfl_xor_sync(FULL, am, o);
+            if (oa >= 0 && (am < 0 || ob > best || (ob == best && oa < am))) {
+                best = ob;
+                am = oa;
+            }
+        }
+        if (lane == 0) {
+            const int t = targets[i];
+            nll[i] = (float)-mix_log_prob(p, K, t);
+            flags[i] = (uint8_t)(2 | (am == t));
+        }
+    }
+}
+
+extern "C" int mixture_forward_cuda(ce_stats *st, float *nll, const float *out, const int *targets,
+                                    const float *weights, int BT, int K, void *ws) {
+    uint8_t *flags = (uint8_t *)ws + CE_SUMS_BYTES;
+    if (BT > 0) LAUNCH_ROWS(mixture_rows_kernel, BT, nll, flags, out, targets, weights, BT, K);
+    return ce_stats_of(st, nll, weights, BT, ws);
+}
+
+/* One thread per position (its K components in order). */
+__global__ void mixture_backward_kernel(float *dout, const float *out, const int *targets, const float *weights,
+                                        double weight_sum, int BT, int K) {
+    FOR_EACH(i, BT) {
+        const float w = weights ? weights[i] : 1.0f;
+        if (!(w > 0.0f)) continue;
+        const float *p = out + i * 3LL * K;
+        const int t = targets[i];
+        mix_grad(dout + i * 3LL * K, p, K, t, mix_log_prob(p, K, t), (double)w / weight_sum);
+    }
+}
+
+extern "C" int mixture_backward_cuda(float *dout, const float *out, const int *targets, const float *weights,
+                                     double weight_sum, int BT, int K) {
+    if (!(weight_sum > 0) || BT <= 0) return 0;
+    LAUNCH_N(mixture_backward_kernel, BT, dout, out, targets, weights, weight_sum, BT, K);
     return 0;
 }

@@ -10,7 +10,8 @@
  *   backward, heads, residuals;
  * - to float rounding: dense (cuBLAS), layer normalisation (row sums in double in
  *   another order; fused multiply-adds), cross-entropy (double row sums in another
- *   order), dropout's backward (dx += dout * scale, which the device may fuse);
+ *   order), the logistic mixture (the CPU's double expressions, mixture_core.h, but
+ *   the device's exp, log1p and expm1), dropout's backward (dx += dout * scale, which the device may fuse);
  *   every reduction over rows (bias, gain and embedding gradients, the loss)
  *   runs in a fixed order that does not depend on the launch, so two runs give the
  *   same bits. No atomics. */
@@ -94,6 +95,18 @@ int cross_entropy_forward_cuda(ce_stats *st, float *nll, const float *logits, co
 /* As cross_entropy_backward (weight_sum from the forward's st) */
 int cross_entropy_backward_cuda(float *dlogits, const float *logits, const int *targets, const float *weights,
                                 double weight_sum, int BT, int V);
+
+/* As mixture_forward, with the scratch of cross_entropy_cuda_ws_bytes(BT) (the same
+ * layout): one warp per position (lane 0 its -log P(target), the CPU's expressions of
+ * mixture_core.h; the most probable value over the warp's lanes, each value's mass by
+ * mix_bin_prob, which is the CPU's to ~1e-13 relative, so `correct` can differ from
+ * the CPU's only where two values' masses tie that closely); the sums as the
+ * cross-entropy's. Waits for the device: st is filled when it returns. */
+int mixture_forward_cuda(ce_stats *st, float *nll, const float *out, const int *targets, const float *weights,
+                         int BT, int K, void *ws);
+/* As mixture_backward: one thread per position. */
+int mixture_backward_cuda(float *dout, const float *out, const int *targets, const float *weights,
+                          double weight_sum, int BT, int K);
 
 #ifdef __cplusplus
 }

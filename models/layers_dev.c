@@ -152,6 +152,19 @@ int ld_cross_entropy_backward(attn_device dev, float *dlogits, const float *logi
              cross_entropy_backward(dlogits, logits, targets, weights, weight_sum, BT, V));
 }
 
+int ld_mixture_forward(attn_device dev, ce_stats *st, float *nll, const float *out, const int *targets,
+                       const float *weights, int BT, int K, void *ws) {
+    (void)ws;
+    DISPATCH(dev, mixture_forward_cuda(st, nll, out, targets, weights, BT, K, ws),
+             mixture_forward(st, nll, out, targets, weights, BT, K));
+}
+
+int ld_mixture_backward(attn_device dev, float *dout, const float *out, const int *targets, const float *weights,
+                        double weight_sum, int BT, int K) {
+    DISPATCH(dev, mixture_backward_cuda(dout, out, targets, weights, weight_sum, BT, K),
+             mixture_backward(dout, out, targets, weights, weight_sum, BT, K));
+}
+
 int ld_lstm_step_forward(attn_device dev, const lstm_step_shape *s, float *gates, float *c, float *out, int out_ld,
                          float *h, float *cs, const float *hw) {
     DISPATCH(dev, lstm_step_forward_cuda(s, gates, c, out, out_ld, h, cs, hw),

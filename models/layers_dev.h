@@ -55,6 +55,12 @@ int ld_cross_entropy_forward(attn_device dev, ce_stats *st, float *nll, const fl
                              const float *weights, int BT, int V, void *ws);
 int ld_cross_entropy_backward(attn_device dev, float *dlogits, const float *logits, const int *targets,
                               const float *weights, double weight_sum, int BT, int V);
+/* The logistic mixture (layers.h: mixture_forward, mixture_backward); ws of
+ * ld_cross_entropy_ws_bytes (the same scratch serves both). */
+int ld_mixture_forward(attn_device dev, ce_stats *st, float *nll, const float *out, const int *targets,
+                       const float *weights, int BT, int K, void *ws);
+int ld_mixture_backward(attn_device dev, float *dout, const float *out, const int *targets, const float *weights,
+                        double weight_sum, int BT, int K);
 /* One direction's LSTM step (lstm.h: lstm_step_forward, lstm_step_backward) */
 int ld_lstm_step_forward(attn_device dev, const lstm_step_shape *s, float *gates, float *c, float *out, int out_ld,
                          float *h, float *cs, const float *hw);

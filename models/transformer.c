@@ -20,7 +20,7 @@
 
 static const char *const INPUT_NAMES[] = {"tokens", "frames"};
 static const char *const BODY_NAMES[] = {"transformer", "lstm"};
-static const char *const HEAD_NAMES[] = {"categorical"};
+static const char *const HEAD_NAMES[] = {"categorical", "logistic_mixture"};
 _Static_assert(sizeof INPUT_NAMES / sizeof *INPUT_NAMES == TF_INPUT_COUNT, "a name for every input");
 _Static_assert(sizeof BODY_NAMES / sizeof *BODY_NAMES == TF_BODY_COUNT, "a name for every body");
 _Static_assert(sizeof HEAD_NAMES / sizeof *HEAD_NAMES == TF_HEAD_COUNT, "a name for every head");
@@ -88,8 +88,13 @@ uint64_t tf_attn_seed(uint64_t seed, int layer) {
 
 /* ---- configuration ---- */
 
-/* The head's outputs: classes, or the vocabulary when classes is 0. */
-static int classes_of(const tf_config *c) { return c->classes > 0 ? c->classes : c->vocab; }
+/* The targets' range: classes, or the vocabulary when classes is 0. */
+static int targets_of(const tf_config *c) { return c->classes > 0 ? c->classes : c->vocab; }
+
+/* The head's outputs per position: a logit per class, or the mixture's 3K. */
+static int classes_of(const tf_config *c) {
+    return c->head == TF_HEAD_LOGISTIC_MIXTURE ? 3 * c->mixtures : targets_of(c);
+}
 
 /* The body's output channels. */
 static int width_of(const tf_config *c) {
@@ -109,6 +114,17 @@ static int check_config(const tf_config *c, int max_batch) {
         return ab_fail(AB_EINVAL, "model features %d must be >= 1 (frames of F floats)", c->features);
     if (c->classes < 0 || (c->classes == 0 && c->input != TF_INPUT_TOKENS))
         return ab_fail(AB_EINVAL, "model classes %d must be >= 1 (0 means the vocabulary, for token input)", c->classes);
+    if (c->head == TF_HEAD_LOGISTIC_MIXTURE) {
+        if (c->mixtures < 1 || c->mixtures > TF_MAX_MIXTURES)
+            return ab_fail(AB_EINVAL, "model mixtures %d: the logistic_mixture head needs 1..%d components", c->mixtures,
+                           TF_MAX_MIXTURES);
+        if (targets_of(c) != 256)
+            return ab_fail(AB_EINVAL, "model classes %d: the logistic_mixture head models 8-bit values (classes 256)",
+                           targets_of(c));
+    } else if (c->mixtures != 0) {
+        return ab_fail(AB_EINVAL, "model mixtures %d: only the logistic_mixture head has mixture components (set 0)",
+                       c->mixtures);
+    }
     if (c->max_len < 1) return ab_fail(AB_EINVAL, "model max_len %d must be >= 1", c->max_len);
     if (c->d_model < 1) return ab_fail(AB_EINVAL, "model d_model %d must be >= 1", c->d_model);
     if (c->layers < 1) return ab_fail(AB_EINVAL, "model layers %d must be >= 1", c->layers);
@@ -383,6 +399,40 @@ static int init_tables(tf_model *m) {
 
 /* ---- lifetime ---- */
 
+/* The sizes the carving passes read, from the config. */
+static void set_dims(tf_model *m, const tf_config *cfg) {
+    m->classes = classes_of(cfg);
+    m->width = width_of(cfg);
+    m->enc = (enc_config){cfg->d_model, cfg->heads, cfg->d_ff, cfg->dropout, cfg->pre_norm, cfg->causal};
+    m->lc = (lstm_config){cfg->d_model, cfg->lstm_hidden, cfg->layers, cfg->bidirectional, cfg->dropout};
+}
+
+int tf_param_count_for(const tf_config *cfg, size_t *count) {
+    *count = 0;
+    int rc = check_config(cfg, 1);
+    if (rc) return rc;
+    /* a model with nothing allocated but its per-layer records, carved once unbound:
+     * the same sizing pass as tf_create's, so the counts cannot drift apart */
+    tf_model *m = calloc(1, sizeof *m);
+    if (m) m->lp = calloc((size_t)cfg->layers, sizeof *m->lp);
+    if (!m || !m->lp) {
+        free(m);
+        return ab_fail(AB_ENOMEM, "out of memory sizing a model");
+    }
+    m->cfg = *cfg;
+    set_dims(m, cfg);
+    tf_table t;
+    tf_table_init(&t, sizeof(float), 1);
+    tf_table_begin(&t, NULL);
+    carve_params(m, &t, false);
+    rc = t.err;
+    if (!rc) *count = t.total;
+    tf_table_free(&t);
+    free(m->lp);
+    free(m);
+    return rc;
+}
+
 void tf_destroy(tf_model *m) {
     if (!m) return;
     attn_destroy(m->att);
@@ -432,10 +482,7 @@ int tf_create(const tf_config *cfg, int max_batch, tf_model **out) {
     }
     m->cfg.attention = m->variant;
     m->cfg.attn_settings = (const char *const *)m->settings;
-    m->classes = classes_of(cfg);
-    m->width = width_of(cfg);
-    m->enc = (enc_config){cfg->d_model, cfg->heads, cfg->d_ff, cfg->dropout, cfg->pre_norm, cfg->causal};
-    m->lc = (lstm_config){cfg->d_model, cfg->lstm_hidden, cfg->layers, cfg->bidirectional, cfg->dropout};
+    set_dims(m, cfg);
 
     /* the attention (transformer body), checked at the largest shape */
     mha_dims md = {max_batch, m->max_len, cfg->d_model, cfg->heads, cfg->causal, NULL, m->dev};
@@ -706,6 +753,7 @@ int tf_forward_frames(tf_model *m, const float *frames, int B, int N, const int 
 }
 
 int tf_classes(const tf_model *m) { return m->classes; }
+int tf_target_classes(const tf_model *m) { return targets_of(&m->cfg); }
 
 /* ---- loss and backward ---- */
 
@@ -718,9 +766,9 @@ int tf_loss(tf_model *m, const int *targets, const float *weights, ce_stats *st)
         float w = weights ? weights[i] : 1.0f;
         if (!(w >= 0.0f) || isinf(w))
             return ab_fail(AB_EINVAL, "tf_loss: weight %g at index %zu is not finite and >= 0", (double)w, i);
-        if (w > 0.0f && (targets[i] < 0 || targets[i] >= m->classes))
+        if (w > 0.0f && (targets[i] < 0 || targets[i] >= targets_of(&m->cfg)))
             return ab_fail(AB_EINVAL, "tf_loss: target %d at index %zu is outside [0, classes=%d)", targets[i], i,
-                           m->classes);
+                           targets_of(&m->cfg));
     }
     m->has_weights = weights != NULL;
     int rc;
@@ -734,9 +782,13 @@ int tf_loss(tf_model *m, const int *targets, const float *weights, ce_stats *st)
         size_t bytes = weights ? (size_t)((char *)(m->h_weights + n) - (char *)m->h_targets) : sizeof(int) * n;
         if ((rc = ab_dev_upload(AB_DEV_CUDA, m->targets, m->h_targets, bytes))) return rc;
     }
-    if ((rc = ld_cross_entropy_forward(m->dev, st, m->nll, m->logits, m->targets, m->has_weights ? m->weights : NULL,
-                                       (int)n, m->classes, m->ce_ws)))
-        return rc;
+    if (m->cfg.head == TF_HEAD_LOGISTIC_MIXTURE)
+        rc = ld_mixture_forward(m->dev, st, m->nll, m->logits, m->targets, m->has_weights ? m->weights : NULL, (int)n,
+                                m->cfg.mixtures, m->ce_ws);
+    else
+        rc = ld_cross_entropy_forward(m->dev, st, m->nll, m->logits, m->targets, m->has_weights ? m->weights : NULL,
+                                      (int)n, m->classes, m->ce_ws);
+    if (rc) return rc;
     m->weight_sum = st->weight_sum;
     m->have_loss = true;
     return 0;
@@ -744,10 +796,14 @@ int tf_loss(tf_model *m, const int *targets, const float *weights, ce_stats *st)
 
 static int head_backward(tf_model *m, float *dx, int BT) {
     int W = m->width, K = m->classes;
+    const float *wts = m->has_weights ? m->weights : NULL;
     int rc = ld_zero(m->dev, m->dlogits, sizeof(float) * (size_t)BT * K);
-    if (rc || (rc = ld_cross_entropy_backward(m->dev, m->dlogits, m->logits, m->targets,
-                                              m->has_weights ? m->weights : NULL, m->weight_sum, BT, K)))
-        return rc;
+    if (!rc)
+        rc = m->cfg.head == TF_HEAD_LOGISTIC_MIXTURE
+                 ? ld_mixture_backward(m->dev, m->dlogits, m->logits, m->targets, wts, m->weight_sum, BT,
+                                       m->cfg.mixtures)
+                 : ld_cross_entropy_backward(m->dev, m->dlogits, m->logits, m->targets, wts, m->weight_sum, BT, K);
+    if (rc) return rc;
     return ld_dense_backward(m->dev, dx, m->g_head_w, m->g_head_b, m->dlogits, body_output(m), m->head_w, BT, W, K);
 }
 

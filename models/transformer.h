@@ -12,6 +12,12 @@
  *           bidirectional or not (lstm.h), dropout between layers. Width 2H or H.
  *   head:   TF_HEAD_CATEGORICAL: dense width -> classes logits, softmax cross-entropy
  *           with per-position weights
+ *           TF_HEAD_LOGISTIC_MIXTURE: dense width -> 3K outputs (K = mixtures: K
+ *           mixture logits, K means, K log-scales), PixelCNN++'s discretised logistic
+ *           mixture of one 8-bit value (classes must be 256), the weighted mean NLL
+ *           (layers.h: mixture_*); generation draws from it with mixture_sample or
+ *           takes mixture_mode, on the outputs of a position from tf_last_logits or
+ *           the generator
  *
  * Memory (the llm.c way): parameters in ONE float allocation carved by a size table
  * (tf_param_tensor: names, offsets and counts in floats, weight-decay flags),
@@ -83,7 +89,8 @@
 /* The parts a model is built from (names: tf_*_name, as in configs). */
 typedef enum { TF_INPUT_TOKENS = 0, TF_INPUT_FRAMES = 1, TF_INPUT_COUNT } tf_input;
 typedef enum { TF_BODY_TRANSFORMER = 0, TF_BODY_LSTM = 1, TF_BODY_COUNT } tf_body;
-typedef enum { TF_HEAD_CATEGORICAL = 0, TF_HEAD_COUNT } tf_head;
+typedef enum { TF_HEAD_CATEGORICAL = 0, TF_HEAD_LOGISTIC_MIXTURE = 1, TF_HEAD_COUNT } tf_head;
+#define TF_MAX_MIXTURES 4096 /* components of a mixture head */
 
 const char *tf_input_name(tf_input i);
 const char *tf_body_name(tf_body b);
@@ -101,7 +108,8 @@ typedef struct {
     int features;        /* F: floats per position (TF_INPUT_FRAMES) */
     int classes;         /* head outputs, targets in [0, classes); 0: the vocabulary */
     tf_body body;        /* TF_BODY_TRANSFORMER (default) or TF_BODY_LSTM */
-    tf_head head;        /* TF_HEAD_CATEGORICAL (default) */
+    tf_head head;        /* TF_HEAD_CATEGORICAL (default) or TF_HEAD_LOGISTIC_MIXTURE */
+    int mixtures;        /* a mixture head's components K, 1..TF_MAX_MIXTURES (0: the head has none) */
     int max_len;         /* longest sequence; rows of the positions table */
     int d_model;         /* C: width of the input stage (and of the transformer) */
     int heads;           /* transformer: H; C % H == 0, head dimension C / H */
@@ -143,6 +151,11 @@ attn_device tf_device(const tf_model *m);
 /* ---- parameters and gradients ---- */
 
 size_t tf_param_count(const tf_model *m); /* floats */
+/* The parameter count (floats) tf_create would give for cfg, computed without
+ * allocating the model (its size tables only): a checkpoint's parameters can be
+ * checked against a config before gigabytes are allocated for it. 0, or the code and
+ * message of tf_create's config checks (the attention variant is not created). */
+int tf_param_count_for(const tf_config *cfg, size_t *count);
 float *tf_params(tf_model *m);            /* tf_param_count() floats, memory of tf_device() */
 float *tf_grads(tf_model *m);             /* same layout and device */
 int tf_param_tensor_count(const tf_model *m);
@@ -180,20 +193,25 @@ uint64_t tf_attn_seed(uint64_t seed, int layer);
 
 /* tokens (B, N) in [0, V) (a token-input model), 1 <= B <= max_batch,
  * 1 <= N <= max_len; lengths NULL or B values in [0, N]. Computes logits (B, N, K),
- * K = the classes. train: dropout on (masks from seed). */
+ * K = tf_classes() (the head's outputs). train: dropout on (masks from seed). */
 int tf_forward(tf_model *m, const int *tokens, int B, int N, const int *lengths, bool train, uint64_t seed);
 /* The same for a frame-input model: frames (B, N, F) finite floats (host memory). */
 int tf_forward_frames(tf_model *m, const float *frames, int B, int N, const int *lengths, bool train, uint64_t seed);
-/* K: the head's outputs per position. */
+/* K: the head's outputs per position (the width of the logits): the classes for the
+ * categorical head, 3 x mixtures for the logistic mixture. */
 int tf_classes(const tf_model *m);
+/* The targets' range [0, tf_target_classes()): the classes (256 for the mixture). */
+int tf_target_classes(const tf_model *m);
 /* Logits (B, N, K) of the last tf_forward, in memory of tf_device(). */
 const float *tf_logits(const tf_model *m);
 /* Copies them to host (B * N * K floats of the last forward; AB_EINVAL without one). */
 int tf_logits_download(const tf_model *m, float *host);
 /* Loss of the last forward: targets (B, N), weights (B, N) or NULL (all 1); positions
  * with weight 0 are not scored (their target may be anything); weighted targets must
- * be in [0, K), weights finite and >= 0. Fills st (loss = sum(w nll) / sum(w), the
- * accuracy counts) and remembers targets and weights for tf_backward. */
+ * be in [0, tf_target_classes()), weights finite and >= 0. Fills st (loss =
+ * sum(w nll) / sum(w), the accuracy counts: the first argmax of the logits, or the
+ * mixture's most probable value, equal to the target) and remembers targets and
+ * weights for tf_backward. */
 int tf_loss(tf_model *m, const int *targets, const float *weights, ce_stats *st);
 /* Gradient of the last tf_loss with respect to every parameter, accumulated (+=) into
  * tf_grads(). Needs a tf_forward then tf_loss, in that order, with nothing between. */
