@@ -151,6 +151,7 @@ static int seq_create(const json_t *obj, train_task **out) {
     t->causal = true;
     t->head = "categorical";
     t->classes = st->vocab;
+    t->samplable = true; /* start token st->vocab = classes */
     t->n_metrics = 2;
     t->metrics[0] = (task_metric){"accuracy", TASK_METRIC_ACCURACY, NULL, NULL};
     t->metrics[1] = (task_metric){"bits_per_token", TASK_METRIC_BITS, NULL, NULL};

@@ -5,6 +5,7 @@
 #include "copy_task.h"
 #include "error.h"
 #include "frames_task.h"
+#include "images_task.h"
 #include "memory.h"
 #include "sequences_task.h"
 
@@ -13,7 +14,7 @@
 #include <string.h>
 
 /* The one list of tasks: a new task is its own files plus one line here. */
-static const task_kind *const KINDS[] = {&copy_task_kind, &sequences_task_kind, &frames_task_kind};
+static const task_kind *const KINDS[] = {&copy_task_kind, &sequences_task_kind, &frames_task_kind, &images_task_kind};
 #define N_KINDS ((int)(sizeof KINDS / sizeof *KINDS))
 
 const task_kind *task_kind_at(int i) { return i >= 0 && i < N_KINDS ? KINDS[i] : NULL; }

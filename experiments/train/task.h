@@ -54,6 +54,7 @@
 #define TASK_STREAM_GEN 0x47454E5200000000ULL   /* "GENR" << 32: generation prompts */
 #define TASK_STREAM_EPOCH 0x45504F4300000000ULL /* "EPOC" << 32: dataset epoch orders, index = epoch */
 #define TASK_STREAM_SAMPLE 0x534D504C00000000ULL /* "SMPL" << 32: generation draws, index = prompt (N+1) + token */
+#define TASK_STREAM_SAMPLE2 0x534D503200000000ULL /* "SMP2" << 32: a second draw at the same index (a mixture's value) */
 
 #define TASK_MAX_SPLITS 8
 #define TASK_MAX_METRICS 8
@@ -108,6 +109,15 @@ struct train_task {
     /* output */
     const char *head; /* "categorical" */
     int classes;      /* targets in [0, classes) */
+    int mixtures;     /* a mixture head's components (0: the head has none) */
+    /* Sampling from scratch (attnbench sample): tasks whose rows are predicted value by
+     * value behind a start token, inputs START x_0 .. x_{N-2} and targets x_0 ..
+     * x_{N-1}, each value in [0, classes) fed back as the input token of the same id.
+     * samplable: the task is such a task, START = classes (the input vocabulary
+     * classes + 1). image_h, image_w, image_c: the shape of a row as an image in
+     * raster order, channels last (0: the rows are not images). */
+    bool samplable;
+    int image_h, image_w, image_c;
     /* metrics */
     int n_metrics;
     task_metric metrics[TASK_MAX_METRICS];

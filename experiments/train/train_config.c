@@ -208,12 +208,8 @@ int train_config_parse(const json_t *root, train_config *c) {
     const char *name, *label, *desc;
     long long x;
     tf_config_default(&c->model);
-    if ((rc = ab_config_str(root, "", "name", true, NULL, &name))) goto fail;
-    if (!*name || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0) {
-        rc = ab_fail(AB_EINVAL, "config: 'name' = '%s' must be a non-empty file name (no '/')", name);
-        goto fail;
-    }
-    if ((rc = ab_config_str(root, "", "label", false, name, &label))) goto fail;
+    if ((rc = ab_config_file_name(root, "", "name", true, NULL, &name))) goto fail;
+    if ((rc = ab_config_label(root, "", "label", false, name, &label))) goto fail;
     if ((rc = ab_config_str(root, "", "description", false, "", &desc))) goto fail;
     json_object_set_new(c->canon, "name", json_string(name));
     json_object_set_new(c->canon, "label", json_string(label));
@@ -243,6 +239,7 @@ int train_config_parse(const json_t *root, train_config *c) {
         goto fail;
     }
     c->model.head = (tf_head)tf_head_find(c->task->head);
+    c->model.mixtures = c->task->mixtures;
     c->model.max_len = c->task->seq_len;
     c->model.causal = c->task->causal;
     c->model.attention = c->model.body == TF_BODY_TRANSFORMER
