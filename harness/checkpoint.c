@@ -282,15 +282,14 @@ static int check_header(const char *path, const unsigned char *b, size_t size, h
 
 /* Reads the first bytes, checks the header, then reads the whole file into r->buf. */
 static int slurp(ab_ckpt_reader *r, header_fields *hf) {
-    FILE *f = fopen(r->path, "rb");
-    if (!f) {
-        int e = errno;
-        return ab_fail(e == ENOENT ? AB_EINVAL : AB_EIO, "cannot read checkpoint %s: %s", r->path, strerror(e));
-    }
+    int rc;
+    FILE *f = ab_fopen_regular(r->path, "checkpoint", &rc); /* a FIFO is refused, not waited on */
+    if (!f) return rc;
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fileno(f), &st) != 0) {
+        int e = errno;
         fclose(f);
-        return ab_fail(AB_EINVAL, "cannot read checkpoint %s: not a regular file", r->path);
+        return ab_fail(AB_EIO, "cannot read checkpoint %s: %s", r->path, strerror(e));
     }
     if ((unsigned long long)st.st_size > (unsigned long long)SIZE_MAX) {
         fclose(f);
@@ -299,7 +298,6 @@ static int slurp(ab_ckpt_reader *r, header_fields *hf) {
     r->size = (size_t)st.st_size;
     unsigned char head[HEADER_BYTES];
     size_t nh = r->size < HEADER_BYTES ? r->size : HEADER_BYTES;
-    int rc = 0;
     if (fread(head, 1, nh, f) != nh)
         rc = ab_fail(AB_EIO, "cannot read checkpoint %s: %s", r->path, ferror(f) ? strerror(errno) : "it shrank");
     if (!rc) rc = check_header(r->path, head, r->size, hf);
@@ -354,8 +352,12 @@ static int validate(ab_ckpt_reader *r, const header_fields *hf) {
         for (uint32_t j = 0; j < i; j++)
             if (strcmp(r->entries[j].name, e->name) == 0)
                 return ab_fail(AB_EINVAL, "%s: bad checkpoint table (blob '%s' appears twice)", path, e->name);
+        /* offset first: the padding before a blob can carry it past the end of the file
+         * (the last blob ending short of an alignment boundary), and file_bytes - offset
+         * would then wrap, letting a huge size through whose offset + bytes wraps back
+         * to the file's size. */
         uint64_t want = align_up(end);
-        if (e->offset != want || e->bytes > file_bytes - e->offset)
+        if (e->offset != want || e->offset > file_bytes || e->bytes > file_bytes - e->offset)
             return ab_fail(AB_EINVAL,
                            "%s: bad checkpoint table (blob '%s' at %llu + %llu bytes; expected offset %llu, file "
                            "of %llu bytes)",

@@ -1,14 +1,20 @@
 #include "config.h"
 
 #include "error.h"
+#include "fileio.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 json_t *ab_config_load(const char *path) {
+    int rc;
+    FILE *f = ab_fopen_regular(path, "config", &rc); /* a FIFO is refused, not waited on */
+    if (!f) return NULL;
     json_error_t err;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &err);
+    fclose(f);
     if (!root) {
         if (err.line <= 0) ab_fail(AB_EINVAL, "cannot read config %s: %s", path, err.text);
         else ab_fail(AB_EINVAL, "config %s:%d:%d: %s", path, err.line, err.column, err.text);
@@ -34,7 +40,16 @@ static bool is_index(const char *s, size_t *idx) {
 int ab_config_set(json_t *root, const char *assignment, bool allow_new) {
     const char *eq = strchr(assignment, '=');
     if (!eq || eq == assignment) return ab_fail(AB_EINVAL, "--set %s: expected KEY=VALUE", assignment);
-    char *path = strndup(assignment, (size_t)(eq - assignment));
+    /* Every dotted segment must be a key: ".", "..", ".a" or "a..b" name nothing, and
+     * strtok_r below would skip the empty segments (".=1" was silently ignored). */
+    const int klen = (int)(eq - assignment);
+    char *path = strndup(assignment, (size_t)klen);
+    if (!path) return ab_fail(AB_ENOMEM, "out of memory");
+    if (path[0] == '.' || path[klen - 1] == '.' || strstr(path, "..")) {
+        free(path);
+        return ab_fail(AB_EINVAL, "--set %.*s: empty key in the dotted path (KEY=VALUE, KEY like a.b.c)", klen,
+                       assignment);
+    }
     const char *text = eq + 1;
     json_error_t err;
     json_t *val = json_loads(text, JSON_DECODE_ANY, &err);
@@ -181,5 +196,36 @@ int ab_config_str(const json_t *obj, const char *where, const char *key, bool re
     if (!json_is_string(v))
         return ab_fail(AB_EINVAL, "config: '%s%s%s' must be a string", where, *where ? "." : "", key);
     *out = json_string_value(v);
+    return 0;
+}
+
+static bool has_control(const char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f) return true;
+    return false;
+}
+
+int ab_config_file_name(const json_t *obj, const char *where, const char *key, bool required, const char *def,
+                        const char **out) {
+    int rc = ab_config_str(obj, where, key, required, def, out);
+    if (rc) return rc;
+    const char *s = *out;
+    if (!s) return 0;
+    if (!*s || strchr(s, '/') || strcmp(s, ".") == 0 || strcmp(s, "..") == 0 || has_control(s)) {
+        return ab_fail(AB_EINVAL,
+                       "config: '%s%s%s' = '%s' must be a non-empty file name (no '/', not '.' or '..', no control "
+                       "characters)",
+                       where, *where ? "." : "", key, s);
+    }
+    return 0;
+}
+
+int ab_config_label(const json_t *obj, const char *where, const char *key, bool required, const char *def,
+                    const char **out) {
+    int rc = ab_config_str(obj, where, key, required, def, out);
+    if (rc) return rc;
+    if (*out && has_control(*out))
+        return ab_fail(AB_EINVAL, "config: '%s%s%s' must not hold control characters (newlines, tabs, ...)", where,
+                       *where ? "." : "", key);
     return 0;
 }

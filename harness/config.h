@@ -29,5 +29,13 @@ int ab_config_num(const json_t *obj, const char *where, const char *key, bool re
 int ab_config_bool(const json_t *obj, const char *where, const char *key, bool required, bool def, bool *out);
 int ab_config_str(const json_t *obj, const char *where, const char *key, bool required, const char *def,
                   const char **out);
+/* A string that becomes part of a file name (a run's "name": results/NAME...):
+ * non-empty, no '/', not "." or "..", no control characters. */
+int ab_config_file_name(const json_t *obj, const char *where, const char *key, bool required, const char *def,
+                        const char **out);
+/* A string shown in tables, legends and messages (a "label"): no control characters
+ * (a newline would split a TSV row or a one-line message). */
+int ab_config_label(const json_t *obj, const char *where, const char *key, bool required, const char *def,
+                    const char **out);
 
 #endif

@@ -4,6 +4,7 @@
 #include "error.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,7 @@ void ab_atomic_abort(ab_atomic_file *af) {
 }
 
 int ab_mkdir_p(const char *dir) {
+    if (!*dir) return ab_fail(AB_EINVAL, "cannot create directory '': empty path");
     char *p = strdup(dir);
     if (!p) return ab_fail(AB_ENOMEM, "out of memory");
     size_t n = strlen(p);
@@ -95,4 +97,43 @@ int ab_mkdir_p(const char *dir) {
     }
     free(p);
     return 0;
+}
+
+FILE *ab_fopen_regular(const char *path, const char *what, int *rc) {
+    const char *sep = *what ? " " : "";
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer. It is
+     * cleared again once the file is known to be regular. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        *rc = ab_fail(e == ENOENT || e == ENOTDIR || e == EISDIR ? AB_EINVAL : AB_EIO, "cannot read %s%s%s: %s", what,
+                      sep, path, strerror(e));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        *rc = ab_fail(AB_EIO, "cannot read %s%s%s: %s", what, sep, path, strerror(e));
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        const char *kind = S_ISFIFO(st.st_mode)  ? "a FIFO"
+                           : S_ISDIR(st.st_mode) ? "a folder"
+                           : S_ISSOCK(st.st_mode) ? "a socket"
+                                                  : "a device or other special file";
+        close(fd);
+        *rc = ab_fail(AB_EINVAL, "cannot read %s%s%s: not a regular file (%s)", what, sep, path, kind);
+        return NULL;
+    }
+    int flags = fcntl(fd, F_GETFL);
+    FILE *f = flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0 ? NULL : fdopen(fd, "rb");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        *rc = ab_fail(AB_EIO, "cannot read %s%s%s: %s", what, sep, path, strerror(e));
+        return NULL;
+    }
+    *rc = 0;
+    return f;
 }

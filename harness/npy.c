@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char NPY_MAGIC[6] = {'\x93', 'N', 'U', 'M', 'P', 'Y'};
 
@@ -100,9 +101,9 @@ static int parse_header(const char *path, const char *hdr, ab_array *out) {
 
 int ab_npy_read(const char *path, ab_array *out) {
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
-    if (!f) return ab_fail(AB_EIO, "cannot open %s: %s", path, strerror(errno));
-    int rc = 0;
+    int rc;
+    FILE *f = ab_fopen_regular(path, "", &rc);
+    if (!f) return rc;
     unsigned char pre[12];
     char *hdr = NULL;
     size_t got = fread(pre, 1, 10, f);
@@ -151,6 +152,15 @@ int ab_npy_read(const char *path, ab_array *out) {
     size_t bytes;
     if (ab_mul_size(out->count, ab_dtype_size(out->dtype), &bytes) != 0) {
         rc = ab_fail(AB_EINVAL, "%s: shape too large", path);
+        goto done;
+    }
+    /* The data must be there before it is allocated: a short file that promises a
+     * huge shape is bad input (truncated), not a request for that much memory. */
+    long here = ftell(f);
+    struct stat st;
+    if (here >= 0 && fstat(fileno(f), &st) == 0 && (uint64_t)st.st_size - (uint64_t)here < (uint64_t)bytes) {
+        rc = ab_fail(AB_EINVAL, "%s: truncated data (%llu of %zu bytes)", path,
+                     (unsigned long long)((uint64_t)st.st_size - (uint64_t)here), bytes);
         goto done;
     }
     if (bytes > 0) {

@@ -4,9 +4,13 @@
 #
 #   gnuplot -c plots/figure1.gp DATA.tsv OUT.png|OUT.svg ["TITLE"]
 #
-# DATA.tsv: tab-separated with a header row holding at least the columns
-# variant, len, status, per_sample_fwd_bwd_ms, peak_bytes_per_sample
-# (`attnbench bench` writes it beside its JSON; `attnbench plot` calls this script).
+# DATA.tsv: tab-separated with a header row holding at least the columns kind,
+# variant, len, status, per_sample_fwd_bwd_ms, peak_bytes_per_sample (`attnbench bench`
+# writes it beside its JSON; `attnbench plot` writes one and calls this script).
+# Variant names are single words (no spaces), as `attnbench plot` writes them.
+#
+# The script runs no shell command: DATA.tsv is read by gnuplot alone, so its name may
+# hold quotes or any other character.
 if (ARGC < 2) { print "usage: gnuplot -c figure1.gp DATA.tsv OUT.png|OUT.svg [TITLE]"; exit status 2 }
 data = ARG1
 out = ARG2
@@ -20,9 +24,13 @@ if (out[strlen(out)-2:] eq "svg") {
 set output out
 set datafile separator "\t"
 set datafile missing "NaN"
+set datafile columnheaders
 
-# Variants in order of first appearance, from the parallel-mode rows.
-variants = system(sprintf("awk -F'\\t' 'NR==1{for(i=1;i<=NF;i++)c[$i]=i; next} ($c[\"kind\"]==\"parallel\" || !(\"kind\" in c)) && !s[$c[\"variant\"]]++ {printf \"%%s \", $c[\"variant\"]}' '%s'", data))
+# Variants in order of first appearance, from the parallel-mode rows (collected by
+# `stats`, whose using-expression appends each new name to the list).
+variants = ""
+add_word(list, w) = strstrt(" " . list, " " . w . " ") ? list : list . w . " "
+stats data using (strcol("kind") eq "parallel" ? (variants = add_word(variants, strcol("variant")), 0) : 0) nooutput
 
 set multiplot layout 1,2 title title
 set logscale xy 2
@@ -37,9 +45,9 @@ ok(col) = (strcol("status") eq "ok") ? column(col) : NaN
 
 set ylabel "time per sample (ms)"
 plot for [v in variants] data using "len":(strcol("variant") eq v && strcol("kind") ne "recurrent" ? ok("per_sample_fwd_bwd_ms") : NaN) \
-     with linespoints lw 2 pt 7 title v
+     with linespoints lw 2 pt 7 title v noenhanced
 
 set ylabel "peak memory per sample (MiB)"
 plot for [v in variants] data using "len":(strcol("variant") eq v && strcol("kind") ne "recurrent" ? ok("peak_bytes_per_sample") / 1048576.0 : NaN) \
-     with linespoints lw 2 pt 7 title v
+     with linespoints lw 2 pt 7 title v noenhanced
 unset multiplot

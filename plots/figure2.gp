@@ -6,7 +6,10 @@
 #
 # DATA.tsv: tab-separated with a header row holding the columns run, kind ("train" or
 # "eval"), step, loss (`attnbench plot` writes it from the runs' train.json and calls
-# this script).
+# this script). Run names are single words (no spaces), as `attnbench plot` writes them.
+#
+# The script runs no shell command: DATA.tsv is read by gnuplot alone, so its name may
+# hold quotes or any other character.
 if (ARGC < 2) { print "usage: gnuplot -c figure2.gp DATA.tsv OUT.png|OUT.svg [TITLE]"; exit status 2 }
 data = ARG1
 out = ARG2
@@ -20,9 +23,13 @@ if (out[strlen(out)-2:] eq "svg") {
 set output out
 set datafile separator "\t"
 set datafile missing "NaN"
+set datafile columnheaders
 
-# Runs in order of first appearance.
-runs = system(sprintf("awk -F'\\t' 'NR==1{for(i=1;i<=NF;i++)c[$i]=i; next} !s[$c[\"run\"]]++ {printf \"%%s \", $c[\"run\"]}' '%s'", data))
+# Runs in order of first appearance (collected by `stats`, whose using-expression
+# appends each new name to the list).
+runs = ""
+add_word(list, w) = strstrt(" " . list, " " . w . " ") ? list : list . w . " "
+stats data using (runs = add_word(runs, strcol("run")), 0) nooutput
 n = words(runs)
 
 set title title

@@ -11,7 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #define SMOKE ATTNBENCH_SOURCE_DIR "/experiments/sweep/smoke.json"
 #define DIR TEST_DATA_DIR "/bench-test"
@@ -258,4 +261,141 @@ Test(bench, cuda_emulated_no_device_refused) {
     int rc = run_exe("AB_EMU_NO_DEVICE=1", ATTNBENCH_EMU_EXE, "bench", SMOKE, "--device", "cuda", "--quiet", "--out",
                      DIR "/nodev2.json", NULL);
     cr_assert(tp_usage_error(rc, g_err, "emulated, no device", TP_ARGV("no CUDA device", NULL)), "stderr: %s", g_err);
+}
+
+/* ---- issue 16 ---- */
+
+/* Defects 6 and 7, and labels: `"name": "../../x"` wrote outside results/ (the name
+ * makes results/NAME.json); `--set .=1` and `--set ..=1` were silently ignored (the
+ * sweep then ran, replacing the result); a label with a newline broke the TSV. Each is
+ * refused with one line, status 2, the earlier result untouched, and nothing written
+ * where the name pointed. */
+Test(bench, bad_names_and_empty_keys_refused) {
+    char cwd[4096];
+    cr_assert_not_null(getcwd(cwd, sizeof cwd));
+    char outside[4200];
+    snprintf(outside, sizeof outside, "%s/../h16-outside.json", cwd); /* results/../../h16-outside.json */
+    bool there = tp_exists(outside);
+    /* not expect_refused, whose assertion would end the test before the cleanup */
+    int rc = run("bench", SMOKE, "--set", "name=../../h16-outside", "--quiet", NULL);
+    tp_usage_error(rc, g_err, "name=../../h16-outside", TP_ARGV("'name' = '../../h16-outside'", NULL));
+    bool made = !there && tp_exists(outside);
+    if (made) { /* left by the bug: not kept */
+        remove(outside);
+        snprintf(outside, sizeof outside, "%s/../h16-outside.tsv", cwd);
+        remove(outside);
+    }
+    cr_expect_not(made, "a config's name wrote outside results/");
+    expect_refused("must be a non-empty file name", "bench", SMOKE, "--set", "name=a/b", "--out", DIR "/keep.json",
+                   NULL);
+    expect_refused("must be a non-empty file name", "bench", SMOKE, "--set", "name=..", "--out", DIR "/keep.json",
+                   NULL);
+    expect_refused("must be a non-empty file name", "bench", SMOKE, "--set", "name=", "--out", DIR "/keep.json", NULL);
+    expect_refused("--set .", "bench", SMOKE, "--set", ".=1", "--out", DIR "/keep.json", "--quiet", NULL);
+    expect_refused("--set ..", "bench", SMOKE, "--set", "..=1", "--out", DIR "/keep.json", "--quiet", NULL);
+    expect_refused("empty key", "bench", SMOKE, "--set", "batch..rule=fixed", "--out", DIR "/keep.json", "--quiet",
+                   NULL);
+    expect_refused("'variants.2.label' must not hold control characters", "bench", SMOKE, "--set",
+                   "variants.2.label=two\nlines", "--out", DIR "/keep.json", "--quiet", NULL);
+}
+
+/* Runs `attnbench --threads 1 ARG...` under `ulimit -v KB` (so that a size the config
+ * should refuse cannot make a run allocate gigabytes if it is accepted after all). */
+static int run_limited(long kb, const char *const *args) {
+    char lim[32];
+    snprintf(lim, sizeof lim, "%ld", kb);
+    const char *full[64] = {"-c", TP_ULIMIT_SCRIPT, "sh", lim, ATTNBENCH_EXE, "--threads", "1"};
+    int n = 7;
+    for (int i = 0; args[i]; i++) full[n++] = args[i];
+    full[n] = NULL;
+    return tp_wait_for(DIR, tp_spawn(DIR, "/bin/sh", NULL, full), 120, NULL, &g_err);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Defect 5: the sgemm measurement ran `repeats` products whatever they cost (the
+ * config allowed 32768^3 x 1000). The size is capped at 16384, and the repeats stop
+ * once time_budget_s is used: 1000 products of 1536^3 (40 s and more on one core) end
+ * after about half a second, the record saying how many were timed. */
+Test(bench, sgemm_measurement_bounded_in_size_and_time) {
+    int rc = run_limited(2000000, TP_ARGV("bench", SMOKE, "--quiet", "--set", "gemm.size=32768", "--out",
+                                          DIR "/big.json", NULL));
+    tp_usage_error(rc, g_err, "gemm.size=32768", TP_ARGV("'gemm.size' = 32768 is outside [0, 16384]", NULL));
+    cr_expect_not(tp_exists(DIR "/big.json"), "a refused run wrote a result");
+
+    double t0 = now_s();
+    rc = run("bench", SMOKE, "--quiet", "--set", "gemm.size=1536", "--set", "gemm.repeats=1000", "--set",
+             "time_budget_s=0.5", "--set", "lengths=[16]", "--set", "recurrent.contexts=[]", "--out",
+             DIR "/budget.json", NULL);
+    double took = now_s() - t0;
+    cr_assert_eq(rc, 0, "bench failed: %s", g_err);
+    cr_expect_lt(took, 15.0, "the sgemm measurement took %.1f s with a 0.5 s budget", took);
+    json_t *doc = json_load_file(DIR "/budget.json", 0, NULL);
+    cr_assert_not_null(doc);
+    json_t *g = json_object_get(doc, "sgemm");
+    long long reps = json_integer_value(json_object_get(g, "repeats"));
+    cr_expect(json_is_integer(json_object_get(g, "repeats")) && reps >= 1 && reps < 1000,
+              "sgemm.repeats = %lld: not cut by the budget", reps);
+    cr_expect_gt(json_number_value(json_object_get(g, "gflops")), 0.0);
+    json_decref(doc);
+}
+
+/* Whether process `pid` has a handler installed for signal `sig` (Linux: SigCgt). */
+static bool catches(pid_t pid, int sig) {
+    char p[64], line[256];
+    snprintf(p, sizeof p, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(p, "r");
+    if (!f) return false;
+    unsigned long long mask = 0;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "SigCgt:", 7) == 0) mask = strtoull(line + 7, NULL, 16);
+    fclose(f);
+    return (mask >> (sig - 1)) & 1u;
+}
+
+/* CPU seconds process `pid` has used (Linux: /proc/PID/stat utime + stime), or -1. */
+static double cpu_seconds(pid_t pid) {
+    char p[64], buf[1024];
+    snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(p, "r");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *c = strrchr(buf, ')'); /* after the command name: state is field 3 */
+    unsigned long long ut = 0, st = 0;
+    if (!c || sscanf(c + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2) return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* Defect 5: Ctrl-C and SIGTERM were only seen between two products: one 8192^3
+ * product is 1.1 TFLOP (seconds to a minute of a core). The matrices are now filled in
+ * chunks and the product runs in panels, the flag checked between them: the signal
+ * ends the measurement within about a second, the run written with status
+ * "interrupted", exit status 130. The signal is sent once the run has used 6 CPU
+ * seconds (filling the two matrices with normal numbers takes 3.5 here, a product
+ * 6.5), so that it lands inside the first product however busy the machine is. */
+Test(bench, sigterm_during_the_sgemm_measurement_stops_promptly) {
+    if (cpu_seconds(getpid()) < 0) cr_skip_test("needs /proc to follow the run");
+    pid_t pid = tp_spawn(DIR, ATTNBENCH_EXE, NULL,
+                         TP_ARGV("--threads", "1", "bench", SMOKE, "--quiet", "--set", "gemm.size=8192", "--set",
+                                 "gemm.repeats=1000", "--set", "time_budget_s=600", "--out", DIR "/term.json", NULL));
+    double t0 = now_s();
+    while (!catches(pid, SIGTERM) && now_s() - t0 < 30) usleep(10000);
+    cr_assert(catches(pid, SIGTERM), "bench installed no SIGTERM handler");
+    while (cpu_seconds(pid) < 6.0 && now_s() - t0 < 120) usleep(20000);
+    cr_assert_eq(kill(pid, SIGTERM), 0);
+    double t1 = now_s();
+    int rc = tp_wait_for(DIR, pid, 120, NULL, &g_err);
+    double took = now_s() - t1;
+    cr_expect_eq(rc, 130, "exit status %d: %s", rc, g_err);
+    cr_expect_lt(took, 2.5, "bench ended %.1f s after SIGTERM", took);
+    json_t *doc = json_load_file(DIR "/term.json", 0, NULL);
+    cr_assert_not_null(doc, "no run document after the interruption");
+    cr_expect_str_eq(json_string_value(json_object_get(doc, "status")), "interrupted");
+    json_decref(doc);
 }

@@ -595,6 +595,44 @@ Test(checkpoint_bad, bad_tables) {
     free(good);
 }
 
+/* Issue 16, defect 1: a last blob that ends short of an alignment boundary, then one
+ * more table entry at the next boundary (past the end of the file) whose size is
+ * file_bytes - offset modulo 2^64, so that offset + bytes wraps back to the file's
+ * size. With valid CRCs, the reader used to accept the layout and crash computing the
+ * CRC of 2^64 - 51 bytes; it must refuse the entry. */
+Test(checkpoint_bad, blob_past_the_end_with_a_wrapping_size) {
+    const char *p = path_in("wrap.ckpt");
+    float x[100];
+    for (int i = 0; i < 100; i++) x[i] = (float)i;
+    ab_ckpt_writer *w;
+    cr_assert_eq(ab_ckpt_begin(p, &w), 0, "%s", ab_error());
+    cr_assert_eq(ab_ckpt_add(w, AB_CKPT_PARAMS, x, sizeof x), 0, "%s", ab_error());
+    cr_assert_eq(ab_ckpt_add(w, "odd", "hello, world!", 13), 0, "%s", ab_error());
+    cr_assert_eq(ab_ckpt_commit(w), 0, "%s", ab_error());
+    size_t n;
+    unsigned char *b = tp_read_bytes(p, &n);
+    const uint64_t file_bytes = rd64(b + 48);
+    cr_assert_eq(file_bytes, (uint64_t)n);
+    cr_assert_neq(file_bytes % 64, 0u, "the last blob must end off an alignment boundary");
+    cr_assert_eq(rd32(b + 24), 2u);
+    const uint64_t off = (file_bytes + 63) / 64 * 64;
+    unsigned char *e = b + 64 + 64 * 2;
+    memcpy(e, "evil", 4);
+    wr64(e + 40, off);
+    wr64(e + 48, file_bytes - off); /* wraps: offset + bytes == file_bytes mod 2^64 */
+    wr32(e + 56, 0);
+    wr32(b + 24, 3);
+    fix_crcs(b, n);
+    tp_write_bytes(p, b, n);
+    expect_refused(p, "bad checkpoint table (blob 'evil'", "blob past the end with a wrapping size");
+    /* The same entry with the size that would reach exactly the end: refused too. */
+    wr64(e + 48, 0);
+    fix_crcs(b, n);
+    tp_write_bytes(p, b, n);
+    expect_refused(p, "bad checkpoint table (blob 'evil'", "empty blob past the end");
+    free(b);
+}
+
 Test(checkpoint_bad, missing_blob_and_wrong_size) {
     const char *p = path_in("s.ckpt");
     blob_set set;

@@ -1,5 +1,6 @@
 /* Harness runtime: Philox RNG, tracked allocator, ab_sgemm, .npy files, atomic writes. */
 #include "blas.h"
+#include "config.h"
 #include "error.h"
 #include "fileio.h"
 #include "memory.h"
@@ -12,6 +13,7 @@
 #include <criterion/criterion.h>
 
 #include <dirent.h>
+#include <errno.h>
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -20,6 +22,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------------------------
  * Helpers: a private scratch folder under the build's test folder, and raw file I/O.
@@ -696,6 +699,25 @@ Test(npy, malformed_files_refused) {
     expect_refused("overflow.npy", "large");
 }
 
+/* A file that promises more data than it holds is refused as truncated before the
+ * data is allocated: 24 bytes claiming 2^34 floats (64 GiB) must not become a request
+ * for 64 GiB (issue 16: out of memory is exit status 1, bad input 2). */
+Test(npy, short_file_with_a_huge_shape_is_truncated_not_allocated) {
+    const float data[6] = {1, 2, 3, 4, 5, 6};
+    unsigned char buf[512];
+    size_t n = make_npy(buf, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (17179869184,), }", data,
+                        sizeof data);
+    tp_write_bytes(path_in("huge.npy"), buf, n);
+    ab_mem_reset_peak(AB_DEV_CPU);
+    size_t base = ab_mem_current(AB_DEV_CPU);
+    ab_array a;
+    ab_clear_error();
+    cr_assert_eq(ab_npy_read(path_in("huge.npy"), &a), AB_EINVAL, "%s", ab_error());
+    cr_assert(strstr(ab_error(), "truncated data (24 of 68719476736 bytes)"), "%s", ab_error());
+    cr_assert_lt(ab_mem_peak(AB_DEV_CPU) - base, 1u << 20, "refusing it allocated %zu bytes",
+                 ab_mem_peak(AB_DEV_CPU) - base);
+}
+
 Test(npy, write_rejects_bad_arguments) {
     const float x[1] = {0};
     const int64_t neg[2] = {2, -1};
@@ -804,4 +826,106 @@ Test(fileio, mkdir_p) {
     ab_clear_error();
     cr_assert_lt(ab_mkdir_p(p), 0, "a file in the way is an error");
     cr_assert_neq(ab_error()[0], '\0');
+}
+
+/* Issue 16: an empty path is not the root folder. */
+Test(fileio, mkdir_p_refuses_an_empty_path) {
+    ab_clear_error();
+    cr_assert_eq(ab_mkdir_p(""), AB_EINVAL);
+    cr_assert(strstr(ab_error(), "empty path"), "%s", ab_error());
+}
+
+/* Issue 16: inputs that are not regular files are refused at once. A FIFO used to
+ * block the reader until some writer opened it (forever, in a script); alarm() turns
+ * such a hang into a failure of this test. */
+Test(fileio, fifo_and_folder_inputs_refused_without_blocking) {
+    alarm(20);
+    const char *fifo = path_in("input.fifo");
+    cr_assert_eq(mkfifo(fifo, 0600), 0, "mkfifo: %s", strerror(errno));
+    ab_array a;
+    ab_clear_error();
+    cr_assert_eq(ab_npy_read(fifo, &a), AB_EINVAL, "%s", ab_error());
+    cr_assert(strstr(ab_error(), fifo) && strstr(ab_error(), "not a regular file (a FIFO)"), "%s", ab_error());
+    cr_assert_null(a.data);
+    ab_clear_error();
+    cr_assert_null(ab_config_load(fifo));
+    cr_assert(strstr(ab_error(), "cannot read config") && strstr(ab_error(), "not a regular file (a FIFO)"), "%s",
+              ab_error());
+    int rc = 0;
+    cr_assert_null(ab_fopen_regular(fifo, "input", &rc));
+    cr_assert_eq(rc, AB_EINVAL);
+    cr_assert(strstr(ab_error(), "cannot read input "), "%s", ab_error());
+    /* a folder, and a missing file */
+    cr_assert_eq(ab_npy_read(g_dir, &a), AB_EINVAL);
+    cr_assert(strstr(ab_error(), "not a regular file (a folder)"), "%s", ab_error());
+    cr_assert_null(ab_config_load(path_in("missing.json")));
+    cr_assert(strstr(ab_error(), "missing.json") && contains_nocase(ab_error(), "no such file"), "%s", ab_error());
+    /* a regular file still reads */
+    FILE *f = ab_fopen_regular(ATTNBENCH_SOURCE_DIR "/tests/test_harness.c", "source", &rc);
+    cr_assert_not_null(f, "%s", ab_error());
+    cr_assert_eq(rc, 0);
+    cr_assert_neq(fgetc(f), EOF);
+    fclose(f);
+    alarm(0);
+}
+
+/* ------------------------------------------------------------------------------------
+ * Configs (config.h)
+ * ---------------------------------------------------------------------------------- */
+
+TestSuite(config, .init = scratch_setup, .fini = scratch_teardown);
+
+/* Issue 16, defect 7: a dotted path with an empty segment names no key; it used to be
+ * skipped ("--set .=1" and "--set ..=1" changed nothing and succeeded, "a..b" set
+ * a.b). Each is an error like an unknown key, and the config is left as it was. */
+Test(config, set_refuses_empty_keys) {
+    json_error_t je;
+    json_t *root = json_loads("{\"a\": {\"b\": 1}, \"c\": [1, 2]}", 0, &je);
+    cr_assert_not_null(root);
+    json_t *before = json_deep_copy(root);
+    const char *bad[] = {".=1", "..=1", "...=1", ".a=1", "a.=1", "a..b=2", "c..0=5", "a.b.=3"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        for (int allow_new = 0; allow_new < 2; allow_new++) {
+            ab_clear_error();
+            cr_expect_eq(ab_config_set(root, bad[i], allow_new), AB_EINVAL, "--set %s (allow_new %d) accepted", bad[i],
+                         allow_new);
+            cr_expect(strstr(ab_error(), "--set ") && strstr(ab_error(), "empty key"), "--set %s: %s", bad[i],
+                      ab_error());
+            cr_expect(json_equal(root, before), "--set %s (allow_new %d) changed the config", bad[i], allow_new);
+        }
+    }
+    /* what is fine stays fine */
+    cr_assert_eq(ab_config_set(root, "a.b=7", false), 0, "%s", ab_error());
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(root, "a"), "b")), 7);
+    cr_assert_eq(ab_config_set(root, "c.1=9", false), 0, "%s", ab_error());
+    cr_assert_eq(json_integer_value(json_array_get(json_object_get(root, "c"), 1)), 9);
+    cr_assert_eq(ab_config_set(root, "=1", false), AB_EINVAL);
+    json_decref(before);
+    json_decref(root);
+}
+
+/* Names become file names, labels become TSV fields and legend entries. */
+Test(config, names_and_labels) {
+    json_error_t je;
+    json_t *o = json_loads("{\"ok\": \"run-1 (a)\", \"slash\": \"../../x\", \"dot\": \".\", \"dots\": \"..\","
+                           " \"empty\": \"\", \"nl\": \"a\\nb\", \"tab\": \"a\\tb\", \"num\": 3}",
+                           0, &je);
+    cr_assert_not_null(o, "%s", je.text);
+    const char *v;
+    cr_assert_eq(ab_config_file_name(o, "", "ok", true, NULL, &v), 0, "%s", ab_error());
+    cr_assert_str_eq(v, "run-1 (a)");
+    const char *bad[] = {"slash", "dot", "dots", "empty", "nl", "tab"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cr_expect_eq(ab_config_file_name(o, "", bad[i], true, NULL, &v), AB_EINVAL, "'%s' accepted as a name", bad[i]);
+        cr_expect(strstr(ab_error(), "must be a non-empty file name"), "%s", ab_error());
+    }
+    cr_assert_eq(ab_config_file_name(o, "x", "num", true, NULL, &v), AB_EINVAL);
+    cr_assert(strstr(ab_error(), "'x.num' must be a string"), "%s", ab_error());
+    cr_assert_eq(ab_config_label(o, "", "slash", true, NULL, &v), 0, "a label may hold '/'");
+    cr_assert_eq(ab_config_label(o, "", "nl", true, NULL, &v), AB_EINVAL);
+    cr_assert(strstr(ab_error(), "'nl' must not hold control characters"), "%s", ab_error());
+    cr_assert_eq(ab_config_label(o, "", "tab", true, NULL, &v), AB_EINVAL);
+    cr_assert_eq(ab_config_label(o, "", "absent", false, "dflt", &v), 0);
+    cr_assert_str_eq(v, "dflt");
+    json_decref(o);
 }

@@ -8,12 +8,14 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -104,9 +106,8 @@ pid_t tp_spawn(const char *dir, const char *exe, const char *env, const char *co
     return pid;
 }
 
-int tp_wait(const char *dir, pid_t pid, char **out, char **err) {
-    int status;
-    cr_assert_eq(waitpid(pid, &status, 0), pid);
+/* The exit status of a reaped process, and its captured output. */
+static int finish(const char *dir, int status, char **out, char **err) {
     char p[1100];
     if (out) {
         free(*out);
@@ -119,6 +120,32 @@ int tp_wait(const char *dir, pid_t pid, char **out, char **err) {
         *err = tp_slurp(p, NULL);
     }
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int tp_wait(const char *dir, pid_t pid, char **out, char **err) {
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    return finish(dir, status, out, err);
+}
+
+int tp_wait_for(const char *dir, pid_t pid, double seconds, char **out, char **err) {
+    int status;
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        cr_assert_neq(w, -1, "waitpid: %s", strerror(errno));
+        if (w == pid) break;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) * 1e-9 >= seconds) {
+            kill(pid, SIGKILL);
+            cr_assert_eq(waitpid(pid, &status, 0), pid);
+            break;
+        }
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return finish(dir, status, out, err);
 }
 
 int tp_run(const char *dir, const char *exe, const char *env, const char *const *args, char **out, char **err) {

@@ -29,6 +29,25 @@ void tp_write_bytes(const char *path, const void *data, size_t n);
 
 /* ---- processes ---- */
 
+/* Whether this build runs under AddressSanitizer (then the binaries reserve terabytes
+ * of address space, and a `ulimit -v` makes them fail at start). */
+#if defined(__SANITIZE_ADDRESS__)
+#define TP_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TP_SANITIZED 1
+#endif
+#endif
+#ifndef TP_SANITIZED
+#define TP_SANITIZED 0
+#endif
+
+/* The shell script that runs "$2" "$3"... under `ulimit -v "$1"` (KB), for
+ * tp_spawn("/bin/sh", TP_ARGV("-c", TP_ULIMIT_SCRIPT, "sh", KB, EXE, ARG..., NULL)).
+ * Under a sanitizer the limit is left out (see TP_SANITIZED). */
+#define TP_ULIMIT_SCRIPT                                                                                               \
+    (TP_SANITIZED ? "shift && exec \"$@\"" : "ulimit -v \"$1\" && shift && exec \"$@\"")
+
 /* A NULL-terminated argument list in place: TP_ARGV("op", "--help", NULL). */
 #define TP_ARGV(...) ((const char *const[]){__VA_ARGS__})
 
@@ -41,6 +60,11 @@ pid_t tp_spawn(const char *dir, const char *exe, const char *env, const char *co
  * freed and replaced by what it wrote to stdout and stderr. Returns its exit status, or
  * 128 + the signal that ended it. */
 int tp_wait(const char *dir, pid_t pid, char **out, char **err);
+
+/* tp_wait with a deadline: a process still running `seconds` after the call is killed
+ * (SIGKILL), and the result is then 128 + SIGKILL. For runs that must not block (a
+ * FIFO given as an input) or must stop promptly (a signal). */
+int tp_wait_for(const char *dir, pid_t pid, double seconds, char **out, char **err);
 
 /* tp_spawn, then tp_wait. */
 int tp_run(const char *dir, const char *exe, const char *env, const char *const *args, char **out, char **err);

@@ -596,3 +596,88 @@ Test(train_config, canonical_form_and_diff) {
     train_config_free(&c2);
     json_decref(j);
 }
+
+/* Issue 16, defect 8: tf_param_count_for gives the count of the model tf_create would
+ * build, without building it: inputs, bodies, heads and options that change the
+ * parameters; a config tf_create refuses is refused with the same message; a model of
+ * billions of parameters is sized without a byte allocated. */
+Test(train_config, param_count_for_equals_the_created_model) {
+    tf_config base;
+    tf_config_default(&base);
+    base.vocab = 7;
+    base.max_len = 6;
+    base.d_model = 8;
+    base.heads = 2;
+    base.layers = 2;
+    base.d_ff = 12;
+    base.lstm_hidden = 5;
+    base.attention = "linear";
+    tf_config cs[6];
+    for (int i = 0; i < 6; i++) cs[i] = base;
+    cs[1].final_norm = !base.final_norm;
+    cs[1].classes = 3;
+    cs[2].input = TF_INPUT_FRAMES;
+    cs[2].features = 4;
+    cs[2].classes = 5;
+    cs[2].layers = 3;
+    cs[3].body = TF_BODY_LSTM;
+    cs[3].causal = false;
+    cs[3].bidirectional = true;
+    cs[4].body = TF_BODY_LSTM;
+    cs[4].bidirectional = false;
+    cs[4].layers = 1;
+    cs[5].attention = "softmax";
+    cs[5].pre_norm = true;
+    for (int i = 0; i < 6; i++) {
+        size_t want = 0;
+        cr_assert_eq(tf_param_count_for(&cs[i], &want), 0, "config %d: %s", i, ab_error());
+        tf_model *m;
+        cr_assert_eq(tf_create(&cs[i], 2, &m), 0, "config %d: %s", i, ab_error());
+        cr_expect_eq(want, tf_param_count(m), "config %d: sized %zu, created %zu", i, want, tf_param_count(m));
+        tf_destroy(m);
+    }
+    /* refused like tf_create */
+    tf_config bad = base;
+    bad.heads = 3;
+    size_t n = 99;
+    cr_assert_eq(tf_param_count_for(&bad, &n), AB_EINVAL);
+    cr_assert(strstr(ab_error(), "not divisible by heads 3"), "%s", ab_error());
+    cr_assert_eq(n, 0u);
+    /* 12 C^2 L for C = 65536, L = 4: 2e11 parameters (800 GB), sized for free */
+    tf_config huge = base;
+    huge.d_model = 65536;
+    huge.heads = 1;
+    huge.d_ff = 4 * 65536;
+    huge.layers = 4;
+    size_t before = ab_mem_current(AB_DEV_CPU);
+    ab_mem_reset_peak(AB_DEV_CPU);
+    cr_assert_eq(tf_param_count_for(&huge, &n), 0, "%s", ab_error());
+    cr_assert_gt(n, (size_t)12 * 65536 * 65536 * 4);
+    cr_assert_eq(ab_mem_peak(AB_DEV_CPU), before, "sizing allocated tracked memory");
+}
+
+/* Issue 16, defect 8: a checkpoint's parameters are checked against its config's model
+ * before the model exists: here a config edited to a 1.6-billion-parameter model. */
+Test(train_restore, check_model_before_allocating) {
+    char path[600];
+    scratch(path, sizeof path, "edited.bin");
+    trainer *a = make_trainer("linear", 0.0);
+    cr_assert_eq(trainer_save(a, path, 0), 0, "%s", ab_error());
+    ab_ckpt_reader *r;
+    json_t *cfg;
+    cr_assert_eq(train_ckpt_open(path, &r, &cfg), 0, "%s", ab_error());
+    cr_assert_eq(train_ckpt_check_model(r, &a->cfg.model, NULL), 0, "%s", ab_error());
+    tf_config big = a->cfg.model;
+    big.d_model = 8192;
+    big.heads = 8;
+    big.d_ff = 4 * 8192;
+    size_t before = ab_mem_current(AB_DEV_CPU);
+    ab_mem_reset_peak(AB_DEV_CPU);
+    train_ckpt_state st;
+    cr_assert_eq(train_ckpt_check_model(r, &big, &st), AB_EINVAL);
+    cr_assert(strstr(ab_error(), path) && strstr(ab_error(), "parameters, its config's model has"), "%s", ab_error());
+    cr_assert_eq(ab_mem_peak(AB_DEV_CPU), before, "checking allocated tracked memory");
+    ab_ckpt_close(r);
+    json_decref(cfg);
+    trainer_destroy(a);
+}

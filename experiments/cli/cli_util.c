@@ -3,17 +3,35 @@
 #include "error.h"
 
 #include <errno.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 _Noreturn void cli_die(int status, const char *fmt, ...) {
-    va_list ap;
+    char small[1024], *buf = small;
+    va_list ap, ap2;
     va_start(ap, fmt);
-    fputs("attnbench: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    va_copy(ap2, ap);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
     va_end(ap);
+    if (n >= (int)sizeof small && (buf = malloc((size_t)n + 1))) vsnprintf(buf, (size_t)n + 1, fmt, ap2);
+    else if (!buf) buf = small; /* out of memory: the message cut short */
+    va_end(ap2);
+    /* One line, whatever the message quotes: a path or label with a newline must not
+     * split it (scripts read the last line of stderr). */
+    fputs("attnbench: error: ", stderr);
+    for (const unsigned char *p = (const unsigned char *)buf; *p; p++) {
+        if (*p == '\n') fputs("\\n", stderr);
+        else if (*p == '\r') fputs("\\r", stderr);
+        else if (*p == '\t') fputs("\\t", stderr);
+        else if (*p < 0x20 || *p == 0x7f) fprintf(stderr, "\\x%02x", *p);
+        else fputc(*p, stderr);
+    }
+    fputc('\n', stderr);
+    if (buf != small) free(buf);
     exit(status);
 }
 
@@ -44,4 +62,39 @@ const char *cli_value(int argc, char **argv, int *i) {
     if (*i + 1 >= argc) cli_die(AB_EXIT_USAGE, "%s needs a value", argv[*i]);
     *i += 1;
     return argv[*i];
+}
+
+const char *cli_path_value(int argc, char **argv, int *i) {
+    const char *opt = argv[*i], *v = cli_value(argc, argv, i);
+    if (!*v) cli_die(AB_EXIT_USAGE, "%s '': empty path", opt);
+    return v;
+}
+
+const char *cli_find_plot_script(const char *name, char *buf, size_t cap) {
+    const char *env = getenv("ATTNBENCH_PLOTS");
+    const char *dirs[3] = {env, ATTNBENCH_SOURCE_DIR "/plots", ATTNBENCH_DATADIR "/plots"};
+    struct stat st;
+    for (int i = 0; i < 3; i++) {
+        if (!dirs[i]) continue;
+        snprintf(buf, cap, "%s/%s", dirs[i], name);
+        if (stat(buf, &st) == 0) return buf;
+    }
+    return NULL;
+}
+
+int cli_gnuplot(const char *script, const char *const *args) {
+    const char *argv[16] = {"gnuplot", "-c", script};
+    int n = 3;
+    for (int i = 0; args[i] && n < 15; i++) argv[n++] = args[i];
+    argv[n] = NULL;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        execvp("gnuplot", (char *const *)argv);
+        _exit(127);
+    }
+    int status;
+    if (waitpid(pid, &status, 0) < 0) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }

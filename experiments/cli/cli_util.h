@@ -3,16 +3,30 @@
 #define AB_CLI_UTIL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
-/* Exit status for bad input (unknown names, malformed files or configs, bad shapes),
- * and for failures of the run itself (out of memory, device errors). */
+/* Exit statuses, the same in every command (main.c's usage text lists them):
+ *   0    done
+ *   1    the run itself failed on a valid request: out of memory (host or device,
+ *        whatever the command and wherever the allocation), device errors, a training
+ *        run that diverged, a point of a sweep that failed
+ *   2    bad input: unknown names or options, malformed or foreign files (including
+ *        files that promise more data than they hold, refused before any allocation,
+ *        and inputs that are not regular files), configs, shapes, output paths; also
+ *        a request this build or machine cannot serve (no CUDA device)
+ *   130  interrupted (Ctrl-C, SIGTERM), with what was done so far written
+ * Out of memory is always 1: a library error code goes through cli_status_for, which
+ * maps AB_ENOMEM (and AB_EDEVICE) to 1 and the codes of bad input to 2. */
 #define AB_EXIT_USAGE 2
 #define AB_EXIT_FAILURE 1
 
-/* Prints "attnbench: error: MESSAGE" on one line to stderr and exits with `status`. */
+/* Prints "attnbench: error: MESSAGE" on one line to stderr and exits with `status`.
+ * Control characters in the message (a newline in a path or a label) are written as
+ * escapes (\n, \t, \xHH), so the message stays one line whatever it quotes. */
 _Noreturn void cli_die(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Exit status for a library error code: AB_EXIT_USAGE for bad input, else AB_EXIT_FAILURE. */
+/* Exit status for a library error code: AB_EXIT_USAGE for bad input (AB_EINVAL,
+ * AB_EUNSUPPORTED, AB_EIO), AB_EXIT_FAILURE for everything else (AB_ENOMEM, AB_EDEVICE). */
 int cli_status_for(int code);
 
 /* Parsers that die with a one-line message naming the option on bad input. */
@@ -20,5 +34,15 @@ long long cli_parse_int(const char *opt, const char *s, long long min, long long
 uint64_t cli_parse_u64(const char *opt, const char *s);
 /* argv[*i] is `opt`; returns argv[*i + 1] and advances, or dies if it is missing. */
 const char *cli_value(int argc, char **argv, int *i);
+/* The same for an option naming a file or folder (--out): an empty value is refused
+ * (joined as "DIR/NAME" it would name files in the root folder). */
+const char *cli_path_value(int argc, char **argv, int *i);
+
+/* Where plots/NAME (a gnuplot script) is: $ATTNBENCH_PLOTS, the source tree, or the
+ * installed copy; buf on success, NULL when none has it. */
+const char *cli_find_plot_script(const char *name, char *buf, size_t cap);
+/* Runs gnuplot -c SCRIPT ARGS... (args NULL-terminated, passed as they are: no shell)
+ * and waits for it: its exit status, or -1 when it could not be started. */
+int cli_gnuplot(const char *script, const char *const *args);
 
 #endif

@@ -53,7 +53,7 @@ int cmd_bench(int argc, char **argv, const char *command_line) {
         } else if (strcmp(argv[i], "--set") == 0) {
             if (n_sets == 64) cli_die(AB_EXIT_USAGE, "too many --set options");
             sets[n_sets++] = cli_value(argc, argv, &i);
-        } else if (strcmp(argv[i], "--out") == 0) out_path = cli_value(argc, argv, &i);
+        } else if (strcmp(argv[i], "--out") == 0) out_path = cli_path_value(argc, argv, &i);
         else if (strcmp(argv[i], "--device") == 0) {
             const char *d = cli_value(argc, argv, &i);
             if (strcmp(d, "cpu") == 0) device = ATTN_DEVICE_CPU;
@@ -73,14 +73,15 @@ int cmd_bench(int argc, char **argv, const char *command_line) {
      * says so before any work (exit status 2: the request cannot be served here). */
     if (device == ATTN_DEVICE_CUDA && ab_cuda_init()) cli_die(AB_EXIT_USAGE, "%s", ab_error());
     sweep_config c;
-    if (sweep_config_parse(root, (ab_device)device, &c)) cli_die(AB_EXIT_USAGE, "%s: %s", config_path, ab_error());
+    int rc = sweep_config_parse(root, (ab_device)device, &c);
+    if (rc) cli_die(cli_status_for(rc), "%s: %s", config_path, ab_error());
     c.interrupted = &g_interrupted;
     /* A variant the device has no implementation of is reported as skipped, with the
      * reason, at every point; the others run. */
     for (int i = 0; i < c.n_variants; i++) {
         attn_options o = {c.variants[i].variant, device, c.seed, c.variants[i].n_settings, c.variants[i].settings};
         attn *a;
-        int rc = attn_create(&o, &a);
+        rc = attn_create(&o, &a);
         if (rc == AB_EUNSUPPORTED) {
             snprintf(c.variants[i].unsupported, sizeof c.variants[i].unsupported, "%s", attn_error());
             if (!quiet) fprintf(stderr, "bench: %s: skipped (%s)\n", c.variants[i].label, attn_error());
@@ -100,9 +101,11 @@ int cmd_bench(int argc, char **argv, const char *command_line) {
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
 
-    double gemm = sweep_measure_gemm(&c, c.dev, c.gemm_size, c.gemm_repeats);
+    int gemm_done;
+    double gemm = sweep_measure_gemm(&c, c.dev, c.gemm_size, c.gemm_repeats, &gemm_done);
     json_t *g = json_object();
     json_object_set_new(g, "size", json_integer(c.gemm_size));
+    json_object_set_new(g, "repeats", json_integer(gemm_done)); /* timed products (time_budget_s may cut them) */
     json_object_set_new(g, "gflops", ab_json_num(gemm));
     json_object_set_new(g, "device", json_string(ab_dev_name(c.dev)));
     json_object_set_new(g, "threads", json_integer(ab_threads()));
@@ -121,7 +124,7 @@ int cmd_bench(int argc, char **argv, const char *command_line) {
         const bool unsupported = sv->unsupported[0] != '\0';
         attn_options o = {sv->variant, unsupported ? ATTN_DEVICE_CPU : device, c.seed, sv->n_settings, sv->settings};
         attn *a;
-        if (attn_create(&o, &a)) cli_die(AB_EXIT_USAGE, "%s", attn_error());
+        if ((rc = attn_create(&o, &a))) cli_die(cli_status_for(rc), "%s", attn_error());
         bool stop = false;
         for (int li = 0; li < c.n_lengths && sv->parallel && !g_interrupted; li++) {
             long long n = c.lengths[li];

@@ -90,7 +90,7 @@ int cmd_generate(int argc, char **argv, const char *command_line) {
             temperature = strtod(v, &end);
             if (!*v || *end || !(temperature >= 0) || temperature > 1e6)
                 cli_die(AB_EXIT_USAGE, "--temperature %s: must be a number in [0, 1e6] (0: greedy)", v);
-        } else if (strcmp(argv[i], "--out") == 0) out = cli_value(argc, argv, &i);
+        } else if (strcmp(argv[i], "--out") == 0) out = cli_path_value(argc, argv, &i);
         else if (strcmp(argv[i], "--tokens") == 0) tokens_out = true;
         else if (strcmp(argv[i], "--device") == 0) {
             const char *d = cli_value(argc, argv, &i);
@@ -199,13 +199,13 @@ int cmd_generate(int argc, char **argv, const char *command_line) {
     const size_t flags = JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9);
     if (out) {
         ab_atomic_file af;
-        if (ab_atomic_open(&af, out)) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+        if ((rc = ab_atomic_open(&af, out))) cli_die(cli_status_for(rc), "%s", ab_error());
         if (json_dumpf(doc, af.f, flags) != 0) {
             ab_atomic_abort(&af);
             cli_die(AB_EXIT_FAILURE, "cannot write %s", out);
         }
         fputc('\n', af.f);
-        if (ab_atomic_commit(&af)) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+        if ((rc = ab_atomic_commit(&af))) cli_die(cli_status_for(rc), "%s", ab_error());
     }
     json_dumpf(doc, stdout, flags);
     fputc('\n', stdout);

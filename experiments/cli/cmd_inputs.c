@@ -29,7 +29,7 @@ int cmd_inputs(int argc, char **argv) {
         } else if (strcmp(argv[i], "--shape") == 0) shape = cli_value(argc, argv, &i);
         else if (strcmp(argv[i], "--seed") == 0) seed = cli_parse_u64("--seed", cli_value(argc, argv, &i));
         else if (strcmp(argv[i], "--lengths") == 0) lens = cli_value(argc, argv, &i);
-        else if (strcmp(argv[i], "--out") == 0) out = cli_value(argc, argv, &i);
+        else if (strcmp(argv[i], "--out") == 0) out = cli_path_value(argc, argv, &i);
         else cli_die(AB_EXIT_USAGE, "inputs: unknown argument '%s' (see attnbench inputs --help)", argv[i]);
     }
     if (!shape || !out) cli_die(AB_EXIT_USAGE, "inputs: --shape B,H,N,D,M and --out DIR are required");
@@ -49,6 +49,7 @@ int cmd_inputs(int argc, char **argv) {
     int32_t *lv = NULL;
     if (lens) {
         lv = malloc(sizeof(int32_t) * (size_t)d[0]);
+        if (!lv) cli_die(AB_EXIT_FAILURE, "out of memory for %lld lengths", d[0]);
         int m = 0;
         copy = strdup(lens);
         for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
@@ -58,7 +59,8 @@ int cmd_inputs(int argc, char **argv) {
         free(copy);
         if (m != d[0]) cli_die(AB_EXIT_USAGE, "--lengths %s: need exactly B = %lld values", lens, d[0]);
     }
-    if (ab_mkdir_p(out)) cli_die(AB_EXIT_USAGE, "--out: %s", ab_error());
+    int rc = ab_mkdir_p(out);
+    if (rc) cli_die(cli_status_for(rc), "--out: %s", ab_error());
     const char *names[4] = {"q.npy", "k.npy", "v.npy", "dout.npy"};
     for (int t = 0; t < 4; t++) {
         size_t cnt = t < 2 ? nq : nv;
@@ -68,14 +70,14 @@ int cmd_inputs(int argc, char **argv) {
         int64_t sh[4] = {d[0], d[1], d[2], t < 2 ? d[3] : d[4]};
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", out, names[t]);
-        if (ab_npy_write(path, AB_F32, 4, sh, x)) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+        if ((rc = ab_npy_write(path, AB_F32, 4, sh, x))) cli_die(cli_status_for(rc), "%s", ab_error());
         ab_free(x);
     }
     if (lv) {
         char path[4096];
         snprintf(path, sizeof path, "%s/lengths.npy", out);
         int64_t sh[1] = {d[0]};
-        if (ab_npy_write(path, AB_I32, 1, sh, lv)) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+        if ((rc = ab_npy_write(path, AB_I32, 1, sh, lv))) cli_die(cli_status_for(rc), "%s", ab_error());
         free(lv);
     }
     return 0;

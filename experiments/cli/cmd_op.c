@@ -66,7 +66,7 @@ static void parse_args(int argc, char **argv, op_args *a) {
         else if (strcmp(o, "--v") == 0) a->v = cli_value(argc, argv, &i);
         else if (strcmp(o, "--dout") == 0) a->dout = cli_value(argc, argv, &i);
         else if (strcmp(o, "--lengths") == 0) a->lengths = cli_value(argc, argv, &i);
-        else if (strcmp(o, "--out") == 0) a->out = cli_value(argc, argv, &i);
+        else if (strcmp(o, "--out") == 0) a->out = cli_path_value(argc, argv, &i);
         else cli_die(AB_EXIT_USAGE, "op: unknown argument '%s' (see attnbench op --help)", o);
     }
     if (!a->variant) cli_die(AB_EXIT_USAGE, "op: --variant is required (see attnbench list)");
@@ -80,7 +80,7 @@ static void parse_args(int argc, char **argv, op_args *a) {
 
 static void load(const char *path, const char *what, ab_array *arr) {
     int rc = ab_npy_read(path, arr);
-    if (rc) cli_die(AB_EXIT_USAGE, "%s: %s", what, ab_error());
+    if (rc) cli_die(cli_status_for(rc), "%s: %s", what, ab_error()); /* out of memory: 1 */
 }
 
 static void need_f32_4d(const char *what, const char *path, const ab_array *a) {
@@ -104,7 +104,8 @@ static void write_out(const char *dir, const char *name, const ab_array *like, c
     char path[4096];
     if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
         cli_die(AB_EXIT_USAGE, "--out %s: path too long", dir);
-    if (ab_npy_write(path, AB_F32, 4, like->shape, data)) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+    int rc = ab_npy_write(path, AB_F32, 4, like->shape, data);
+    if (rc) cli_die(cli_status_for(rc), "%s", ab_error());
 }
 
 static float *alloc_or_die(size_t bytes) {
@@ -202,7 +203,7 @@ int cmd_op(int argc, char **argv) {
     if ((rc = attn_check_shape(at, &s))) cli_die(cli_status_for(rc), "%s", attn_error());
     if (a.recurrent && !attn_has_step(at))
         cli_die(AB_EXIT_USAGE, "variant '%s' has no recurrent mode (use --mode parallel)", a.variant);
-    if ((rc = ab_mkdir_p(a.out))) cli_die(AB_EXIT_USAGE, "--out: %s", ab_error());
+    if ((rc = ab_mkdir_p(a.out))) cli_die(cli_status_for(rc), "--out: %s", ab_error());
 
     const attn_device dev = a.device;
     size_t out_bytes = v.count * sizeof(float);

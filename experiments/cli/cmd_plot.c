@@ -27,30 +27,17 @@ static const char PLOT_USAGE[] =
     "RESULT without .json) and PREFIX.plot.tsv, the data the figure was drawn from.\n";
 
 #define MAX_INPUTS 32
+/* gnuplot -c SCRIPT ARGS...: the arguments as a NULL-terminated list */
+#define TP(...) ((const char *const[]){__VA_ARGS__, NULL})
 
-/* Where plots/NAME is: $ATTNBENCH_PLOTS, the source tree, or the installed copy. */
-static const char *find_script(const char *name, char *buf, size_t cap) {
-    const char *env = getenv("ATTNBENCH_PLOTS");
-    const char *dirs[3] = {env, ATTNBENCH_SOURCE_DIR "/plots", ATTNBENCH_DATADIR "/plots"};
-    struct stat st;
-    for (int i = 0; i < 3; i++) {
-        if (!dirs[i]) continue;
-        snprintf(buf, cap, "%s/%s", dirs[i], name);
-        if (stat(buf, &st) == 0) return buf;
-    }
-    return NULL;
-}
-
-static int run_gnuplot(const char *script, const char *data, const char *out, const char *title) {
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        execlp("gnuplot", "gnuplot", "-c", script, data, out, title, (char *)NULL);
-        _exit(127);
-    }
-    int status;
-    if (waitpid(pid, &status, 0) < 0) return -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+/* A run's or variant's name as one word of the figure's data: the scripts split their
+ * lists of names on blanks, and a tab or newline would split a TSV field or row. So
+ * blanks, quotes and control characters become '_' (the legend shows that form). */
+static void tsv_word(const char *in, char *out, size_t cap) {
+    snprintf(out, cap, "%s", in);
+    for (char *c = out; *c; c++)
+        if (*c == ' ' || *c == '"' || *c == '\'' || (unsigned char)*c < 0x20 || *c == 0x7f) *c = '_';
+    if (!*out) snprintf(out, cap, "_");
 }
 
 static void put_num(FILE *f, json_t *v) {
@@ -91,13 +78,14 @@ static void default_prefix(const char *in, const char *prefix, char *pre, size_t
 static int plot_train(json_t **docs, const char **ins, int n, const char *prefix, const char *title) {
     char pre[4096], script[4096], data[4200], png[4200], svg[4200];
     default_prefix(ins[0], prefix, pre, sizeof pre);
-    if (!find_script("figure2.gp", script, sizeof script))
+    if (!cli_find_plot_script("figure2.gp", script, sizeof script))
         cli_die(AB_EXIT_USAGE, "plot: cannot find figure2.gp (set ATTNBENCH_PLOTS to the plots/ folder)");
     snprintf(data, sizeof data, "%s.plot.tsv", pre);
     snprintf(png, sizeof png, "%s.png", pre);
     snprintf(svg, sizeof svg, "%s.svg", pre);
     ab_atomic_file af;
-    if (ab_atomic_open(&af, data)) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+    int rc = ab_atomic_open(&af, data);
+    if (rc) cli_die(cli_status_for(rc), "%s", ab_error());
     fputs("run\tkind\tstep\tloss\n", af.f);
     size_t rows = 0;
     for (int d = 0; d < n; d++) {
@@ -109,9 +97,7 @@ static int plot_train(json_t **docs, const char **ins, int n, const char *prefix
         const char *label = json_string_value(json_object_get(cfg, "label"));
         if (!label) label = json_string_value(json_object_get(cfg, "name"));
         char lab[128];
-        snprintf(lab, sizeof lab, "%s", label ? label : ins[d]);
-        for (char *c = lab; *c; c++)
-            if (*c == ' ' || *c == '\t' || *c == '"' || *c == '\'') *c = '_'; /* one word for gnuplot */
+        tsv_word(label ? label : ins[d], lab, sizeof lab);
         size_t i;
         json_t *r;
         json_array_foreach(json_object_get(docs[d], "records"), i, r) {
@@ -125,7 +111,7 @@ static int plot_train(json_t **docs, const char **ins, int n, const char *prefix
             rows++;
         }
     }
-    if (ab_atomic_commit(&af)) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+    if ((rc = ab_atomic_commit(&af))) cli_die(cli_status_for(rc), "%s", ab_error());
     if (rows == 0) cli_die(AB_EXIT_USAGE, "%s: no training records to plot", ins[0]);
     char deftitle[512];
     if (!title) {
@@ -133,7 +119,7 @@ static int plot_train(json_t **docs, const char **ins, int n, const char *prefix
         snprintf(deftitle, sizeof deftitle, "%s: loss per gradient step", task && strcmp(task, "copy") == 0 ? "Sequence copy" : task ? task : "training");
         title = deftitle;
     }
-    if (run_gnuplot(script, data, png, title) != 0 || run_gnuplot(script, data, svg, title) != 0)
+    if (cli_gnuplot(script, TP(data, png, title)) != 0 || cli_gnuplot(script, TP(data, svg, title)) != 0)
         cli_die(AB_EXIT_FAILURE, "plot: gnuplot failed (is gnuplot installed? harness/scripts/setup.sh installs it)");
     printf("plot: wrote %s and %s\n", png, svg);
     return 0;
@@ -146,7 +132,7 @@ int cmd_plot(int argc, char **argv) {
         if (strcmp(argv[i], "--help") == 0) {
             fputs(PLOT_USAGE, stdout);
             return 0;
-        } else if (strcmp(argv[i], "--out") == 0) prefix = cli_value(argc, argv, &i);
+        } else if (strcmp(argv[i], "--out") == 0) prefix = cli_path_value(argc, argv, &i);
         else if (strcmp(argv[i], "--title") == 0) title = cli_value(argc, argv, &i);
         else if (argv[i][0] == '-') cli_die(AB_EXIT_USAGE, "plot: unknown argument '%s'", argv[i]);
         else if (n_in == MAX_INPUTS) cli_die(AB_EXIT_USAGE, "plot: at most %d results", MAX_INPUTS);
@@ -168,7 +154,7 @@ int cmd_plot(int argc, char **argv) {
     char pre[4096];
     default_prefix(in, prefix, pre, sizeof pre);
     char script[4096];
-    if (!find_script("figure1.gp", script, sizeof script))
+    if (!cli_find_plot_script("figure1.gp", script, sizeof script))
         cli_die(AB_EXIT_USAGE, "plot: cannot find figure1.gp (set ATTNBENCH_PLOTS to the plots/ folder)");
 
     /* The figure's data: parallel-mode records only. */
@@ -177,7 +163,8 @@ int cmd_plot(int argc, char **argv) {
     snprintf(png, sizeof png, "%s.png", pre);
     snprintf(svg, sizeof svg, "%s.svg", pre);
     ab_atomic_file af;
-    if (ab_atomic_open(&af, data)) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+    int rc = ab_atomic_open(&af, data);
+    if (rc) cli_die(cli_status_for(rc), "%s", ab_error());
     fputs("kind\tvariant\tlen\tbatch\tstatus\tper_sample_fwd_bwd_ms\tpeak_bytes_per_sample\n", af.f);
     size_t i, rows = 0;
     json_t *r;
@@ -186,18 +173,21 @@ int cmd_plot(int argc, char **argv) {
                *st = json_object_get(r, "status");
         if (!json_is_string(kind) || strcmp(json_string_value(kind), "parallel") != 0) continue;
         if (!json_is_string(var) || !json_is_string(st)) continue;
-        fprintf(af.f, "parallel\t%s\t", json_string_value(var));
+        char word[128];
+        tsv_word(json_string_value(var), word, sizeof word);
+        fprintf(af.f, "parallel\t%s\t", word);
         put_num(af.f, json_object_get(r, "len"));
         fputc('\t', af.f);
         put_num(af.f, json_object_get(r, "batch"));
-        fprintf(af.f, "\t%s\t", json_string_value(st));
+        tsv_word(json_string_value(st), word, sizeof word);
+        fprintf(af.f, "\t%s\t", word);
         put_num(af.f, json_object_get(r, "per_sample_fwd_bwd_ms"));
         fputc('\t', af.f);
         put_num(af.f, json_object_get(r, "peak_bytes_per_sample"));
         fputc('\n', af.f);
         rows++;
     }
-    if (ab_atomic_commit(&af)) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+    if ((rc = ab_atomic_commit(&af))) cli_die(cli_status_for(rc), "%s", ab_error());
     if (rows == 0) cli_die(AB_EXIT_USAGE, "%s: no parallel-mode records to plot", in);
     char deftitle[512];
     if (!title) {
@@ -212,7 +202,7 @@ int cmd_plot(int argc, char **argv) {
                  (long long)json_integer_value(json_object_get(cfg, "v_dim")));
         title = deftitle;
     }
-    if (run_gnuplot(script, data, png, title) != 0 || run_gnuplot(script, data, svg, title) != 0)
+    if (cli_gnuplot(script, TP(data, png, title)) != 0 || cli_gnuplot(script, TP(data, svg, title)) != 0)
         cli_die(AB_EXIT_FAILURE, "plot: gnuplot failed (is gnuplot installed? harness/scripts/setup.sh installs it)");
     printf("plot: wrote %s and %s\n", png, svg);
     json_decref(doc);

@@ -21,6 +21,7 @@
 #include "config.h"
 #include "cuda_device.h"
 #include "error.h"
+#include "fileio.h"
 #include "memory.h"
 #include "progress.h"
 #include "results.h"
@@ -69,6 +70,18 @@ static const char *const TSV_BASE[] = {"kind", "step",         "loss",      "los
 static bool file_exists(const char *p) {
     struct stat st;
     return stat(p, &st) == 0;
+}
+
+/* --resume in DIR without DIR/checkpoint.bin. A run killed before its first
+ * checkpoint leaves only its train.json (status "running"): there is nothing to
+ * resume, and the message says what to do instead. */
+_Noreturn static void die_no_checkpoint(const char *dir, const char *ckpt_path, const char *json_path) {
+    if (file_exists(json_path))
+        cli_die(AB_EXIT_USAGE,
+                "train --resume: no checkpoint %s to resume: the run in %s stopped before its first checkpoint; "
+                "start it again with --overwrite (which replaces %s)",
+                ckpt_path, dir, json_path);
+    cli_die(AB_EXIT_USAGE, "train --resume: no checkpoint %s to resume", ckpt_path);
 }
 
 typedef struct {
@@ -265,8 +278,12 @@ static void do_log(run_state *s) {
  * and its list of resumes; returns its "started" (new reference) or NULL when there
  * is no readable earlier document. */
 static json_t *adopt_earlier(run_state *s, const char *path, long long upto, json_t *resumes) {
+    int rc;
+    FILE *f = ab_fopen_regular(path, "", &rc); /* a FIFO there is not waited on */
+    if (!f) return NULL;
     json_error_t err;
-    json_t *old = json_load_file(path, 0, &err);
+    json_t *old = json_loadf(f, 0, &err);
+    fclose(f);
     if (!old) return NULL;
     json_t *recs = json_object_get(old, "records"), *schema = json_object_get(old, "schema");
     json_t *started = NULL;
@@ -376,7 +393,7 @@ int cmd_train(int argc, char **argv, const char *command_line) {
         } else if (strcmp(argv[i], "--set") == 0) {
             if (n_sets == 64) cli_die(AB_EXIT_USAGE, "train: too many --set options");
             sets[n_sets++] = cli_value(argc, argv, &i);
-        } else if (strcmp(argv[i], "--out") == 0) out_dir = cli_value(argc, argv, &i);
+        } else if (strcmp(argv[i], "--out") == 0) out_dir = cli_path_value(argc, argv, &i);
         else if (strcmp(argv[i], "--device") == 0) {
             const char *d = cli_value(argc, argv, &i);
             if (strcmp(d, "cuda") == 0) device = ATTN_DEVICE_CUDA;
@@ -404,49 +421,66 @@ int cmd_train(int argc, char **argv, const char *command_line) {
         if (!root) cli_die(AB_EXIT_USAGE, "%s", ab_error());
     } else {
         snprintf(ckpt_path, sizeof ckpt_path, "%s/checkpoint.bin", out_dir);
-        if (!file_exists(ckpt_path)) cli_die(AB_EXIT_USAGE, "train --resume: no checkpoint %s to resume", ckpt_path);
-        if (train_ckpt_open(ckpt_path, &reader, &ckpt_config)) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+        snprintf(json_path, sizeof json_path, "%s/train.json", out_dir);
+        if (!file_exists(ckpt_path)) die_no_checkpoint(out_dir, ckpt_path, json_path);
+        int rc = train_ckpt_open(ckpt_path, &reader, &ckpt_config);
+        if (rc) cli_die(cli_status_for(rc), "%s", ab_error());
         root = json_deep_copy(ckpt_config);
     }
     apply_sets(root, sets, n_sets, config_path);
     train_config cfg;
-    if (train_config_parse(root, &cfg))
-        cli_die(AB_EXIT_USAGE, "%s%s%s", config_path ? config_path : "", config_path ? ": " : "", ab_error());
+    int rc = train_config_parse(root, &cfg);
+    if (rc) cli_die(cli_status_for(rc), "%s%s%s", config_path ? config_path : "", config_path ? ": " : "", ab_error());
     json_decref(root);
 
     if (out_dir) snprintf(dir, sizeof dir, "%s", out_dir);
     else snprintf(dir, sizeof dir, "results/%s", cfg.name);
     snprintf(ckpt_path, sizeof ckpt_path, "%s/checkpoint.bin", dir);
     snprintf(json_path, sizeof json_path, "%s/train.json", dir);
-    if (resume && !file_exists(ckpt_path)) cli_die(AB_EXIT_USAGE, "train --resume: no checkpoint %s to resume", ckpt_path);
-    if (!resume && !overwrite && (file_exists(ckpt_path) || file_exists(json_path)))
+    if (resume && !file_exists(ckpt_path)) die_no_checkpoint(dir, ckpt_path, json_path);
+    if (!resume && !overwrite && file_exists(ckpt_path))
         cli_die(AB_EXIT_USAGE, "%s already holds a run; continue it with --resume, or replace it with --overwrite",
                 dir);
+    if (!resume && !overwrite && file_exists(json_path))
+        cli_die(AB_EXIT_USAGE,
+                "%s already holds a run without a checkpoint (it stopped before its first one, so --resume cannot "
+                "continue it); start it again with --overwrite",
+                dir);
+
+    if (resume) {
+        /* the checkpoint against this run, before anything is allocated for it: its
+         * config in this release's canonical form (keys added since it was written
+         * take their defaults) against this run's, then its parameters against the
+         * model of its config (an edited config must not make the model huge) */
+        if (!reader && (rc = train_ckpt_open(ckpt_path, &reader, &ckpt_config)))
+            cli_die(cli_status_for(rc), "%s", ab_error());
+        train_config old;
+        if ((rc = train_config_parse(ckpt_config, &old)))
+            cli_die(cli_status_for(rc), "%s: the checkpoint's config is not valid here: %s", ckpt_path, ab_error());
+        char key[512];
+        int differ = train_config_diff(old.canon, cfg.canon, key, sizeof key);
+        if (differ) {
+            train_config_free(&old);
+            cli_die(AB_EXIT_USAGE,
+                    "train --resume: '%s' differs from the checkpoint's config (only name, label, description, steps, "
+                    "epochs, eval_every, checkpoint_every and log_every may change)",
+                    key);
+        }
+        rc = train_ckpt_check_model(reader, &old.model, NULL);
+        train_config_free(&old);
+        if (rc) cli_die(cli_status_for(rc), "%s", ab_error());
+    }
 
     trainer *t;
     cfg.model.device = device;
-    int rc = trainer_create(&cfg, &t);
+    rc = trainer_create(&cfg, &t);
     if (rc) cli_die(cli_status_for(rc), "%s", ab_error());
     /* --overwrite: the earlier run's checkpoint goes now, so that it can never be
      * taken for this run's (its document is replaced by the first save below) */
     if (!resume && file_exists(ckpt_path) && remove(ckpt_path) != 0)
         cli_die(AB_EXIT_USAGE, "cannot remove the earlier checkpoint %s: %s", ckpt_path, strerror(errno));
     if (resume) {
-        if (!reader && train_ckpt_open(ckpt_path, &reader, &ckpt_config)) cli_die(AB_EXIT_USAGE, "%s", ab_error());
-        /* the checkpoint's config in this release's canonical form (keys added since
-         * it was written take their defaults), against this run's */
-        train_config old;
-        if (train_config_parse(ckpt_config, &old))
-            cli_die(AB_EXIT_USAGE, "%s: the checkpoint's config is not valid here: %s", ckpt_path, ab_error());
-        char key[512];
-        int differ = train_config_diff(old.canon, t->cfg.canon, key, sizeof key);
-        train_config_free(&old);
-        if (differ)
-            cli_die(AB_EXIT_USAGE,
-                    "train --resume: '%s' differs from the checkpoint's config (only name, label, description, steps, "
-                    "epochs, eval_every, checkpoint_every and log_every may change)",
-                    key);
-        if (trainer_restore(t, reader)) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+        if ((rc = trainer_restore(t, reader))) cli_die(cli_status_for(rc), "%s", ab_error());
         ab_ckpt_close(reader);
         json_decref(ckpt_config);
         reader = NULL;
@@ -501,12 +535,14 @@ int cmd_train(int argc, char **argv, const char *command_line) {
         }
     }
     json_decref(resumes);
-    /* the loss of every step so far (restored from the checkpoint on a resume) */
+    /* the loss of every step so far (restored from the checkpoint on a resume). A
+     * non-finite loss is written as null (json_real refuses it, and the append of its
+     * NULL would drop the element): the list keeps one entry per step. */
     s.step_loss = json_array();
-    for (long long i = 0; i < t->step; i++) json_array_append_new(s.step_loss, json_real(t->losses[i]));
+    for (long long i = 0; i < t->step; i++) json_array_append_new(s.step_loss, ab_json_num(t->losses[i]));
     ab_run_set(s.run, "step_loss", json_incref(s.step_loss));
     json_decref(s.step_loss); /* the document holds it */
-    if (save_doc(&s)) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+    if ((rc = save_doc(&s))) cli_die(cli_status_for(rc), "%s", ab_error());
 
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
@@ -546,7 +582,7 @@ int cmd_train(int argc, char **argv, const char *command_line) {
         s.int_steps++;
         s.int_time_s += dt;
         s.last = info;
-        json_array_append_new(s.step_loss, json_real(info.loss));
+        json_array_append_new(s.step_loss, ab_json_num(info.loss));
         bool last = t->step == c->steps;
         bool log = t->step % c->log_every == 0 || last;
         bool eval = has_eval && ((c->eval_every > 0 && t->step % c->eval_every == 0) || last);

@@ -63,8 +63,12 @@ int sweep_config_parse(const json_t *root, ab_device dev, sweep_config *c);
 void sweep_config_free(sweep_config *c);
 
 /* The machine's sgemm rate (GFLOP/s) on the device (OpenBLAS or cuBLAS) for n x n
- * products: the median of `repeats` timed calls after a warm-up; NAN on failure. */
-double sweep_measure_gemm(const sweep_config *c, ab_device d, int n, int repeats);
+ * products: the median of up to `repeats` timed products after a warm-up, fewer once
+ * the measurement has used c->time_budget_s (at least one: the warm-up's time when it
+ * alone used the budget). Stops within about a second when *c->interrupted becomes
+ * non-zero (the rate of the products done, or NAN without any). *done: the timed
+ * products the rate comes from. NAN (and 0) on failure. */
+double sweep_measure_gemm(const sweep_config *c, ab_device d, int n, int repeats, int *done);
 /* A record of a variant at a shape, with no measurement (kind "parallel" or
  * "recurrent"): the base of every record, and of "skipped" ones. */
 json_t *sweep_base_record(const sweep_variant *sv, const attn *a, const attn_shape *s, const char *kind);

@@ -26,7 +26,7 @@ static int parse_variants(const json_t *arr, sweep_config *c) {
         sweep_variant *sv = &c->variants[c->n_variants++];
         const char *label;
         if ((rc = ab_config_str(v, where, "variant", true, NULL, &sv->variant))) return rc;
-        if ((rc = ab_config_str(v, where, "label", false, sv->variant, &label))) return rc;
+        if ((rc = ab_config_label(v, where, "label", false, sv->variant, &label))) return rc;
         snprintf(sv->label, sizeof sv->label, "%s", label);
         /* "modes": ["parallel", "recurrent"] (default both; recurrent only applies to
          * variants with a step). */
@@ -98,7 +98,9 @@ int sweep_config_parse(const json_t *root, ab_device dev, sweep_config *c) {
     c->dev = dev;
     long long x;
     double d;
-    if ((rc = ab_config_str(root, "", "name", true, NULL, &c->name))) return rc;
+    /* the name makes the default output results/NAME.json: a plain file name, so a
+     * config cannot write outside results/ ("../../x") */
+    if ((rc = ab_config_file_name(root, "", "name", true, NULL, &c->name))) return rc;
     const char *desc;
     if ((rc = ab_config_str(root, "", "description", false, "", &desc))) return rc;
     if ((rc = parse_variants(json_object_get(root, "variants"), c))) return rc;
@@ -165,7 +167,9 @@ int sweep_config_parse(const json_t *root, ab_device dev, sweep_config *c) {
         if (!json_is_object(gemm)) return ab_fail(AB_EINVAL, "config: 'gemm' must be an object");
         static const char *const gkeys[] = {"size", "repeats", NULL};
         if ((rc = ab_config_only_keys(gemm, "gemm", gkeys))) return rc;
-        if ((rc = ab_config_int(gemm, "gemm", "size", false, 2048, 0, 32768, &x))) return rc;
+        /* 16384: 3 GiB of matrices and 8.8 TFLOP per product (a GPU's second, a CPU's
+         * minute); the measurement is also bounded by time_budget_s */
+        if ((rc = ab_config_int(gemm, "gemm", "size", false, 2048, 0, 16384, &x))) return rc;
         c->gemm_size = (int)x;
         if ((rc = ab_config_int(gemm, "gemm", "repeats", false, 5, 1, 1000, &x))) return rc;
         c->gemm_repeats = (int)x;

@@ -70,8 +70,56 @@ static int fill_normal_dev(ab_device d, float *x, size_t n, uint64_t seed, uint6
     return ab_dev_upload(d, x, stage, n * sizeof(float));
 }
 
-/* The machine's sgemm rate (GFLOP/s) on the device: OpenBLAS or cuBLAS. */
-double sweep_measure_gemm(const sweep_config *cfg, ab_device d, int n, int repeats) {
+/* The largest share of one n x n product run by a single BLAS call: about a second of
+ * a CPU core's work (69 GFLOP), or of a slow GPU's (1.1 TFLOP). A BLAS call cannot be
+ * stopped part-way, so a product is computed in row panels of at most this many FLOPs
+ * and an interruption is seen between them: Ctrl-C or SIGTERM ends a measurement
+ * within about a second, whatever the size (one call of n = 16384 is 8.8 TFLOP,
+ * minutes on a CPU). Sizes up to 3250 on the CPU, 8192 on a device, are one call, as
+ * before. */
+#define GEMM_PANEL_FLOPS_CPU (1LL << 36)
+#define GEMM_PANEL_FLOPS_DEVICE (1LL << 40)
+
+/* x[i] = normal(1, stream, i) for i < n on device d (through the host buffer `stage`
+ * of n floats on a device), in chunks of 2^24 (a fraction of a second), stopping
+ * early when interrupted: 0, 1 when interrupted, or an error code. */
+static int gemm_fill(const sweep_config *cfg, ab_device d, float *x, size_t n, uint64_t stream, float *stage) {
+    const size_t chunk = (size_t)1 << 24;
+    float *h = d == AB_DEV_CPU ? x : stage;
+    for (size_t off = 0; off < n; off += chunk) {
+        if (cfg->interrupted && *cfg->interrupted) return 1;
+        size_t len = n - off < chunk ? n - off : chunk;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < len; i++) h[off + i] = (float)ab_rng_normal(1, stream, off + i);
+        if (d != AB_DEV_CPU) {
+            int rc = ab_dev_upload(d, x + off, h + off, len * sizeof(float));
+            if (rc) return rc;
+        }
+    }
+    return 0;
+}
+
+/* c = a b (n x n, row-major) on device d, panel by panel. 0, 1 when interrupted
+ * before the end, or an error code. */
+static int gemm_panels(const sweep_config *cfg, ab_device d, int n, const float *a, const float *b, float *c) {
+    long long rows = (d == AB_DEV_CPU ? GEMM_PANEL_FLOPS_CPU : GEMM_PANEL_FLOPS_DEVICE) / (2LL * n * n);
+    if (rows < 1) rows = 1;
+    for (long long r0 = 0; r0 < n; r0 += rows) {
+        if (cfg->interrupted && *cfg->interrupted) return 1;
+        int m = (int)(n - r0 < rows ? n - r0 : rows);
+        const float *ap = a + r0 * n;
+        float *cp = c + r0 * n;
+        int rc = 0;
+        if (d == AB_DEV_CPU) ab_sgemm(false, false, m, n, n, 1.0f, ap, n, b, n, 0.0f, cp, n);
+        else rc = ab_cuda_sgemm(false, false, m, n, n, 1.0f, ap, n, b, n, 0.0f, cp, n);
+        if (!rc && r0 + rows < n) rc = ab_dev_sync(d); /* the next check of the flag waits for this panel */
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+double sweep_measure_gemm(const sweep_config *cfg, ab_device d, int n, int repeats, int *done) {
+    *done = 0;
     if (n <= 0) return NAN;
     size_t bytes = (size_t)n * n * sizeof(float);
     float *a = NULL, *b = NULL, *c = NULL, *stage = d == AB_DEV_CPU ? NULL : ab_alloc(bytes);
@@ -79,20 +127,30 @@ double sweep_measure_gemm(const sweep_config *cfg, ab_device d, int n, int repea
     double rate = NAN;
     if (ms && (d == AB_DEV_CPU || stage) && !ab_dev_malloc(d, (void **)&a, bytes) &&
         !ab_dev_malloc(d, (void **)&b, bytes) && !ab_dev_malloc(d, (void **)&c, bytes) &&
-        !fill_normal_dev(d, a, (size_t)n * n, 1, 0, stage) && !fill_normal_dev(d, b, (size_t)n * n, 1, 1, stage) &&
+        !gemm_fill(cfg, d, a, (size_t)n * n, 0, stage) && !gemm_fill(cfg, d, b, (size_t)n * n, 1, stage) &&
         !ab_dev_memset(d, c, 0, bytes)) {
-        int rc = 0;
-        for (int r = -1; r < repeats && !rc && !(cfg->interrupted && *cfg->interrupted); r++) { /* r = -1: warm-up */
+        /* The repeats stop once the measurement (warm-up included) has used the
+         * config's time_budget_s, as a point's do; when the warm-up alone took that
+         * long, it is the one sample. */
+        const double budget_ms = cfg->time_budget_s * 1e3;
+        double spent_ms = 0, warm_ms = 0;
+        int k = 0, rc = 0;
+        for (int r = -1; r < repeats && rc == 0 && spent_ms < budget_ms; r++) { /* r = -1: warm-up */
             rc = ab_dev_sync(d);
             uint64_t t0 = ab_now_ns();
-            if (!rc && d == AB_DEV_CPU) ab_sgemm(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-            else if (!rc) rc = ab_cuda_sgemm(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+            if (!rc) rc = gemm_panels(cfg, d, n, a, b, c);
             if (!rc) rc = ab_dev_sync(d);
-            if (r >= 0) ms[r] = ab_ms_since(t0);
+            double t = ab_ms_since(t0);
+            spent_ms += t;
+            if (rc) break;
+            if (r < 0) warm_ms = t;
+            else ms[k++] = t;
         }
-        if (!rc) {
-            qsort(ms, (size_t)repeats, sizeof *ms, cmp_double);
-            rate = 2.0 * n * (double)n * n / (quantile(ms, repeats, 0.5) * 1e-3) * 1e-9;
+        if (rc == 0 && k == 0) ms[k++] = warm_ms; /* the budget went on the warm-up */
+        if (k > 0 && rc >= 0) { /* interrupted (1): the samples so far */
+            qsort(ms, (size_t)k, sizeof *ms, cmp_double);
+            rate = 2.0 * n * (double)n * n / (quantile(ms, k, 0.5) * 1e-3) * 1e-9;
+            *done = k;
         }
     }
     free(ms);

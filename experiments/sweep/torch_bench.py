@@ -278,7 +278,7 @@ def parse_config(root):
         if not isinstance(g, dict):
             raise BadInput("config: 'gemm' must be an object")
         _only_keys(g, "gemm", ["size", "repeats"])
-        c["gemm_size"] = _int(g, "gemm", "size", False, 2048, 0, 32768)
+        c["gemm_size"] = _int(g, "gemm", "size", False, 2048, 0, 16384)
         c["gemm_repeats"] = _int(g, "gemm", "repeats", False, 5, 1, 1000)
     return c
 

@@ -7,6 +7,7 @@
 #include "error.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,6 +169,30 @@ static int get_state(const ab_ckpt_reader *r, const tf_model *m, train_ckpt_stat
     return 0;
 }
 
+int train_ckpt_check_model(const ab_ckpt_reader *r, const tf_config *model, train_ckpt_state *out) {
+    train_ckpt_state st;
+    int rc = train_ckpt_get_state(r, &st);
+    if (rc) return rc;
+    size_t want;
+    if ((rc = tf_param_count_for(model, &want))) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", ab_error());
+        return ab_fail(rc == AB_ENOMEM ? rc : AB_EINVAL, "%s: its config's model is not valid: %s", ab_ckpt_path(r),
+                       msg);
+    }
+    if (st.n_params != want)
+        return ab_fail(AB_EINVAL, "%s: the checkpoint holds %zu parameters, its config's model has %zu",
+                       ab_ckpt_path(r), st.n_params, want);
+    const void *p;
+    size_t bytes;
+    if ((rc = ab_ckpt_get(r, AB_CKPT_PARAMS, &p, &bytes))) return rc;
+    if (want > SIZE_MAX / sizeof(float) || bytes != want * sizeof(float))
+        return ab_fail(AB_EINVAL, "%s: blob '%s' has %zu bytes, its config's model has %zu parameters",
+                       ab_ckpt_path(r), AB_CKPT_PARAMS, bytes, want);
+    if (out) *out = st;
+    return 0;
+}
+
 int trainer_restore(trainer *t, const ab_ckpt_reader *r) {
     train_ckpt_state st;
     int rc = get_state(r, t->model, &st);
@@ -214,7 +239,9 @@ int train_ckpt_load_model(const char *path, int max_batch, attn_device device, t
     train_ckpt_state st;
     cfg->model.device = device;
     float *host = NULL;
-    if (!(rc = tf_create(&cfg->model, max_batch, model)) && !(rc = get_state(r, *model, &st))) {
+    /* the sizes first: the model is only allocated for parameters that fit it */
+    if (!(rc = train_ckpt_check_model(r, &cfg->model, &st)) && !(rc = tf_create(&cfg->model, max_batch, model)) &&
+        !(rc = get_state(r, *model, &st))) {
         if (device != ATTN_DEVICE_CPU && !(host = ab_alloc(sizeof(float) * tf_param_count(*model))))
             rc = ab_fail(AB_ENOMEM, "out of memory for a host copy of the parameters");
         if (!rc) rc = read_params(r, *model, host);

@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Losses room allocated by trainer_create (512 KiB); more as steps complete. */
+#define TRAIN_LOSSES_START (1LL << 16)
+
 void trainer_destroy(trainer *t) {
     if (!t) return;
     tf_destroy(t->model);
@@ -71,7 +74,9 @@ int trainer_create(train_config *cfg, trainer **out) {
             rc = ab_fail(AB_ENOMEM, "out of memory for a batch of logits (%zu floats)", n);
     }
     if (!rc) {
-        t->losses_cap = t->cfg.steps > 0 ? t->cfg.steps : 1;
+        /* the list grows as steps complete (trainer_step, trainer_restore): `steps` may
+         * be up to 2^40, 8 TiB of losses if allocated up front */
+        t->losses_cap = t->cfg.steps < TRAIN_LOSSES_START ? (t->cfg.steps > 0 ? t->cfg.steps : 1) : TRAIN_LOSSES_START;
         t->losses = calloc((size_t)t->losses_cap, sizeof(double));
         if (!t->losses) rc = ab_fail(AB_ENOMEM, "out of memory for %lld losses", t->losses_cap);
     }

@@ -124,6 +124,12 @@ int train_ckpt_open(const char *path, ab_ckpt_reader **r, json_t **config);
 int trainer_restore(trainer *t, const ab_ckpt_reader *r);
 /* The state record (either format). */
 int train_ckpt_get_state(const ab_ckpt_reader *r, train_ckpt_state *st);
+/* Checks that the checkpoint's parameters (the state record's count and the size of
+ * the params blob) fit the model `model` would build, without building it: a
+ * checkpoint whose config was edited to a huge model is refused before anything is
+ * allocated for it. 0 or AB_EINVAL naming the file; *st (may be NULL) receives the
+ * state record. */
+int train_ckpt_check_model(const ab_ckpt_reader *r, const tf_config *model, train_ckpt_state *st);
 /* For generation: the config, the task and a model of max batch `max_batch` on
  * `device` with the checkpoint's parameters; state (may be NULL) receives the state
  * record. */
