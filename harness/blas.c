@@ -20,6 +20,26 @@ void ab_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, cons
             for (int j = 0; j < n; j++) c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
         return;
     }
+    /* A product with one row or one column is a matrix-vector product: OpenBLAS's sgemm
+     * takes its small-matrix kernel there, which at m = 1 ran 5-8x slower than sgemv
+     * (the dense layers of one generated position: (1, 256) x (256, 1024)). */
+    /* sgemv scales y by beta first; with beta = 0 the old contents (maybe NaN scratch)
+     * must not survive, whatever a BLAS does with 0 * NaN */
+    if (beta == 0.0f && (m == 1 || n == 1))
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) c[(size_t)i * ldc + j] = 0.0f;
+    if (m == 1) { /* c[0, :] = alpha op(B)^T a' + beta c, a' = row 0 of op(A) */
+        const int inc_a = trans_a ? lda : 1;
+        if (trans_b) cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, alpha, b, ldb, a, inc_a, beta, c, 1);
+        else cblas_sgemv(CblasRowMajor, CblasTrans, k, n, alpha, b, ldb, a, inc_a, beta, c, 1);
+        return;
+    }
+    if (n == 1) { /* c[:, 0] = alpha op(A) b' + beta c, b' = column 0 of op(B) */
+        const int inc_b = trans_b ? 1 : ldb;
+        if (trans_a) cblas_sgemv(CblasRowMajor, CblasTrans, k, m, alpha, a, lda, b, inc_b, beta, c, ldc);
+        else cblas_sgemv(CblasRowMajor, CblasNoTrans, m, k, alpha, a, lda, b, inc_b, beta, c, ldc);
+        return;
+    }
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k,
                 alpha, a, lda, b, ldb, beta, c, ldc);
 }

@@ -427,7 +427,9 @@ static void check_gemm(bool ta, bool tb, int m, int n, int k, int pad, float alp
 }
 
 Test(blas, sgemm_matches_naive_loop) {
-    static const int shapes[][3] = {{7, 5, 3}, {1, 1, 1}, {33, 17, 65}, {64, 48, 100}, {5, 129, 9}};
+    /* m = 1 and n = 1 take ab_sgemm's matrix-vector path (sgemv) */
+    static const int shapes[][3] = {{7, 5, 3},  {1, 1, 1},   {33, 17, 65}, {64, 48, 100},
+                                    {5, 129, 9}, {1, 37, 19}, {23, 1, 41},  {1, 300, 257}};
     uint64_t seed = 100;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int ta = 0; ta < 2; ta++)

@@ -817,3 +817,92 @@ Test(images, the_logistic_mixture_head_trains_and_samples) {
     cr_expect_eq(json_integer_value(json_object_get(task, "mixtures")), 3);
     json_decref(doc);
 }
+
+/* The samples of a run folder's samples.npy as a heap array (caller frees). */
+static ab_array read_samples(const char *dir) {
+    ab_array a;
+    cr_assert_eq(ab_npy_read(P("%s/samples.npy", dir), &a), 0, "%s", ab_error());
+    return a;
+}
+
+Test(images, sample_takes_a_config_a_stand_in_variant_and_estimates_speed) {
+    /* --config samples from the model the config initialises (speed on a model's shape
+     * needs no training); --variant stateful-softmax runs softmax's weights with its
+     * key/value cache: the same function, so the same images as softmax's recomputation;
+     * --estimate times single positions and writes no images. */
+    char cfg[1100]; /* P()'s buffers are reused */
+    snprintf(cfg, sizeof cfg, "%s", fixture_config(""));
+    cr_assert_eq(run("sample", "--config", cfg, "--set", "model.attention.variant=softmax", "--n", "2", "--out",
+                     P("soft")),
+                 0, "%s", g_err);
+    cr_assert_eq(run("sample", "--config", cfg, "--set", "model.attention.variant=softmax", "--variant",
+                     "stateful-softmax", "--n", "2", "--batch", "2", "--out", P("kv")),
+                 0, "%s", g_err);
+    json_t *d = load(P("kv/sample.json"));
+    cr_expect_str_eq(json_string_value(json_object_get(d, "weights")), "initialised");
+    cr_expect(json_is_null(json_object_get(d, "step")), "an initialised model has no step");
+    cr_expect_str_eq(json_string_value(json_object_get(d, "variant")), "stateful-softmax");
+    cr_expect_str_eq(json_string_value(json_object_get(d, "mode")), "recurrent");
+    cr_expect_str_eq(json_string_value(json_object_get(d, "method")), "sampled");
+    json_decref(d);
+    ab_array a = read_samples("soft"), b = read_samples("kv");
+    cr_assert_eq(a.count, b.count);
+    cr_expect(memcmp(a.data, b.data, a.count * 4) == 0, "stateful-softmax's samples differ from softmax's");
+    ab_array_free(&a);
+    ab_array_free(&b);
+
+    /* from a trained checkpoint too (the run's variant is linear: only softmax and
+     * stateful-softmax stand in for each other) */
+    cr_assert_eq(run("train", cfg, "--out", P("lin"), "--quiet", "--set", "epochs=1"), 0, "%s", g_err);
+    int st = run("sample", P("lin/checkpoint.bin"), "--variant", "stateful-softmax", "--out", P("x1"));
+    tp_usage_error(st, g_err, "linear weights run as stateful-softmax", TP_ARGV("stand in", NULL));
+    cr_assert_eq(run("sample", P("lin/checkpoint.bin"), "--variant", "linear", "--n", "1", "--out", P("x2")), 0, "%s",
+                 g_err);
+    d = load(P("x2/sample.json"));
+    cr_expect_str_eq(json_string_value(json_object_get(d, "weights")), "trained");
+    cr_expect_eq(json_integer_value(json_object_get(d, "step")), 4, "the checkpoint's step");
+    json_decref(d);
+
+    /* the estimate: value j timed at j = 0, 5, 10 and the last (15), integrated over all
+     * 16 positions: between 16 times the cheapest and 16 times the dearest */
+    for (int m = 0; m < 2; m++) {
+        const char *out = P("est%d", m);
+        cr_assert_eq(run("sample", "--config", cfg, "--estimate", "5", "--batch", "2", "--mode",
+                         m ? "recompute" : "recurrent", "--out", out),
+                     0, "%s", g_err);
+        d = load(P("est%d/sample.json", m));
+        cr_expect_str_eq(json_string_value(json_object_get(d, "method")), "estimated");
+        json_t *e = json_object_get(d, "estimate"), *pos = json_object_get(e, "positions"),
+               *secs = json_object_get(e, "seconds");
+        cr_assert_eq(json_array_size(pos), 4);
+        cr_assert_eq(json_array_size(secs), 4);
+        const int want[4] = {0, 5, 10, 15};
+        double lo = INFINITY, hi = 0;
+        for (int i = 0; i < 4; i++) {
+            cr_expect_eq(json_integer_value(json_array_get(pos, i)), want[i]);
+            double s = json_number_value(json_array_get(secs, i));
+            cr_expect_gt(s, 0);
+            lo = fmin(lo, s);
+            hi = fmax(hi, s);
+        }
+        double total = num(d, "wall_s");
+        cr_expect(total >= 16 * lo * (1 - 1e-12) && total <= 16 * hi * (1 + 1e-12), "estimate %g outside [%g, %g]",
+                  total, 16 * lo, 16 * hi);
+        cr_expect_eq(num(d, "s_per_image"), total / 2, "batch 2: two images per pass");
+        cr_expect(!tp_exists(P("est%d/samples.npy", m)), "an estimate wrote samples");
+        json_decref(d);
+    }
+
+    /* refused: both a checkpoint and a config, --set without --config, --estimate with
+     * --complete, a variant that computes something else */
+    st = run("sample", P("lin/checkpoint.bin"), "--config", cfg, "--out", P("r1"));
+    tp_usage_error(st, g_err, "checkpoint and config", TP_ARGV("exclude", NULL));
+    st = run("sample", P("lin/checkpoint.bin"), "--set", "seed=2", "--out", P("r2"));
+    tp_usage_error(st, g_err, "--set without --config", TP_ARGV("--set", NULL));
+    st = run("sample", "--config", cfg, "--estimate", "4", "--complete", "0.5", "--out", P("r3"));
+    tp_usage_error(st, g_err, "--estimate with --complete", TP_ARGV("exclude", NULL));
+    st = run("sample", "--config", cfg, "--variant", "lsh", "--out", P("r4"));
+    tp_usage_error(st, g_err, "linear run as lsh", TP_ARGV("lsh", "stand in", NULL));
+    st = run("sample", "--config", cfg, "--set", "model.layerz=2", "--out", P("r5"));
+    tp_usage_error(st, g_err, "a misspelt --set key", TP_ARGV("layerz", NULL));
+}

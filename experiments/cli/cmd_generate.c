@@ -107,7 +107,7 @@ int cmd_generate(int argc, char **argv, const char *command_line) {
     train_config cfg;
     tf_model *m;
     train_ckpt_state meta;
-    int rc = train_ckpt_load_model(ckpt, 1, device, &cfg, &m, &meta);
+    int rc = train_ckpt_load_model(ckpt, 1, device, NULL, &cfg, &m, &meta);
     if (rc) cli_die(cli_status_for(rc), "%s", ab_error());
     const train_task *task = cfg.task;
     if (task->max_prompt <= 0 || !task->prompt)

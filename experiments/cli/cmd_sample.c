@@ -29,6 +29,7 @@
 
 #include "blas.h"
 #include "cli_util.h"
+#include "config.h"
 #include "cuda_device.h"
 #include "error.h"
 #include "fileio.h"
@@ -49,7 +50,8 @@
 static const char SAMPLE_USAGE[] =
     "usage: attnbench sample CHECKPOINT [--n K] [--batch B] [--seed S] [--temperature T]\n"
     "                        [--mode auto|recurrent|recompute] [--complete FRACTION]\n"
-    "                        [--out DIR] [--device cpu|cuda]\n"
+    "                        [--variant NAME] [--estimate EVERY] [--out DIR] [--device cpu|cuda]\n"
+    "       attnbench sample --config CONFIG.json [--set KEY=VALUE].. [options as above]\n"
     "\n"
     "Ancestral sampling of K rows (images) from the model of a training checkpoint whose\n"
     "task predicts its rows value by value (images, sequences), B rows at a time\n"
@@ -63,7 +65,16 @@ static const char SAMPLE_USAGE[] =
     "first floor(F N) values of rows of the test split and samples the rest. Writes\n"
     "DIR/samples.npy (int32), with --complete DIR/originals.npy, for images the grid\n"
     "DIR/samples.png (gnuplot), and DIR/sample.json\n"
-    "(images/s at batch B, seconds per image, values/s); DIR default results/NAME-samples.\n";
+    "(images/s at batch B, seconds per image, values/s); DIR default results/NAME-samples.\n"
+    "\n"
+    "--config CONFIG.json (with --set overrides, as train) samples from the model the\n"
+    "config initialises (its seed), no training: for speed on a model's shape, which does\n"
+    "not depend on the weights. --variant NAME runs softmax's weights as stateful-softmax\n"
+    "or the reverse (the same function; stateful-softmax trains as softmax). --estimate E\n"
+    "measures speed only: the time to produce value j for all B rows at j = 0, E, 2E, ..\n"
+    "and N-1 (recompute: the forward over the prefix; recurrent: one step after a prefill\n"
+    "of j values, which is not timed), each the median of 3, integrated over every j by\n"
+    "linear interpolation; writes DIR/sample.json only, marked as an estimate.\n";
 
 static int argmax(const float *x, int n) {
     int a = 0;
@@ -126,9 +137,118 @@ static void write_npy(const char *path, int ndim, const int64_t *shape, const in
     if (ab_npy_write(path, AB_I32, ndim, shape, data)) cli_die(AB_EXIT_USAGE, "%s", ab_error());
 }
 
+/* The model a training config initialises (its seed), with --set overrides and an
+ * optional stand-in variant, for B rows on `device`. 0 or an error code with a message. */
+static int config_model(const char *path, const char *const *sets, int n, const char *variant, int B, attn_device device,
+                        train_config *cfg, tf_model **m) {
+    *m = NULL;
+    json_t *root = ab_config_load(path);
+    if (!root) return AB_EINVAL;
+    int rc = train_config_apply_sets(root, sets, n);
+    if (!rc) rc = train_config_parse(root, cfg);
+    json_decref(root);
+    if (rc) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", ab_error());
+        return ab_fail(rc, "%s: %s", path, msg);
+    }
+    if (variant) {
+        if (cfg->model.body != TF_BODY_TRANSFORMER)
+            rc = ab_fail(AB_EINVAL, "%s: the model's body is %s: it has no attention variant to change", path,
+                         tf_body_name(cfg->model.body));
+        else if (!train_variant_interchangeable(cfg->model.attention, variant)) rc = AB_EINVAL;
+        else cfg->model.attention = variant;
+    }
+    cfg->model.device = device;
+    if (!rc) rc = tf_create(&cfg->model, B, m);
+    if (rc) train_config_free(cfg);
+    return rc;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* --estimate: the time to produce value j of B rows (logits of position j from the
+ * inputs 0..j) at j = 0, every, 2 every, .., and N-1, each the median of 3 repeats;
+ * recompute: one forward over the prefix of j + 1 inputs; recurrent: an untimed
+ * prefill of j inputs (or of the one input at j = 0: the prefill is what sampling
+ * times there), then one timed step (the repeats are the steps at j, j + 1, j + 2).
+ * The inputs are the start token and then value 0: the time does not depend on them.
+ * Returns the sum over all N positions, the cost between two measured positions
+ * interpolated linearly; `at` and `secs` receive the measurements. */
+static double estimate(tf_model *m, tf_gen *g, int B, int N, int start, int every, uint64_t attn_seed, int *tokens,
+                       float *logits, json_t *at, json_t *secs) {
+    enum { REPEATS = 3 };
+    int n_pts = 0, cap = N / every + 2;
+    int *pos = malloc(sizeof(int) * (size_t)cap);
+    double *cost = malloc(sizeof(double) * (size_t)cap);
+    if (!pos || !cost) cli_die(AB_EXIT_FAILURE, "out of memory for the estimate's %d positions", cap);
+    for (int j = 0; j < N; j += every) pos[n_pts++] = j;
+    if (pos[n_pts - 1] != N - 1) pos[n_pts++] = N - 1;
+    for (int b = 0; b < B; b++) {
+        tokens[(size_t)b * N] = start;
+        for (int j = 1; j < N; j++) tokens[(size_t)b * N + j] = 0;
+    }
+    int *prefix = malloc(sizeof(int) * (size_t)B * (size_t)N), *next = calloc((size_t)B, sizeof(int));
+    if (!prefix || !next) cli_die(AB_EXIT_FAILURE, "out of memory for the estimate's inputs");
+    for (int p = 0; p < n_pts; p++) {
+        const int j = pos[p];
+        double t[REPEATS];
+        int rc = 0;
+        if (g) {
+            rc = tf_gen_init(g);
+            if (!rc) {
+                const int P = j > 0 ? j : 1; /* j = 0: the timed prefill of the start token */
+                uint64_t t0 = ab_now_ns();
+                rc = tf_gen_prefill(g, take_prefix(prefix, tokens, B, N, P), P, logits);
+                double prefill_s = (double)(ab_now_ns() - t0) * 1e-9;
+                for (int r = 0; r < REPEATS && !rc; r++) {
+                    if (j == 0) {
+                        t[r] = prefill_s; /* one measurement: repeat it */
+                        continue;
+                    }
+                    if (tf_gen_position(g) >= N) { /* the last positions: a step from j again */
+                        if (!(rc = tf_gen_init(g))) rc = tf_gen_prefill(g, take_prefix(prefix, tokens, B, N, j), j, logits);
+                        if (rc) break;
+                    }
+                    t0 = ab_now_ns();
+                    rc = tf_gen_step(g, next, logits);
+                    t[r] = (double)(ab_now_ns() - t0) * 1e-9;
+                }
+            }
+        } else {
+            for (int r = 0; r < REPEATS && !rc; r++) {
+                uint64_t t0 = ab_now_ns();
+                rc = tf_last_logits(m, take_prefix(prefix, tokens, B, N, j + 1), B, j + 1, attn_seed, logits);
+                t[r] = (double)(ab_now_ns() - t0) * 1e-9;
+            }
+        }
+        if (rc) cli_die(cli_status_for(rc), "sample --estimate: value %d: %s", j, ab_error());
+        qsort(t, REPEATS, sizeof(double), cmp_double);
+        cost[p] = t[REPEATS / 2];
+        json_array_append_new(at, json_integer(j));
+        json_array_append_new(secs, ab_json_num(cost[p]));
+    }
+    double total = cost[0];
+    for (int p = 1; p < n_pts; p++) { /* positions pos[p-1]+1 .. pos[p], linear in between */
+        const double span = pos[p] - pos[p - 1];
+        for (int j = pos[p - 1] + 1; j <= pos[p]; j++)
+            total += cost[p - 1] + (cost[p] - cost[p - 1]) * (double)(j - pos[p - 1]) / span;
+    }
+    free(pos);
+    free(cost);
+    free(prefix);
+    free(next);
+    return total;
+}
+
 int cmd_sample(int argc, char **argv, const char *command_line) {
-    const char *ckpt = NULL, *out_dir = NULL, *mode_s = "auto";
-    long long K = 16, B = 1;
+    const char *ckpt = NULL, *config_path = NULL, *out_dir = NULL, *mode_s = "auto", *variant = NULL;
+    const char *sets[64];
+    int n_sets = 0;
+    long long K = 16, B = 1, every = 0;
     double temperature = 1.0, complete = 0.0;
     uint64_t seed = 0;
     bool have_seed = false;
@@ -156,6 +276,13 @@ int cmd_sample(int argc, char **argv, const char *command_line) {
                         temp ? "[0, 1e6] (0: the likeliest value)" : "[0, 1) (the fraction of each row kept)");
             *(temp ? &temperature : &complete) = x;
         } else if (strcmp(argv[i], "--out") == 0) out_dir = cli_path_value(argc, argv, &i);
+        else if (strcmp(argv[i], "--config") == 0) config_path = cli_path_value(argc, argv, &i);
+        else if (strcmp(argv[i], "--set") == 0) {
+            if (n_sets == 64) cli_die(AB_EXIT_USAGE, "sample: too many --set options");
+            sets[n_sets++] = cli_value(argc, argv, &i);
+        } else if (strcmp(argv[i], "--variant") == 0) variant = cli_value(argc, argv, &i);
+        else if (strcmp(argv[i], "--estimate") == 0)
+            every = cli_parse_int("--estimate", cli_value(argc, argv, &i), 1, 1 << 30);
         else if (strcmp(argv[i], "--device") == 0) {
             const char *d = cli_value(argc, argv, &i);
             if (strcmp(d, "cuda") == 0) device = ATTN_DEVICE_CUDA;
@@ -165,14 +292,20 @@ int cmd_sample(int argc, char **argv, const char *command_line) {
         else if (!ckpt) ckpt = argv[i];
         else cli_die(AB_EXIT_USAGE, "sample: more than one checkpoint given ('%s' and '%s')", ckpt, argv[i]);
     }
-    if (!ckpt) cli_die(AB_EXIT_USAGE, "sample: a CHECKPOINT (e.g. results/NAME/checkpoint.bin) is required");
+    if (!ckpt == !config_path)
+        cli_die(AB_EXIT_USAGE, "sample: %s", ckpt ? "a CHECKPOINT and --config exclude each other"
+                                                  : "a CHECKPOINT (e.g. results/NAME/checkpoint.bin) or --config "
+                                                    "CONFIG.json is required");
+    if (n_sets && !config_path) cli_die(AB_EXIT_USAGE, "sample: --set goes with --config (a checkpoint's config is fixed)");
     if (K % B) cli_die(AB_EXIT_USAGE, "sample: --n %lld is not a multiple of --batch %lld", K, B);
+    if (every && complete > 0) cli_die(AB_EXIT_USAGE, "sample: --estimate and --complete exclude each other");
     if (device == ATTN_DEVICE_CUDA && ab_cuda_init()) cli_die(AB_EXIT_USAGE, "%s", ab_error());
 
     train_config cfg;
     tf_model *m;
-    train_ckpt_state meta;
-    int rc = train_ckpt_load_model(ckpt, (int)B, device, &cfg, &m, &meta);
+    train_ckpt_state meta = {.step = -1};
+    int rc = ckpt ? train_ckpt_load_model(ckpt, (int)B, device, variant, &cfg, &m, &meta)
+                  : config_model(config_path, sets, n_sets, variant, (int)B, device, &cfg, &m);
     if (rc) cli_die(cli_status_for(rc), "%s", ab_error());
     const train_task *task = cfg.task;
     if (!task->samplable || task->input != TASK_INPUT_TOKENS)
@@ -215,8 +348,15 @@ int cmd_sample(int argc, char **argv, const char *command_line) {
     if (recurrent && (rc = tf_gen_create(m, Bi, N, &g))) cli_die(cli_status_for(rc), "%s", ab_error());
     const uint64_t attn_seed = tf_step_seed(cfg.seed, TRAIN_EVAL_STEP);
     double sample_s = 0;
+    json_t *est_at = NULL, *est_s = NULL;
+    if (every) {
+        K = B; /* an estimate is for one batch of rows */
+        est_at = json_array();
+        est_s = json_array();
+        sample_s = estimate(m, g, Bi, N, start, (int)every, attn_seed, tokens, logits, est_at, est_s);
+    }
 
-    for (long long i0 = 0; i0 < K; i0 += B) {
+    for (long long i0 = 0; i0 < K && !every; i0 += B) {
         /* the prompts: START, then the first P values of test rows */
         for (int b = 0; b < Bi; b++) tokens[(size_t)b * N] = start;
         if (P > 0) {
@@ -261,24 +401,28 @@ int cmd_sample(int argc, char **argv, const char *command_line) {
 
     /* outputs: the arrays, then the document (each replaced atomically) */
     char path[4400];
-    int64_t shape[4];
-    int nd;
-    if (task->image_h > 0) {
+    int64_t shape[4] = {0};
+    int nd = 0;
+    if (every) {
+        /* an estimate draws nothing */
+    } else if (task->image_h > 0) {
         shape[0] = K, shape[1] = task->image_h, shape[2] = task->image_w, shape[3] = task->image_c;
         nd = 4;
     } else {
         shape[0] = K, shape[1] = N;
         nd = 2;
     }
-    snprintf(path, sizeof path, "%s/samples.npy", dir);
-    write_npy(path, nd, shape, samples);
+    if (!every) {
+        snprintf(path, sizeof path, "%s/samples.npy", dir);
+        write_npy(path, nd, shape, samples);
+    }
     if (originals) {
         snprintf(path, sizeof path, "%s/originals.npy", dir);
         write_npy(path, nd, shape, originals);
     }
     /* the grid of an image task, drawn by gnuplot (plots/samples.gp) to a temporary
      * name, then renamed over DIR/samples.png */
-    if (task->image_h > 0) {
+    if (task->image_h > 0 && !every) {
         const int h = task->image_h, w = task->image_w, c = task->image_c;
         int cols = originals ? (K < 8 ? (int)K : 8) : (int)ceil(sqrt((double)K)), gw, gh;
         char tsv[4400], png[4400], tmp[4500], script[4096], ws[32], hs[32], title[256];
@@ -302,9 +446,16 @@ int cmd_sample(int argc, char **argv, const char *command_line) {
     json_t *doc = json_object();
     json_object_set_new(doc, "schema", json_string("attnbench/sample/1"));
     json_object_set_new(doc, "command", json_string(command_line));
-    json_object_set_new(doc, "checkpoint", json_string(ckpt));
+    json_object_set_new(doc, "checkpoint", ckpt ? json_string(ckpt) : json_null());
+    json_object_set_new(doc, "config", config_path ? json_string(config_path) : json_null());
     json_object_set_new(doc, "run", json_string(cfg.name));
-    json_object_set_new(doc, "step", json_integer((json_int_t)meta.step));
+    /* trained weights (a checkpoint at a step) or the config's initialisation */
+    json_object_set_new(doc, "weights", json_string(ckpt ? "trained" : "initialised"));
+    json_object_set_new(doc, "step", ckpt ? json_integer((json_int_t)meta.step) : json_null());
+    json_object_set_new(doc, "model", json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "body", tf_body_name(cfg.model.body),
+                                                "layers", cfg.model.layers, "d_model", cfg.model.d_model, "heads",
+                                                cfg.model.heads, "d_ff", cfg.model.d_ff, "params",
+                                                (int)tf_param_count(m)));
     json_object_set_new(doc, "task", json_string(task->name));
     json_object_set_new(doc, "variant", cfg.model.attention ? json_string(cfg.model.attention) : json_null());
     json_object_set_new(doc, "mode", json_string(recurrent ? "recurrent" : "recompute"));
@@ -317,6 +468,11 @@ int cmd_sample(int argc, char **argv, const char *command_line) {
     json_object_set_new(doc, "complete", json_real(complete));
     json_object_set_new(doc, "prompt_values", json_integer(P));
     json_object_set_new(doc, "device", json_string(device == ATTN_DEVICE_CUDA ? "cuda" : "cpu"));
+    /* "sampled": whole rows drawn and timed; "estimated": --estimate's sum */
+    json_object_set_new(doc, "method", json_string(every ? "estimated" : "sampled"));
+    if (every)
+        json_object_set_new(doc, "estimate", json_pack("{s:I, s:i, s:o, s:o}", "every", (json_int_t)every, "repeats", 3,
+                                                       "positions", est_at, "seconds", est_s));
     json_object_set_new(doc, "wall_s", ab_json_num(sample_s));
     json_object_set_new(doc, "images_per_s", ab_json_num(sample_s > 0 ? images / sample_s : NAN));
     json_object_set_new(doc, "s_per_image", ab_json_num(sample_s / images));
@@ -336,9 +492,9 @@ int cmd_sample(int argc, char **argv, const char *command_line) {
     }
     fputc('\n', af.f);
     if ((rc = ab_atomic_commit(&af))) cli_die(cli_status_for(rc), "%s", ab_error());
-    fprintf(stderr, "sample: %lld rows of %d values (%d kept), %s, %.3g s/image, %.3g images/s at batch %lld -> %s\n", K,
-            N, P, recurrent ? "recurrent" : "recompute", sample_s / images, sample_s > 0 ? images / sample_s : NAN, B,
-            dir);
+    fprintf(stderr, "sample: %lld rows of %d values (%d kept), %s, %s%.3g s/image, %.3g images/s at batch %lld -> %s\n",
+            K, N, P, recurrent ? "recurrent" : "recompute", every ? "estimated " : "", sample_s / images,
+            sample_s > 0 ? images / sample_s : NAN, B, dir);
     json_decref(doc);
     tf_gen_destroy(g);
     task_batch_free(&tb);

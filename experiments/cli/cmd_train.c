@@ -319,67 +319,6 @@ static json_t *adopt_earlier(run_state *s, const char *path, long long upto, jso
     return started;
 }
 
-/* Whether the dotted path names a value inside `obj`. */
-static bool has_path(const json_t *obj, const char *path) {
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", path);
-    char *save = NULL;
-    const json_t *cur = obj;
-    for (char *tok = strtok_r(buf, ".", &save); tok; tok = strtok_r(NULL, ".", &save)) {
-        if (!json_is_object(cur)) return false;
-        cur = json_object_get(cur, tok);
-        if (!cur) return false;
-    }
-    return true;
-}
-
-/* Whether `key` is "task.X" with X an option of the config's task kind. */
-static bool task_option(const json_t *root, const char *key) {
-    if (strncmp(key, "task.", 5) != 0) return false;
-    const task_kind *k = task_kind_find(json_string_value(json_object_get(json_object_get(root, "task"), "name")));
-    if (!k) return false;
-    for (int i = 0; k->keys[i]; i++)
-        if (strcmp(k->keys[i], key + 5) == 0) return true;
-    return false;
-}
-
-/* --set KEY=VALUE on the config as written. A key the file leaves out (its default
- * applies) may be set too: it must be a key of the canonical config (so a misspelt
- * key is still an error), an option of the task's kind (the canonical config leaves
- * out some that are off, e.g. the copy task's noise), or an option under
- * model.attention.set (the variant checks those). */
-static void apply_sets(json_t *root, const char *const *sets, int n, const char *config_path) {
-    json_t *canon = NULL;
-    /* steps and epochs are two forms of a run's length: setting one alone replaces the
-     * other (a checkpoint's config holds both) */
-    bool set_steps = false, set_epochs = false;
-    for (int i = 0; i < n; i++) {
-        set_steps |= strncmp(sets[i], "steps=", 6) == 0;
-        set_epochs |= strncmp(sets[i], "epochs=", 7) == 0;
-    }
-    if (set_steps != set_epochs) json_object_del(root, set_steps ? "epochs" : "steps");
-    for (int i = 0; i < n; i++) {
-        bool length = strncmp(sets[i], "steps=", 6) == 0 || strncmp(sets[i], "epochs=", 7) == 0;
-        if (ab_config_set(root, sets[i], length) == 0) continue;
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", ab_error());
-        const char *eq = strchr(sets[i], '=');
-        char key[512];
-        snprintf(key, sizeof key, "%.*s", eq ? (int)(eq - sets[i]) : 0, sets[i]);
-        if (!eq || !*key) cli_die(AB_EXIT_USAGE, "%s", msg);
-        if (!canon) {
-            train_config c;
-            if (train_config_parse(root, &c))
-                cli_die(AB_EXIT_USAGE, "%s%s%s", config_path ? config_path : "", config_path ? ": " : "", ab_error());
-            canon = json_incref(c.canon);
-            train_config_free(&c);
-        }
-        bool known = has_path(canon, key) || task_option(root, key) || strncmp(key, "model.attention.set.", 20) == 0;
-        if (!known || ab_config_set(root, sets[i], true)) cli_die(AB_EXIT_USAGE, "%s", msg);
-    }
-    json_decref(canon);
-}
-
 int cmd_train(int argc, char **argv, const char *command_line) {
     const char *config_path = NULL, *out_dir = NULL;
     const char *sets[64];
@@ -427,7 +366,8 @@ int cmd_train(int argc, char **argv, const char *command_line) {
         if (rc) cli_die(cli_status_for(rc), "%s", ab_error());
         root = json_deep_copy(ckpt_config);
     }
-    apply_sets(root, sets, n_sets, config_path);
+    if (train_config_apply_sets(root, sets, n_sets))
+        cli_die(AB_EXIT_USAGE, "%s%s%s", config_path ? config_path : "", config_path ? ": " : "", ab_error());
     train_config cfg;
     int rc = train_config_parse(root, &cfg);
     if (rc) cli_die(cli_status_for(rc), "%s%s%s", config_path ? config_path : "", config_path ? ": " : "", ab_error());

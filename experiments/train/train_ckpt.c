@@ -220,8 +220,20 @@ int trainer_restore(trainer *t, const ab_ckpt_reader *r) {
     return 0;
 }
 
-int train_ckpt_load_model(const char *path, int max_batch, attn_device device, train_config *cfg, tf_model **model,
-                          train_ckpt_state *state) {
+bool train_variant_interchangeable(const char *a, const char *b) {
+    if (!a || !b) return ab_fail(AB_EINVAL, "no attention variant given"), false;
+    if (strcmp(a, b) == 0) return true;
+    const bool sa = strcmp(a, "softmax") == 0 || strcmp(a, "stateful-softmax") == 0;
+    const bool sb = strcmp(b, "softmax") == 0 || strcmp(b, "stateful-softmax") == 0;
+    if (sa && sb) return true;
+    ab_fail(AB_EINVAL, "variant '%s' computes another function than the model's '%s': only softmax and stateful-softmax "
+                       "stand in for each other",
+            b, a);
+    return false;
+}
+
+int train_ckpt_load_model(const char *path, int max_batch, attn_device device, const char *variant, train_config *cfg,
+                          tf_model **model, train_ckpt_state *state) {
     *model = NULL;
     memset(cfg, 0, sizeof *cfg);
     ab_ckpt_reader *r;
@@ -235,6 +247,23 @@ int train_ckpt_load_model(const char *path, int max_batch, attn_device device, t
         snprintf(msg, sizeof msg, "%s", ab_error());
         ab_ckpt_close(r);
         return ab_fail(AB_EINVAL, "%s: its config is not valid here: %s", path, msg);
+    }
+    if (variant) {
+        if (cfg->model.body != TF_BODY_TRANSFORMER) {
+            rc = ab_fail(AB_EINVAL, "%s: the model's body is %s: it has no attention variant to change", path,
+                         tf_body_name(cfg->model.body));
+            ab_ckpt_close(r);
+            train_config_free(cfg);
+            return rc;
+        }
+        if (!train_variant_interchangeable(cfg->model.attention, variant)) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", ab_error());
+            ab_ckpt_close(r);
+            train_config_free(cfg);
+            return ab_fail(AB_EINVAL, "%s: %s", path, msg);
+        }
+        cfg->model.attention = variant;
     }
     train_ckpt_state st;
     cfg->model.device = device;

@@ -335,3 +335,65 @@ static int diff(const json_t *a, const json_t *b, const char *path, bool top, ch
 }
 
 int train_config_diff(const json_t *a, const json_t *b, char *key, size_t cap) { return diff(a, b, "", true, key, cap); }
+
+/* ---- --set KEY=VALUE ---- */
+
+/* Whether the dotted path names a value inside `obj`. */
+static bool has_path(const json_t *obj, const char *path) {
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", path);
+    char *save = NULL;
+    const json_t *cur = obj;
+    for (char *tok = strtok_r(buf, ".", &save); tok; tok = strtok_r(NULL, ".", &save)) {
+        if (!json_is_object(cur)) return false;
+        cur = json_object_get(cur, tok);
+        if (!cur) return false;
+    }
+    return true;
+}
+
+/* Whether `key` is "task.X" with X an option of the config's task kind. */
+static bool task_option(const json_t *root, const char *key) {
+    if (strncmp(key, "task.", 5) != 0) return false;
+    const task_kind *k = task_kind_find(json_string_value(json_object_get(json_object_get(root, "task"), "name")));
+    if (!k) return false;
+    for (int i = 0; k->keys[i]; i++)
+        if (strcmp(k->keys[i], key + 5) == 0) return true;
+    return false;
+}
+
+int train_config_apply_sets(json_t *root, const char *const *sets, int n) {
+    json_t *canon = NULL;
+    int rc = 0;
+    /* steps and epochs are two forms of a run's length: setting one alone replaces the
+     * other (a checkpoint's config holds both) */
+    bool set_steps = false, set_epochs = false;
+    for (int i = 0; i < n; i++) {
+        set_steps |= strncmp(sets[i], "steps=", 6) == 0;
+        set_epochs |= strncmp(sets[i], "epochs=", 7) == 0;
+    }
+    if (set_steps != set_epochs) json_object_del(root, set_steps ? "epochs" : "steps");
+    for (int i = 0; i < n && !rc; i++) {
+        bool length = strncmp(sets[i], "steps=", 6) == 0 || strncmp(sets[i], "epochs=", 7) == 0;
+        if (ab_config_set(root, sets[i], length) == 0) continue;
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", ab_error());
+        const char *eq = strchr(sets[i], '=');
+        char key[512];
+        snprintf(key, sizeof key, "%.*s", eq ? (int)(eq - sets[i]) : 0, sets[i]);
+        if (!eq || !*key) {
+            rc = ab_fail(AB_EINVAL, "%s", msg);
+            break;
+        }
+        if (!canon) {
+            train_config c;
+            if ((rc = train_config_parse(root, &c))) break;
+            canon = json_incref(c.canon);
+            train_config_free(&c);
+        }
+        bool known = has_path(canon, key) || task_option(root, key) || strncmp(key, "model.attention.set.", 20) == 0;
+        if (!known || ab_config_set(root, sets[i], true)) rc = ab_fail(AB_EINVAL, "%s", msg);
+    }
+    json_decref(canon);
+    return rc;
+}

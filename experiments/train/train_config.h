@@ -68,6 +68,15 @@ typedef struct {
 int train_config_parse(const json_t *root, train_config *c);
 void train_config_free(train_config *c);
 
+/* Applies `--set KEY=VALUE` overrides (dotted keys, JSON or bare values, config.h's
+ * ab_config_set) to the config `root` as written. A key the file leaves out (its default
+ * applies) may be set too: it must be a key of the canonical config (so a misspelt key
+ * is still an error), an option of the task's kind (the canonical config leaves out
+ * some that are off, e.g. the copy task's noise), or an option under
+ * model.attention.set (the variant checks those). Setting `steps` or `epochs` alone
+ * replaces the other. 0, or AB_EINVAL with a one-line message. */
+int train_config_apply_sets(json_t *root, const char *const *sets, int n);
+
 /* Keys a resumed run may change (NULL-terminated): name, label, description, steps,
  * epochs, eval_every, checkpoint_every, log_every. */
 extern const char *const TRAIN_RESUMABLE_KEYS[];

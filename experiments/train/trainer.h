@@ -132,8 +132,15 @@ int train_ckpt_get_state(const ab_ckpt_reader *r, train_ckpt_state *st);
 int train_ckpt_check_model(const ab_ckpt_reader *r, const tf_config *model, train_ckpt_state *st);
 /* For generation: the config, the task and a model of max batch `max_batch` on
  * `device` with the checkpoint's parameters; state (may be NULL) receives the state
- * record. */
-int train_ckpt_load_model(const char *path, int max_batch, attn_device device, train_config *cfg, tf_model **model,
+ * record. `variant` (NULL: the checkpoint's) runs the model with another attention
+ * variant that computes the same function with the same parameters: softmax and
+ * stateful-softmax stand in for each other (stateful-softmax trains as softmax and
+ * samples with its key/value cache); any other change is AB_EINVAL. */
+int train_ckpt_load_model(const char *path, int max_batch, attn_device device, const char *variant, train_config *cfg,
+                          tf_model **model,
                           train_ckpt_state *state);
+/* Whether attention variant `b` may stand in for `a` with a's trained parameters (the
+ * same function: equal names, or softmax and stateful-softmax); false with a message. */
+bool train_variant_interchangeable(const char *a, const char *b);
 
 #endif
