@@ -89,6 +89,12 @@ int trainer_step(trainer *t, train_step_info *info);
  * (eval_batches batches, or eval_rows rows of eval_split); split >= 0: the first
  * `rows` rows of that split (all when rows <= 0 or more than it has). */
 int trainer_eval(trainer *t, int split, long long rows, train_eval_info *e);
+/* The plateau schedule (optim.schedule.plateau, train_config.h): reports the watched
+ * value of evaluation e (its loss or metric, negated when better higher) to the
+ * optimiser; *reduced says whether the learning rate was lowered. Nothing (0) without
+ * a plateau schedule. Call it after the evaluations at positive multiples of
+ * eval_every only. */
+int trainer_plateau(trainer *t, const train_eval_info *e, bool *reduced);
 /* The task's metrics of the last training step's batch (values in the task's order). */
 int trainer_step_metrics(trainer *t, const train_step_info *info, double *values);
 /* Whether the config evaluates at all (generator: eval_batches > 0). */
