@@ -9,10 +9,14 @@
  *   forward  tf_forward (tokens) or tf_forward_frames (frames), train = true,
  *            seed = tf_step_seed(S, t), with the rows' lengths (dropout masks and LSH
  *            rotations follow from that seed)
- *   loss     tf_loss with the task's weights; a NaN or infinite loss stops here
+ *   loss     tf_loss with the task's weights (the ctc head: tf_loss_ctc with the
+ *            batch's label sequences, every row of weight 1); a NaN or infinite
+ *            loss stops here
  *   backward tf_backward after tf_zero_grad
  *   update   ab_optim_step (clipping, schedule, Adam/RAdam); a non-finite gradient
  *            norm stops here (the optimiser then changes nothing)
+ * A plateau schedule's factor changes only between steps, after the evaluations the
+ * driver reports to it (trainer_plateau).
  * Evaluation (trainer_eval): generator tasks: batches 0 .. eval_batches-1 of
  * TASK_STREAM_EVAL; dataset tasks: rows 0 .. rows-1 of a split in order, in batches of
  * B (the last one may be smaller). Forward without dropout with the fixed seed
