@@ -165,6 +165,18 @@ int ld_mixture_backward(attn_device dev, float *dout, const float *out, const in
              mixture_backward(dout, out, targets, weights, weight_sum, BT, K));
 }
 
+int ld_ctc_forward(attn_device dev, ce_stats *st, float *nll, const ctc_dims *d, const float *logits,
+                   const int *lengths, const int *labels, const int *counts, const float *weights, void *ws) {
+    DISPATCH(dev, ctc_forward_cuda(st, nll, d, logits, lengths, labels, counts, weights, ws),
+             ctc_forward(st, nll, d, logits, lengths, labels, counts, weights, ws));
+}
+
+int ld_ctc_backward(attn_device dev, float *dlogits, const ctc_dims *d, const float *logits, const int *lengths,
+                    const int *labels, const int *counts, const float *weights, double weight_sum, void *ws) {
+    DISPATCH(dev, ctc_backward_cuda(dlogits, d, logits, lengths, labels, counts, weights, weight_sum, ws),
+             ctc_backward(dlogits, d, logits, lengths, labels, counts, weights, weight_sum, ws));
+}
+
 int ld_lstm_step_forward(attn_device dev, const lstm_step_shape *s, float *gates, float *c, float *out, int out_ld,
                          float *h, float *cs, const float *hw) {
     DISPATCH(dev, lstm_step_forward_cuda(s, gates, c, out, out_ld, h, cs, hw),

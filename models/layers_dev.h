@@ -8,6 +8,7 @@
 #define AB_MODELS_LAYERS_DEV_H
 
 #include "attention.h"
+#include "ctc.h"
 #include "layers.h"
 #include "lstm.h"
 
@@ -61,6 +62,11 @@ int ld_mixture_forward(attn_device dev, ce_stats *st, float *nll, const float *o
                        const float *weights, int BT, int K, void *ws);
 int ld_mixture_backward(attn_device dev, float *dout, const float *out, const int *targets, const float *weights,
                         double weight_sum, int BT, int K);
+/* The CTC loss (ctc.h: ctc_forward, ctc_backward; ws of ctc_ws_bytes, in memory of dev) */
+int ld_ctc_forward(attn_device dev, ce_stats *st, float *nll, const ctc_dims *d, const float *logits,
+                   const int *lengths, const int *labels, const int *counts, const float *weights, void *ws);
+int ld_ctc_backward(attn_device dev, float *dlogits, const ctc_dims *d, const float *logits, const int *lengths,
+                    const int *labels, const int *counts, const float *weights, double weight_sum, void *ws);
 /* One direction's LSTM step (lstm.h: lstm_step_forward, lstm_step_backward) */
 int ld_lstm_step_forward(attn_device dev, const lstm_step_shape *s, float *gates, float *c, float *out, int out_ld,
                          float *h, float *cs, const float *hw);

@@ -24,10 +24,13 @@
  * | m | v | partials | ranges (optim_cuda_range) |; the serialised state is put
  * together in a host copy (`mirror`) when asked for. */
 #define STATE_HEADER 64u
-#define STATE_VERSION 1u
+#define STATE_VERSION 1u         /* written without a plateau schedule */
+#define STATE_VERSION_PLATEAU 2u /* written with one */
 static const char STATE_MAGIC[8] = {'A', 'B', 'O', 'P', 'T', 'I', 'M', '\0'};
 /* Header fields (native byte order): magic @0, u32 version @8, u32 kind @12,
- * u64 n @16, u64 step @24, u32 sizeof(float) @32; the rest is zero. */
+ * u64 n @16, u64 step @24, u32 sizeof(float) @32; version 1: the rest is zero;
+ * version 2, the plateau state: u32 reductions @36, f64 factor @40, f64 best @48,
+ * u64 bad @56. */
 
 /* The gradient norm is summed per block of NORM_BLOCK entries; the update runs over
  * chunks of UPDATE_CHUNK entries. Both are fixed, so results do not depend on the
@@ -52,6 +55,7 @@ struct ab_optim {
     double *dpartials;            /* (n_blocks) */
     optim_cuda_range *dranges;    /* (n_ranges) */
     unsigned char *mirror;        /* header + m + v on the host, made by the first ab_optim_get_state */
+    ab_optim_plateau_state plateau;
 };
 
 /* ------------------------------------------------------------------------------------
@@ -72,7 +76,14 @@ void ab_optim_config_default(ab_optim_config *c) {
     c->n_milestones = 0;
     c->gamma = 0.1;
     c->warmup = 0;
+    c->plateau_metric[0] = '\0';
+    c->plateau_factor = 0.5;
+    c->plateau_patience = 10;
+    c->plateau_threshold = 1e-4;
+    c->plateau_min_lr = 0.0;
 }
+
+bool ab_optim_config_has_plateau(const ab_optim_config *c) { return c->plateau_metric[0] != '\0'; }
 
 const char *ab_optim_kind_name(ab_optim_kind k) {
     switch (k) {
@@ -131,6 +142,17 @@ static int validate(const ab_optim_config *c, const char *where) {
     if (!(c->gamma > 0.0 && isfinite(c->gamma)))
         return bad_key(where, "schedule.gamma", "= %g must be finite and > 0", c->gamma);
     if (c->warmup < 0) return bad_key(where, "schedule.warmup", "= %lld must be >= 0 (0 = none)", c->warmup);
+    if (memchr(c->plateau_metric, '\0', sizeof c->plateau_metric) == NULL)
+        return bad_key(where, "schedule.plateau.metric", "is not a string of at most %zu characters",
+                       sizeof c->plateau_metric - 1);
+    if (!(c->plateau_factor > 0.0 && c->plateau_factor < 1.0))
+        return bad_key(where, "schedule.plateau.factor", "= %g must be in (0, 1)", c->plateau_factor);
+    if (c->plateau_patience < 0)
+        return bad_key(where, "schedule.plateau.patience", "= %lld must be >= 0", c->plateau_patience);
+    if (!(c->plateau_threshold >= 0.0 && isfinite(c->plateau_threshold)))
+        return bad_key(where, "schedule.plateau.threshold", "= %g must be finite and >= 0", c->plateau_threshold);
+    if (!(c->plateau_min_lr >= 0.0 && isfinite(c->plateau_min_lr)))
+        return bad_key(where, "schedule.plateau.min_lr", "= %g must be finite and >= 0", c->plateau_min_lr);
     return 0;
 }
 
@@ -180,7 +202,7 @@ int ab_optim_config_from_json(const json_t *obj, const char *where, ab_optim_con
         char sw[256];
         snprintf(sw, sizeof sw, "%s%sschedule", where, *where ? "." : "");
         if (!json_is_object(sched)) return ab_fail(AB_EINVAL, "config: '%s' must be an object", sw);
-        static const char *const skeys[] = {"milestones", "gamma", "warmup", NULL};
+        static const char *const skeys[] = {"milestones", "gamma", "warmup", "plateau", NULL};
         if ((rc = ab_config_only_keys(sched, sw, skeys))) return rc;
         if ((rc = ab_config_num(sched, sw, "gamma", false, c.gamma, -big, big, &c.gamma))) return rc;
         if ((rc = ab_config_int(sched, sw, "warmup", false, c.warmup, LLONG_MIN, LLONG_MAX, &c.warmup))) return rc;
@@ -199,6 +221,28 @@ int ab_optim_config_from_json(const json_t *obj, const char *where, ab_optim_con
                 c.milestones[i] = json_integer_value(e);
             }
         }
+        const json_t *pl = json_object_get(sched, "plateau");
+        if (pl) {
+            char pw[300];
+            snprintf(pw, sizeof pw, "%s.plateau", sw);
+            if (!json_is_object(pl))
+                return ab_fail(AB_EINVAL, "config: '%s' must be an object {\"metric\": NAME, \"factor\": 0.5, ...}", pw);
+            static const char *const pkeys[] = {"metric", "factor", "patience", "threshold", "min_lr", NULL};
+            if ((rc = ab_config_only_keys(pl, pw, pkeys))) return rc;
+            const char *metric;
+            if ((rc = ab_config_str(pl, pw, "metric", true, NULL, &metric))) return rc;
+            if (!*metric || strlen(metric) >= sizeof c.plateau_metric)
+                return ab_fail(AB_EINVAL, "config: '%s.metric' = '%s' must be a metric's name of 1 to %zu characters", pw,
+                               metric, sizeof c.plateau_metric - 1);
+            snprintf(c.plateau_metric, sizeof c.plateau_metric, "%s", metric);
+            if ((rc = ab_config_num(pl, pw, "factor", false, c.plateau_factor, -big, big, &c.plateau_factor))) return rc;
+            if ((rc = ab_config_int(pl, pw, "patience", false, c.plateau_patience, LLONG_MIN, LLONG_MAX,
+                                    &c.plateau_patience)))
+                return rc;
+            if ((rc = ab_config_num(pl, pw, "threshold", false, c.plateau_threshold, -big, big, &c.plateau_threshold)))
+                return rc;
+            if ((rc = ab_config_num(pl, pw, "min_lr", false, c.plateau_min_lr, -big, big, &c.plateau_min_lr))) return rc;
+        }
     }
     if ((rc = validate(&c, where))) return rc;
     *out = c;
@@ -209,11 +253,21 @@ json_t *ab_optim_config_to_json(const ab_optim_config *c) {
     json_t *ms = json_array();
     if (!ms) return NULL;
     for (int i = 0; i < c->n_milestones; i++) json_array_append_new(ms, json_integer(c->milestones[i]));
-    return json_pack("{s:s, s:f, s:f, s:f, s:f, s:f, s:b, s:f, s:f, s:{s:o, s:f, s:I}}", "kind",
-                     ab_optim_kind_name(c->kind), "lr", c->lr, "beta1", c->beta1, "beta2", c->beta2, "eps", c->eps,
-                     "weight_decay", c->weight_decay, "decoupled_weight_decay", (int)c->decoupled_decay, "clip_norm",
-                     c->clip_norm, "rectify_threshold", c->rectify_threshold, "schedule", "milestones", ms, "gamma",
-                     c->gamma, "warmup", (json_int_t)c->warmup);
+    json_t *o = json_pack("{s:s, s:f, s:f, s:f, s:f, s:f, s:b, s:f, s:f, s:{s:o, s:f, s:I}}", "kind",
+                          ab_optim_kind_name(c->kind), "lr", c->lr, "beta1", c->beta1, "beta2", c->beta2, "eps", c->eps,
+                          "weight_decay", c->weight_decay, "decoupled_weight_decay", (int)c->decoupled_decay,
+                          "clip_norm", c->clip_norm, "rectify_threshold", c->rectify_threshold, "schedule",
+                          "milestones", ms, "gamma", c->gamma, "warmup", (json_int_t)c->warmup);
+    if (o && ab_optim_config_has_plateau(c)) {
+        json_t *pl = json_pack("{s:s, s:f, s:I, s:f, s:f}", "metric", c->plateau_metric, "factor", c->plateau_factor,
+                               "patience", (json_int_t)c->plateau_patience, "threshold", c->plateau_threshold,
+                               "min_lr", c->plateau_min_lr);
+        if (!pl || json_object_set_new(json_object_get(o, "schedule"), "plateau", pl)) {
+            json_decref(o);
+            return NULL;
+        }
+    }
+    return o;
 }
 
 double ab_optim_schedule_lr(const ab_optim_config *c, long long t) {
@@ -337,6 +391,7 @@ int ab_optim_create_on(ab_device dev, const ab_optim_config *c, size_t n, const 
         return rc;
     }
     o->n_ranges = rc;
+    o->plateau = (ab_optim_plateau_state){1.0, INFINITY, 0, 0};
     if (cuda && (rc = create_device_block(o))) {
         ab_optim_destroy(o);
         return rc;
@@ -362,6 +417,34 @@ void ab_optim_destroy(ab_optim *o) {
 
 ab_device ab_optim_device(const ab_optim *o) { return o->dev; }
 long long ab_optim_steps(const ab_optim *o) { return o->step; }
+double ab_optim_lr(const ab_optim *o, long long t) { return ab_optim_schedule_lr(&o->cfg, t) * o->plateau.factor; }
+void ab_optim_plateau_get(const ab_optim *o, ab_optim_plateau_state *st) { *st = o->plateau; }
+
+int ab_optim_plateau(ab_optim *o, double value, bool *reduced) {
+    if (reduced) *reduced = false;
+    const ab_optim_config *c = &o->cfg;
+    if (!ab_optim_config_has_plateau(c))
+        return ab_fail(AB_EINVAL, "optimiser: the schedule has no plateau (schedule.plateau) to report a value to");
+    ab_optim_plateau_state *p = &o->plateau;
+    const bool improved = isinf(p->best) ? value < p->best : value < p->best - c->plateau_threshold * fabs(p->best);
+    if (improved) {
+        p->best = value;
+        p->bad = 0;
+    } else {
+        p->bad++;
+    }
+    if (p->bad > c->plateau_patience) {
+        const double floor = c->lr > 0 ? c->plateau_min_lr / c->lr : 0.0;
+        const double next = p->factor * c->plateau_factor > floor ? p->factor * c->plateau_factor : floor;
+        if (next < p->factor) {
+            p->factor = next;
+            p->reductions++;
+            if (reduced) *reduced = true;
+        }
+        p->bad = 0;
+    }
+    return 0;
+}
 const ab_optim_config *ab_optim_get_config(const ab_optim *o) { return &o->cfg; }
 
 int ab_optim_set_config(ab_optim *o, const ab_optim_config *c) {
@@ -473,7 +556,7 @@ int ab_optim_step(ab_optim *o, float *params, const float *grad, ab_optim_info *
                        o->step + 1, isnan(norm) ? "nan" : "inf");
     const long long t = o->step + 1;
     const double clip = (c->clip_norm > 0.0 && norm > c->clip_norm) ? c->clip_norm / norm : 1.0;
-    const double lr = ab_optim_schedule_lr(c, t);
+    const double lr = ab_optim_lr(o, t);
     const double bc1 = 1.0 - pow(c->beta1, (double)t);
     const double bc2 = 1.0 - pow(c->beta2, (double)t);
 
@@ -534,6 +617,16 @@ int ab_optim_get_state(ab_optim *o, const void **data, size_t *bytes) {
     *data = NULL;
     *bytes = 0;
     ab_put_u64(o->block + 24, (uint64_t)o->step);
+    if (ab_optim_config_has_plateau(&o->cfg)) {
+        ab_put_u32(o->block + 8, STATE_VERSION_PLATEAU);
+        ab_put_u32(o->block + 36, (uint32_t)o->plateau.reductions);
+        memcpy(o->block + 40, &o->plateau.factor, 8);
+        memcpy(o->block + 48, &o->plateau.best, 8);
+        ab_put_u64(o->block + 56, (uint64_t)o->plateau.bad);
+    } else {
+        ab_put_u32(o->block + 8, STATE_VERSION);
+        memset(o->block + 36, 0, STATE_HEADER - 36);
+    }
     const size_t total = STATE_HEADER + 2 * o->n * sizeof(float);
     if (o->dev == AB_DEV_CPU) {
         *data = o->block;
@@ -562,8 +655,9 @@ int ab_optim_set_state(ab_optim *o, const void *data, size_t bytes) {
         return ab_fail(AB_EINVAL, "optimiser state: not an attnbench optimiser state (%zu bytes, wrong magic)", bytes);
     uint32_t version = ab_get_u32(p + 8), kind = ab_get_u32(p + 12), fsize = ab_get_u32(p + 32);
     uint64_t n = ab_get_u64(p + 16), step = ab_get_u64(p + 24);
-    if (version != STATE_VERSION)
-        return ab_fail(AB_EINVAL, "optimiser state: format version %u, this build reads %u", version, STATE_VERSION);
+    if (version != STATE_VERSION && version != STATE_VERSION_PLATEAU)
+        return ab_fail(AB_EINVAL, "optimiser state: format version %u, this build reads %u and %u", version,
+                       STATE_VERSION, STATE_VERSION_PLATEAU);
     if (kind != (uint32_t)o->cfg.kind)
         return ab_fail(AB_EINVAL, "optimiser state: it is %s state, this optimiser is %s",
                        kind <= AB_OPTIM_RADAM ? ab_optim_kind_name((ab_optim_kind)kind) : "unknown",
@@ -572,8 +666,24 @@ int ab_optim_set_state(ab_optim *o, const void *data, size_t bytes) {
         return ab_fail(AB_EINVAL, "optimiser state: it is for %llu parameters, this optimiser has %zu",
                        (unsigned long long)n, o->n);
     if (fsize != sizeof(float)) return ab_fail(AB_EINVAL, "optimiser state: %u-byte floats, expected 4", fsize);
-    for (size_t i = 36; i < STATE_HEADER; i++)
-        if (p[i]) return ab_fail(AB_EINVAL, "optimiser state: malformed header (byte %zu is not zero)", i);
+    ab_optim_plateau_state pl = {1.0, INFINITY, 0, 0};
+    if (version == STATE_VERSION) {
+        for (size_t i = 36; i < STATE_HEADER; i++)
+            if (p[i]) return ab_fail(AB_EINVAL, "optimiser state: malformed header (byte %zu is not zero)", i);
+    } else {
+        uint32_t red = ab_get_u32(p + 36);
+        uint64_t bad = ab_get_u64(p + 56);
+        memcpy(&pl.factor, p + 40, 8);
+        memcpy(&pl.best, p + 48, 8);
+        if (!(pl.factor > 0.0 && pl.factor <= 1.0) || isnan(pl.best) || pl.best == -INFINITY || red > INT32_MAX ||
+            bad > (uint64_t)LLONG_MAX)
+            return ab_fail(AB_EINVAL,
+                           "optimiser state: malformed plateau state (factor %g, best %g, %llu bad evaluations, %u "
+                           "reductions)",
+                           pl.factor, pl.best, (unsigned long long)bad, red);
+        pl.reductions = (int)red;
+        pl.bad = (long long)bad;
+    }
     size_t want = STATE_HEADER + 2 * o->n * sizeof(float);
     if (bytes != want)
         return ab_fail(AB_EINVAL, "optimiser state: %zu bytes, expected %zu for %zu parameters", bytes, want, o->n);
@@ -594,6 +704,7 @@ int ab_optim_set_state(ab_optim *o, const void *data, size_t bytes) {
         if (rc) return rc;
     }
     o->step = (long long)step;
+    o->plateau = pl;
     ab_put_u64(o->block + 24, step);
     return 0;
 }

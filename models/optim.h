@@ -8,8 +8,9 @@
  *
  *   norm  = sqrt(sum_i g_i^2)                       (raw gradient, summed in double)
  *   g     = g * c,  c = min(1, clip_norm / norm)     (clip_norm = 0: c = 1)
- *   lr_t  = lr * gamma^k * w_t                       k = number of milestones < t,
- *                                                    w_t = min(1, t / warmup) (1 if warmup = 0)
+ *   lr_t  = lr * gamma^k * w_t * r                   k = number of milestones < t,
+ *                                                    w_t = min(1, t / warmup) (1 if warmup = 0),
+ *                                                    r the plateau factor (1 without one)
  *   decayed ranges, L2 decay:         g += wd * p    (after clipping)
  *   m     = beta1 m + (1 - beta1) g
  *   v     = beta2 v + (1 - beta2) g^2
@@ -43,6 +44,17 @@
  *   and never modifies the caller's gradient array.
  * - A gradient whose norm is not finite (NaN or inf anywhere) is refused: the step
  *   returns AB_EINVAL and leaves parameters, moments and the step count untouched.
+ *
+ * Reduce on plateau (schedule.plateau, PyTorch's ReduceLROnPlateau in mode "min",
+ * threshold mode "rel", no cooldown): whoever evaluates the model reports a value
+ * after each evaluation with ab_optim_plateau (lower is better: the caller negates a
+ * metric it wants higher). With best the lowest value so far (+inf at first), a value
+ * improves when it is below best - threshold |best|; otherwise the evaluation is a bad
+ * one. After more than `patience` bad evaluations in a row, the factor r becomes
+ * max(r factor, min_lr / lr) (when that is lower) and the count restarts. NaN never
+ * improves. The state (r, best, the bad count, the reductions) is part of the
+ * optimiser's state blob, so a resumed run continues it bit for bit. The optimiser
+ * does not interpret the metric's name: the driver does (experiments/train/).
  *
  * Arithmetic: m and v are float32 like the parameters; the per-step scalars (lr_t,
  * bias corrections, r_t) are computed in double and rounded once. Results do not
@@ -95,6 +107,12 @@ typedef struct {
     long long milestones[AB_OPTIM_MAX_MILESTONES]; /* strictly increasing, >= 1 */
     double gamma;                                  /* > 0, default 0.1 */
     long long warmup;                              /* >= 0: linear warm-up steps, 0 = none */
+    /* Reduce on plateau (above); off when plateau_metric is "" (the default). */
+    char plateau_metric[32];    /* the name of the watched metric, for the driver */
+    double plateau_factor;      /* in (0, 1), default 0.5 (the paper's halving) */
+    long long plateau_patience; /* >= 0 bad evaluations tolerated, default 10 (PyTorch's) */
+    double plateau_threshold;   /* >= 0: relative improvement needed, default 1e-4 (PyTorch's) */
+    double plateau_min_lr;      /* >= 0: the lr r never goes below, default 0 */
 } ab_optim_config;
 
 /* The defaults listed above. */
@@ -109,18 +127,25 @@ int ab_optim_kind_find(const char *name);
  *   {"kind": "radam", "lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8,
  *    "weight_decay": 0, "decoupled_weight_decay": true, "clip_norm": 1.0,
  *    "rectify_threshold": 5,
- *    "schedule": {"milestones": [3000], "gamma": 0.1, "warmup": 0}}
+ *    "schedule": {"milestones": [3000], "gamma": 0.1, "warmup": 0,
+ *                 "plateau": {"metric": "per", "factor": 0.5, "patience": 10,
+ *                             "threshold": 1e-4, "min_lr": 0}}}
+ * ("plateau" is optional, its "metric" required: any non-empty name of at most 31
+ * characters; the driver checks that it names something it evaluates).
  * Every key is optional (defaults above); unknown keys, wrong types and values out of
  * range are AB_EINVAL with a message naming the key as `where.key` ("" for `where`
  * when the object is the root). */
 int ab_optim_config_from_json(const json_t *obj, const char *where, ab_optim_config *out);
-/* The config as a JSON object with every key (new reference), for results and
- * checkpoints; ab_optim_config_from_json reads it back exactly. NULL on out of memory. */
+/* The config as a JSON object with every key (new reference; "plateau" only when the
+ * schedule has one), for results and checkpoints; ab_optim_config_from_json reads it
+ * back exactly. NULL on out of memory. */
 json_t *ab_optim_config_to_json(const ab_optim_config *c);
 
 /* Learning rate of step t (1-based) under the schedule: lr * gamma^k * w_t above
- * (gamma^k by repeated multiplication in double). */
+ * (gamma^k by repeated multiplication in double), without the plateau factor. */
 double ab_optim_schedule_lr(const ab_optim_config *c, long long t);
+/* Whether the schedule reduces on plateau. */
+bool ab_optim_config_has_plateau(const ab_optim_config *c);
 
 /* A range [offset, offset + count) of the parameter array and whether weight decay
  * applies to it (false for biases and layer-norm gains, say). */
@@ -162,19 +187,37 @@ typedef struct {
 int ab_optim_step(ab_optim *o, float *params, const float *grad, ab_optim_info *info);
 
 long long ab_optim_steps(const ab_optim *o); /* steps taken so far */
+/* The learning rate step t would use: ab_optim_schedule_lr times the plateau factor. */
+double ab_optim_lr(const ab_optim *o, long long t);
+
+/* The reduce-on-plateau state (above). */
+typedef struct {
+    double factor;      /* r, the lr's current multiplier: 1, then lowered by reductions */
+    double best;        /* the lowest value so far (+inf before the first) */
+    long long bad;      /* bad evaluations since the last improvement or reduction */
+    int reductions;     /* reductions so far */
+} ab_optim_plateau_state;
+
+/* Reports the value of the watched metric after an evaluation (lower is better) and
+ * applies the rule above; *reduced (may be NULL) says whether r was lowered. AB_EINVAL
+ * when the config has no plateau schedule. */
+int ab_optim_plateau(ab_optim *o, double value, bool *reduced);
+void ab_optim_plateau_get(const ab_optim *o, ab_optim_plateau_state *st);
 const ab_optim_config *ab_optim_get_config(const ab_optim *o);
 /* Changes the config of a live optimiser (e.g. lr on resume); the kind cannot change. */
 int ab_optim_set_config(ab_optim *o, const ab_optim_config *c);
 
 /* The optimiser's complete state as one contiguous byte blob in host memory: a 64-byte
- * header (magic "ABOPTIM", version, kind, n, step) followed by m[n] and v[n]
+ * header (magic "ABOPTIM", version, kind, n, step; with a plateau schedule version 2,
+ * which also holds the plateau state) followed by m[n] and v[n]
  * (float32, native byte order), the same on either device. The pointer stays valid,
  * and its contents current, until the next step or destroy; `ab_optim_set_state` on an
  * optimiser of the same kind and n (on either device) restores it exactly, so
  * continuing gives bit-identical parameters. The config is not part of the state
  * (store it beside, e.g. as the checkpoint's config JSON). On CUDA this downloads m
  * and v into the host copy (waits for the device): 0, or an error code with *data =
- * NULL and *bytes = 0. */
+ * NULL and *bytes = 0. A version 1 state (no plateau) restores the plateau state to
+ * its start. */
 int ab_optim_get_state(ab_optim *o, const void **data, size_t *bytes);
 /* ab_optim_get_state without the result (on a CUDA failure *data is NULL and *bytes
  * 0; the CPU cannot fail). */

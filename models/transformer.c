@@ -1,9 +1,10 @@
 /* The model (transformer.h): creation (config checks, size tables, allocation,
- * initialisation), forward, loss and backward, with the input stage, the body and the
- * head each in their own functions (input_*, body_*, head_*). Generation is in
- * generate.c. */
+ * initialisation) and forward, with the input stage, the body and the head each in
+ * their own functions (input_*, body_*, head_*). The losses and the backward pass are
+ * in model_loss.c, generation in generate.c. */
 #include "transformer_internal.h"
 
+#include "ctc.h"
 #include "layers_dev.h"
 
 #include "../harness/cuda_device.h"
@@ -20,7 +21,7 @@
 
 static const char *const INPUT_NAMES[] = {"tokens", "frames"};
 static const char *const BODY_NAMES[] = {"transformer", "lstm"};
-static const char *const HEAD_NAMES[] = {"categorical", "logistic_mixture"};
+static const char *const HEAD_NAMES[] = {"categorical", "logistic_mixture", "ctc"};
 _Static_assert(sizeof INPUT_NAMES / sizeof *INPUT_NAMES == TF_INPUT_COUNT, "a name for every input");
 _Static_assert(sizeof BODY_NAMES / sizeof *BODY_NAMES == TF_BODY_COUNT, "a name for every body");
 _Static_assert(sizeof HEAD_NAMES / sizeof *HEAD_NAMES == TF_HEAD_COUNT, "a name for every head");
@@ -89,11 +90,19 @@ uint64_t tf_attn_seed(uint64_t seed, int layer) {
 /* ---- configuration ---- */
 
 /* The targets' range: classes, or the vocabulary when classes is 0. */
-static int targets_of(const tf_config *c) { return c->classes > 0 ? c->classes : c->vocab; }
+int tf_targets_of(const tf_config *c) { return c->classes > 0 ? c->classes : c->vocab; }
 
-/* The head's outputs per position: a logit per class, or the mixture's 3K. */
+/* The head's outputs per position: a logit per class, the mixture's 3K, or CTC's blank
+ * and a logit per class. */
 static int classes_of(const tf_config *c) {
-    return c->head == TF_HEAD_LOGISTIC_MIXTURE ? 3 * c->mixtures : targets_of(c);
+    if (c->head == TF_HEAD_LOGISTIC_MIXTURE) return 3 * c->mixtures;
+    return c->head == TF_HEAD_CTC ? tf_targets_of(c) + 1 : tf_targets_of(c);
+}
+
+/* The CTC loss's dimensions for a batch of B rows of N positions. */
+ctc_dims tf_ctc_dims(const tf_config *c, int B, int N) {
+    ctc_dims d = {B, N, classes_of(c), c->max_labels};
+    return d;
 }
 
 /* The body's output channels. */
@@ -118,14 +127,28 @@ static int check_config(const tf_config *c, int max_batch) {
         if (c->mixtures < 1 || c->mixtures > TF_MAX_MIXTURES)
             return ab_fail(AB_EINVAL, "model mixtures %d: the logistic_mixture head needs 1..%d components", c->mixtures,
                            TF_MAX_MIXTURES);
-        if (targets_of(c) != 256)
+        if (tf_targets_of(c) != 256)
             return ab_fail(AB_EINVAL, "model classes %d: the logistic_mixture head models 8-bit values (classes 256)",
-                           targets_of(c));
+                           tf_targets_of(c));
     } else if (c->mixtures != 0) {
         return ab_fail(AB_EINVAL, "model mixtures %d: only the logistic_mixture head has mixture components (set 0)",
                        c->mixtures);
     }
     if (c->max_len < 1) return ab_fail(AB_EINVAL, "model max_len %d must be >= 1", c->max_len);
+    if (c->head == TF_HEAD_CTC) {
+        if (c->max_labels < 1 || c->max_labels > c->max_len)
+            return ab_fail(AB_EINVAL,
+                           "model max_labels %d: the ctc head needs 1..max_len (%d) label slots per row (a row of "
+                           "L labels needs at least L frames)",
+                           c->max_labels, c->max_len);
+        if (tf_targets_of(c) >= INT_MAX) return ab_fail(AB_EINVAL, "model classes %d: too many for the ctc head", tf_targets_of(c));
+        ctc_dims d = tf_ctc_dims(c, max_batch > 0 ? max_batch : 1, c->max_len);
+        int rc = ctc_dims_check(&d);
+        if (rc) return rc;
+    } else if (c->max_labels != 0) {
+        return ab_fail(AB_EINVAL, "model max_labels %d: only the ctc head takes label sequences (set 0)",
+                       c->max_labels);
+    }
     if (c->d_model < 1) return ab_fail(AB_EINVAL, "model d_model %d must be >= 1", c->d_model);
     if (c->layers < 1) return ab_fail(AB_EINVAL, "model layers %d must be >= 1", c->layers);
     if (c->body == TF_BODY_TRANSFORMER) {
@@ -261,6 +284,13 @@ static void carve_acts(tf_model *m, tf_table *t) {
     m->dlogits = tf_carve_f(t, "dlogits", false, 3, B, N, K, 0);
     m->ce_ws = tf_carve(t, "ce", 1, false, 1, (int64_t)ld_cross_entropy_ws_bytes(m->dev, B * N), 0, 0, 0);
     tf_table_prefix(t, "%s", "");
+    if (c->head == TF_HEAD_CTC) {
+        /* the label inputs (counts, lengths, weights, labels: 3B + B S ints) and the
+         * loss's tables (ctc_dims_check in check_config: the size fits) */
+        const ctc_dims d = tf_ctc_dims(c, B, N);
+        m->ctc_in = tf_carve(t, "ctc.in", sizeof(int), false, 1, (int64_t)B * (3 + (int64_t)c->max_labels), 0, 0, 0);
+        m->ctc_ws = tf_carve(t, "ctc.ws", 1, false, 1, (int64_t)ctc_ws_bytes(&d), 0, 0, 0);
+    }
 }
 
 /* CUDA: the host staging of the inputs, laid out as the device tensors from "tokens"
@@ -275,7 +305,10 @@ static int make_staging(tf_model *m) {
     size_t tok = (ti->offset + ti->count * sizeof(int) - tt->offset + 63) / 64 * 64;
     size_t tgt = (tw->offset + tw->count * sizeof(float) - tg->offset + 63) / 64 * 64;
     size_t frm = (tf->count * sizeof(float) + 63) / 64 * 64;
-    char *h = ab_alloc(tok + tgt + frm + sizeof(int) * (size_t)m->max_batch);
+    size_t len = (sizeof(int) * (size_t)m->max_batch + 63) / 64 * 64;
+    const tf_tensor *tc = tf_table_find(&m->atab, "ctc.in");
+    size_t ctc = tc ? tc->count * sizeof(int) : 0;
+    char *h = ab_alloc(tok + tgt + frm + len + ctc);
     if (!h) return AB_ENOMEM;
     m->host_in = h;
     m->h_tokens = (int *)h;
@@ -285,6 +318,7 @@ static int make_staging(tf_model *m) {
     m->h_weights = (float *)(h + tok + (tw->offset - tg->offset));
     m->h_frames = (float *)(h + tok + tgt);
     m->lengths = (int *)(h + tok + tgt + frm);
+    m->h_ctc = tc ? (int *)(h + tok + tgt + frm + len) : NULL;
     return 0;
 }
 
@@ -615,23 +649,14 @@ static int input_forward(tf_model *m, int B, int N, int pos0) {
     return ld_positions_add(m->dev, m->emb, m->pos_table, B, N, C, pos0);
 }
 
-/* d(emb) (B N, C) -> the input stage's parameter gradients. */
-static int input_backward(tf_model *m, const float *demb, int BT) {
-    if (m->cfg.input == TF_INPUT_TOKENS)
-        return ld_embedding_backward(m->dev, m->g_tok_emb, demb, m->tokens, m->order, m->starts, BT, m->cfg.d_model,
-                                     m->cfg.vocab);
-    return ld_dense_backward(m->dev, NULL, m->g_in_w, m->g_in_b, demb, m->frames, m->in_w, BT, m->cfg.features,
-                             m->cfg.d_model);
-}
-
-static const float *layer_input(const tf_model *m, int l) {
+const float *tf_layer_input(const tf_model *m, int l) {
     return l == 0 ? m->emb : enc_output(&m->enc, &m->la[l - 1]);
 }
 
 /* the input of the head: the transformer's final LN output or last layer's output */
-static const float *body_output(const tf_model *m) {
+const float *tf_body_output(const tf_model *m) {
     if (m->cfg.body == TF_BODY_LSTM) return lstm_output(&m->lc, &m->lsa);
-    return m->cfg.final_norm ? m->lnf_out : layer_input(m, m->cfg.layers);
+    return m->cfg.final_norm ? m->lnf_out : tf_layer_input(m, m->cfg.layers);
 }
 
 static int body_forward(tf_model *m, const mha_dims *d, bool train, uint64_t seed, const mha_run *runs) {
@@ -641,18 +666,18 @@ static int body_forward(tf_model *m, const mha_dims *d, bool train, uint64_t see
     }
     for (int l = 0; l < m->cfg.layers; l++) {
         attn_reseed(m->att, tf_attn_seed(seed, l));
-        int rc = enc_forward(m->att, &m->enc, d, runs ? &runs[l] : NULL, layer_input(m, l), &m->lp[l], &m->la[l],
+        int rc = enc_forward(m->att, &m->enc, d, runs ? &runs[l] : NULL, tf_layer_input(m, l), &m->lp[l], &m->la[l],
                              &m->ws, train, seed, TF_STREAM_DROPOUT + 4 * (uint64_t)l);
         if (rc) return rc;
     }
     if (m->cfg.final_norm)
-        return ld_layernorm_forward(m->dev, m->lnf_out, m->lnf_mean, m->lnf_rstd, layer_input(m, m->cfg.layers),
+        return ld_layernorm_forward(m->dev, m->lnf_out, m->lnf_mean, m->lnf_rstd, tf_layer_input(m, m->cfg.layers),
                                     m->lnf_g, m->lnf_b, d->B * d->N, m->cfg.d_model);
     return 0;
 }
 
 static int head_forward(tf_model *m, int BT) {
-    return ld_dense_forward(m->dev, m->logits, body_output(m), m->head_w, m->head_b, BT, m->width, m->classes);
+    return ld_dense_forward(m->dev, m->logits, tf_body_output(m), m->head_w, m->head_b, BT, m->width, m->classes);
 }
 
 /* The tokens (B N) into the model's buffer; on CUDA with their token index for the
@@ -753,111 +778,4 @@ int tf_forward_frames(tf_model *m, const float *frames, int B, int N, const int 
 }
 
 int tf_classes(const tf_model *m) { return m->classes; }
-int tf_target_classes(const tf_model *m) { return targets_of(&m->cfg); }
-
-/* ---- loss and backward ---- */
-
-int tf_loss(tf_model *m, const int *targets, const float *weights, ce_stats *st) {
-    if (!m || !st) return ab_fail(AB_EINVAL, "tf_loss: NULL argument");
-    if (!m->have_forward) return ab_fail(AB_EINVAL, "tf_loss: no forward to score (call tf_forward first)");
-    if (!targets) return ab_fail(AB_EINVAL, "tf_loss: NULL targets");
-    size_t n = (size_t)m->B * m->N;
-    for (size_t i = 0; i < n; i++) {
-        float w = weights ? weights[i] : 1.0f;
-        if (!(w >= 0.0f) || isinf(w))
-            return ab_fail(AB_EINVAL, "tf_loss: weight %g at index %zu is not finite and >= 0", (double)w, i);
-        if (w > 0.0f && (targets[i] < 0 || targets[i] >= targets_of(&m->cfg)))
-            return ab_fail(AB_EINVAL, "tf_loss: target %d at index %zu is outside [0, classes=%d)", targets[i], i,
-                           targets_of(&m->cfg));
-    }
-    m->has_weights = weights != NULL;
-    int rc;
-    if (m->dev == ATTN_DEVICE_CPU) {
-        memcpy(m->targets, targets, sizeof(int) * n);
-        if (weights) memcpy(m->weights, weights, sizeof(float) * n);
-    } else {
-        /* targets, and the weights after them, in one upload */
-        memcpy(m->h_targets, targets, sizeof(int) * n);
-        if (weights) memcpy(m->h_weights, weights, sizeof(float) * n);
-        size_t bytes = weights ? (size_t)((char *)(m->h_weights + n) - (char *)m->h_targets) : sizeof(int) * n;
-        if ((rc = ab_dev_upload(AB_DEV_CUDA, m->targets, m->h_targets, bytes))) return rc;
-    }
-    if (m->cfg.head == TF_HEAD_LOGISTIC_MIXTURE)
-        rc = ld_mixture_forward(m->dev, st, m->nll, m->logits, m->targets, m->has_weights ? m->weights : NULL, (int)n,
-                                m->cfg.mixtures, m->ce_ws);
-    else
-        rc = ld_cross_entropy_forward(m->dev, st, m->nll, m->logits, m->targets, m->has_weights ? m->weights : NULL,
-                                      (int)n, m->classes, m->ce_ws);
-    if (rc) return rc;
-    m->weight_sum = st->weight_sum;
-    m->have_loss = true;
-    return 0;
-}
-
-static int head_backward(tf_model *m, float *dx, int BT) {
-    int W = m->width, K = m->classes;
-    const float *wts = m->has_weights ? m->weights : NULL;
-    int rc = ld_zero(m->dev, m->dlogits, sizeof(float) * (size_t)BT * K);
-    if (!rc)
-        rc = m->cfg.head == TF_HEAD_LOGISTIC_MIXTURE
-                 ? ld_mixture_backward(m->dev, m->dlogits, m->logits, m->targets, wts, m->weight_sum, BT,
-                                       m->cfg.mixtures)
-                 : ld_cross_entropy_backward(m->dev, m->dlogits, m->logits, m->targets, wts, m->weight_sum, BT, K);
-    if (rc) return rc;
-    return ld_dense_backward(m->dev, dx, m->g_head_w, m->g_head_b, m->dlogits, body_output(m), m->head_w, BT, W, K);
-}
-
-/* dtop: gradient at the body's output; returns the buffer holding d(emb) */
-static int body_backward(tf_model *m, const mha_dims *d, float *dtop, float **demb) {
-    int BT = d->B * d->N, C = m->cfg.d_model;
-    size_t n = (size_t)BT * C;
-    float *dcur = m->dx_a, *dnext = m->dx_b;
-    int rc;
-    if (m->cfg.body == TF_BODY_LSTM) {
-        /* dtop is dx_b (the head's input gradient); d(emb) accumulates into dx_a */
-        lstm_dims ld = {d->B, d->N, d->lengths, m->dev};
-        if ((rc = ld_zero(m->dev, dcur, sizeof(float) * n)) ||
-            (rc = lstm_stack_backward(&m->lc, &ld, dcur, &m->lsg, dtop, m->emb, &m->lsp, &m->lsa, &m->lsw, m->train)))
-            return rc;
-        *demb = dcur;
-        return 0;
-    }
-    if (m->cfg.final_norm) {
-        if ((rc = ld_zero(m->dev, dcur, sizeof(float) * n)) ||
-            (rc = ld_layernorm_backward(m->dev, dcur, m->g_lnf_g, m->g_lnf_b, dtop, layer_input(m, m->cfg.layers),
-                                        m->lnf_g, m->lnf_mean, m->lnf_rstd, BT, C)))
-            return rc;
-    } else if ((rc = ld_copy(m->dev, dcur, dtop, sizeof(float) * n))) {
-        return rc;
-    }
-    for (int l = m->cfg.layers - 1; l >= 0; l--) {
-        if ((rc = ld_zero(m->dev, dnext, sizeof(float) * n))) return rc;
-        attn_reseed(m->att, tf_attn_seed(m->seed, l));
-        rc = enc_backward(m->att, &m->enc, d, dnext, &m->lg[l], dcur, layer_input(m, l), &m->lp[l], &m->la[l], &m->ws,
-                          m->train);
-        if (rc) return rc;
-        float *t = dcur;
-        dcur = dnext;
-        dnext = t;
-    }
-    *demb = dcur;
-    return 0;
-}
-
-int tf_backward(tf_model *m) {
-    if (!m) return ab_fail(AB_EINVAL, "tf_backward: NULL model");
-    if (!m->have_forward || !m->have_loss)
-        return ab_fail(AB_EINVAL, "tf_backward: needs tf_forward then tf_loss first");
-    int BT = m->B * m->N;
-    size_t n = (size_t)BT * m->width;
-    /* the head's input gradient goes to dx_b (free until the first layer) */
-    float *dtop = m->dx_b;
-    int rc = ld_zero(m->dev, dtop, sizeof(float) * n);
-    if (rc || (rc = head_backward(m, dtop, BT))) return rc;
-    mha_dims d = {m->B, m->N, m->cfg.d_model, m->cfg.heads, m->cfg.causal, m->has_lengths ? m->lengths : NULL, m->dev};
-    float *demb;
-    if ((rc = body_backward(m, &d, dtop, &demb))) return rc;
-    if ((rc = input_backward(m, demb, BT))) return rc;
-    m->have_loss = false;
-    return 0;
-}
+int tf_target_classes(const tf_model *m) { return tf_targets_of(&m->cfg); }

@@ -18,6 +18,11 @@
  *           (layers.h: mixture_*); generation draws from it with mixture_sample or
  *           takes mixture_mode, on the outputs of a position from tf_last_logits or
  *           the generator
+ *           TF_HEAD_CTC: dense width -> classes + 1 outputs (output 0 the CTC blank,
+ *           output c + 1 class c), the CTC loss of each row's label sequence over
+ *           the row's valid frames (ctc.h), the weighted mean nll per row; scored
+ *           with tf_loss_ctc (label sequences of up to max_labels labels per row)
+ *           instead of tf_loss (per-position targets)
  *
  * Memory (the llm.c way): parameters in ONE float allocation carved by a size table
  * (tf_param_tensor: names, offsets and counts in floats, weight-decay flags),
@@ -89,7 +94,7 @@
 /* The parts a model is built from (names: tf_*_name, as in configs). */
 typedef enum { TF_INPUT_TOKENS = 0, TF_INPUT_FRAMES = 1, TF_INPUT_COUNT } tf_input;
 typedef enum { TF_BODY_TRANSFORMER = 0, TF_BODY_LSTM = 1, TF_BODY_COUNT } tf_body;
-typedef enum { TF_HEAD_CATEGORICAL = 0, TF_HEAD_LOGISTIC_MIXTURE = 1, TF_HEAD_COUNT } tf_head;
+typedef enum { TF_HEAD_CATEGORICAL = 0, TF_HEAD_LOGISTIC_MIXTURE = 1, TF_HEAD_CTC = 2, TF_HEAD_COUNT } tf_head;
 #define TF_MAX_MIXTURES 4096 /* components of a mixture head */
 
 const char *tf_input_name(tf_input i);
@@ -108,8 +113,10 @@ typedef struct {
     int features;        /* F: floats per position (TF_INPUT_FRAMES) */
     int classes;         /* head outputs, targets in [0, classes); 0: the vocabulary */
     tf_body body;        /* TF_BODY_TRANSFORMER (default) or TF_BODY_LSTM */
-    tf_head head;        /* TF_HEAD_CATEGORICAL (default) or TF_HEAD_LOGISTIC_MIXTURE */
+    tf_head head;        /* TF_HEAD_CATEGORICAL (default), TF_HEAD_LOGISTIC_MIXTURE or TF_HEAD_CTC */
     int mixtures;        /* a mixture head's components K, 1..TF_MAX_MIXTURES (0: the head has none) */
+    int max_labels;      /* the CTC head's label slots per row S (the most labels a row has),
+                            1..max_len (0: the head takes no label sequences) */
     int max_len;         /* longest sequence; rows of the positions table */
     int d_model;         /* C: width of the input stage (and of the transformer) */
     int heads;           /* transformer: H; C % H == 0, head dimension C / H */
@@ -198,7 +205,7 @@ int tf_forward(tf_model *m, const int *tokens, int B, int N, const int *lengths,
 /* The same for a frame-input model: frames (B, N, F) finite floats (host memory). */
 int tf_forward_frames(tf_model *m, const float *frames, int B, int N, const int *lengths, bool train, uint64_t seed);
 /* K: the head's outputs per position (the width of the logits): the classes for the
- * categorical head, 3 x mixtures for the logistic mixture. */
+ * categorical head, 3 x mixtures for the logistic mixture, classes + 1 for CTC. */
 int tf_classes(const tf_model *m);
 /* The targets' range [0, tf_target_classes()): the classes (256 for the mixture). */
 int tf_target_classes(const tf_model *m);
@@ -213,8 +220,21 @@ int tf_logits_download(const tf_model *m, float *host);
  * mixture's most probable value, equal to the target) and remembers targets and
  * weights for tf_backward. */
 int tf_loss(tf_model *m, const int *targets, const float *weights, ce_stats *st);
-/* Gradient of the last tf_loss with respect to every parameter, accumulated (+=) into
- * tf_grads(). Needs a tf_forward then tf_loss, in that order, with nothing between. */
+/* The CTC head's loss of the last forward (ctc.h): labels (B, max_labels), row b's
+ * first counts[b] entries its label sequence (classes in [0, tf_target_classes()); the
+ * slots past it are not read), weights (B) per row or NULL (all 1); a row of weight 0
+ * is not scored (neither its count nor its labels are read). Row b's frames are its
+ * length of the forward (N without lengths). Fills st (loss = sum_b w_b nll_b /
+ * sum_b w_b in nats per row; counted: the weighted rows; correct: those whose best
+ * path is exactly their labels) and remembers the labels for tf_backward. Refused
+ * (AB_EINVAL naming the row): a count outside [0, max_labels], a label outside the
+ * classes, a weight that is not finite and >= 0, and a row whose labels cannot be
+ * aligned to its frames (fewer frames than labels plus adjacent repeats: the CTC
+ * loss would be infinite). tf_loss refuses a CTC model and tf_loss_ctc any other. */
+int tf_loss_ctc(tf_model *m, const int *labels, const int *counts, const float *weights, ce_stats *st);
+/* Gradient of the last tf_loss (or tf_loss_ctc) with respect to every parameter,
+ * accumulated (+=) into tf_grads(). Needs a tf_forward then the loss, in that order,
+ * with nothing between. */
 int tf_backward(tf_model *m);
 
 /* ---- generation ---- */

@@ -1,7 +1,9 @@
-/* Internal: the model struct shared by transformer.c and generate.c. Not installed. */
+/* Internal: the model struct shared by transformer.c, model_loss.c and generate.c. Not
+ * installed. */
 #ifndef AB_MODELS_TRANSFORMER_INTERNAL_H
 #define AB_MODELS_TRANSFORMER_INTERNAL_H
 
+#include "ctc.h"
 #include "encoder.h"
 #include "lstm.h"
 #include "transformer.h"
@@ -39,6 +41,9 @@ struct tf_model {
     float *weights;                  /* (B, N) */
     int *starts, *order;             /* CUDA: embedding_token_index of the tokens, (V + 1), (B, N) */
     void *ce_ws;                     /* CUDA: cross_entropy_forward_cuda's scratch */
+    int *ctc_in;                     /* CTC head: the label inputs of tf_loss_ctc, memory of dev:
+                                        (B) counts, (B) lengths, (B) weights, (B, S) labels */
+    void *ctc_ws;                    /* CTC head: ctc_ws_bytes of (max_batch, max_len) */
     float *pos_table;                /* (max_len, C); NULL for a body without positions */
     float *emb;                      /* (B, N, C): layer 0's input */
     enc_acts *la;                    /* per layer */
@@ -54,7 +59,7 @@ struct tf_model {
      * laid out as their device tensors so that each group goes up in one copy:
      * tokens .. token_index (tokens, starts, order) and targets .. weights. */
     void *host_in;
-    int *h_tokens, *h_starts, *h_order, *h_targets;
+    int *h_tokens, *h_starts, *h_order, *h_targets, *h_ctc;
     float *h_weights, *h_frames;
 
     /* the last forward */
@@ -63,6 +68,9 @@ struct tf_model {
     uint64_t seed;
     double weight_sum;
     bool has_weights;
+    /* the last tf_loss_ctc: its inputs inside ctc_in (laid out for the forward's B) */
+    const int *ctc_counts, *ctc_lengths, *ctc_labels;
+    const float *ctc_weights;
 };
 
 /* A forward's input: tokens (B, N) or frames (B, N, F), host memory. */
@@ -78,5 +86,12 @@ int tf_forward_run(tf_model *m, const tf_in *in, int B, int N, int pos0, const i
 /* 0, or AB_EINVAL naming `what` when the model does not take tokens or one is
  * outside [0, vocab). */
 int tf_check_tokens(const tf_model *m, const int *tokens, size_t n, const char *what);
+/* The targets' range of a config: its classes, or the vocabulary when classes is 0. */
+int tf_targets_of(const tf_config *c);
+/* The CTC head's loss dimensions for B rows of N positions. */
+ctc_dims tf_ctc_dims(const tf_config *c, int B, int N);
+/* Layer l's input (the embedding for l = 0), and the head's input (the body's output). */
+const float *tf_layer_input(const tf_model *m, int l);
+const float *tf_body_output(const tf_model *m);
 
 #endif

@@ -160,7 +160,7 @@ Test(cli, list_shows_variants_and_options) {
     cr_assert_str_empty(g_stderr);
     static const char *const words[] = {"softmax", "stateful-softmax", "linear", "polynomial", "lsh", "scale",
                                         "feature_map", "eps", "chunk", "c=", "rounds", "bits", "combine",
-                                        "elu", "taylor", "logsumexp"};
+                                        "elu", "taylor", "logsumexp", "model heads", "categorical, logistic_mixture, ctc"};
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
         cr_assert(strstr(g_stdout, words[i]), "list does not show '%s':\n%s", words[i], g_stdout);
     /* Every option the library lists is shown. */
@@ -203,7 +203,7 @@ Test(cli, list_json_is_the_registry) {
     json_error_t jerr;
     json_t *doc = json_loads(g_stdout, 0, &jerr);
     cr_assert_not_null(doc, "list --json is not JSON: %s (line %d)", jerr.text, jerr.line);
-    cr_assert_eq(json_object_size(doc), 5u, "schema, variants, feature_maps, tasks, bodies");
+    cr_assert_eq(json_object_size(doc), 6u, "schema, variants, feature_maps, tasks, bodies, heads");
     cr_assert_str_eq(jstr(doc, "schema"), "attnbench/list/1");
 
     json_t *vars = json_object_get(doc, "variants");
@@ -280,7 +280,7 @@ Test(cli, list_json_is_the_registry) {
     }
     cr_assert_str_eq(jstr(json_array_get(maps, 0), "name"), "elu");
 
-    /* the training tasks with their config keys, and the model bodies */
+    /* the training tasks with their config keys, the model bodies and heads */
     json_t *tasks = json_object_get(doc, "tasks");
     int nt = 0;
     for (; task_kind_at(nt); nt++) {
@@ -300,6 +300,11 @@ Test(cli, list_json_is_the_registry) {
     cr_assert_eq(json_array_size(bodies), (size_t)TF_BODY_COUNT);
     for (int b = 0; b < TF_BODY_COUNT; b++)
         cr_assert_str_eq(json_string_value(json_array_get(bodies, b)), tf_body_name((tf_body)b));
+    json_t *heads = json_object_get(doc, "heads");
+    cr_assert_eq(json_array_size(heads), (size_t)TF_HEAD_COUNT);
+    for (int h = 0; h < TF_HEAD_COUNT; h++)
+        cr_assert_str_eq(json_string_value(json_array_get(heads, h)), tf_head_name((tf_head)h));
+    cr_assert_str_eq(json_string_value(json_array_get(heads, TF_HEAD_CTC)), "ctc");
     json_decref(doc);
 
     const char *must[] = {"extra", NULL};

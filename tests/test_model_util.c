@@ -143,10 +143,43 @@ void tm_ref_lstm_logits(const tm_ref_lstm *r, const double *frames, int B, int N
     free(h);
 }
 
-double tm_ref_lstm_loss(const tm_ref_lstm *r, const double *frames, int B, int N, const int *lengths,
-                        const ref_lstm_drop *drop, const int *targets, const double *weights, const tm_ref_lstm *g) {
+void tm_ref_lstm_backprop(const tm_ref_lstm *r, const double *frames, int B, int N, const int *lengths,
+                          const ref_lstm_drop *drop, const double *dl, const tm_ref_lstm *g) {
     const int BT = B * N, C = r->C, K = r->K, F = r->F, DH = (r->bidirectional ? 2 : 1) * r->H;
     double *x = calloc((size_t)BT * C, sizeof(double)), *h = calloc((size_t)BT * DH, sizeof(double));
+    double *logits = calloc((size_t)BT * K, sizeof(double));
+    lstm_model_forward(r, frames, B, N, lengths, drop, x, h, logits);
+    double *dh = calloc((size_t)BT * DH, sizeof(double)), *dx = calloc((size_t)BT * C, sizeof(double));
+    /* head: dW += dl^T h, db += column sums, dh = dl W */
+    for (int i = 0; i < BT; i++)
+        for (int k = 0; k < K; k++) {
+            double d = dl[(long)i * K + k];
+            g->head_b[k] += d;
+            for (int j = 0; j < DH; j++) {
+                g->head_w[(long)k * DH + j] += d * h[(long)i * DH + j];
+                dh[(long)i * DH + j] += d * r->head_w[(long)k * DH + j];
+            }
+        }
+    ref_lstm_cfg lc = {C, r->H, r->layers, r->bidirectional};
+    ref_lstm_backward(&lc, &r->lstm, x, B, N, lengths, drop, dh, dx, &g->lstm);
+    /* input projection: dW += dx^T frames, db += column sums */
+    for (int i = 0; i < BT; i++)
+        for (int ch = 0; ch < C; ch++) {
+            double d = dx[(long)i * C + ch];
+            g->in_b[ch] += d;
+            for (int f = 0; f < F; f++) g->in_w[(long)ch * F + f] += d * frames[(long)i * F + f];
+        }
+    free(dh);
+    free(dx);
+    free(x);
+    free(h);
+    free(logits);
+}
+
+double tm_ref_lstm_loss(const tm_ref_lstm *r, const double *frames, int B, int N, const int *lengths,
+                        const ref_lstm_drop *drop, const int *targets, const double *weights, const tm_ref_lstm *g) {
+    const int BT = B * N, K = r->K, DH = (r->bidirectional ? 2 : 1) * r->H;
+    double *x = calloc((size_t)BT * r->C, sizeof(double)), *h = calloc((size_t)BT * DH, sizeof(double));
     double *logits = calloc((size_t)BT * K, sizeof(double));
     lstm_model_forward(r, frames, B, N, lengths, drop, x, h, logits);
     double loss = ref_cross_entropy(logits, targets, weights, BT, K);
@@ -154,8 +187,7 @@ double tm_ref_lstm_loss(const tm_ref_lstm *r, const double *frames, int B, int N
         /* d loss / d logits = w_i / sum(w) (softmax_i - onehot(t_i)) at scored positions */
         double sw = 0;
         for (int i = 0; i < BT; i++) sw += weights ? (weights[i] > 0 ? weights[i] : 0) : 1.0;
-        double *dl = calloc((size_t)BT * K, sizeof(double)), *dh = calloc((size_t)BT * DH, sizeof(double));
-        double *dx = calloc((size_t)BT * C, sizeof(double));
+        double *dl = calloc((size_t)BT * K, sizeof(double));
         for (int i = 0; sw > 0 && i < BT; i++) {
             double w = weights ? weights[i] : 1.0;
             if (!(w > 0)) continue;
@@ -166,28 +198,8 @@ double tm_ref_lstm_loss(const tm_ref_lstm *r, const double *frames, int B, int N
             for (int k = 0; k < K; k++)
                 dl[(long)i * K + k] = w / sw * (exp(li[k] - mx) / s - (k == targets[i] ? 1.0 : 0.0));
         }
-        /* head: dW += dl^T h, db += column sums, dh = dl W */
-        for (int i = 0; i < BT; i++)
-            for (int k = 0; k < K; k++) {
-                double d = dl[(long)i * K + k];
-                g->head_b[k] += d;
-                for (int j = 0; j < DH; j++) {
-                    g->head_w[(long)k * DH + j] += d * h[(long)i * DH + j];
-                    dh[(long)i * DH + j] += d * r->head_w[(long)k * DH + j];
-                }
-            }
-        ref_lstm_cfg lc = {C, r->H, r->layers, r->bidirectional};
-        ref_lstm_backward(&lc, &r->lstm, x, B, N, lengths, drop, dh, dx, &g->lstm);
-        /* input projection: dW += dx^T frames, db += column sums */
-        for (int i = 0; i < BT; i++)
-            for (int ch = 0; ch < C; ch++) {
-                double d = dx[(long)i * C + ch];
-                g->in_b[ch] += d;
-                for (int f = 0; f < F; f++) g->in_w[(long)ch * F + f] += d * frames[(long)i * F + f];
-            }
+        tm_ref_lstm_backprop(r, frames, B, N, lengths, drop, dl, g);
         free(dl);
-        free(dh);
-        free(dx);
     }
     free(x);
     free(h);

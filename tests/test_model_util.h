@@ -47,4 +47,10 @@ void tm_ref_lstm_logits(const tm_ref_lstm *r, const double *frames, int B, int N
 double tm_ref_lstm_loss(const tm_ref_lstm *r, const double *frames, int B, int N, const int *lengths,
                         const ref_lstm_drop *drop, const int *targets, const double *weights, const tm_ref_lstm *g);
 
+/* The exact gradient of sum(logits * dl) (dl: d loss / d logits, (B, N, K)) with
+ * respect to every parameter, back-propagated through the head, the LSTM and the input
+ * projection, ADDED to g: the model's gradient for any loss of its logits. */
+void tm_ref_lstm_backprop(const tm_ref_lstm *r, const double *frames, int B, int N, const int *lengths,
+                          const ref_lstm_drop *drop, const double *dl, const tm_ref_lstm *g);
+
 #endif

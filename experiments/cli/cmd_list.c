@@ -17,7 +17,8 @@
  *                      "help", "choice_of": [{"variant", "option"}: the choice options
  *                                            that offer it]}],
  *    "tasks": [{"name", "summary", "keys": [the keys of its config object]}],
- *    "bodies": [the model bodies: "transformer", ...]}
+ *    "bodies": [the model bodies: "transformer", ...],
+ *    "heads": [the model heads (set by the task): "categorical", ...]}
  * Variants, options, choices, feature maps and tasks appear in registry order. */
 #include "attention.h"
 #include "cli_util.h"
@@ -32,7 +33,7 @@
 static const char LIST_USAGE[] =
     "usage: attnbench list [--json]\n"
     "Prints every attention variant with its options, defaults, modes and the devices\n"
-    "this build runs it on, then the tasks and model bodies of `attnbench train`.\n"
+    "this build runs it on, then the tasks, model bodies and heads of `attnbench train`.\n"
     "--json: the same and the feature maps as one JSON document (schema\n"
     "\"attnbench/list/1\").";
 
@@ -129,6 +130,9 @@ static void print_json(void) {
     json_t *bodies = json_array();
     for (int b = 0; b < TF_BODY_COUNT; b++) json_array_append_new(bodies, json_string(tf_body_name((tf_body)b)));
     json_object_set_new(doc, "bodies", bodies);
+    json_t *heads = json_array();
+    for (int h = 0; h < TF_HEAD_COUNT; h++) json_array_append_new(heads, json_string(tf_head_name((tf_head)h)));
+    json_object_set_new(doc, "heads", heads);
     /* 17 digits: the ranges' doubles read back exactly. */
     if (json_dumpf(doc, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17)) != 0 ||
         putchar('\n') == EOF || fflush(stdout) != 0)
@@ -170,5 +174,9 @@ int cmd_list(int argc, char **argv) {
         putchar('\n');
     }
     printf("\nmodel bodies (model.body): %s\n", tf_body_names());
+    printf("model heads (set by the task): %s\n", tf_head_names());
+    printf("    categorical: a softmax over classes per position (cross-entropy)\n"
+           "    logistic_mixture: a discretised logistic mixture of one 8-bit value per position\n"
+           "    ctc: classes + the blank per position, the CTC loss of a label sequence per row\n");
     return 0;
 }

@@ -193,8 +193,11 @@ static void log_line(run_state *s, const char *fmt, ...) {
 }
 
 /* An evaluation record: kind "eval" (the config's evaluation set) or "test" (all of
- * the test split, at the end), with the loss and each of the task's metrics. */
-static void do_eval(run_state *s, bool test) {
+ * the test split, at the end), with the loss and each of the task's metrics. With
+ * `plateau` (an evaluation a plateau schedule counts) the watched value goes to the
+ * optimiser, and the record holds the schedule's state after it: lr_factor (the
+ * learning rate's multiplier), plateau_best, plateau_bad, lr_reduced. */
+static void do_eval(run_state *s, bool test, bool plateau) {
     trainer *t = s->t;
     const train_task *task = t->cfg.task;
     const char *kind = test ? "test" : "eval";
@@ -232,8 +235,23 @@ static void do_eval(run_state *s, bool test) {
         json_object_set_new(r, key, json_integer(e.rows));
     }
     json_object_set_new(r, "elapsed_s", ab_json_num(elapsed(s)));
+    bool reduced = false;
+    ab_optim_plateau_state ps;
+    if (plateau) {
+        if (trainer_plateau(t, &e, &reduced))
+            die_run(s, AB_EXIT_FAILURE, "the plateau schedule at step %lld failed: %s", t->step, ab_error());
+        ab_optim_plateau_get(t->opt, &ps);
+        json_object_set_new(r, "lr_factor", ab_json_num(ps.factor));
+        json_object_set_new(r, "plateau_best", ab_json_num(ps.best));
+        json_object_set_new(r, "plateau_bad", json_integer(ps.bad));
+        json_object_set_new(r, "lr_reduced", json_boolean(reduced));
+    }
     json_array_append_new(ab_run_records(s->run), r);
     log_line(s, "train: step %lld %s loss %.6g%s\n", t->step, kind, e.loss, line);
+    if (reduced)
+        log_line(s, "train: step %lld: eval %s did not improve in %lld evaluation%s: the learning rate is now %g (x %g)\n",
+                 t->step, t->cfg.optim.plateau_metric, t->cfg.optim.plateau_patience + 1,
+                 t->cfg.optim.plateau_patience ? "s" : "", ab_optim_lr(t->opt, t->step + 1), ps.factor);
 }
 
 /* A "train" record for the log interval ending at this step: the steps since the
@@ -406,6 +424,14 @@ int cmd_train(int argc, char **argv, const char *command_line) {
                     "epochs, eval_every, checkpoint_every and log_every may change)",
                     key);
         }
+        if (ab_optim_config_has_plateau(&cfg.optim) && old.eval_every != cfg.eval_every) {
+            const long long was = old.eval_every;
+            train_config_free(&old);
+            cli_die(AB_EXIT_USAGE,
+                    "train --resume: 'eval_every' differs from the checkpoint's config (%lld): the plateau schedule "
+                    "counts evaluations, so they must stay where they were",
+                    was);
+        }
         rc = train_ckpt_check_model(reader, &old.model, NULL);
         train_config_free(&old);
         if (rc) cli_die(cli_status_for(rc), "%s", ab_error());
@@ -498,7 +524,7 @@ int cmd_train(int argc, char **argv, const char *command_line) {
     ab_progress_begin(&s.bar, t->step, c->steps, !quiet);
     const bool has_eval = trainer_has_eval(t);
     if (t->step == 0 && has_eval && c->eval_every > 0) {
-        do_eval(&s, false);
+        do_eval(&s, false, false);
         if (save_doc(&s)) die_run(&s, AB_EXIT_FAILURE, "%s", ab_error());
     }
     while (t->step < c->steps && !g_stop) {
@@ -528,8 +554,10 @@ int cmd_train(int argc, char **argv, const char *command_line) {
         bool eval = has_eval && ((c->eval_every > 0 && t->step % c->eval_every == 0) || last);
         bool ckpt = (c->checkpoint_every > 0 && t->step % c->checkpoint_every == 0) || last;
         if (log) do_log(&s);
-        if (eval) do_eval(&s, false);
-        if (last && c->test_split >= 0 && task_is_dataset(c->task)) do_eval(&s, true);
+        /* the plateau schedule counts the evaluations at multiples of eval_every only:
+         * the extra one at the end of a run depends on where the run stops */
+        if (eval) do_eval(&s, false, c->eval_every > 0 && t->step % c->eval_every == 0);
+        if (last && c->test_split >= 0 && task_is_dataset(c->task)) do_eval(&s, true, false);
         /* the checkpoint first, then the document: the document never runs ahead of a
          * checkpoint at a checkpoint step */
         if (ckpt && save_checkpoint(&s)) die_run(&s, AB_EXIT_FAILURE, "%s", ab_error());

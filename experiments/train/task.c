@@ -3,6 +3,7 @@
 #include "task.h"
 
 #include "copy_task.h"
+#include "ctc.h"
 #include "error.h"
 #include "frames_task.h"
 #include "images_task.h"
@@ -105,14 +106,16 @@ int task_batch_alloc(const train_task *t, int B, task_batch *b) {
     memset(b, 0, sizeof *b);
     if (B < 1) return ab_fail(AB_EINVAL, "batch %d must be >= 1", B);
     const bool frames = t->input == TASK_INPUT_FRAMES;
-    const size_t F = frames ? (size_t)t->features : 0;
-    size_t n = (size_t)B * (size_t)t->seq_len, bytes, fbytes;
+    const size_t F = frames ? (size_t)t->features : 0, S = t->max_labels > 0 ? (size_t)t->max_labels : 0;
+    size_t n = (size_t)B * (size_t)t->seq_len, bytes, fbytes, lbytes;
     /* tokens (token input), targets, weights: n each (4 bytes); frames: n F floats;
-     * lengths: B */
+     * lengths: B; label sequences: B S labels, B counts and N + S + 1 ints of work */
+    const size_t lints = S ? (size_t)B * (S + 1) + (size_t)t->seq_len + S + 1 : 0;
     if (ab_mul_size(n, (frames ? 2 : 3) * sizeof(int), &bytes) || ab_mul_size(n, F * sizeof(float), &fbytes) ||
-        bytes > SIZE_MAX - fbytes - sizeof(int) * (size_t)B)
+        (S && (S > SIZE_MAX / 4 / (size_t)B || ab_mul_size(lints, sizeof(int), &lbytes))) ||
+        bytes > SIZE_MAX - fbytes - sizeof(int) * (size_t)B - (S ? lbytes : 0))
         return ab_fail(AB_EINVAL, "batch %d x length %d is too large", B, t->seq_len);
-    bytes += fbytes + sizeof(int) * (size_t)B;
+    bytes += fbytes + sizeof(int) * (size_t)B + (S ? lbytes : 0);
     char *p = ab_calloc(bytes);
     if (!p) return ab_fail(AB_ENOMEM, "out of memory for a batch of %d rows", B);
     b->B = B;
@@ -132,6 +135,13 @@ int task_batch_alloc(const train_task *t, int B, task_batch *b) {
     b->weights = (float *)q;
     q += sizeof(float) * n;
     b->lengths = (int *)q;
+    q += sizeof(int) * (size_t)B;
+    if (S) {
+        b->S = (int)S;
+        b->labels = (int *)q;
+        b->label_counts = b->labels + (size_t)B * S;
+        b->work = b->label_counts + B;
+    }
     return 0;
 }
 
@@ -154,16 +164,45 @@ void task_batch_fill(const train_task *t, uint64_t run_seed, uint64_t stream, ui
 
 void task_batch_fill_rows(const train_task *t, int split, const long long *indices, int rows, task_batch *b) {
     size_t N = (size_t)b->N, F = (size_t)b->F;
-    for (int r = 0; r < rows; r++)
+    for (int r = 0; r < rows; r++) {
         t->fill(t, split, indices[r], b->tokens ? b->tokens + r * N : NULL, b->frames ? b->frames + r * N * F : NULL,
                 b->targets + r * N, b->weights + r * N, &b->lengths[r]);
+        if (b->labels) t->fill_labels(t, split, indices[r], b->labels + (size_t)r * b->S, &b->label_counts[r]);
+    }
     b->rows = rows;
+}
+
+int task_outputs(const train_task *t) {
+    if (t->head && strcmp(t->head, "ctc") == 0) return t->classes + 1;
+    if (t->head && strcmp(t->head, "logistic_mixture") == 0) return 3 * t->mixtures;
+    return t->classes;
+}
+
+bool task_metric_maximised(const task_metric *m) {
+    switch (m->kind) {
+    case TASK_METRIC_ACCURACY: return true;
+    case TASK_METRIC_BITS:
+    case TASK_METRIC_PER: return false;
+    case TASK_METRIC_CUSTOM: return m->maximise;
+    }
+    return false;
 }
 
 bool task_metrics_need_logits(const train_task *t) {
     for (int i = 0; i < t->n_metrics; i++)
-        if (t->metrics[i].kind == TASK_METRIC_CUSTOM) return true;
+        if (t->metrics[i].kind == TASK_METRIC_CUSTOM || t->metrics[i].kind == TASK_METRIC_PER) return true;
     return false;
+}
+
+/* PER: the best path of each row over its frames against its labels, summed. */
+static void add_per(const train_task *t, const task_batch *b, const float *logits, double *sums) {
+    const int K = task_outputs(t);
+    for (int r = 0; r < b->rows; r++) {
+        const int L = b->label_counts[r];
+        sums[0] += ctc_best_path_errors(logits + (size_t)r * b->N * K, b->lengths[r], K, b->labels + (size_t)r * b->S,
+                                        L, b->work);
+        sums[1] += L;
+    }
 }
 
 void task_metrics_add(const train_task *t, const task_batch *b, const task_loss_stats *st, const float *logits,
@@ -180,6 +219,7 @@ void task_metrics_add(const train_task *t, const task_batch *b, const task_loss_
             sums[i][1] += st->weight_sum;
             break;
         case TASK_METRIC_CUSTOM: m->add(t, b, logits, sums[i]); break;
+        case TASK_METRIC_PER: add_per(t, b, logits, sums[i]); break;
         }
     }
 }
@@ -191,6 +231,7 @@ void task_metrics_values(const train_task *t, double sums[][TASK_METRIC_SUMS], d
         case TASK_METRIC_ACCURACY: values[i] = sums[i][1] > 0 ? sums[i][0] / sums[i][1] : NAN; break;
         case TASK_METRIC_BITS: values[i] = sums[i][1] > 0 ? sums[i][0] / sums[i][1] / log(2.0) : NAN; break;
         case TASK_METRIC_CUSTOM: values[i] = m->value(t, sums[i]); break;
+        case TASK_METRIC_PER: values[i] = sums[i][1] > 0 ? sums[i][0] / sums[i][1] : NAN; break;
         }
     }
 }

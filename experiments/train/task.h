@@ -12,13 +12,23 @@
  * with per-position targets and loss weights; tf_head in models/transformer.h lists
  * them) and the
  * number of classes. Targets are per position (N ints, ignored where the weight is 0).
+ * The "ctc" head scores a LABEL SEQUENCE per row instead (models/ctc.h): the task
+ * declares max_labels (label slots per row, S) and fills each row's labels (S ints,
+ * classes in [0, classes), the first `count` of them the sequence) and count with
+ * fill_labels; the row's frames are its valid positions (lengths), every row weighs 1,
+ * and the per-position targets and weights are not used. Dataset tasks only.
  *
  * Metrics. A list of named values the driver logs in every evaluation record
  * ("eval_NAME"), in the TSV and in the summary ("final_eval_NAME"), and in every
  * training record for the last step's batch ("NAME_last"). Each is computed from
  * per-batch sums that add up over a split (task_metric below): accuracy (weighted
- * positions whose first argmax is the target), bits per scored value (the weighted
- * mean loss in nats / ln 2), or a task's own (from the logits on the host).
+ * positions whose first argmax is the target; with the ctc head: rows whose best path
+ * is exactly their labels), bits per scored value (the weighted mean loss in nats /
+ * ln 2), the label error rate of a ctc head (PER: the summed edit distances between
+ * each row's best path and its labels over the summed label counts, from the logits
+ * on the host), or a task's own (from the logits on the host). Accuracy is maximised,
+ * bits and PER minimised, a task's own says which (task_metric_maximised): what a
+ * plateau schedule watching the metric needs to know.
  *
  * Data, one of two kinds:
  * - A generator (copy): a row is a pure function of an RNG cursor. Row r of batch
@@ -66,13 +76,16 @@ typedef struct train_task train_task;
 
 /* A batch of up to B rows: `rows` filled (the last evaluation batch of a split may
  * hold fewer). tokens (B N) for token input, frames (B N F) for frame input, targets
- * and weights (B N), lengths (B). */
+ * and weights (B N), lengths (B). A task with label sequences (max_labels S > 0):
+ * labels (B S) and label_counts (B), and `work` (N + S + 1 ints) of scratch for the
+ * metrics (decoding and edit distances); else the three are NULL and S is 0. */
 typedef struct {
-    int B, N, F, rows;
+    int B, N, F, S, rows;
     int *tokens;
     float *frames;
     int *targets, *lengths;
     float *weights;
+    int *labels, *label_counts, *work;
 } task_batch;
 
 /* The statistics of a batch's loss the head reports (models/layers.h ce_stats's
@@ -86,16 +99,21 @@ typedef struct {
 typedef enum {
     TASK_METRIC_ACCURACY = 0, /* sums: correct, counted; value correct / counted */
     TASK_METRIC_BITS = 1,     /* sums: loss * weight_sum, weight_sum; value mean loss / ln 2 */
-    TASK_METRIC_CUSTOM = 2    /* the task's add/value callbacks, from the logits */
+    TASK_METRIC_CUSTOM = 2,   /* the task's add/value callbacks, from the logits */
+    TASK_METRIC_PER = 3       /* the ctc head: sums: the edit distances between each row's best
+                                 path (over its lengths[r] frames) and its labels, the label
+                                 counts; value errors / labels (NaN without labels) */
 } task_metric_kind;
 
 typedef struct {
     const char *name; /* e.g. "accuracy", "bits_per_dim": a JSON key and TSV column suffix */
     task_metric_kind kind;
     /* TASK_METRIC_CUSTOM only: adds one batch to sums[TASK_METRIC_SUMS] (logits
-     * (rows, N, classes) in host memory) and turns the sums into the value. */
+     * (rows, N, outputs) in host memory, task_outputs) and turns the sums into the
+     * value; maximise: whether higher values are better. */
     void (*add)(const train_task *t, const task_batch *b, const float *logits, double *sums);
     double (*value)(const train_task *t, const double *sums);
+    bool maximise;
 } task_metric;
 
 struct train_task {
@@ -107,9 +125,10 @@ struct train_task {
     int seq_len;  /* N: model positions of every row */
     bool causal;  /* the model is autoregressive */
     /* output */
-    const char *head; /* "categorical" */
-    int classes;      /* targets in [0, classes) */
+    const char *head; /* "categorical", "logistic_mixture", "ctc" */
+    int classes;      /* targets (or labels) in [0, classes) */
     int mixtures;     /* a mixture head's components (0: the head has none) */
+    int max_labels;   /* the ctc head: label slots per row (0: no label sequences) */
     /* Sampling from scratch (attnbench sample): tasks whose rows are predicted value by
      * value behind a start token, inputs START x_0 .. x_{N-2} and targets x_0 ..
      * x_{N-1}, each value in [0, classes) fed back as the input token of the same id.
@@ -132,6 +151,12 @@ struct train_task {
      * arguments; may be called from one thread at a time. */
     void (*fill)(const train_task *t, int split, long long index, int *tokens, float *frames, int *targets,
                  float *weights, int *length);
+    /* The ctc head: row `index`'s label sequence into labels (max_labels ints; the
+     * first *count of them) and *count in [0, max_labels], the labels in
+     * [0, classes) and aligned to the row's frames (at least count + repeats of them,
+     * ctc_min_frames: the task checks its data when it loads it). Pure function of its
+     * arguments, like fill. */
+    void (*fill_labels)(const train_task *t, int split, long long index, int *labels, int *count);
     /* generation (max_prompt 0: the task does not generate) */
     int max_prompt, max_gen;
     /* A generation prompt from the cursor: prompt (P tokens, P <= max_prompt) and the
@@ -190,8 +215,15 @@ void task_batch_fill(const train_task *t, uint64_t run_seed, uint64_t stream, ui
 /* Dataset: fills the batch with rows `indices[0..rows-1]` of split `split`. */
 void task_batch_fill_rows(const train_task *t, int split, const long long *indices, int rows, task_batch *b);
 
-/* Metric sums: zeroes, adds one batch (its loss stats; the logits (rows, N, classes)
- * on the host, needed only by custom metrics: task_metrics_need_logits), values. */
+/* The head's outputs per position, the width of the logits: classes (categorical),
+ * classes + 1 (ctc: the blank first), 3 x mixtures (logistic mixture). */
+int task_outputs(const train_task *t);
+/* Whether higher values of the metric are better (accuracy, a custom metric that says
+ * so); bits and PER are minimised. */
+bool task_metric_maximised(const task_metric *m);
+/* Metric sums: zeroes, adds one batch (its loss stats; the logits (rows, N,
+ * task_outputs) on the host, needed only by PER and custom metrics:
+ * task_metrics_need_logits), values. */
 bool task_metrics_need_logits(const train_task *t);
 void task_metrics_add(const train_task *t, const task_batch *b, const task_loss_stats *st, const float *logits,
                       double sums[][TASK_METRIC_SUMS]);

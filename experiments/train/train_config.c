@@ -194,6 +194,34 @@ static int parse_dataset_keys(const json_t *root, train_config *c) {
     return 0;
 }
 
+/* optim.schedule.plateau: its metric is "loss" (the evaluation loss) or one of the
+ * task's metrics, evaluated during training. */
+static int parse_plateau(train_config *c) {
+    c->plateau_metric = TRAIN_PLATEAU_NONE;
+    c->plateau_maximise = false;
+    if (!ab_optim_config_has_plateau(&c->optim)) return 0;
+    const char *name = c->optim.plateau_metric;
+    const train_task *t = c->task;
+    if (strcmp(name, "loss") == 0) c->plateau_metric = TRAIN_PLATEAU_LOSS;
+    for (int i = 0; i < t->n_metrics; i++)
+        if (strcmp(name, t->metrics[i].name) == 0) {
+            c->plateau_metric = i;
+            c->plateau_maximise = task_metric_maximised(&t->metrics[i]);
+        }
+    if (c->plateau_metric == TRAIN_PLATEAU_NONE) {
+        char names[256] = "loss";
+        size_t n = strlen(names);
+        for (int i = 0; i < t->n_metrics && n < sizeof names; i++)
+            n += (size_t)snprintf(names + n, sizeof names - n, ", %s", t->metrics[i].name);
+        return ab_fail(AB_EINVAL, "config: 'optim.schedule.plateau.metric' = '%s' is not evaluated by task '%s' (one of: %s)",
+                       name, t->name, names);
+    }
+    if (c->eval_every <= 0 || (!task_is_dataset(t) && c->eval_batches <= 0))
+        return ab_fail(AB_EINVAL, "config: 'optim.schedule.plateau' needs evaluations during training (eval_every > 0%s)",
+                       task_is_dataset(t) ? "" : " and eval_batches > 0");
+    return 0;
+}
+
 int train_config_parse(const json_t *root, train_config *c) {
     memset(c, 0, sizeof *c);
     static const char *const keys[] = {"name",       "label",     "description",  "task",       "model",
@@ -240,6 +268,13 @@ int train_config_parse(const json_t *root, train_config *c) {
     }
     c->model.head = (tf_head)tf_head_find(c->task->head);
     c->model.mixtures = c->task->mixtures;
+    c->model.max_labels = c->task->max_labels;
+    if (c->model.head == TF_HEAD_CTC && (!task_is_dataset(c->task) || !c->task->fill_labels || c->task->max_labels < 1)) {
+        rc = ab_fail(AB_EINVAL, "config: task '%s' has the ctc head but no label sequences (a dataset task with "
+                                "max_labels and fill_labels)",
+                     c->task->name);
+        goto fail;
+    }
     c->model.max_len = c->task->seq_len;
     c->model.causal = c->task->causal;
     c->model.attention = c->model.body == TF_BODY_TRANSFORMER
@@ -290,6 +325,7 @@ int train_config_parse(const json_t *root, train_config *c) {
     for (size_t i = 0; i < sizeof ints / sizeof *ints; i++)
         if (!(dataset && strcmp(ints[i].key, "eval_batches") == 0))
             json_object_set_new(c->canon, ints[i].key, json_integer(*ints[i].out));
+    if ((rc = parse_plateau(c))) goto fail;
     c->seed = (uint64_t)x;
     c->model.seed = c->seed;
     /* pointers into the canonical config (stable: canon is not modified again) */

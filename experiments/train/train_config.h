@@ -13,7 +13,8 @@
  *       lstm: "d_model": 64 (the input stage's width), "layers": 3, "hidden": 320
  *         (units per direction), "bidirectional": true, "dropout": 0.0 (between layers)
  *     },
- *     "optim": {...},                      models/optim.h's JSON (RAdam, schedule, ...)
+ *     "optim": {...},                      models/optim.h's JSON (RAdam, schedule, ...);
+ *                                          schedule.plateau.metric: "loss" or a task metric
  *     "steps": 10000, "batch": 64,         or, for a dataset task, "epochs": 250
  *     "eval_every": 250, "eval_batches": 4 (generator tasks),
  *     "eval_split": "valid", "eval_rows": 0, "test_split": "test" (dataset tasks),
@@ -32,6 +33,13 @@
  * the end of a run over all of test_split (default "test" when the task has it and it
  * is not the evaluation split; "" for none). Unknown keys, wrong types and values out
  * of range are errors whose one-line message names the dotted key.
+ *
+ * A plateau schedule (optim.schedule.plateau, models/optim.h) watches the evaluation
+ * loss ("loss") or one of the task's metrics on the evaluation set: the driver reports
+ * it to the optimiser after each evaluation at a positive multiple of eval_every (not
+ * the one at step 0, nor the extra one at the end of a run, whose step depends on where
+ * the run stops), negated for a metric that is better higher (accuracy), so that a
+ * run stopped and resumed reduces its learning rate at the same steps.
  *
  * The canonical form (train_config.canon) has every key with its value, defaults
  * filled in: it is what results and checkpoints record and what a resume compares. */
@@ -61,7 +69,13 @@ typedef struct {
     int eval_split, test_split; /* dataset tasks: split indices (test_split -1: none) */
     long long eval_rows;        /* rows of eval_split evaluated (all of it when 0 in the config) */
     uint64_t seed;
+    int plateau_metric;         /* optim.schedule.plateau's metric: TRAIN_PLATEAU_NONE, _LOSS, or the
+                                   index of the task's metric */
+    bool plateau_maximise;      /* that metric is better higher (accuracy) */
 } train_config;
+
+#define TRAIN_PLATEAU_NONE (-2) /* no plateau schedule */
+#define TRAIN_PLATEAU_LOSS (-1) /* the evaluation loss */
 
 /* Parses and validates `root` (the attention variant and its options included). 0 or
  * AB_EINVAL / AB_ENOMEM with a one-line message; on error *c holds nothing to free. */

@@ -88,6 +88,16 @@ int trainer_create(train_config *cfg, trainer **out) {
     return 0;
 }
 
+/* The head's loss of the batch's last forward: per-position targets, or (the ctc
+ * head) label sequences, every row of weight 1. */
+static int batch_loss(tf_model *m, const task_batch *b, ce_stats *st) {
+    if (tf_get_config(m)->head == TF_HEAD_CTC) {
+        if (!b->labels) return ab_fail(AB_EINVAL, "the model's head is ctc, but the task's batch has no label sequences");
+        return tf_loss_ctc(m, b->labels, b->label_counts, NULL, st);
+    }
+    return tf_loss(m, b->targets, b->weights, st);
+}
+
 int train_step(tf_model *m, ab_optim *o, const task_batch *b, uint64_t run_seed, long long step,
                train_step_info *info) {
     memset(info, 0, sizeof *info);
@@ -98,7 +108,7 @@ int train_step(tf_model *m, ab_optim *o, const task_batch *b, uint64_t run_seed,
                        : tf_forward(m, b->tokens, b->rows, b->N, b->lengths, true, seed);
     if (rc) return rc;
     ce_stats st;
-    if ((rc = tf_loss(m, b->targets, b->weights, &st))) return rc;
+    if ((rc = batch_loss(m, b, &st))) return rc;
     info->loss = st.loss;
     info->st = (task_loss_stats){st.loss, st.weight_sum, st.correct, st.counted};
     if (!isfinite(st.loss)) {
@@ -183,7 +193,7 @@ static int eval_batch(trainer *t, uint64_t seed, double *swl, double *sw, long l
     int rc = b->frames ? tf_forward_frames(t->model, b->frames, b->rows, b->N, b->lengths, false, seed)
                        : tf_forward(t->model, b->tokens, b->rows, b->N, b->lengths, false, seed);
     ce_stats st;
-    if (!rc) rc = tf_loss(t->model, b->targets, b->weights, &st);
+    if (!rc) rc = batch_loss(t->model, b, &st);
     if (rc) return rc;
     const float *logits = logits_for_metrics(t, &rc);
     if (rc) return rc;
@@ -229,6 +239,14 @@ int trainer_eval(trainer *t, int split, long long rows, train_eval_info *e) {
     e->counted = counted;
     e->rows = done;
     return 0;
+}
+
+int trainer_plateau(trainer *t, const train_eval_info *e, bool *reduced) {
+    if (reduced) *reduced = false;
+    const int i = t->cfg.plateau_metric;
+    if (i == TRAIN_PLATEAU_NONE) return 0;
+    const double v = i == TRAIN_PLATEAU_LOSS ? e->loss : e->metrics[i];
+    return ab_optim_plateau(t->opt, t->cfg.plateau_maximise ? -v : v, reduced);
 }
 
 int trainer_step_metrics(trainer *t, const train_step_info *info, double *values) {

@@ -9,10 +9,14 @@
  *   forward  tf_forward (tokens) or tf_forward_frames (frames), train = true,
  *            seed = tf_step_seed(S, t), with the rows' lengths (dropout masks and LSH
  *            rotations follow from that seed)
- *   loss     tf_loss with the task's weights; a NaN or infinite loss stops here
+ *   loss     tf_loss with the task's weights (the ctc head: tf_loss_ctc with the
+ *            batch's label sequences, every row of weight 1); a NaN or infinite
+ *            loss stops here
  *   backward tf_backward after tf_zero_grad
  *   update   ab_optim_step (clipping, schedule, Adam/RAdam); a non-finite gradient
  *            norm stops here (the optimiser then changes nothing)
+ * A plateau schedule's factor changes only between steps, after the evaluations the
+ * driver reports to it (trainer_plateau).
  * Evaluation (trainer_eval): generator tasks: batches 0 .. eval_batches-1 of
  * TASK_STREAM_EVAL; dataset tasks: rows 0 .. rows-1 of a split in order, in batches of
  * B (the last one may be smaller). Forward without dropout with the fixed seed
@@ -89,6 +93,12 @@ int trainer_step(trainer *t, train_step_info *info);
  * (eval_batches batches, or eval_rows rows of eval_split); split >= 0: the first
  * `rows` rows of that split (all when rows <= 0 or more than it has). */
 int trainer_eval(trainer *t, int split, long long rows, train_eval_info *e);
+/* The plateau schedule (optim.schedule.plateau, train_config.h): reports the watched
+ * value of evaluation e (its loss or metric, negated when better higher) to the
+ * optimiser; *reduced says whether the learning rate was lowered. Nothing (0) without
+ * a plateau schedule. Call it after the evaluations at positive multiples of
+ * eval_every only. */
+int trainer_plateau(trainer *t, const train_eval_info *e, bool *reduced);
 /* The task's metrics of the last training step's batch (values in the task's order). */
 int trainer_step_metrics(trainer *t, const train_step_info *info, double *values);
 /* Whether the config evaluates at all (generator: eval_batches > 0). */
