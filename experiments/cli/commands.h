@@ -7,6 +7,7 @@ int cmd_list(int argc, char **argv);
 int cmd_op(int argc, char **argv);
 int cmd_inputs(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
+int cmd_features(int argc, char **argv);
 int cmd_bench(int argc, char **argv, const char *command_line);
 int cmd_train(int argc, char **argv, const char *command_line);
 int cmd_generate(int argc, char **argv, const char *command_line);

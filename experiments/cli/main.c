@@ -20,6 +20,8 @@ static const char USAGE[] =
     "  train CONFIG.json    train a model (e.g. the copy task, experiments/copy/) -> results/NAME/\n"
     "  generate CHECKPOINT  greedy generation from a training checkpoint: accuracy and tokens/s\n"
     "  sample CHECKPOINT    ancestral sampling (or completion) of images or rows: images/s\n"
+    "  features DATA_DIR    load a Kaldi data directory (log-mel features, CMVN, phone\n"
+    "                       targets) as the speech task will, and print a summary\n"
     "Run `attnbench COMMAND --help` for a command's arguments.\n"
     "\n"
     "Options:\n"
@@ -40,6 +42,7 @@ static int run_command(const char *cmd, int argc, char **argv, int sub_argc, cha
     if (strcmp(cmd, "op") == 0) return cmd_op(sub_argc, sub_argv);
     if (strcmp(cmd, "inputs") == 0) return cmd_inputs(sub_argc, sub_argv);
     if (strcmp(cmd, "plot") == 0) return cmd_plot(sub_argc, sub_argv);
+    if (strcmp(cmd, "features") == 0) return cmd_features(sub_argc, sub_argv);
     if (strcmp(cmd, "bench") == 0 || strcmp(cmd, "train") == 0 || strcmp(cmd, "generate") == 0 ||
         strcmp(cmd, "sample") == 0) {
         /* The command line, recorded in the result so it can be rerun. */
@@ -63,7 +66,7 @@ static int run_command(const char *cmd, int argc, char **argv, int sub_argc, cha
         fputs(USAGE, stdout);
         return 0;
     }
-    cli_die(AB_EXIT_USAGE, "unknown command '%s' (commands: list, op, inputs, bench, plot, train, generate, sample; see attnbench --help)", cmd);
+    cli_die(AB_EXIT_USAGE, "unknown command '%s' (commands: list, op, inputs, bench, plot, train, generate, sample, features; see attnbench --help)", cmd);
 }
 
 int main(int argc, char **argv) {

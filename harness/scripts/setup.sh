@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what attnbench needs to build, test and plot, with apt-get, when missing
-# (python3-numpy: the crosscheck test's independent reference).
+# (python3-numpy: the crosscheck test's independent reference; libsndfile and FFTW:
+# the speech experiment's audio and filterbanks).
 # Idempotent: a second run installs nothing. Needs root or sudo on Debian 12.
 set -euo pipefail
 # A shell started with no PATH in its environment has a default one it does not
@@ -9,7 +10,7 @@ export PATH
 
 pkgs=(meson ninja-build pkg-config gcc g++ libjansson-dev libcriterion-dev
       libopenblas-openmp-dev libopenblas0-openmp zlib1g-dev gnuplot-nox
-      python3-numpy)
+      python3-numpy libsndfile1-dev libfftw3-dev)
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,0 +1,278 @@
+/* The audio of a wav.scp entry (audio.h). */
+#define _GNU_SOURCE /* pipe2 */
+#include "audio.h"
+
+#include "error.h"
+#include "fileio.h"
+#include "memory.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sndfile.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+void au_free(au_signal *s) {
+    if (!s) return;
+    ab_free(s->samples);
+    memset(s, 0, sizeof *s);
+}
+
+/* libsndfile reports why an open failed through a global (sf_strerror(NULL)): opens
+ * are serialised so that the message read is this open's. */
+static pthread_mutex_t g_open_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* A WAV file shorter than its header announces: libsndfile reads what is there, and
+ * notes the difference in its log as "data : ANNOUNCED (should be PRESENT)". Only for
+ * files: a WAV streamed through a pipe may announce a size it does not know (a
+ * command stopping early is caught by its exit status). */
+static int check_truncated(SNDFILE *sf, const char *where) {
+    char log[4096] = "";
+    sf_command(sf, SFC_GET_LOG_INFO, log, sizeof log);
+    for (const char *l = log; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        long long said, is;
+        if (sscanf(l, "data : %lld (should be %lld)", &said, &is) == 2 && said > is)
+            return ab_fail(AB_EINVAL, "%s: truncated: the WAV header announces %lld bytes of samples, the file holds %lld",
+                           where, said, is);
+    }
+    return 0;
+}
+
+/* Decodes an open SNDFILE into out->samples. */
+static int decode(SNDFILE *sf, const SF_INFO *info, const char *where, au_signal *out) {
+    if (info->channels != 1)
+        return ab_fail(AB_EINVAL, "%s: the audio has %d channels; one is needed (select one in wav.scp, e.g. "
+                                  "'sox FILE -t wav - remix 1 |')",
+                       where, info->channels);
+    if (info->frames <= 0) return ab_fail(AB_EINVAL, "%s: the audio holds no samples", where);
+    if (info->samplerate <= 0) return ab_fail(AB_EINVAL, "%s: the audio's sample rate is %d Hz", where, info->samplerate);
+    if ((unsigned long long)info->frames > ((size_t)1 << 40) / sizeof(float))
+        return ab_fail(AB_EINVAL, "%s: the audio claims %lld samples, more than is plausible", where,
+                       (long long)info->frames);
+    float *x = ab_alloc((size_t)info->frames * sizeof(float));
+    if (!x) return ab_fail(AB_ENOMEM, "%s: out of memory for %lld samples", where, (long long)info->frames);
+    sf_count_t got = 0;
+    while (got < info->frames) {
+        sf_count_t k = sf_readf_float(sf, x + got, info->frames - got);
+        if (k <= 0) break;
+        got += k;
+    }
+    if (got < info->frames) {
+        ab_free(x);
+        const char *why = sf_strerror(sf);
+        return ab_fail(AB_EINVAL, "%s: the audio ends after %lld of its %lld samples%s%s", where, (long long)got,
+                       (long long)info->frames, sf_error(sf) ? ": " : " (truncated)", sf_error(sf) ? why : "");
+    }
+    /* libsndfile's normalised floats (a 16-bit sample s reads as s / 32768) back at
+     * the 16-bit integer scale Kaldi computes features on */
+    for (sf_count_t i = 0; i < got; i++) x[i] *= 32768.0f;
+    out->samples = x;
+    out->n = (long long)got;
+    out->rate = info->samplerate;
+    return 0;
+}
+
+/* ---- a file ---- */
+
+static int read_file(const char *path, const char *where, au_signal *out) {
+    int rc;
+    FILE *f = ab_fopen_regular(path, "audio", &rc);
+    if (!f) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", ab_error());
+        return ab_fail(rc, "%s: %s", where, why);
+    }
+    SF_INFO info;
+    memset(&info, 0, sizeof info);
+    pthread_mutex_lock(&g_open_lock);
+    SNDFILE *sf = sf_open_fd(fileno(f), SFM_READ, &info, 0);
+    char why[256] = "";
+    if (!sf) snprintf(why, sizeof why, "%s", sf_strerror(NULL));
+    pthread_mutex_unlock(&g_open_lock);
+    if (!sf) {
+        fclose(f);
+        return ab_fail(AB_EINVAL, "%s: %s: not audio that libsndfile reads (%s)", where, path, why);
+    }
+    if (!(rc = check_truncated(sf, where))) rc = decode(sf, &info, where, out);
+    sf_close(sf);
+    fclose(f);
+    return rc;
+}
+
+/* ---- a command's output, in memory ---- */
+
+typedef struct {
+    unsigned char *data;
+    size_t size, cap;
+} buffer;
+
+static int buffer_add(buffer *b, const unsigned char *p, size_t n) {
+    if (b->size + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 1 << 16;
+        while (cap < b->size + n) cap *= 2;
+        unsigned char *d = realloc(b->data, cap);
+        if (!d) return -1;
+        b->data = d;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->size, p, n);
+    b->size += n;
+    return 0;
+}
+
+typedef struct {
+    const buffer *b;
+    sf_count_t pos;
+} vio_state;
+
+static sf_count_t vio_len(void *u) { return (sf_count_t)((vio_state *)u)->b->size; }
+static sf_count_t vio_seek(sf_count_t off, int whence, void *u) {
+    vio_state *s = u;
+    sf_count_t base = whence == SEEK_SET ? 0 : whence == SEEK_CUR ? s->pos : (sf_count_t)s->b->size;
+    sf_count_t p = base + off;
+    if (p < 0) p = 0;
+    if (p > (sf_count_t)s->b->size) p = (sf_count_t)s->b->size;
+    s->pos = p;
+    return p;
+}
+static sf_count_t vio_read(void *ptr, sf_count_t count, void *u) {
+    vio_state *s = u;
+    sf_count_t left = (sf_count_t)s->b->size - s->pos;
+    if (count > left) count = left;
+    if (count > 0) memcpy(ptr, s->b->data + s->pos, (size_t)count);
+    s->pos += count;
+    return count;
+}
+static sf_count_t vio_write(const void *ptr, sf_count_t count, void *u) {
+    (void)ptr;
+    (void)count;
+    (void)u;
+    return 0;
+}
+static sf_count_t vio_tell(void *u) { return ((vio_state *)u)->pos; }
+
+/* The last non-empty line of what a command wrote to stderr (in place). */
+static const char *last_line(buffer *e) {
+    if (!e->size) return "";
+    if (buffer_add(e, (const unsigned char *)"", 1)) return "";
+    char *s = (char *)e->data;
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' ')) s[--n] = '\0';
+    char *nl = strrchr(s, '\n');
+    s = nl ? nl + 1 : s;
+    for (char *c = s; *c; c++)
+        if ((unsigned char)*c < 0x20) *c = ' ';
+    return s;
+}
+
+/* Runs /bin/sh -c CMD with stdin from /dev/null, collecting its stdout into `outb`
+ * and its stderr into `errb` (the first 64 KiB). */
+static int run_command(const char *cmd, const char *where, buffer *outb, buffer *errb) {
+    int po[2], pe[2];
+    if (pipe2(po, O_CLOEXEC) != 0) return ab_fail(AB_EIO, "%s: cannot make a pipe: %s", where, strerror(errno));
+    if (pipe2(pe, O_CLOEXEC) != 0) {
+        int e = errno;
+        close(po[0]);
+        close(po[1]);
+        return ab_fail(AB_EIO, "%s: cannot make a pipe: %s", where, strerror(e));
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, po[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, pe[1], 2);
+    char *argv[] = {"sh", "-c", (char *)cmd, NULL};
+    pid_t pid;
+    int src = posix_spawn(&pid, "/bin/sh", &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(po[1]);
+    close(pe[1]);
+    if (src != 0) {
+        close(po[0]);
+        close(pe[0]);
+        return ab_fail(AB_EIO, "%s: cannot start /bin/sh: %s", where, strerror(src));
+    }
+    struct pollfd pf[2] = {{po[0], POLLIN, 0}, {pe[0], POLLIN, 0}};
+    int open_fds = 2, rc = 0;
+    unsigned char chunk[65536];
+    while (open_fds > 0) {
+        int k = poll(pf, 2, -1);
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            rc = ab_fail(AB_EIO, "%s: waiting for the command: %s", where, strerror(errno));
+            break;
+        }
+        for (int i = 0; i < 2; i++) {
+            if (pf[i].fd < 0 || !(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            ssize_t n = read(pf[i].fd, chunk, sizeof chunk);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) {
+                close(pf[i].fd);
+                pf[i].fd = -1;
+                open_fds--;
+                continue;
+            }
+            buffer *b = i == 0 ? outb : errb;
+            if (i == 1 && b->size + (size_t)n > (1 << 16)) continue; /* enough of stderr */
+            if (!rc && buffer_add(b, chunk, (size_t)n))
+                rc = ab_fail(AB_ENOMEM, "%s: out of memory for the command's output (%zu bytes so far)", where,
+                             outb->size);
+        }
+        if (rc) break;
+    }
+    for (int i = 0; i < 2; i++)
+        if (pf[i].fd >= 0) close(pf[i].fd);
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) return rc ? rc : ab_fail(AB_EIO, "%s: waiting for the command: %s", where, strerror(errno));
+    if (rc) return rc;
+    if (WIFSIGNALED(status))
+        return ab_fail(AB_EINVAL, "%s: the command '%s' was killed by signal %d%s%s", where, cmd, WTERMSIG(status),
+                       errb->size ? ": " : "", last_line(errb));
+    if (WEXITSTATUS(status) != 0)
+        return ab_fail(AB_EINVAL, "%s: the command '%s' failed (exit status %d)%s%s", where, cmd,
+                       WEXITSTATUS(status), errb->size ? ": " : "", last_line(errb));
+    if (outb->size == 0)
+        return ab_fail(AB_EINVAL, "%s: the command '%s' wrote no audio%s%s", where, cmd, errb->size ? ": " : "",
+                       last_line(errb));
+    return 0;
+}
+
+static int read_command(const char *cmd, const char *where, au_signal *out) {
+    buffer outb = {0}, errb = {0};
+    int rc = run_command(cmd, where, &outb, &errb);
+    if (!rc) {
+        vio_state st = {&outb, 0};
+        SF_VIRTUAL_IO vio = {vio_len, vio_seek, vio_read, vio_write, vio_tell};
+        SF_INFO info;
+        memset(&info, 0, sizeof info);
+        pthread_mutex_lock(&g_open_lock);
+        SNDFILE *sf = sf_open_virtual(&vio, SFM_READ, &info, &st);
+        char why[256] = "";
+        if (!sf) snprintf(why, sizeof why, "%s", sf_strerror(NULL));
+        pthread_mutex_unlock(&g_open_lock);
+        if (!sf) {
+            rc = ab_fail(AB_EINVAL, "%s: the output of '%s' (%zu bytes) is not audio that libsndfile reads (%s)", where,
+                         cmd, outb.size, why);
+        } else {
+            rc = decode(sf, &info, where, out);
+            sf_close(sf);
+        }
+    }
+    free(outb.data);
+    free(errb.data);
+    return rc;
+}
+
+int au_read(const char *spec, bool is_command, const char *where, au_signal *out) {
+    memset(out, 0, sizeof *out);
+    return is_command ? read_command(spec, where, out) : read_file(spec, where, out);
+}
