@@ -12,7 +12,8 @@
  *   for attn_error() on the calling thread; nothing exits or aborts on bad input.
  * - attn_forward saves what its backward needs into a caller-provided buffer of
  *   attn_saved_bytes(); attn_backward reads only that and the inputs, and overwrites
- *   dq, dk and dv (it does not accumulate).
+ *   dq, dk and dv (it does not accumulate). A forward no backward follows may pass no
+ *   buffer where attn_can_forward_unsaved() says so.
  * - Workspace is owned by the attn object, taken from the tracked allocator of its
  *   device on the first call for a shape and reused: repeated calls at one shape
  *   allocate nothing. attn_reserve() does that allocation up front.
@@ -147,6 +148,12 @@ size_t attn_workspace_need(const attn *a, const attn_shape *s);
 double attn_flops(const attn *a, const attn_shape *s, bool backward);
 int attn_forward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v, float *out,
                  void *saved);
+/* Whether attn_forward takes saved = NULL: a forward no backward follows (inference,
+ * evaluation, generation by recomputation), which then keeps nothing. True for the
+ * variants that save nothing, and for softmax and stateful-softmax on the CPU, which
+ * then hold one row block of scores per thread in their workspace instead of writing
+ * the N x N probabilities (at N = 3072 that is 38 MB per head, beyond the caches). */
+bool attn_can_forward_unsaved(const attn *a);
 int attn_backward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,
                   const float *dout, const void *saved, float *dq, float *dk, float *dv);
 

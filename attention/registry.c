@@ -337,8 +337,17 @@ int attn_forward(attn *a, const attn_shape *s, const float *q, const float *k, c
     int rc = attn_reserve(a, s);
     if (rc) return rc;
     if (!q || !k || !v || !out) return ab_fail(AB_EINVAL, "attn_forward: NULL tensor");
-    if (!saved && a->be->saved_bytes(a, s) > 0) return ab_fail(AB_EINVAL, "attn_forward: NULL saved buffer");
+    if (!saved && !a->be->forward_unsaved && a->be->saved_bytes(a, s) > 0)
+        return ab_fail(AB_EINVAL, "attn_forward: NULL saved buffer (%s on this device keeps its saved state)", a->v->name);
     return a->be->forward(a, s, q, k, v, out, saved);
+}
+
+bool attn_can_forward_unsaved(const attn *a) {
+    if (!a) return false;
+    if (a->be->forward_unsaved) return true;
+    /* a variant that saves nothing at any shape */
+    attn_shape s = {1, 1, 2, 1, 1, false, NULL};
+    return a->be->saved_bytes(a, &s) == 0 && (s.causal = true, a->be->saved_bytes(a, &s) == 0);
 }
 
 int attn_backward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v, const float *dout,

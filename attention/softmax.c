@@ -213,11 +213,21 @@ static bwd_plan plan_backward(const attn_shape *s) {
     return p;
 }
 
-/* Forward needs no workspace (scores go straight into the saved probabilities). */
+/* Threads of the forward's loop over (slice, row block) items. */
+static int forward_threads(const attn_shape *s) {
+    const long items = (long)s->batch * s->heads * smx_n_blocks(s->len);
+    return attn_outer_threads(items > 1 << 30 ? 1 << 30 : (int)items);
+}
+
+/* Backward's slots; a forward that saves nothing (saved = NULL) puts each block's
+ * scores in a slot too (a slot holds at least SMX_ROW_BLOCK x N floats), so there are
+ * as many slots as the larger of the two loops has threads. A saving forward writes
+ * its scores straight into the saved probabilities. */
 size_t smx_workspace_bytes(const attn *a, const attn_shape *s) {
     (void)a;
     bwd_plan p = plan_backward(s);
-    return (size_t)p.nt * p.slot_bytes;
+    int fwd = forward_threads(s), n = p.nt > fwd ? p.nt : fwd;
+    return (size_t)n * p.slot_bytes;
 }
 
 int smx_forward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v, float *out,
@@ -226,10 +236,11 @@ int smx_forward(attn *a, const attn_shape *s, const float *q, const float *k, co
     const int BH = s->batch * H, nblk = smx_n_blocks(N);
     const bool causal = s->causal;
     const float scale = (float)attn_scale(a, D);
-    float *P = saved;
+    float *P = saved; /* NULL: nothing kept, each block's scores in the thread's slot */
     const long items = (long)BH * nblk;
-    const int nt = attn_outer_threads(items > 1 << 30 ? 1 << 30 : (int)items);
+    const int nt = forward_threads(s);
     const bool inner = nt == 1 && ab_threads() > 1;
+    const size_t slot_bytes = plan_backward(s).slot_bytes;
     /* Items in descending block order per slice: causal blocks grow with their row
      * index, so the big ones are handed out first (dynamic schedule). */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
@@ -239,10 +250,11 @@ int smx_forward(attn *a, const attn_shape *s, const float *q, const float *k, co
         int L = attn_valid_len(s, bh / H);
         int re = r1 < L ? r1 : L; /* rows [r0, re) are real queries */
         float *o = out + attn_slice(s, bh, M);
+        float *p = P ? P + attn_slice(s, bh, N) + (size_t)r0 * N
+                     : (float *)((char *)a->ws + (size_t)omp_get_thread_num() * slot_bytes);
         if (re > r0)
-            smx_block_forward(q + attn_slice(s, bh, D), k + attn_slice(s, bh, D), v + attn_slice(s, bh, M), o,
-                              P + attn_slice(s, bh, N) + (size_t)r0 * N, (size_t)N, r0, re, causal ? re : L, D, M,
-                              causal, scale, inner);
+            smx_block_forward(q + attn_slice(s, bh, D), k + attn_slice(s, bh, D), v + attn_slice(s, bh, M), o, p,
+                              (size_t)N, r0, re, causal ? re : L, D, M, causal, scale, inner);
         int z0 = re > r0 ? re : r0;
         if (r1 > z0) memset(o + (size_t)z0 * M, 0, sizeof(float) * (size_t)(r1 - z0) * M);
     }
@@ -340,6 +352,7 @@ static const attn_backend cpu_softmax = {
     .saved_bytes = smx_saved_bytes,
     .workspace_bytes = smx_workspace_bytes,
     .forward = smx_forward,
+    .forward_unsaved = true,
     .backward = smx_backward,
 };
 

@@ -115,6 +115,7 @@ static const attn_backend cpu_stateful_softmax = {
     .saved_bytes = smx_saved_bytes,
     .workspace_bytes = smx_workspace_bytes,
     .forward = smx_forward,
+    .forward_unsaved = true,
     .backward = smx_backward,
     .state_bytes = ss_state_bytes,
     .state_init = ss_state_init,

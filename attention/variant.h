@@ -56,6 +56,8 @@ typedef struct {
     size_t (*workspace_bytes)(const attn *a, const attn_shape *s);
     int (*forward)(attn *a, const attn_shape *s, const float *q, const float *k, const float *v, float *out,
                    void *saved);
+    /* forward takes saved = NULL (keeping nothing) when saved_bytes > 0 */
+    bool forward_unsaved;
     int (*backward)(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,
                     const float *dout, const void *saved, float *dq, float *dk, float *dv);
     /* Recurrent mode; all NULL for variants without one. */

@@ -39,7 +39,10 @@ static int copy_last(const tf_model *m, int B, int N, float *out) {
 
 int tf_last_logits(tf_model *m, const int *tokens, int B, int N, uint64_t seed, float *out) {
     if (!out) return ab_fail(AB_EINVAL, "tf_last_logits: NULL output");
+    const bool was = m->inference;
+    m->inference = true; /* no backward follows */
     int rc = tf_forward(m, tokens, B, N, NULL, false, seed);
+    m->inference = was;
     return rc ? rc : copy_last(m, B, N, out);
 }
 

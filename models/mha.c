@@ -43,6 +43,8 @@ int mha_forward(attn *a, const mha_dims *d, const mha_run *run, float *out, cons
     attn_shape s = mha_shape(d);
     if (!run || run->mode == MHA_PARALLEL) {
         rc = attn_forward(a, &s, act->q, act->k, act->v, ws->att, act->saved);
+    } else if (run->mode == MHA_INFER) {
+        rc = attn_forward(a, &s, act->q, act->k, act->v, ws->att, attn_can_forward_unsaved(a) ? NULL : act->saved);
     } else if (run->mode == MHA_PREFILL) {
         rc = attn_prefill(a, run->state, d->N, act->q, act->k, act->v, ws->att);
     } else {

@@ -46,7 +46,9 @@ typedef struct {
 /* How forward runs the attention: the parallel call (training, recomputation), or the
  * recurrent state's prefill (positions 0..N-1 of a prompt) or one step (N = 1 at
  * position t). */
-typedef enum { MHA_PARALLEL = 0, MHA_PREFILL = 1, MHA_STEP = 2 } mha_mode;
+/* MHA_INFER: the parallel call for a forward no backward follows: the attention keeps
+ * nothing where it can (attn_can_forward_unsaved) */
+typedef enum { MHA_PARALLEL = 0, MHA_PREFILL = 1, MHA_STEP = 2, MHA_INFER = 3 } mha_mode;
 typedef struct {
     mha_mode mode;
     attn_state *state; /* recurrent modes: the layer's state (attention.h) */

@@ -180,6 +180,9 @@ int tf_backward(tf_model *m) {
     if (!m) return ab_fail(AB_EINVAL, "tf_backward: NULL model");
     if (!m->have_forward || !m->have_loss)
         return ab_fail(AB_EINVAL, "tf_backward: needs tf_forward then tf_loss first");
+    if (m->infer_forward)
+        return ab_fail(AB_EINVAL, "tf_backward: the last forward ran for inference (tf_set_inference, or generation) "
+                                  "and kept nothing for backward");
     int BT = m->B * m->N;
     size_t n = (size_t)BT * m->width;
     /* the head's input gradient goes to dx_b (free until the first layer) */

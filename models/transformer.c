@@ -660,13 +660,15 @@ const float *tf_body_output(const tf_model *m) {
 }
 
 static int body_forward(tf_model *m, const mha_dims *d, bool train, uint64_t seed, const mha_run *runs) {
+    const mha_run infer = {MHA_INFER, NULL, 0};
     if (m->cfg.body == TF_BODY_LSTM) {
         lstm_dims ld = {d->B, d->N, d->lengths, m->dev};
         return lstm_stack_forward(&m->lc, &ld, m->emb, &m->lsp, &m->lsa, &m->lsw, train, seed, TF_STREAM_DROPOUT);
     }
     for (int l = 0; l < m->cfg.layers; l++) {
         attn_reseed(m->att, tf_attn_seed(seed, l));
-        int rc = enc_forward(m->att, &m->enc, d, runs ? &runs[l] : NULL, tf_layer_input(m, l), &m->lp[l], &m->la[l],
+        const mha_run *run = runs ? &runs[l] : m->inference ? &infer : NULL;
+        int rc = enc_forward(m->att, &m->enc, d, run, tf_layer_input(m, l), &m->lp[l], &m->la[l],
                              &m->ws, train, seed, TF_STREAM_DROPOUT + 4 * (uint64_t)l);
         if (rc) return rc;
     }
@@ -706,6 +708,7 @@ static int put_frames(tf_model *m, const float *frames, int BT) {
 int tf_forward_run(tf_model *m, const tf_in *in, int B, int N, int pos0, const int *lengths, bool train,
                    uint64_t seed, const mha_run *runs) {
     m->have_forward = m->have_loss = false;
+    m->infer_forward = m->inference || runs != NULL;
     int rc = in->tokens ? put_tokens(m, in->tokens, B * N) : put_frames(m, in->frames, B * N);
     if (rc || (rc = input_forward(m, B, N, pos0))) return rc;
     mha_dims d = {B, N, m->cfg.d_model, m->cfg.heads, m->cfg.causal, lengths, m->dev};
@@ -778,4 +781,8 @@ int tf_forward_frames(tf_model *m, const float *frames, int B, int N, const int 
 }
 
 int tf_classes(const tf_model *m) { return m->classes; }
+
+void tf_set_inference(tf_model *m, bool on) {
+    if (m) m->inference = on;
+}
 int tf_target_classes(const tf_model *m) { return tf_targets_of(&m->cfg); }

@@ -237,6 +237,13 @@ int tf_loss_ctc(tf_model *m, const int *labels, const int *counts, const float *
  * with nothing between. */
 int tf_backward(tf_model *m);
 
+/* Inference mode (off at creation): while on, forwards keep nothing for backward
+ * (tf_backward refuses to run after one), so an attention that saves for backward
+ * skips it where it can (attn_can_forward_unsaved: softmax on the CPU computes its
+ * N x N scores a row block at a time instead of writing them all). Results are the
+ * same. Evaluation and generation by recomputation run in it. */
+void tf_set_inference(tf_model *m, bool on);
+
 /* ---- generation ---- */
 
 /* Recomputation (every variant and body; token input): a full forward over tokens

@@ -65,6 +65,8 @@ struct tf_model {
     /* the last forward */
     int B, N;
     bool has_lengths, train, have_forward, have_loss;
+    bool inference;     /* tf_set_inference: forwards keep nothing for backward */
+    bool infer_forward; /* the last forward ran in inference mode */
     uint64_t seed;
     double weight_sum;
     bool has_weights;

@@ -742,6 +742,37 @@ Test(model, no_allocation_per_step) {
     }
 }
 
+Test(model, inference_mode_same_logits_keeps_nothing) {
+    /* tf_set_inference: the same logits bit for bit (softmax computes them from row
+     * blocks of scores instead of the saved probabilities: the same products), nothing
+     * allocated, and no backward after such a forward; off again, training works. */
+    const char *variants[3] = {"softmax", "linear", "lsh"};
+    for (int v = 0; v < 3; v++) {
+        tf_config c = mid_config(variants[v], 0.1f);
+        tf_model *m = make(&c, 4);
+        batch b = make_batch(3, 33, c.vocab, 23);
+        const size_t nl = (size_t)3 * 33 * c.vocab;
+        float *want = malloc(sizeof(float) * nl);
+        cr_assert_eq(tf_forward(m, b.tokens, 3, 33, NULL, false, 5), 0, "%s", ab_error());
+        memcpy(want, tf_logits(m), sizeof(float) * nl);
+        size_t before = ab_mem_current(AB_DEV_CPU);
+        ab_mem_reset_peak(AB_DEV_CPU);
+        tf_set_inference(m, true);
+        cr_assert_eq(tf_forward(m, b.tokens, 3, 33, NULL, false, 5), 0, "%s", ab_error());
+        cr_assert(memcmp(want, tf_logits(m), sizeof(float) * nl) == 0, "%s: inference logits differ", variants[v]);
+        cr_expect_eq(ab_mem_peak(AB_DEV_CPU), before, "%s: an inference forward allocated", variants[v]);
+        ce_stats st;
+        cr_assert_eq(tf_loss(m, b.targets, b.weights, &st), 0, "%s", ab_error());
+        cr_expect_neq(tf_backward(m), 0, "%s: backward after an inference forward", variants[v]);
+        cr_expect(strstr(ab_error(), "inference") != NULL, "%s", ab_error());
+        tf_set_inference(m, false);
+        cr_expect(isfinite(train_step(m, &b, 3)), "%s: training after inference", variants[v]);
+        free(want);
+        free_batch(&b);
+        tf_destroy(m);
+    }
+}
+
 /* ---- dropout at model level ---- */
 
 Test(model, dropout_train_and_eval) {

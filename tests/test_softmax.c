@@ -614,3 +614,54 @@ Test(softmax_memory, repeated_calls_allocate_nothing) {
     attn_destroy(a);
     tu_problem_free(&p);
 }
+
+/* ---- a forward no backward follows ---- */
+
+Test(softmax_forward, unsaved_forward_is_the_same_bit_for_bit) {
+    /* saved = NULL: the row blocks' scores go to the thread slots of the workspace
+     * instead of the N x N probabilities; the products and their order are the same,
+     * so the outputs are identical, on one thread and on two (one slice with two threads
+     * runs the blocks on the inner BLAS threads; two slices, over the items). Padding
+     * rows stay zero. Variants that save nothing, and lsh (which does), say so. */
+    const int len[2] = {300, 129};
+    for (int vi = 0; vi < 2; vi++)
+        for (int threads = 1; threads <= 2; threads++)
+            for (int causal = 0; causal < 2; causal++)
+                for (int shape = 0; shape < 3; shape++) {
+                    ab_set_threads(threads);
+                    tu_problem p;
+                    if (shape == 0) tu_problem_init(&p, 2, 3, 300, 5, 3, causal, len, 51);
+                    else if (shape == 1) tu_problem_init(&p, 1, 1, 300, 7, 4, causal, NULL, 52);
+                    else tu_problem_init(&p, 1, 2, 1, 3, 2, causal, NULL, 53);
+                    attn *a = create(variants[vi], NULL);
+                    cr_assert(attn_can_forward_unsaved(a), "%s", variants[vi]);
+                    float *o = tu_alloc_f(p.nv), *u = tu_alloc_f(p.nv);
+                    for (size_t i = 0; i < p.nv; i++) u[i] = NAN; /* every entry must be written */
+                    void *saved = run_forward(a, &p, o);
+                    cr_assert_eq(attn_forward(a, &p.s, p.q, p.k, p.v, u, NULL), 0, "%s", attn_error());
+                    cr_assert(memcmp(o, u, sizeof(float) * p.nv) == 0, "%s threads=%d causal=%d shape %d: differs",
+                              variants[vi], threads, causal, shape);
+                    free(saved);
+                    free(o);
+                    free(u);
+                    attn_destroy(a);
+                    tu_problem_free(&p);
+                }
+    ab_set_threads(0);
+    const char *others[] = {"linear", "polynomial"};
+    for (int i = 0; i < 2; i++) {
+        attn *a = create(others[i], NULL);
+        cr_expect(attn_can_forward_unsaved(a), "%s saves nothing", others[i]);
+        attn_destroy(a);
+    }
+    attn *l = create("lsh", NULL);
+    cr_expect(!attn_can_forward_unsaved(l), "lsh keeps its sort order");
+    tu_problem p;
+    tu_problem_init(&p, 1, 1, 64, 4, 4, false, NULL, 54);
+    float *o = tu_alloc_f(p.nv);
+    cr_expect_neq(attn_forward(l, &p.s, p.q, p.k, p.v, o, NULL), 0, "lsh without a saved buffer");
+    cr_expect(strstr(attn_error(), "saved") != NULL, "%s", attn_error());
+    free(o);
+    attn_destroy(l);
+    tu_problem_free(&p);
+}

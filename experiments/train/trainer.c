@@ -213,6 +213,7 @@ int trainer_eval(trainer *t, int split, long long rows, train_eval_info *e) {
     long long counted = 0, done = 0;
     uint64_t seed = tf_step_seed(t->cfg.seed, TRAIN_EVAL_STEP);
     int rc = 0;
+    tf_set_inference(t->model, true); /* no backward follows an evaluation forward */
     if (!task_is_dataset(task)) {
         for (long long k = 0; k < t->cfg.eval_batches && !rc; k++) {
             task_batch_fill(task, t->cfg.seed, TASK_STREAM_EVAL, (uint64_t)k, &t->batch);
@@ -233,6 +234,7 @@ int trainer_eval(trainer *t, int split, long long rows, train_eval_info *e) {
             done += n;
         }
     }
+    tf_set_inference(t->model, false);
     if (rc) return rc;
     e->loss = sw > 0 ? swl / sw : NAN;
     task_metrics_values(task, sums, e->metrics);
