@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""The image experiments' tables, printed from the runs' JSON documents.
+
+    python3 experiments/images/table.py bits RUNS      MNIST at CPU scale: test bits/dim
+                                                       at equal epochs and equal time
+    python3 experiments/images/table.py cifar RUNS     CIFAR-10 at CPU scale
+    python3 experiments/images/table.py speed SPEED    sampling speed (Tables 1, 2, 5)
+    python3 experiments/images/table.py curves RUNS    the validation curves as TSV
+                                                       (for plots/images-curves.gp)
+
+RUNS holds the training run documents that experiments/images/collect.py copied:
+mnist-cpu-VARIANT-epochs.json and -time.json (the document at the end of each budget
+of PROTOCOL.md), cifar10-cpu-VARIANT.json. SPEED holds SHAPE-VARIANT-bB[-eE]/sample.json
+of experiments/images/speed.sh. Standard library only.
+"""
+import glob
+import json
+import math
+import os
+import sys
+
+VARIANTS = ["softmax", "linear", "lsh-1", "lsh-4"]
+# The paper's numbers (its Tables 1, 2 and 5; ../shared notes): bits/dim, images/s
+# (GPU, large batch), seconds per image at batch 1 on the CPU and on the GPU.
+PAPER = {
+    "mnist": {
+        "softmax": (0.621, 0.45, 72.6, 10.2),
+        "stateful-softmax": (0.621, 7.56, 7.4, 10.4),
+        "lsh-1": (0.745, 0.68, 46.0, 19.2),
+        "lsh-4": (0.676, 0.27, 112.0, 55.8),
+        "linear": (0.644, 142.8, 5.5, 7.3),
+    },
+    "cifar10": {
+        "softmax": (3.47, 0.004, 8651.4, 300.1),
+        "stateful-softmax": (3.47, 0.32, 71.9, 70.4),
+        "lsh-1": (3.39, 0.015, 2318.9, 221.6),
+        "lsh-4": (3.51, 0.005, 5263.7, 683.9),
+        "linear": (3.40, 17.85, 45.1, 61.3),
+    },
+}
+# CPU seconds per training step at 1 thread (PROTOCOL.md, log entry 1): the time axis
+STEP_S = {"softmax": 0.6238, "linear": 0.4198, "lsh-1": 0.4410, "lsh-4": 0.7248}
+EPOCH_STEPS = 11063
+
+
+def fmt(x, digits=4):
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    if abs(x) >= 1000:
+        return f"{x:.0f}"
+    return f"{x:.{digits}g}"
+
+
+def load(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def records(doc, kind):
+    return [r for r in doc["records"] if r.get("kind") == kind]
+
+
+def last_test(doc):
+    t = records(doc, "test")
+    return t[-1] if t else None
+
+
+def machine_line(doc):
+    m = doc.get("machine", {})
+    return (f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, {m.get('threads', '?')} thread(s); "
+            f"OpenBLAS core {m.get('blas_core', '?')} (OPENBLAS_CORETYPE {m.get('openblas_coretype_env') or 'unset'}), "
+            f"{m.get('blas_threads', '?')} BLAS thread(s) ({m.get('blas_parallel_model', '?')})")
+
+
+def cmd_bits(runs):
+    rows, first = [], None
+    for v in VARIANTS:
+        ep, tm = (os.path.join(runs, f"mnist-cpu-{v}-{b}.json") for b in ("epochs", "time"))
+        if not (os.path.exists(ep) and os.path.exists(tm)):
+            rows.append((v, None, None))
+            continue
+        rows.append((v, load(ep), load(tm)))
+        first = first or rows[-1][1]
+    if first is None:
+        sys.exit(f"table.py: no MNIST runs in {runs}")
+    print(machine_line(first) + "  ")
+    print(f"Budgets (PROTOCOL.md): 3 epochs = {EPOCH_STEPS} steps of 16 images; equal time = the CPU time of "
+          f"softmax's 3 epochs, {EPOCH_STEPS * STEP_S['softmax'] / 3600:.2f} h at 1 thread")
+    print()
+    print("| variant | test bits/dim, 3 epochs | test bits/dim, equal time | steps at equal time (epochs) "
+          "| best validation bits/dim (step) | wall time, h | paper (250 epochs, 27x the parameters) |")
+    print("|---|---|---|---|---|---|---|")
+    res = {}
+    for v, ep, tm in rows:
+        if ep is None:
+            print(f"| {v} | not run | | | | | {PAPER['mnist'][v][0]} |")
+            continue
+        te, tt = last_test(ep), last_test(tm)
+        steps_t = tm["summary"]["steps_done"]
+        evals = records(tm, "eval") + records(ep, "eval")
+        best = min(evals, key=lambda r: r["eval_bits_per_dim"])
+        wall = max(ep["summary"]["wall_s"], tm["summary"]["wall_s"]) / 3600
+        b_e, b_t = te["test_bits_per_dim"], tt["test_bits_per_dim"]
+        res[v] = (b_e, b_t)
+        print(f"| {v} | {b_e:.4f} | {b_t:.4f} | {steps_t} ({steps_t * 16 / 59000:.2f}) "
+              f"| {best['eval_bits_per_dim']:.4f} ({best['step']}) | {wall:.2f} | {PAPER['mnist'][v][0]} |")
+    if "softmax" in res and "linear" in res:
+        print()
+        de = res["linear"][0] - res["softmax"][0]
+        dt = res["linear"][1] - res["softmax"][1]
+        print(f"linear - softmax: {de:+.4f} bits/dim at 3 epochs (paper, 250 epochs: {0.644 - 0.621:+.3f}), "
+              f"{dt:+.4f} at equal time")
+        worst = max(res, key=lambda v: res[v][0])
+        print(f"worst at 3 epochs: {worst}; below 1.0 bits/dim at 3 epochs: "
+              + (", ".join(v for v in res if res[v][0] < 1.0) or "none"))
+
+
+def cmd_cifar(runs):
+    docs = [(v, os.path.join(runs, f"cifar10-cpu-{v}.json")) for v in ("softmax", "linear")]
+    docs = [(v, load(p)) for v, p in docs if os.path.exists(p)]
+    if not docs:
+        sys.exit(f"table.py: no CIFAR-10 runs in {runs}")
+    print(machine_line(docs[0][1]) + "  ")
+    print("Data: CIFAR-10 (JPEG q75 re-encoding); equal training time, 1.5 CPU-hours at 1 thread (PROTOCOL.md)")
+    print()
+    print("| variant | steps | images seen (epochs) | test bits/dim | best validation bits/dim (step) "
+          "| wall time, h | paper (7 days on a P40, 16 layers) |")
+    print("|---|---|---|---|---|---|---|")
+    for v, d in docs:
+        s = d["summary"]["steps_done"]
+        te = last_test(d)
+        best = min(records(d, "eval"), key=lambda r: r["eval_bits_per_dim"])
+        tb = f"{te['test_bits_per_dim']:.4f}" if te else "-"
+        print(f"| {v} | {s} | {s * 4} ({s * 4 / 49000:.2f}) | {tb} | {best['eval_bits_per_dim']:.4f} ({best['step']}) "
+              f"| {d['summary']['wall_s'] / 3600:.2f} | {PAPER['cifar10'][v][0]} |")
+
+
+def cmd_curves(runs):
+    """TSV: run, x (epochs), cpu_h (step x the protocol's CPU s/step), valid bits/dim."""
+    print("run\tepochs\tcpu_h\tbits_per_dim")
+    for v in VARIANTS:
+        docs = [os.path.join(runs, f"mnist-cpu-{v}-{b}.json") for b in ("epochs", "time")]
+        seen = {}
+        for p in docs:
+            if os.path.exists(p):
+                for r in records(load(p), "eval"):
+                    seen[r["step"]] = r["eval_bits_per_dim"]
+        for step in sorted(seen):
+            print(f"mnist-{v}\t{step * 16 / 59000:.5f}\t{step * STEP_S[v] / 3600:.5f}\t{seen[step]:.6f}")
+
+
+def cmd_speed(speed):
+    pts = {}
+    for p in sorted(glob.glob(os.path.join(speed, "*", "sample.json"))):
+        d = load(p)
+        shape = "mnist" if d["values_per_row"] == 784 else "cifar10"
+        pts[(shape, d["variant"] if d["variant"] != "lsh" else lsh_name(d), d["batch"], d["method"])] = d
+    if not pts:
+        sys.exit(f"table.py: no sample.json under {speed}")
+    any_doc = next(iter(pts.values()))
+    m = any_doc["machine"]
+    print(f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, {any_doc['threads']} threads; OpenBLAS core "
+          f"{m.get('blas_core', '?')} (OPENBLAS_CORETYPE {m.get('openblas_coretype_env') or 'unset'}); models of the "
+          f"paper's shapes with initialised weights (`sample --config`)")
+    for shape, title in (("mnist", "MNIST shape: 8 layers, d_model 256, 784 values (Tables 1 and 5)"),
+                         ("cifar10", "CIFAR-10 shape: 16 layers, d_model 256, 3,072 values (Tables 2 and 5)")):
+        print()
+        print(title)
+        print()
+        print("| variant | mode | s/image, batch 1 | images/s, large batch (batch) | paper s/image, CPU / GPU "
+              "| paper images/s (GPU) |")
+        print("|---|---|---|---|---|---|")
+        rate = {}
+        for v in ["softmax", "stateful-softmax", "lsh-1", "lsh-4", "linear"]:
+            one = best_point(pts, shape, v, lambda b: b == 1)
+            big = best_point(pts, shape, v, lambda b: b > 1)
+            if not one and not big:
+                continue
+            mode = (one or big)["mode"]
+            s1 = f"{fmt(one['s_per_image'])}{mark(one)}" if one else "-"
+            ib = f"{fmt(big['images_per_s'])}{mark(big)} ({big['batch']})" if big else "-"
+            pp = PAPER[shape][v]
+            rate[v] = (one["s_per_image"] if one else None, big["images_per_s"] if big else None)
+            print(f"| {v} | {mode} | {s1} | {ib} | {pp[2]} / {pp[3]} | {pp[1]} |")
+        print()
+        lin = rate.get("linear")
+        for other in ("softmax", "stateful-softmax"):
+            o = rate.get(other)
+            if lin and o and lin[0] and o[0] and lin[1] and o[1]:
+                pp_big = PAPER[shape]["linear"][1] / PAPER[shape][other][1]
+                pp_one = PAPER[shape][other][2] / PAPER[shape]["linear"][2]
+                print(f"linear / {other}: {o[0] / lin[0]:.1f}x faster at batch 1 (paper CPU: {pp_one:.1f}x), "
+                      f"{lin[1] / o[1]:.1f}x the images/s at the large batch (paper GPU: {pp_big:.1f}x)  ")
+    chk = [pts.get(("mnist", "softmax", 1, m)) for m in ("sampled", "estimated")]
+    if all(chk):
+        print()
+        print(f"The estimate's check (MNIST shape, softmax, batch 1): sampled {chk[0]['s_per_image']:.1f} s/image, "
+              f"estimated {chk[1]['s_per_image']:.1f} (every {chk[1]['estimate']['every']}th position), "
+              f"ratio {chk[1]['s_per_image'] / chk[0]['s_per_image']:.3f}")
+    print()
+    print("(e: estimated from timed positions, `sample --estimate`; otherwise whole images sampled)")
+
+
+def lsh_name(d):
+    """lsh-1 or lsh-4: the paper configs' run names end in the label (mnist-lsh-4)."""
+    return d["run"].split("-", 1)[1]
+
+
+def mark(d):
+    return " e" if d["method"] == "estimated" else ""
+
+
+def best_point(pts, shape, v, batch_ok):
+    """The sampled point if there is one, else the estimated one."""
+    cand = [(k, d) for k, d in pts.items() if k[0] == shape and k[1] == v and batch_ok(k[2])]
+    cand.sort(key=lambda kd: (kd[0][3] != "sampled", -kd[0][2]))
+    return cand[0][1] if cand else None
+
+
+def main(argv):
+    if len(argv) != 2 or argv[0] not in ("bits", "cifar", "speed", "curves"):
+        sys.exit(__doc__)
+    {"bits": cmd_bits, "cifar": cmd_cifar, "speed": cmd_speed, "curves": cmd_curves}[argv[0]](argv[1])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
