@@ -9,7 +9,9 @@
 #
 #   bash experiments/images/run-cpu.sh [VARIANT...]     (default: softmax linear lsh-1 lsh-4)
 #
-# Environment: THREADS (default 1: the protocol's step times are at 1 thread),
+# Environment: BUDGET_STEPS (default 11063, the protocol's 3 epochs: the equal-epochs
+# step count, from which the equal-time counts follow; PROTOCOL.md's log entry 3 says
+# which budget the reported runs used), THREADS (default 1: the protocol's step times are at 1 thread),
 # ATTNBENCH (default build/attnbench, built by harness/scripts/build.sh when it is the
 # default), OUT (default results). Needs data/mnist (experiments/images/get-data.sh).
 set -euo pipefail
@@ -18,7 +20,8 @@ cd "$(dirname "$0")/../.."
 
 # CPU seconds per step at 1 thread (PROTOCOL.md, log entry 1) and the budgets
 declare -A step_s=([softmax]=0.6238 [linear]=0.4198 [lsh-1]=0.4410 [lsh-4]=0.7248)
-epoch_steps=11063
+epoch_steps=${BUDGET_STEPS:-11063}
+[[ "$epoch_steps" =~ ^[1-9][0-9]*$ ]] || { echo "run-cpu: error: BUDGET_STEPS '$epoch_steps' is not a positive step count" >&2; exit 2; }
 threads=${THREADS:-1}
 out=${OUT:-results}
 exe=${ATTNBENCH:-build/attnbench}
