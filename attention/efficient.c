@@ -1,0 +1,279 @@
+/* efficient: Efficient Attention (Shen et al. 2018, "Efficient Attention: Attention
+ * with Linear Complexities"), non-causal only, on the CPU.
+ *
+ *   Q'_i  = softmax over the D features of query row i          (i < L)
+ *   K'_jd = exp(k_jd) / sum_{j' < L} exp(k_j'd)                  (softmax of each key
+ *           feature d over the valid positions j < L of the sequence)
+ *   C     = sum_{j < L} K'_j^T v_j                               (D x M, the "context")
+ *   out_i = Q'_i C                                                (i < L; rows >= L zero)
+ * No scale (the definition has none) and no eps (both normalisations sum to 1). Both
+ * softmaxes subtract their maximum (per query row; per key feature over the valid
+ * positions), which cancels exactly. Time O(N D M), memory O(D M) beyond the tensors.
+ *
+ * Backward, with G = dout:
+ *   dC    = sum_{i < L} Q'_i^T G_i;   dQ'_i = G_i C^T;   dq_i = Q'_i .* (dQ'_i - Q'_i . dQ'_i)
+ *   dK'_j = v_j dC^T;   dV_j = K'_j dC;   dk_jd = K'_jd (dK'_jd - sum_{j' < L} K'_j'd dK'_j'd)
+ *
+ * What forward saves: nothing (saved_bytes 0). Backward recomputes the column maxima and
+ * sums of K, the context and Q' (one more pass over K and Q than forward); that costs
+ * element-wise work next to the products and keeps the variant's memory at the inputs.
+ *
+ * Everything goes in chunks of EFF_CHUNK rows through per-thread workspace (K' and Q' of
+ * a chunk, never a whole N x D tensor), every product an ab_sgemm; OpenMP over the B*H
+ * slices (attn_outer_threads). Column statistics and the row dots are in double. */
+#include "cpu_util.h"
+#include "variant.h"
+
+#ifdef ATTNBENCH_HAVE_CUDA
+#include "efficient_cuda.h"
+#endif
+
+#include "../harness/error.h"
+#include "../harness/memory.h"
+
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+/* Rows per chunk: C x chunk and chunk x C products run near BLAS speed from ~128 rows. */
+#define EFF_CHUNK 256
+
+static void eff_defaults(attn_params *p) { (void)p; }
+
+/* ---- workspace: one slot per outer thread ---- */
+
+typedef struct {
+    float *xp, *dxp;        /* chunk x D: Q' or K', and dQ' */
+    float *ctx, *dctx;      /* D x M */
+    float *kmax, *kinv;     /* D: column maxima of K and 1 / the column sums of exp(K - max) */
+    double *csum, *cacc;    /* D: those sums, and the column sums of K' .* dK' */
+} eff_slot;
+
+static int chunk_of(const attn_shape *s) { return s->len < EFF_CHUNK ? s->len : EFF_CHUNK; }
+
+static size_t slot_bytes(const attn_shape *s) {
+    size_t T = (size_t)chunk_of(s), D = (size_t)s->qk_dim, M = (size_t)s->v_dim;
+    return 2 * attn_align64(T * D * sizeof(float)) + 2 * attn_align64(D * M * sizeof(float)) +
+           2 * attn_align64(D * sizeof(float)) + 2 * attn_align64(D * sizeof(double));
+}
+
+static eff_slot slot_carve(const attn_shape *s, void *ws, int slot) {
+    size_t T = (size_t)chunk_of(s), D = (size_t)s->qk_dim, M = (size_t)s->v_dim;
+    char *p = (char *)ws + (size_t)slot * slot_bytes(s);
+    eff_slot w;
+    w.xp = (float *)p, p += attn_align64(T * D * sizeof(float));
+    w.dxp = (float *)p, p += attn_align64(T * D * sizeof(float));
+    w.ctx = (float *)p, p += attn_align64(D * M * sizeof(float));
+    w.dctx = (float *)p, p += attn_align64(D * M * sizeof(float));
+    w.kmax = (float *)p, p += attn_align64(D * sizeof(float));
+    w.kinv = (float *)p, p += attn_align64(D * sizeof(float));
+    w.csum = (double *)p, p += attn_align64(D * sizeof(double));
+    w.cacc = (double *)p;
+    return w;
+}
+
+static int eff_check_shape(const attn *a, const attn_shape *s) {
+    size_t D = (size_t)s->qk_dim, M = (size_t)s->v_dim, one = slot_bytes(s), all;
+    /* BLAS takes int sizes: the D x M context and the chunk blocks index with int. */
+    if (D * M > (size_t)INT_MAX || (size_t)EFF_CHUNK * (D > M ? D : M) > (size_t)INT_MAX ||
+        ab_mul_size(one, (size_t)attn_outer_threads(s->batch * s->heads), &all))
+        return ab_fail(AB_EINVAL, "variant '%s': D=%d M=%d gives blocks too large for this implementation",
+                       a->v->name, s->qk_dim, s->v_dim);
+    return 0;
+}
+
+static size_t eff_saved_bytes(const attn *a, const attn_shape *s) {
+    (void)a, (void)s;
+    return 0;
+}
+
+static size_t eff_workspace_bytes(const attn *a, const attn_shape *s) {
+    (void)a;
+    return slot_bytes(s) * (size_t)attn_outer_threads(s->batch * s->heads);
+}
+
+/* ---- building blocks ---- */
+
+/* Column statistics of k rows [0, L), L >= 1: kmax, csum (double) and kinv = 1/csum. */
+static void key_stats(int L, int D, const float *k, const eff_slot *w) {
+    float *mx = w->kmax;
+    for (int d = 0; d < D; d++) mx[d] = -INFINITY;
+    for (int j = 0; j < L; j++) {
+        const float *kr = k + (size_t)j * D;
+        for (int d = 0; d < D; d++) mx[d] = kr[d] > mx[d] ? kr[d] : mx[d];
+    }
+    for (int d = 0; d < D; d++) w->csum[d] = 0.0;
+    for (int j = 0; j < L; j++) {
+        const float *kr = k + (size_t)j * D;
+        for (int d = 0; d < D; d++) w->csum[d] += (double)attn_exp_nonpos(kr[d] - mx[d]);
+    }
+    for (int d = 0; d < D; d++) w->kinv[d] = (float)(1.0 / w->csum[d]); /* csum >= 1: the maximum's term */
+}
+
+/* K' of t key rows into xp (t x D). */
+static void key_softmax(int t, int D, const float *k, const eff_slot *w, float *xp) {
+    for (int i = 0; i < t; i++) {
+        const float *kr = k + (size_t)i * D;
+        float *o = xp + (size_t)i * D;
+        for (int d = 0; d < D; d++) o[d] = attn_exp_nonpos(kr[d] - w->kmax[d]) * w->kinv[d];
+    }
+}
+
+/* Q' rows (row softmax over D) of t query rows into xp. */
+static void query_softmax(int t, int D, const float *q, float *xp) {
+    for (int i = 0; i < t; i++) {
+        const float *qr = q + (size_t)i * D;
+        float *o = xp + (size_t)i * D;
+        float m = -INFINITY;
+        for (int d = 0; d < D; d++) m = qr[d] > m ? qr[d] : m;
+        double sum = 0;
+        for (int d = 0; d < D; d++) {
+            o[d] = attn_exp_nonpos(qr[d] - m);
+            sum += o[d];
+        }
+        const float inv = (float)(1.0 / sum); /* sum >= 1: the maximum's term is 1 */
+        for (int d = 0; d < D; d++) o[d] *= inv;
+    }
+}
+
+/* Column statistics and the context C = K'^T V of one slice's valid rows. */
+static void context(const attn_shape *s, const eff_slot *w, int L, const float *k, const float *v) {
+    const int D = s->qk_dim, M = s->v_dim, T = chunk_of(s);
+    key_stats(L, D, k, w);
+    memset(w->ctx, 0, sizeof(float) * (size_t)D * M);
+    for (int j0 = 0; j0 < L; j0 += T) {
+        int t = L - j0 < T ? L - j0 : T;
+        key_softmax(t, D, k + (size_t)j0 * D, w, w->xp);
+        ab_sgemm(true, false, D, M, t, 1.0f, w->xp, D, v + (size_t)j0 * M, M, 1.0f, w->ctx, M);
+    }
+}
+
+static void zero_rows(float *x, int from, int to, int width) {
+    if (to > from) memset(x + (size_t)from * width, 0, sizeof(float) * (size_t)(to - from) * (size_t)width);
+}
+
+/* ---- entry points ---- */
+
+static int eff_forward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v, float *out,
+                       void *saved) {
+    (void)saved;
+    const int BH = s->batch * s->heads, N = s->len, D = s->qk_dim, M = s->v_dim, T = chunk_of(s);
+    const int nt = attn_outer_threads(BH);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
+    for (int bh = 0; bh < BH; bh++) {
+        eff_slot w = slot_carve(s, a->ws, omp_get_thread_num());
+        const int L = attn_valid_len(s, bh / s->heads);
+        const float *qs = q + attn_slice(s, bh, D);
+        float *os = out + attn_slice(s, bh, M);
+        if (L > 0) context(s, &w, L, k + attn_slice(s, bh, D), v + attn_slice(s, bh, M));
+        for (int i0 = 0; i0 < L; i0 += T) {
+            int t = L - i0 < T ? L - i0 : T;
+            query_softmax(t, D, qs + (size_t)i0 * D, w.xp);
+            ab_sgemm(false, false, t, M, D, 1.0f, w.xp, D, w.ctx, M, 0.0f, os + (size_t)i0 * M, M);
+        }
+        zero_rows(os, L, N, M);
+    }
+    return 0;
+}
+
+static int eff_backward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,
+                        const float *dout, const void *saved, float *dq, float *dk, float *dv) {
+    (void)saved;
+    const int BH = s->batch * s->heads, N = s->len, D = s->qk_dim, M = s->v_dim, T = chunk_of(s);
+    const int nt = attn_outer_threads(BH);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
+    for (int bh = 0; bh < BH; bh++) {
+        eff_slot w = slot_carve(s, a->ws, omp_get_thread_num());
+        const int L = attn_valid_len(s, bh / s->heads);
+        const size_t oq = attn_slice(s, bh, D), ov = attn_slice(s, bh, M);
+        const float *qs = q + oq, *ks = k + oq, *vs = v + ov, *gs = dout + ov;
+        float *dqs = dq + oq, *dks = dk + oq, *dvs = dv + ov;
+        if (L > 0) context(s, &w, L, ks, vs);
+        /* queries: dQ' = G C^T -> dq; dC = sum Q'^T G */
+        memset(w.dctx, 0, sizeof(float) * (size_t)D * M);
+        for (int i0 = 0; i0 < L; i0 += T) {
+            int t = L - i0 < T ? L - i0 : T;
+            query_softmax(t, D, qs + (size_t)i0 * D, w.xp);
+            ab_sgemm(false, true, t, D, M, 1.0f, gs + (size_t)i0 * M, M, w.ctx, M, 0.0f, w.dxp, D);
+            for (int i = 0; i < t; i++) {
+                const float *p = w.xp + (size_t)i * D, *g = w.dxp + (size_t)i * D;
+                float *o = dqs + (size_t)(i0 + i) * D;
+                double dot = 0;
+                for (int d = 0; d < D; d++) dot += (double)p[d] * g[d];
+                const float fd = (float)dot;
+                for (int d = 0; d < D; d++) o[d] = p[d] * (g[d] - fd);
+            }
+            ab_sgemm(true, false, D, M, t, 1.0f, w.xp, D, gs + (size_t)i0 * M, M, 1.0f, w.dctx, M);
+        }
+        /* keys, pass 1: dK' = V dC^T (into dk), dV = K' dC, and the column sums of
+         * K' .* dK'; pass 2: dk = K' .* (dK' - those sums). */
+        for (int d = 0; d < D; d++) w.cacc[d] = 0.0;
+        for (int j0 = 0; j0 < L; j0 += T) {
+            int t = L - j0 < T ? L - j0 : T;
+            key_softmax(t, D, ks + (size_t)j0 * D, &w, w.xp);
+            float *dkc = dks + (size_t)j0 * D;
+            ab_sgemm(false, true, t, D, M, 1.0f, vs + (size_t)j0 * M, M, w.dctx, M, 0.0f, dkc, D);
+            ab_sgemm(false, false, t, M, D, 1.0f, w.xp, D, w.dctx, M, 0.0f, dvs + (size_t)j0 * M, M);
+            for (int i = 0; i < t; i++)
+                for (int d = 0; d < D; d++) w.cacc[d] += (double)w.xp[(size_t)i * D + d] * dkc[(size_t)i * D + d];
+        }
+        for (int j0 = 0; j0 < L; j0 += T) {
+            int t = L - j0 < T ? L - j0 : T;
+            key_softmax(t, D, ks + (size_t)j0 * D, &w, w.xp);
+            for (int i = 0; i < t; i++) {
+                float *o = dks + (size_t)(j0 + i) * D;
+                const float *p = w.xp + (size_t)i * D;
+                for (int d = 0; d < D; d++) o[d] = p[d] * (o[d] - (float)w.cacc[d]);
+            }
+        }
+        zero_rows(dqs, L, N, D);
+        zero_rows(dks, L, N, D);
+        zero_rows(dvs, L, N, M);
+    }
+    return 0;
+}
+
+/* ---- useful floating-point operations ----
+ *
+ * The two products per slice, C = K'^T V and out = Q' C: 2 N D M each, 4 N D M forward;
+ * forward plus backward 3 times that (the sweep's rule). The softmaxes are not counted
+ * (as the feature maps of linear are not). */
+static double eff_flops(const attn *a, const attn_shape *s, bool backward) {
+    (void)a;
+    double fwd = 4.0 * s->len * (double)s->qk_dim * s->v_dim * s->batch * s->heads;
+    return backward ? 3 * fwd : fwd;
+}
+
+static const attn_backend cpu_backend = {
+    .check_shape = eff_check_shape,
+    .saved_bytes = eff_saved_bytes,
+    .workspace_bytes = eff_workspace_bytes,
+    .forward = eff_forward,
+    .backward = eff_backward,
+};
+
+#ifdef ATTNBENCH_HAVE_CUDA
+static const attn_backend cuda_backend = {
+    .check_shape = eff_check_shape,
+    .saved_bytes = eff_saved_bytes,
+    .workspace_bytes = eff_cuda_workspace_bytes,
+    .forward = eff_cuda_forward,
+    .backward = eff_cuda_backward,
+};
+#define CUDA_EFFICIENT (&cuda_backend)
+#else
+#define CUDA_EFFICIENT NULL
+#endif
+
+const attn_variant attn_variant_efficient = {
+    .name = "efficient",
+    .summary = "Efficient Attention (Shen et al.): softmax(q) over D times softmax(k) over N, then V; non-causal "
+               "only; O(N D M)",
+    .options = NULL,
+    .n_options = 0,
+    .defaults = eff_defaults,
+    .flops = eff_flops,
+    .noncausal_only = true,
+    .cpu = &cpu_backend,
+    .cuda = CUDA_EFFICIENT,
+};
