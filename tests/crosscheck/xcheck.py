@@ -971,8 +971,10 @@ def check_case(exe, c, folder, stats, failures, verbose, device, modes_of):
     modes = ["parallel"]
     if c["causal"] and "recurrent" in modes_of[c["variant"]]:
         modes.append("recurrent")
+    # favor's figures apart from the other maps' (its features are exponentials)
+    name = c["variant"] + ("[favor]" if c["opts"].get("feature_map") == "favor" else "")
     for mode in modes:
-        key = c["variant"] + ("/recurrent" if mode == "recurrent" else "")
+        key = name + ("/recurrent" if mode == "recurrent" else "")
         r = ref
         if mode == "recurrent" and c["lengths"] is not None:
             r = ref_for(None)       # `op --mode recurrent` takes no lengths
