@@ -6,6 +6,7 @@
 
 #include "../harness/blas.h"
 
+#include <math.h>
 #include <omp.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -27,6 +28,32 @@ static inline size_t attn_slice(const attn_shape *s, int bh, int x) { return (si
 
 /* Rounds bytes up to a multiple of 64 (so carved buffers stay aligned). */
 static inline size_t attn_align64(size_t bytes) { return (bytes + 63u) & ~(size_t)63u; }
+
+/* sum_i a[i] b[i] in double and max_i x[i] (-inf for n = 0), with 8 partial sums or
+ * maxima so that the loops vectorise (a single running sum or maximum is a chain the
+ * compiler may not reorder). */
+static inline double attn_dot_d(const float *a, const float *b, int n) {
+    double ps[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int u = 0; u < 8; u++) ps[u] += (double)a[i + u] * (double)b[i + u];
+    double s = 0;
+    for (; i < n; i++) s += (double)a[i] * (double)b[i];
+    for (int u = 0; u < 8; u++) s += ps[u];
+    return s;
+}
+
+static inline float attn_max_f(const float *x, int n) {
+    float pm[8];
+    for (int u = 0; u < 8; u++) pm[u] = -INFINITY;
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int u = 0; u < 8; u++) pm[u] = x[i + u] > pm[u] ? x[i + u] : pm[u];
+    float m = -INFINITY;
+    for (; i < n; i++) m = x[i] > m ? x[i] : m;
+    for (int u = 0; u < 8; u++) m = pm[u] > m ? pm[u] : m;
+    return m;
+}
 
 /* exp(x) for x <= 0, written to vectorise (libm's expf does not, and was half the
  * time of the elu forward at D = 64; also the exponentials of favor, efficient and

@@ -22,6 +22,7 @@
  * a chunk, never a whole N x D tensor), every product an ab_sgemm; OpenMP over the B*H
  * slices (attn_outer_threads). Column statistics and the row dots are in double. */
 #include "cpu_util.h"
+#include "softmax_cpu.h"
 #include "variant.h"
 
 #ifdef ATTNBENCH_HAVE_CUDA
@@ -96,43 +97,38 @@ static size_t eff_workspace_bytes(const attn *a, const attn_shape *s) {
 
 /* Column statistics of k rows [0, L), L >= 1: kmax, csum (double) and kinv = 1/csum. */
 static void key_stats(int L, int D, const float *k, const eff_slot *w) {
-    float *mx = w->kmax;
+    float *restrict mx = w->kmax, *restrict kinv = w->kinv;
+    double *restrict csum = w->csum;
     for (int d = 0; d < D; d++) mx[d] = -INFINITY;
     for (int j = 0; j < L; j++) {
-        const float *kr = k + (size_t)j * D;
+        const float *restrict kr = k + (size_t)j * D;
         for (int d = 0; d < D; d++) mx[d] = kr[d] > mx[d] ? kr[d] : mx[d];
     }
-    for (int d = 0; d < D; d++) w->csum[d] = 0.0;
+    float *restrict e = w->xp; /* one row of scratch (xp is free until key_softmax) */
+    for (int d = 0; d < D; d++) csum[d] = 0.0;
     for (int j = 0; j < L; j++) {
-        const float *kr = k + (size_t)j * D;
-        for (int d = 0; d < D; d++) w->csum[d] += (double)attn_exp_nonpos(kr[d] - mx[d]);
+        const float *restrict kr = k + (size_t)j * D;
+        for (int d = 0; d < D; d++) e[d] = attn_exp_nonpos(kr[d] - mx[d]); /* two loops: both vectorise */
+        for (int d = 0; d < D; d++) csum[d] += (double)e[d];
     }
-    for (int d = 0; d < D; d++) w->kinv[d] = (float)(1.0 / w->csum[d]); /* csum >= 1: the maximum's term */
+    for (int d = 0; d < D; d++) kinv[d] = (float)(1.0 / csum[d]); /* csum >= 1: the maximum's term */
 }
 
 /* K' of t key rows into xp (t x D). */
 static void key_softmax(int t, int D, const float *k, const eff_slot *w, float *xp) {
+    const float *restrict mx = w->kmax, *restrict kinv = w->kinv;
     for (int i = 0; i < t; i++) {
-        const float *kr = k + (size_t)i * D;
-        float *o = xp + (size_t)i * D;
-        for (int d = 0; d < D; d++) o[d] = attn_exp_nonpos(kr[d] - w->kmax[d]) * w->kinv[d];
+        const float *restrict kr = k + (size_t)i * D;
+        float *restrict o = xp + (size_t)i * D;
+        for (int d = 0; d < D; d++) o[d] = attn_exp_nonpos(kr[d] - mx[d]) * kinv[d];
     }
 }
 
 /* Q' rows (row softmax over D) of t query rows into xp. */
 static void query_softmax(int t, int D, const float *q, float *xp) {
     for (int i = 0; i < t; i++) {
-        const float *qr = q + (size_t)i * D;
-        float *o = xp + (size_t)i * D;
-        float m = -INFINITY;
-        for (int d = 0; d < D; d++) m = qr[d] > m ? qr[d] : m;
-        double sum = 0;
-        for (int d = 0; d < D; d++) {
-            o[d] = attn_exp_nonpos(qr[d] - m);
-            sum += o[d];
-        }
-        const float inv = (float)(1.0 / sum); /* sum >= 1: the maximum's term is 1 */
-        for (int d = 0; d < D; d++) o[d] *= inv;
+        memcpy(xp + (size_t)i * D, q + (size_t)i * D, sizeof(float) * (size_t)D);
+        smx_softmax_row(xp + (size_t)i * D, D); /* max-subtracted, sum in double */
     }
 }
 
@@ -196,11 +192,9 @@ static int eff_backward(attn *a, const attn_shape *s, const float *q, const floa
             query_softmax(t, D, qs + (size_t)i0 * D, w.xp);
             ab_sgemm(false, true, t, D, M, 1.0f, gs + (size_t)i0 * M, M, w.ctx, M, 0.0f, w.dxp, D);
             for (int i = 0; i < t; i++) {
-                const float *p = w.xp + (size_t)i * D, *g = w.dxp + (size_t)i * D;
-                float *o = dqs + (size_t)(i0 + i) * D;
-                double dot = 0;
-                for (int d = 0; d < D; d++) dot += (double)p[d] * g[d];
-                const float fd = (float)dot;
+                const float *restrict p = w.xp + (size_t)i * D, *restrict g = w.dxp + (size_t)i * D;
+                float *restrict o = dqs + (size_t)(i0 + i) * D;
+                const float fd = (float)attn_dot_d(p, g, D);
                 for (int d = 0; d < D; d++) o[d] = p[d] * (g[d] - fd);
             }
             ab_sgemm(true, false, D, M, t, 1.0f, w.xp, D, gs + (size_t)i0 * M, M, 1.0f, w.dctx, M);
@@ -214,16 +208,20 @@ static int eff_backward(attn *a, const attn_shape *s, const float *q, const floa
             float *dkc = dks + (size_t)j0 * D;
             ab_sgemm(false, true, t, D, M, 1.0f, vs + (size_t)j0 * M, M, w.dctx, M, 0.0f, dkc, D);
             ab_sgemm(false, false, t, M, D, 1.0f, w.xp, D, w.dctx, M, 0.0f, dvs + (size_t)j0 * M, M);
-            for (int i = 0; i < t; i++)
-                for (int d = 0; d < D; d++) w.cacc[d] += (double)w.xp[(size_t)i * D + d] * dkc[(size_t)i * D + d];
+            double *restrict cacc = w.cacc;
+            for (int i = 0; i < t; i++) {
+                const float *restrict p = w.xp + (size_t)i * D, *restrict g = dkc + (size_t)i * D;
+                for (int d = 0; d < D; d++) cacc[d] += (double)p[d] * g[d];
+            }
         }
         for (int j0 = 0; j0 < L; j0 += T) {
             int t = L - j0 < T ? L - j0 : T;
             key_softmax(t, D, ks + (size_t)j0 * D, &w, w.xp);
             for (int i = 0; i < t; i++) {
-                float *o = dks + (size_t)(j0 + i) * D;
-                const float *p = w.xp + (size_t)i * D;
-                for (int d = 0; d < D; d++) o[d] = p[d] * (o[d] - (float)w.cacc[d]);
+                float *restrict o = dks + (size_t)(j0 + i) * D;
+                const float *restrict p = w.xp + (size_t)i * D;
+                const double *restrict cacc = w.cacc;
+                for (int d = 0; d < D; d++) o[d] = p[d] * (o[d] - (float)cacc[d]);
             }
         }
         zero_rows(dqs, L, N, D);

@@ -25,8 +25,8 @@ void favor_draw(uint64_t seed, int D, int m, void *scratch, float *W) {
     for (int b = 0; (size_t)b * (size_t)D < (size_t)m; b++) {
         const int rows = m - b * D < D ? m - b * D : D;
         const uint64_t base = (uint64_t)b * d2;
-        /* the normals of the block (independent draws: parallel when there are many) */
-#pragma omp parallel for schedule(static) if (d2 >= 4096)
+        /* the normals of the block (sequential: 2 m D normals cost ~30 ns each, less than
+         * waking threads on a busy machine) */
         for (long e = 0; e < (long)d2; e++) G[e] = ab_rng_normal(seed, FAVOR_STREAM_BLOCKS, base + (uint64_t)e);
         /* modified Gram-Schmidt over the rows, in order (only the rows kept are needed:
          * row r depends on rows 0..r-1 alone) */
@@ -45,7 +45,6 @@ void favor_draw(uint64_t seed, int D, int m, void *scratch, float *W) {
             for (int d = 0; d < D; d++) gr[d] *= inv;
         }
         /* rows scaled by chi-distributed norms */
-#pragma omp parallel for schedule(static) if ((long)rows * D >= 4096)
         for (int r = 0; r < rows; r++) {
             const uint64_t i = (uint64_t)b * (uint64_t)D + (uint64_t)r;
             double nn = 0;
@@ -69,9 +68,7 @@ static void project(const fm_spec *f, int n, const float *x, int ldx, float *out
 }
 
 static float half_sq(const fm_spec *f, const float *xi) {
-    double s = 0;
-    for (int d = 0; d < f->D; d++) s += (double)xi[d] * xi[d];
-    return (float)(0.5 * s / sqrt((double)f->D));
+    return (float)(0.5 * attn_dot_d(xi, xi, f->D) / sqrt((double)f->D));
 }
 
 void favor_forward(const fm_spec *f, int n, const float *x, int ldx, float *phi, int ldphi, const fm_shift *sh) {
@@ -83,9 +80,7 @@ void favor_forward(const fm_spec *f, int n, const float *x, int ldx, float *phi,
         const float h = half_sq(f, x + (size_t)i * ldx);
         float shift;
         if (sh->rows) {
-            float mx = -INFINITY;
-            for (int r = 0; r < C; r++) mx = p[r] > mx ? p[r] : mx;
-            shift = mx - h;
+            shift = attn_max_f(p, C) - h;
             sh->rows[i] = shift;
         } else {
             shift = sh->shared;
@@ -99,10 +94,7 @@ void favor_forward(const fm_spec *f, int n, const float *x, int ldx, float *phi,
 void favor_log_max(const fm_spec *f, int n, const float *x, int ldx, float *scratch, int ldscratch, float *out) {
     project(f, n, x, ldx, scratch, ldscratch);
     for (int i = 0; i < n; i++) {
-        const float *p = scratch + (size_t)i * ldscratch;
-        float mx = -INFINITY;
-        for (int r = 0; r < f->C; r++) mx = p[r] > mx ? p[r] : mx;
-        out[i] = mx - half_sq(f, x + (size_t)i * ldx);
+        out[i] = attn_max_f(scratch + (size_t)i * ldscratch, f->C) - half_sq(f, x + (size_t)i * ldx);
     }
 }
 
@@ -120,8 +112,12 @@ void favor_backward(const fm_spec *f, int n, const float *x, int ldx, const floa
     ab_sgemm(false, false, n, D, C, q4, gphi, ldg, f->W, D, 0.0f, gx, ldgx);
     for (int i = 0; i < n; i++) {
         const float *u = gphi + (size_t)i * ldg, *xi = x + (size_t)i * ldx;
-        double su = 0;
-        for (int r = 0; r < C; r++) su += u[r];
+        double ps[8] = {0, 0, 0, 0, 0, 0, 0, 0}, su = 0;
+        int r = 0;
+        for (; r + 8 <= C; r += 8)
+            for (int e = 0; e < 8; e++) ps[e] += u[r + e];
+        for (; r < C; r++) su += u[r];
+        for (int e = 0; e < 8; e++) su += ps[e];
         const float c = q2 * (float)su;
         float *o = gx + (size_t)i * ldgx;
         for (int d = 0; d < D; d++) o[d] -= c * xi[d];

@@ -211,11 +211,9 @@ static int local_backward(attn *a, const attn_shape *s, const float *q, const fl
             /* dP = dO V^T  (rb, kc); dS = P .* (dP - rowsum(dP .* P)) */
             ab_sgemm(false, true, rb, kc, M, 1.0f, dob, M, vs, M, 0.0f, ds, kc);
             for (int i = 0; i < rb; i++) {
-                const float *pr = p + (size_t)i * kc;
-                float *dr = ds + (size_t)i * kc;
-                double dot = 0;
-                for (int j = 0; j < kc; j++) dot += (double)pr[j] * dr[j];
-                const float fd = (float)dot;
+                const float *restrict pr = p + (size_t)i * kc;
+                float *restrict dr = ds + (size_t)i * kc;
+                const float fd = (float)attn_dot_d(pr, dr, kc);
                 for (int j = 0; j < kc; j++) dr[j] = pr[j] * (dr[j] - fd);
             }
             /* dQ = scale dS K  (rb, D); dK[k0:k1] += scale dS^T Q  (kc, D) */
