@@ -7,13 +7,14 @@
  *   column max and sum of exp of K (a thread per (slice, feature), sums in double);
  *   K' (element-wise), C = K'^T V (one strided-batched GEMM over the slices);
  *   Q' (a warp per row), out = Q' C (batched GEMM straight into out).
- * Backward (as the CPU): dC = Q'^T dO, dQ' = dO C^T -> dq = Q' .* (dQ' - Q'.dQ') (a warp
- * per row); dK' = V dC^T, dV = K' dC (into dv), the column sums of K' .* dK', then
- * dk = K' .* (dK' - those sums).
+ * Backward (as the CPU): K' again from the saved column statistics; dC = Q'^T dO,
+ * dQ' = dO C^T -> dq = Q' .* (dQ' - Q'.dQ') (a warp per row); dK' = V dC^T, dV = K' dC
+ * (into dv), the column sums of K' .* dK', then dk = K' .* (dK' - those sums).
  *
- * Memory: forward saves nothing. Workspace: Q', K' and one gradient of them for every
- * slice (3 B H N D floats: the same order as the inputs), C and dC (2 B H D M) and three
- * column vectors (3 B H D). Speed: not measured (no GPU here); the column reductions
+ * Memory: forward saves the CPU's (efficient.c): C, the column maxima and 1/sums, in
+ * the same layout. Workspace: Q', K' and one gradient of them for every slice
+ * (3 B H N D floats: the same order as the inputs), dC (B H D M) and one column vector
+ * (B H D). Speed: not measured (no GPU here); the column reductions
  * walk N rows per thread (a few hundred threads at B H = 8, D = 64: latency-bound, a
  * two-level reduction would help for long sequences); the products are D x M x L
  * GEMMs per slice. */
@@ -114,38 +115,57 @@ __global__ void eff_key_grad_kernel(const float *kp, const float *g, const float
 /* ---- workspace ---- */
 
 struct eff_bufs {
-    float *qp, *kp, *g, *ctx, *dctx, *kmax, *kinv, *cacc;
+    float *qp, *kp, *g, *dctx, *cacc; /* workspace */
+    float *ctx, *kmax, *kinv;         /* the saved buffer: [B*H][D][M], [B*H][D], [B*H][D] */
 };
 
 static size_t up64(size_t n) { return (n + 63) / 64 * 64; }
 
-static size_t carve(const attn_shape *s, float *ws, eff_bufs *b) {
+static size_t carve(const attn_shape *s, float *ws, const void *saved, eff_bufs *b) {
     const size_t BH = (size_t)s->batch * s->heads, ND = BH * (size_t)s->len * s->qk_dim;
     const size_t DM = BH * (size_t)s->qk_dim * s->v_dim, Dv = BH * (size_t)s->qk_dim;
-    const size_t sizes[8] = {ND, ND, ND, DM, DM, Dv, Dv, Dv};
-    float **dst[8] = {&b->qp, &b->kp, &b->g, &b->ctx, &b->dctx, &b->kmax, &b->kinv, &b->cacc};
+    const size_t sizes[5] = {ND, ND, ND, DM, Dv};
+    float **dst[5] = {&b->qp, &b->kp, &b->g, &b->dctx, &b->cacc};
     size_t off = 0;
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < 5; i++) {
         if (ws) *dst[i] = ws + off;
         off += up64(sizes[i]);
     }
+    float *sv = (float *)saved;
+    b->ctx = sv;
+    b->kmax = sv ? sv + DM : NULL;
+    b->kinv = sv ? sv + DM + Dv : NULL;
     return off;
+}
+
+/* b with the saved parts moved on to slice s0 (the first of a run). */
+static eff_bufs at_slice(eff_bufs b, long long s0, int D, int M) {
+    b.ctx += s0 * D * M;
+    b.kmax += s0 * D;
+    b.kinv += s0 * D;
+    return b;
 }
 
 extern "C" size_t eff_cuda_workspace_bytes(const attn *a, const attn_shape *s) {
     (void)a;
     eff_bufs b;
-    return carve(s, NULL, &b) * sizeof(float);
+    return carve(s, NULL, NULL, &b) * sizeof(float);
 }
 
 static unsigned grid_elems(long long n) { return ab_cuda_grid(n, THREADS, MAX_BLOCKS); }
 static unsigned grid_warps(long long rows) { return ab_cuda_grid(rows, THREADS / 32, MAX_BLOCKS); }
 
-/* Column statistics, K' and the context C of ns slices (tensor bases at the first). */
-static int context(const eff_bufs &b, long long ns, int N, int L, int D, int M, const float *k, const float *v) {
-    AB_LAUNCH(eff_col_stats_kernel, grid_elems(ns * D), THREADS, 0, ab_cuda_stream(), k, ns, N, L, D, b.kmax, b.kinv);
+/* K' of ns slices (tensor bases at the first) from the column statistics. */
+static int key_softmax(const eff_bufs &b, long long ns, int N, int L, int D, const float *k) {
     AB_LAUNCH(eff_key_softmax_kernel, grid_elems(ns * L * D), THREADS, 0, ab_cuda_stream(), k, ns, N, L, D,
               (const float *)b.kmax, (const float *)b.kinv, b.kp);
+    return 0;
+}
+
+/* Column statistics, K' and the context C of ns slices (into the saved buffer). */
+static int context(const eff_bufs &b, long long ns, int N, int L, int D, int M, const float *k, const float *v) {
+    AB_LAUNCH(eff_col_stats_kernel, grid_elems(ns * D), THREADS, 0, ab_cuda_stream(), k, ns, N, L, D, b.kmax, b.kinv);
+    AB_TRY(key_softmax(b, ns, N, L, D, k));
     /* C = K'^T V  (D, M) per slice */
     AB_TRY(ab_cuda_sgemm_batched(true, false, D, M, L, 1.0f, b.kp, D, (long long)L * D, v, M, (long long)N * M, 0.0f,
                                  b.ctx, M, (long long)D * M, ns));
@@ -154,9 +174,8 @@ static int context(const eff_bufs &b, long long ns, int N, int L, int D, int M, 
 
 extern "C" int eff_cuda_forward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,
                                 float *out, void *saved) {
-    (void)saved;
-    eff_bufs b;
-    carve(s, (float *)a->ws, &b);
+    eff_bufs b0;
+    carve(s, (float *)a->ws, saved, &b0);
     const int H = s->heads, N = s->len, D = s->qk_dim, M = s->v_dim;
     const long long ND = (long long)N * D, NM = (long long)N * M;
     for (int bb = 0; bb < s->batch;) {
@@ -164,8 +183,12 @@ extern "C" int eff_cuda_forward(attn *a, const attn_shape *s, const float *q, co
         bb = r.b1;
         const long long s0 = (long long)r.b0 * H, ns = (long long)(r.b1 - r.b0) * H;
         const int L = r.len;
+        const eff_bufs b = at_slice(b0, s0, D, M);
         AB_TRY(attn_cuda_zero_tail(out + s0 * NM, ns, NM, (long long)L * M));
-        if (L == 0) continue;
+        if (L == 0) { /* saved: defined even when unused */
+            AB_TRY(attn_cuda_zero_tail(b.ctx, 1, ns * D * M, 0));
+            continue;
+        }
         AB_TRY(context(b, ns, N, L, D, M, k + s0 * ND, v + s0 * NM));
         AB_LAUNCH(eff_query_softmax_kernel, grid_warps(ns * L), THREADS, 0, ab_cuda_stream(), q + s0 * ND, ns, N, L, D,
                   b.qp);
@@ -178,9 +201,8 @@ extern "C" int eff_cuda_forward(attn *a, const attn_shape *s, const float *q, co
 
 extern "C" int eff_cuda_backward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,
                                  const float *dout, const void *saved, float *dq, float *dk, float *dv) {
-    (void)saved;
-    eff_bufs b;
-    carve(s, (float *)a->ws, &b);
+    eff_bufs b0;
+    carve(s, (float *)a->ws, saved, &b0);
     const int H = s->heads, N = s->len, D = s->qk_dim, M = s->v_dim;
     const long long ND = (long long)N * D, NM = (long long)N * M;
     for (int bb = 0; bb < s->batch;) {
@@ -188,13 +210,14 @@ extern "C" int eff_cuda_backward(attn *a, const attn_shape *s, const float *q, c
         bb = r.b1;
         const long long s0 = (long long)r.b0 * H, ns = (long long)(r.b1 - r.b0) * H;
         const int L = r.len;
+        const eff_bufs b = at_slice(b0, s0, D, M);
         const long long LD = (long long)L * D;
         AB_TRY(attn_cuda_zero_tail(dq + s0 * ND, ns, ND, LD));
         AB_TRY(attn_cuda_zero_tail(dk + s0 * ND, ns, ND, LD));
         AB_TRY(attn_cuda_zero_tail(dv + s0 * NM, ns, NM, (long long)L * M));
         if (L == 0) continue;
         const float *go = dout + s0 * NM;
-        AB_TRY(context(b, ns, N, L, D, M, k + s0 * ND, v + s0 * NM));
+        AB_TRY(key_softmax(b, ns, N, L, D, k + s0 * ND)); /* C and the statistics: forward's */
         AB_LAUNCH(eff_query_softmax_kernel, grid_warps(ns * L), THREADS, 0, ab_cuda_stream(), q + s0 * ND, ns, N, L, D,
                   b.qp);
         /* dQ' = dO C^T  (L, D); dq = Q' .* (dQ' - Q'.dQ') */

@@ -91,13 +91,6 @@ void favor_forward(const fm_spec *f, int n, const float *x, int ldx, float *phi,
     }
 }
 
-void favor_log_max(const fm_spec *f, int n, const float *x, int ldx, float *scratch, int ldscratch, float *out) {
-    project(f, n, x, ldx, scratch, ldscratch);
-    for (int i = 0; i < n; i++) {
-        out[i] = attn_max_f(scratch + (size_t)i * ldscratch, f->C) - half_sq(f, x + (size_t)i * ldx);
-    }
-}
-
 /* d phi_r / d x = D^(-1/4) phi_r (w_r - x'):  gx = D^(-1/4) U W - D^(-1/2) x sum_r U_r,
  * U = gphi .* phi (into gphi). */
 void favor_backward(const fm_spec *f, int n, const float *x, int ldx, const float *phi, int ldphi, float *gphi,

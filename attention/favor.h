@@ -20,8 +20,10 @@
  * Stability. exp(a_r) overflows float for large |x| and q.k; the map therefore writes
  * phi(x)_r e^(-shift) (a "log-scaled" map, feature_maps.h): queries with their own
  * shift s_i = max_r a_r(q_i), so their largest feature is m^(-1/2); keys with one
- * shared shift c (linear.c: the largest a_r over the slice's keys, or the running
- * maximum in recurrent mode). Every term of numerator and denominator of query i then
+ * shared shift c, at least the largest a_r over the keys combined so far (linear.c: the
+ * running maximum over the chunks, the state rescaled by e^(c_old - c_new) when it
+ * grows, as in recurrent mode; the CUDA backend: the largest over a slice's keys, in a
+ * pass over them first). Every term of numerator and denominator of query i then
  * carries the same factor e^(-s_i - c), which cancels; linear attention adds its eps
  * scaled by the same factor (eps e^(-s_i - c)), so the result is exactly
  * sum_j phi(q_i).phi(k_j) v_j / (sum_j phi(q_i).phi(k_j) + eps) with the unshifted
@@ -48,6 +50,5 @@ size_t favor_draw_scratch(int D);
 void favor_forward(const fm_spec *f, int n, const float *x, int ldx, float *phi, int ldphi, const fm_shift *sh);
 void favor_backward(const fm_spec *f, int n, const float *x, int ldx, const float *phi, int ldphi, float *gphi,
                     int ldg, float *gx, int ldgx);
-void favor_log_max(const fm_spec *f, int n, const float *x, int ldx, float *scratch, int ldscratch, float *out);
 
 #endif

@@ -160,17 +160,17 @@ extern const struct fm_cuda_map fm_elu_cuda, fm_taylor_cuda, fm_poly_cuda, fm_fa
 #endif
 
 const fm_map fm_maps[] = {
-    [FM_ELU] = {"elu", "D", "elu(x)+1", true, false, elu_dim, elu_forward, elu_backward, NULL,
+    [FM_ELU] = {"elu", "D", "elu(x)+1", true, false, elu_dim, elu_forward, elu_backward,
                 FM_CUDA(fm_elu_cuda)},
     [FM_TAYLOR] = {"taylor", "1 + D", "features [1, x/|x|], sim = 1 + cos(q,k)", true, false, taylor_dim,
-                   taylor_forward, taylor_backward, NULL, FM_CUDA(fm_taylor_cuda)},
+                   taylor_forward, taylor_backward, FM_CUDA(fm_taylor_cuda)},
     [FM_POLY] = {"poly", "1 + D + D^2",
                  "the polynomial variant's exact features of (c + scale q.k)^2: [c, sqrt(2 c scale) x, scale x x^T]",
-                 false, false, poly_dim, poly_forward, poly_backward, NULL, FM_CUDA(fm_poly_cuda)},
+                 false, false, poly_dim, poly_forward, poly_backward, FM_CUDA(fm_poly_cuda)},
     [FM_FAVOR] = {"favor", "features (2 D)",
                   "FAVOR+ positive orthogonal random features m^-1/2 exp(W x' - |x'|^2/2), x' = x/D^(1/4), "
                   "estimating exp(q.k/sqrt(D)); m = option features, W redrawn from the seed",
-                  true, true, favor_dim, favor_forward, favor_backward, favor_log_max, FM_CUDA(fm_favor_cuda)},
+                  true, true, favor_dim, favor_forward, favor_backward, FM_CUDA(fm_favor_cuda)},
 };
 const int fm_n_maps = (int)(sizeof fm_maps / sizeof fm_maps[0]);
 

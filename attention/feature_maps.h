@@ -24,10 +24,10 @@
  *
  * Log-scaled maps (favor): features that are exponentials, which overflow float for
  * large inputs. Their forward writes phi(x_i) e^(-shift_i) instead, with the shift
- * chosen by the caller (fm_shift): each row its own maximum log-feature (queries: the
- * map writes it out), or one shift shared by all rows (keys: the largest log-feature
- * over every key the attention combines, from log_max). linear.c carries the shifts so
- * that they cancel (favor.h explains how). Maps that are not log-scaled take sh = NULL.
+ * chosen by the caller (fm_shift): each row its own maximum log-feature (the map writes
+ * it out), or one shift shared by all rows (keys: at least the largest log-feature over
+ * the keys the attention combines). linear.c carries the shifts so that they cancel
+ * (favor.h explains how). Maps that are not log-scaled take sh = NULL.
  * Maps with parameters of their own drawn from the seed (favor's W) get them through
  * fm_spec.W, which the attention fills for each call. */
 #ifndef ATTN_FEATURE_MAPS_H
@@ -91,10 +91,6 @@ struct fm_map {
      * overwritten (scratch). */
     void (*backward)(const fm_spec *f, int n, const float *x, int ldx, const float *phi, int ldphi, float *gphi,
                      int ldg, float *gx, int ldgx);
-    /* Log-scaled maps: out[i] = max over features of log(phi(x_i)) + log(sqrt(C))
-     * (the shift forward would choose for row i); scratch: n x C floats (leading
-     * dimension ldscratch). NULL for the other maps. */
-    void (*log_max)(const fm_spec *f, int n, const float *x, int ldx, float *scratch, int ldscratch, float *out);
     /* Its CUDA kernels; NULL in a build without CUDA (or for a map without them: the
      * CUDA backend then refuses it). */
     const struct fm_cuda_map *cuda;

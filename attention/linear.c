@@ -33,11 +33,15 @@
  * and (dout.out)/(den+eps)) live in O(N) workspace vectors per thread slot.
  *
  * Log-scaled maps (favor, favor.h): the query features of row i come shifted by their
- * own s_i (kept for the chunk's rows in `ls`), the key features of a slice by one
- * constant c, the largest log-feature over the slice's keys (a pass over the keys
- * before the others: one more key-feature product), so Oaug_i carries e^(-s_i - c) and
- * the eps of row i becomes eps e^(-s_i - c) (row_eps): the result is the unshifted
- * formula's. The random projection W is drawn from the seed at the start of every
+ * own s_i (kept for the chunk's rows in `ls`), the key features by the running key
+ * shift c, the largest log-feature over the keys so far: each chunk's keys first by
+ * their own maxima, then c grows to the chunk's largest when that is larger, the sums
+ * so far (S) are rescaled by e^(c_old - c_new) and the chunk's rows by e^(s_j - c_new)
+ * (k_features_running; no pass over the keys beforehand). So Oaug_i carries
+ * e^(-s_i - c_i), c_i the shift at row i's chunk, and the eps of row i becomes
+ * eps e^(-s_i - c_i) (row_eps): the result is the unshifted formula's. The causal
+ * backward keeps each chunk's c (w->cs) from its forward sweep and brings R to the
+ * chunk at hand's shift on its way back (e^(c_j - c_next) <= 1). The random projection W is drawn from the seed at the start of every
  * parallel call into the front of the workspace (favor_draw: m D normals and a
  * Gram-Schmidt per D x D block, small next to the attention), and into the recurrent
  * state at its first position (prefill, or step 0), which keeps it. The recurrent state
@@ -175,7 +179,8 @@ typedef struct {
     float *A, *Bm;             /* T x T */
     float *S, *R;              /* C x M1 */
     float *inv, *gd;           /* N: 1/(den+eps), (dout.out)/(den+eps) */
-    float *ls, *kl;            /* T: the query rows' shifts s_i; keys' log-maxima (log-scaled maps) */
+    float *ls, *kl;            /* T: the query rows' shifts s_i; the key rows' own shifts (log-scaled maps) */
+    float *cs;                 /* ceil(N/T): the key shift c of each chunk (log-scaled maps' causal backward) */
 } lin_slot;
 
 /* Bytes in front of the slots: favor's W (C x D floats) and its draw scratch. */
@@ -192,7 +197,7 @@ static size_t slot_bytes(const lin_cfg *g, int len) {
         return 0;
     size_t tot = 3 * attn_align64(tc);
     tot += 3 * attn_align64(T * M1 * f) + 2 * attn_align64(T * T * f) + 2 * attn_align64(cm) + 2 * attn_align64(n * f);
-    tot += 2 * attn_align64(T * f);
+    tot += 2 * attn_align64(T * f) + attn_align64(((n + T - 1) / T) * f);
     return tot;
 }
 
@@ -219,6 +224,7 @@ static lin_slot slot_carve(const lin_cfg *g, int len, void *ws, int slot) {
     TAKE(gd, (size_t)len);
     TAKE(ls, T);
     TAKE(kl, T);
+    TAKE(cs, ((size_t)len + T - 1) / T);
 #undef TAKE
     return w;
 }
@@ -295,17 +301,31 @@ static void k_features(const lin_cfg *g, int t, const float *x, float *phi, floa
     fm_forward(&g->f, t, x, g->D, phi, g->C, g->scaled ? &sh : NULL);
 }
 
-/* The key shift c of a slice: the largest log-feature over its keys [0, L) (0 for maps
- * that are not log-scaled, and for L = 0). */
-static float key_shift(const lin_cfg *g, lin_slot *w, int L, const float *k) {
-    if (!g->scaled || L == 0) return 0.0f;
-    float c = -INFINITY;
-    for (int j0 = 0; j0 < L; j0 += g->T) {
-        int t = L - j0 < g->T ? L - j0 : g->T;
-        g->f.map->log_max(&g->f, t, k + (size_t)j0 * g->D, g->D, w->phik, g->C, w->kl);
-        for (int i = 0; i < t; i++) c = w->kl[i] > c ? w->kl[i] : c;
+/* Key features of a chunk under the running key shift *c (log-scaled maps; the
+ * others: k_features): each row first by its own maximum (kl), then *c grows to the
+ * chunk's largest if that is larger, S (the sums so far, C x M1; NULL: none) is rescaled
+ * by e^(c_old - c_new), and each row by e^(kl_j - c_new). Both factors are <= 1. */
+static void k_features_running(const lin_cfg *g, lin_slot *w, int t, const float *x, float *phi, float *S,
+                               float *c) {
+    if (!g->scaled) {
+        k_features(g, t, x, phi, 0.0f);
+        return;
     }
-    return c;
+    fm_shift sh = {w->kl, 0.0f};
+    fm_forward(&g->f, t, x, g->D, phi, g->C, &sh);
+    const float cm = attn_max_f(w->kl, t), c0 = *c;
+    if (cm > c0) {
+        if (S && c0 > -INFINITY) {
+            const float r = (float)exp((double)c0 - cm);
+            for (size_t e = 0; e < (size_t)g->C * g->M1; e++) S[e] *= r;
+        }
+        *c = cm;
+    }
+    for (int i = 0; i < t; i++) {
+        const float r = (float)exp((double)w->kl[i] - *c);
+        float *p = phi + (size_t)i * g->C;
+        for (int e = 0; e < g->C; e++) p[e] *= r;
+    }
 }
 
 /* eps of row i: eps, or eps e^(-ls_i - c) for a log-scaled map (its Oaug row carries
@@ -326,13 +346,15 @@ static void finish_rows(const lin_cfg *g, int t, const float *o, float *out, flo
 }
 
 /* Causal chunked forward over positions [0, L) of one slice, starting from and
- * updating Saug = S, key features shifted by c. out (may be NULL) receives L rows. */
+ * updating Saug = S and, for a log-scaled map, the running key shift *c (-inf: no key
+ * yet; each chunk's is kept in w->cs). out (may be NULL) receives L rows. */
 static void causal_forward_slice(const lin_cfg *g, lin_slot *w, int L, const float *q, const float *k,
-                                 const float *v, float *out, float *S, float c) {
+                                 const float *v, float *out, float *S, float *c) {
     const int T = g->T, C = g->C, D = g->D, M = g->M, M1 = g->M1;
     for (int i0 = 0; i0 < L; i0 += T) {
         int t = L - i0 < T ? L - i0 : T;
-        k_features(g, t, k + (size_t)i0 * D, w->phik, c);
+        k_features_running(g, w, t, k + (size_t)i0 * D, w->phik, S, c);
+        w->cs[i0 / T] = *c;
         load_vaug(g, t, v + (size_t)i0 * M, w->vaug);
         if (out) {
             q_features(g, t, q + (size_t)i0 * D, w->phiq, w->ls);
@@ -340,29 +362,32 @@ static void causal_forward_slice(const lin_cfg *g, lin_slot *w, int L, const flo
             mask_upper(t, w->A, T);
             ab_sgemm(false, false, t, M1, C, 1.0f, w->phiq, C, S, M1, 0.0f, w->o, M1);
             ab_sgemm(false, false, t, M1, t, 1.0f, w->A, T, w->vaug, M1, 1.0f, w->o, M1);
-            finish_rows(g, t, w->o, out + (size_t)i0 * M, NULL, w->ls, c);
+            finish_rows(g, t, w->o, out + (size_t)i0 * M, NULL, w->ls, *c);
         }
         ab_sgemm(true, false, C, M1, t, 1.0f, w->phik, C, w->vaug, M1, 1.0f, S, M1);
     }
 }
 
-/* Non-causal: S = sum over keys j < L of phiK_j Vaug_j^T, key features shifted by c. */
-static void noncausal_state(const lin_cfg *g, lin_slot *w, int L, const float *k, const float *v, float *S, float c) {
+/* Non-causal: S = sum over keys j < L of phiK_j Vaug_j^T; a log-scaled map's key
+ * features under the running shift, whose final value (the largest over the keys) is
+ * returned (0 for the other maps). */
+static float noncausal_state(const lin_cfg *g, lin_slot *w, int L, const float *k, const float *v, float *S) {
     const int T = g->T, C = g->C, D = g->D, M = g->M, M1 = g->M1;
+    float c = -INFINITY;
     memset(S, 0, sizeof(float) * (size_t)C * M1);
     for (int j0 = 0; j0 < L; j0 += T) {
         int t = L - j0 < T ? L - j0 : T;
-        k_features(g, t, k + (size_t)j0 * D, w->phik, c);
+        k_features_running(g, w, t, k + (size_t)j0 * D, w->phik, S, &c);
         load_vaug(g, t, v + (size_t)j0 * M, w->vaug);
         ab_sgemm(true, false, C, M1, t, 1.0f, w->phik, C, w->vaug, M1, 1.0f, S, M1);
     }
+    return g->scaled ? c : 0.0f;
 }
 
 static void noncausal_forward_slice(const lin_cfg *g, lin_slot *w, int L, const float *q, const float *k,
                                     const float *v, float *out) {
     const int T = g->T, C = g->C, D = g->D, M = g->M, M1 = g->M1;
-    const float c = key_shift(g, w, L, k);
-    noncausal_state(g, w, L, k, v, w->S, c);
+    const float c = noncausal_state(g, w, L, k, v, w->S);
     for (int i0 = 0; i0 < L; i0 += T) {
         int t = L - i0 < T ? L - i0 : T;
         q_features(g, t, q + (size_t)i0 * D, w->phiq, w->ls);
@@ -399,13 +424,14 @@ static void causal_backward_slice(const lin_cfg *g, lin_slot *w, int L, const fl
                                   const float *v, const float *dout, float *dq, float *dk, float *dv) {
     const int T = g->T, C = g->C, D = g->D, M = g->M, M1 = g->M1;
     float *S = w->S, *R = w->R;
-    const float c = key_shift(g, w, L, k);
+    float c = -INFINITY; /* a log-scaled map's running key shift, as the forward's */
     memset(S, 0, sizeof(float) * (size_t)C * M1);
     /* forward sweep: Oaug (out, den), Gaug, dphiQ -> dq */
     for (int i0 = 0; i0 < L; i0 += T) {
         int t = L - i0 < T ? L - i0 : T;
         q_features(g, t, q + (size_t)i0 * D, w->phiq, w->ls);
-        k_features(g, t, k + (size_t)i0 * D, w->phik, c);
+        k_features_running(g, w, t, k + (size_t)i0 * D, w->phik, S, &c);
+        w->cs[i0 / T] = c;
         load_vaug(g, t, v + (size_t)i0 * M, w->vaug);
         ab_sgemm(false, true, t, t, C, 1.0f, w->phiq, C, w->phik, C, 0.0f, w->A, T);
         mask_upper(t, w->A, T);
@@ -419,13 +445,24 @@ static void causal_backward_slice(const lin_cfg *g, lin_slot *w, int L, const fl
         fm_backward(&g->f, t, q + (size_t)i0 * D, D, w->phiq, C, w->dphi, C, dq + (size_t)i0 * D, D);
         ab_sgemm(true, false, C, M1, t, 1.0f, w->phik, C, w->vaug, M1, 1.0f, S, M1);
     }
-    /* reverse sweep: R = sum over later chunks of phiQ^T Gaug; dphiK -> dk, dv */
+    /* reverse sweep: R = sum over later chunks of phiQ^T Gaug; dphiK -> dk, dv. For a
+     * log-scaled map every term is taken at the shift of the chunk at hand: R (whose terms
+     * carry their own chunks' shifts, >= this one's) is rescaled by e^(c_j - c_next) <= 1
+     * on the way back, and the chunk's key features are shifted by its c_j (>= all of
+     * its keys' maxima). */
     memset(R, 0, sizeof(float) * (size_t)C * M1);
     int last = L > 0 ? ((L - 1) / T) * T : -1;
+    float c_next = last >= 0 ? w->cs[last / T] : 0.0f;
     for (int i0 = last; i0 >= 0; i0 -= T) {
         int t = L - i0 < T ? L - i0 : T;
+        const float cj = g->scaled ? w->cs[i0 / T] : 0.0f;
+        if (cj < c_next) {
+            const float r = (float)exp((double)cj - c_next);
+            for (size_t e = 0; e < (size_t)C * M1; e++) R[e] *= r;
+        }
+        c_next = cj;
         q_features(g, t, q + (size_t)i0 * D, w->phiq, w->ls);
-        k_features(g, t, k + (size_t)i0 * D, w->phik, c);
+        k_features(g, t, k + (size_t)i0 * D, w->phik, cj);
         load_vaug(g, t, v + (size_t)i0 * M, w->vaug);
         load_gaug(g, t, dout + (size_t)i0 * M, w->inv + i0, w->gd + i0, w->gaug);
         ab_sgemm(false, true, t, t, C, 1.0f, w->phiq, C, w->phik, C, 0.0f, w->A, T);
@@ -446,8 +483,7 @@ static void noncausal_backward_slice(const lin_cfg *g, lin_slot *w, int L, const
                                      const float *v, const float *dout, float *dq, float *dk, float *dv) {
     const int T = g->T, C = g->C, D = g->D, M = g->M, M1 = g->M1;
     float *S = w->S, *R = w->R;
-    const float c = key_shift(g, w, L, k);
-    noncausal_state(g, w, L, k, v, S, c);
+    const float c = noncausal_state(g, w, L, k, v, S); /* the keys' features below use its final shift */
     memset(R, 0, sizeof(float) * (size_t)C * M1);
     /* queries: Oaug, Gaug, dphiQ = Gaug S^T -> dq; R = sum phiQ^T Gaug */
     for (int i0 = 0; i0 < L; i0 += T) {
@@ -488,7 +524,8 @@ static int forward(attn *a, const attn_shape *s, const float *q, const float *k,
         float *os = out + attn_slice(s, bh, M);
         if (s->causal) {
             memset(w.S, 0, sizeof(float) * (size_t)g.C * g.M1);
-            causal_forward_slice(&g, &w, L, qs, ks, vs, os, w.S, key_shift(&g, &w, L, ks));
+            float c = -INFINITY;
+            causal_forward_slice(&g, &w, L, qs, ks, vs, os, w.S, &c);
         } else {
             noncausal_forward_slice(&g, &w, L, qs, ks, vs, os);
         }
@@ -597,10 +634,10 @@ static int prefill(attn *a, const attn_shape *s, int capacity, int prompt_len, c
         lin_slot w = slot_carve(&g, prompt_len, a->ws, omp_get_thread_num());
         float *S = states + (size_t)bh * g.C * g.M1;
         const float *ks = k + attn_slice(&ps, bh, D);
-        const float c = key_shift(&g, &w, prompt_len, ks);
-        if (g.scaled) cs[bh] = c;
+        float c = -INFINITY; /* the state's running key shift, as a step would have raised it */
         causal_forward_slice(&g, &w, prompt_len, q + attn_slice(&ps, bh, D), ks, v + attn_slice(&ps, bh, M),
-                             out ? out + attn_slice(&ps, bh, M) : NULL, S, c);
+                             out ? out + attn_slice(&ps, bh, M) : NULL, S, &c);
+        if (g.scaled) cs[bh] = c;
     }
     return 0;
 }

@@ -6,9 +6,8 @@
  *
  * Error figures are tu_rel_err (max abs error over a tensor / the tensor's max abs).
  * Every weight is a softmax probability (no cancellation), the context sums up to N
- * products in float and the output D more: with float32 (u = 6e-8) the worst-case sums
- * here (N <= 600) bound the error by N u ~ 4e-5, typically sqrt(N) u; measured below
- * 1e-6. */
+ * products in float and the output D more: with float32 (u = 6e-8) the error is about
+ * sqrt(N) u in practice (N u in the worst case); measured up to 2.1e-6 at N = 2110. */
 #include <criterion/criterion.h>
 
 #include "attention.h"
@@ -29,12 +28,15 @@ static double note(const char *what, double e) {
     return e;
 }
 
-/* Forward: the worst-case float sum over N = 600 keys (3.6e-5), rounded up; measured
- * up to 3.9e-7. A wrong normalisation axis or mask is O(1e-1). */
+/* Forward: the worst-case float sum over N = 4100 keys would be 2.5e-4; the sums'
+ * errors are random, sqrt(N) u ~ 4e-6, and the measured errors are up to 3.1e-7 (N
+ * <= 64), 1.1e-6 at N = 4100: 4e-5 leaves 37x. A wrong normalisation axis or mask is
+ * O(1e-1). */
 #define FWD_TOL 4e-5
 /* Backward vs finite differences (h = 1e-4 on the double reference: truncation
  * h^2 |f'''| ~ 1e-8, rounding 1e-16 / h ~ 1e-12): the float backward's own error, a few
- * more products than forward. Measured up to 2.2e-7. */
+ * more products than forward. Measured up to 2.2e-7 at N <= 13, 2.1e-6 at N = 2110 (the
+ * sums over 2100 keys). */
 #define BWD_TOL 5e-5
 
 static attn *make(void) {
@@ -57,14 +59,23 @@ static double *reference(const tu_problem *p) {
     return out;
 }
 
-/* out of the library (pre-filled with garbage: rows it forgets show). */
-static float *forward(attn *a, const tu_problem *p) {
+/* out of the library (pre-filled with garbage: rows it forgets show); *saved (may be
+ * NULL: freed) receives what forward saved, O(D M) per slice: the context and the key
+ * columns' statistics. */
+static float *forward_saved(attn *a, const tu_problem *p, void **saved) {
     float *out = tu_alloc_f(p->nv);
     for (size_t i = 0; i < p->nv; i++) out[i] = 7.0f;
-    cr_assert_eq(attn_saved_bytes(a, &p->s), 0u, "efficient saves nothing");
-    cr_assert_eq(attn_forward(a, &p->s, p->q, p->k, p->v, out, NULL), 0, "%s", attn_error());
+    const size_t sb = attn_saved_bytes(a, &p->s);
+    cr_assert_eq(sb, (size_t)p->s.batch * p->s.heads * p->s.qk_dim * (p->s.v_dim + 2) * sizeof(float),
+                 "efficient saves C (D x M) and 2 D column statistics per slice: %zu bytes", sb);
+    void *sv = malloc(sb);
+    cr_assert_eq(attn_forward(a, &p->s, p->q, p->k, p->v, out, sv), 0, "%s", attn_error());
+    if (saved) *saved = sv;
+    else free(sv);
     return out;
 }
+
+static float *forward(attn *a, const tu_problem *p) { return forward_saved(a, p, NULL); }
 
 static void check_forward(int B, int H, int N, int D, int M, const int *lengths, uint64_t seed) {
     tu_problem p;
@@ -85,8 +96,8 @@ Test(efficient_forward, shapes_and_lengths) {
     check_forward(2, 3, 37, 5, 7, NULL, 12);         /* odd sizes */
     int lens[3] = {50, 23, 0};                       /* full, partial, empty */
     check_forward(3, 2, 50, 8, 3, lens, 13);
-    int lens2[2] = {600, 257};                       /* several chunks of 256 rows, a ragged end */
-    check_forward(2, 1, 600, 16, 9, lens2, 14);
+    int lens2[2] = {4100, 2049};                     /* several chunks of 2048 rows, a ragged end */
+    check_forward(2, 1, 4100, 16, 9, lens2, 14);
     check_forward(1, 2, 64, 64, 64, NULL, 15);       /* the sweep's head size */
     check_forward(1, 1, 9, 1, 1, NULL, 16);          /* D = 1: Q' = 1, out = sum_j K'_j v_j */
 }
@@ -151,11 +162,13 @@ static void check_backward(int B, int H, int N, int D, int M, const int *lengths
     tu_problem p;
     tu_problem_init(&p, B, H, N, D, M, false, lengths, seed);
     attn *a = make();
-    float *out = forward(a, &p);
+    void *saved;
+    float *out = forward_saved(a, &p, &saved);
     float *dq = tu_alloc_f(p.nq), *dk = tu_alloc_f(p.nq), *dv = tu_alloc_f(p.nv);
     for (size_t i = 0; i < p.nq; i++) dq[i] = dk[i] = 7.0f;
     for (size_t i = 0; i < p.nv; i++) dv[i] = 7.0f;
-    cr_assert_eq(attn_backward(a, &p.s, p.q, p.k, p.v, p.dout, NULL, dq, dk, dv), 0, "%s", attn_error());
+    cr_assert_eq(attn_backward(a, &p.s, p.q, p.k, p.v, p.dout, saved, dq, dk, dv), 0, "%s", attn_error());
+    free(saved);
     fd_ctx c = {to_ref(&p.s), tu_to_double(p.q, p.nq), tu_to_double(p.k, p.nq), tu_to_double(p.v, p.nv)};
     double *w = tu_to_double(p.dout, p.nv);
     double *gq = tu_alloc_d(p.nq), *gk = tu_alloc_d(p.nq), *gv = tu_alloc_d(p.nv);
@@ -182,10 +195,10 @@ Test(efficient_backward, finite_differences) {
     check_backward(1, 2, 13, 1, 4, NULL, 33); /* D = 1: Q' = 1, dq = 0 */
 }
 
-/* More rows than one chunk (256): the column sums of K' .* dK' run over every chunk. */
+/* More rows than one chunk (2048): the column sums of K' .* dK' run over every chunk. */
 Test(efficient_backward, several_chunks) {
-    int lens[1] = {300};
-    check_backward(1, 1, 310, 2, 2, lens, 34);
+    int lens[1] = {2100};
+    check_backward(1, 1, 2110, 1, 1, lens, 34);
 }
 
 /* ---- errors ---- */
