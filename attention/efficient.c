@@ -18,10 +18,11 @@
  * and 1/sums (2 D floats), O(D M), not O(N): backward recomputes only K' and Q' from
  * them (element-wise) and does the products of the gradients.
  *
- * Everything goes in chunks of EFF_CHUNK rows through per-thread workspace (K' and Q' of
- * a chunk, never a whole N x D tensor), every product an ab_sgemm; OpenMP over the B*H
+ * Everything goes in chunks of eff_chunk_rows rows through per-thread workspace (K' and
+ * Q' of a chunk), every product an ab_sgemm; OpenMP over the B*H
  * slices (attn_outer_threads). Column statistics and the row dots are in double. */
 #include "cpu_util.h"
+#include "efficient.h"
 #include "softmax_cpu.h"
 #include "variant.h"
 
@@ -38,10 +39,11 @@
 
 /* Rows per chunk. The products are D x M x chunk (K'^T V, Q'^T dO) and chunk x M x D: the
  * longer the chunk, the closer OpenBLAS gets to its rate (their inner dimension is only
- * D = 64 or the chunk). Measured (B = 1, H = 8, N = 4096, D = M = 64, one thread,
- * forward + backward, median of 9): 256 rows ~56 ms, 2048 rows ~40 ms. The workspace
- * is 2 chunk x D floats per thread: 1 MiB at 2048, D = 64. */
-#define EFF_CHUNK 2048
+ * D = 64 or the chunk); and a sequence of one chunk keeps K' between backward's two
+ * passes over the keys. Measured (B = 1, H = 8, N = 4096, D = M = 64, one thread,
+ * forward + backward, median of 9): chunks of 256 rows ~56 ms, 2048 rows ~40 ms. The
+ * workspace is 2 chunk x D floats per thread: 8 MiB at D = 64. */
+int eff_chunk_rows = 16384;
 
 static void eff_defaults(attn_params *p) { (void)p; }
 
@@ -69,7 +71,7 @@ static void saved_slice(const attn_shape *s, const void *saved, int bh, eff_slot
     w->kinv = base + BH * D * M + BH * D + (size_t)bh * D;
 }
 
-static int chunk_of(const attn_shape *s) { return s->len < EFF_CHUNK ? s->len : EFF_CHUNK; }
+static int chunk_of(const attn_shape *s) { return s->len < eff_chunk_rows ? s->len : eff_chunk_rows; }
 
 static size_t slot_bytes(const attn_shape *s) {
     size_t T = (size_t)chunk_of(s), D = (size_t)s->qk_dim, M = (size_t)s->v_dim;
@@ -94,7 +96,7 @@ static eff_slot slot_carve(const attn_shape *s, void *ws, int slot, const void *
 static int eff_check_shape(const attn *a, const attn_shape *s) {
     size_t D = (size_t)s->qk_dim, M = (size_t)s->v_dim, one = slot_bytes(s), all;
     /* BLAS takes int sizes: the D x M context and the chunk blocks index with int. */
-    if (D * M > (size_t)INT_MAX || (size_t)EFF_CHUNK * (D > M ? D : M) > (size_t)INT_MAX ||
+    if (D * M > (size_t)INT_MAX || (size_t)chunk_of(s) * (D > M ? D : M) > (size_t)INT_MAX ||
         ab_mul_size(one, (size_t)attn_outer_threads(s->batch * s->heads), &all))
         return ab_fail(AB_EINVAL, "variant '%s': D=%d M=%d gives blocks too large for this implementation",
                        a->v->name, s->qk_dim, s->v_dim);
@@ -113,23 +115,14 @@ static size_t eff_workspace_bytes(const attn *a, const attn_shape *s) {
 
 /* ---- building blocks ---- */
 
-/* Column statistics of k rows [0, L), L >= 1: kmax, csum (double) and kinv = 1/csum. */
-static void key_stats(int L, int D, const float *k, const eff_slot *w) {
-    float *restrict mx = w->kmax, *restrict kinv = w->kinv;
-    double *restrict csum = w->csum;
+/* kmax = the column maxima of k rows [0, L), L >= 1. */
+static void key_max(int L, int D, const float *k, const eff_slot *w) {
+    float *restrict mx = w->kmax;
     for (int d = 0; d < D; d++) mx[d] = -INFINITY;
     for (int j = 0; j < L; j++) {
         const float *restrict kr = k + (size_t)j * D;
         for (int d = 0; d < D; d++) mx[d] = kr[d] > mx[d] ? kr[d] : mx[d];
     }
-    float *restrict e = w->xp; /* one row of scratch (xp is free until key_softmax) */
-    for (int d = 0; d < D; d++) csum[d] = 0.0;
-    for (int j = 0; j < L; j++) {
-        const float *restrict kr = k + (size_t)j * D;
-        for (int d = 0; d < D; d++) e[d] = attn_exp_nonpos(kr[d] - mx[d]); /* two loops: both vectorise */
-        for (int d = 0; d < D; d++) csum[d] += (double)e[d];
-    }
-    for (int d = 0; d < D; d++) kinv[d] = (float)(1.0 / csum[d]); /* csum >= 1: the maximum's term */
 }
 
 /* K' of t key rows into xp (t x D). */
@@ -150,15 +143,31 @@ static void query_softmax(int t, int D, const float *q, float *xp) {
     }
 }
 
-/* Column statistics and the context C = K'^T V of one slice's valid rows. */
+/* Column statistics and the context C = K'^T V of one slice's valid rows, with one
+ * exponential per key entry: E = exp(K - max) chunk by chunk, its column sums and
+ * E^T V accumulated, then C = diag(1 / sums) E^T V (K' = E diag(1 / sums)). */
 static void context(const attn_shape *s, const eff_slot *w, int L, const float *k, const float *v) {
     const int D = s->qk_dim, M = s->v_dim, T = chunk_of(s);
-    key_stats(L, D, k, w);
+    key_max(L, D, k, w);
+    const float *restrict mx = w->kmax;
+    double *restrict csum = w->csum;
+    for (int d = 0; d < D; d++) csum[d] = 0.0;
     memset(w->ctx, 0, sizeof(float) * (size_t)D * M);
     for (int j0 = 0; j0 < L; j0 += T) {
         int t = L - j0 < T ? L - j0 : T;
-        key_softmax(t, D, k + (size_t)j0 * D, w, w->xp);
+        for (int i = 0; i < t; i++) {
+            const float *restrict kr = k + (size_t)(j0 + i) * D;
+            float *restrict e = w->xp + (size_t)i * D;
+            for (int d = 0; d < D; d++) e[d] = attn_exp_nonpos(kr[d] - mx[d]); /* two loops: both vectorise */
+            for (int d = 0; d < D; d++) csum[d] += (double)e[d];
+        }
         ab_sgemm(true, false, D, M, t, 1.0f, w->xp, D, v + (size_t)j0 * M, M, 1.0f, w->ctx, M);
+    }
+    for (int d = 0; d < D; d++) {
+        const float inv = (float)(1.0 / csum[d]); /* csum >= 1: the maximum's term */
+        w->kinv[d] = inv;
+        float *restrict row = w->ctx + (size_t)d * M;
+        for (int m = 0; m < M; m++) row[m] *= inv;
     }
 }
 
@@ -232,7 +241,7 @@ static int eff_backward(attn *a, const attn_shape *s, const float *q, const floa
         }
         for (int j0 = 0; j0 < L; j0 += T) {
             int t = L - j0 < T ? L - j0 : T;
-            key_softmax(t, D, ks + (size_t)j0 * D, &w, w.xp);
+            if (L > T) key_softmax(t, D, ks + (size_t)j0 * D, &w, w.xp); /* one chunk: xp still holds K' */
             for (int i = 0; i < t; i++) {
                 float *restrict o = dks + (size_t)(j0 + i) * D;
                 const float *restrict p = w.xp + (size_t)i * D;

@@ -106,6 +106,10 @@ static int local_check_shape(const attn *a, const attn_shape *s) {
     if (s->qk_dim > INT_MAX / LOC_ROWS || s->v_dim > INT_MAX / LOC_ROWS)
         return ab_fail(AB_EINVAL, "variant 'local': D=%d M=%d too large for this implementation", s->qk_dim,
                        s->v_dim);
+    /* a block's key span (up to 2 N + 64 columns on CUDA) indexes with int */
+    if ((long long)s->len * 2 + 2 * LOC_ROWS > INT_MAX)
+        return ab_fail(AB_EINVAL, "variant 'local': N=%d is more than this implementation indexes (at most %d)",
+                       s->len, (INT_MAX - 2 * LOC_ROWS) / 2);
     return 0;
 }
 

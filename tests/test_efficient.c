@@ -6,11 +6,13 @@
  *
  * Error figures are tu_rel_err (max abs error over a tensor / the tensor's max abs).
  * Every weight is a softmax probability (no cancellation), the context sums up to N
- * products in float and the output D more: with float32 (u = 6e-8) the error is about
- * sqrt(N) u in practice (N u in the worst case); measured up to 2.1e-6 at N = 2110. */
+ * products in float and the output D more: with float32 (u = 6e-8) the worst-case sums
+ * here (N <= 600) bound the error by N u ~ 4e-5, typically sqrt(N) u; measured below
+ * 1e-6. */
 #include <criterion/criterion.h>
 
 #include "attention.h"
+#include "efficient.h"
 #include "error.h"
 #include "memory.h"
 #include "reference.h"
@@ -28,15 +30,12 @@ static double note(const char *what, double e) {
     return e;
 }
 
-/* Forward: the worst-case float sum over N = 4100 keys would be 2.5e-4; the sums'
- * errors are random, sqrt(N) u ~ 4e-6, and the measured errors are up to 3.1e-7 (N
- * <= 64), 1.1e-6 at N = 4100: 4e-5 leaves 37x. A wrong normalisation axis or mask is
- * O(1e-1). */
+/* Forward: the worst-case float sum over N = 600 keys (3.6e-5), rounded up; measured
+ * up to 5.6e-7. A wrong normalisation axis or mask is O(1e-1). */
 #define FWD_TOL 4e-5
 /* Backward vs finite differences (h = 1e-4 on the double reference: truncation
  * h^2 |f'''| ~ 1e-8, rounding 1e-16 / h ~ 1e-12): the float backward's own error, a few
- * more products than forward. Measured up to 2.2e-7 at N <= 13, 2.1e-6 at N = 2110 (the
- * sums over 2100 keys). */
+ * more products than forward. Measured up to 2.2e-7. */
 #define BWD_TOL 5e-5
 
 static attn *make(void) {
@@ -96,8 +95,8 @@ Test(efficient_forward, shapes_and_lengths) {
     check_forward(2, 3, 37, 5, 7, NULL, 12);         /* odd sizes */
     int lens[3] = {50, 23, 0};                       /* full, partial, empty */
     check_forward(3, 2, 50, 8, 3, lens, 13);
-    int lens2[2] = {4100, 2049};                     /* several chunks of 2048 rows, a ragged end */
-    check_forward(2, 1, 4100, 16, 9, lens2, 14);
+    int lens2[2] = {600, 257};                       /* longer rows */
+    check_forward(2, 1, 600, 16, 9, lens2, 14);
     check_forward(1, 2, 64, 64, 64, NULL, 15);       /* the sweep's head size */
     check_forward(1, 1, 9, 1, 1, NULL, 16);          /* D = 1: Q' = 1, out = sum_j K'_j v_j */
 }
@@ -195,10 +194,16 @@ Test(efficient_backward, finite_differences) {
     check_backward(1, 2, 13, 1, 4, NULL, 33); /* D = 1: Q' = 1, dq = 0 */
 }
 
-/* More rows than one chunk (2048): the column sums of K' .* dK' run over every chunk. */
+/* Sequences longer than a chunk (lowered to 4 rows here, 16384 by default): the
+ * context, the column sums of K' .* dK' and both key passes run over every chunk, K'
+ * recomputed for the second; a ragged last chunk; lengths cutting a chunk. */
 Test(efficient_backward, several_chunks) {
-    int lens[1] = {2100};
-    check_backward(1, 1, 2110, 1, 1, lens, 34);
+    const int saved = eff_chunk_rows;
+    eff_chunk_rows = 4;
+    int lens[2] = {11, 6};
+    check_backward(2, 2, 11, 3, 2, lens, 34);
+    check_forward(1, 3, 13, 5, 4, NULL, 35);
+    eff_chunk_rows = saved;
 }
 
 /* ---- errors ---- */
