@@ -1,11 +1,11 @@
-/* attnbench attention library: one interface, five variants, CPU and CUDA.
+/* attnbench attention library: one interface, seven variants, CPU and CUDA.
  *
  * Tensors are float32, contiguous, row-major:
  *   q, k      [B, H, N, D]
  *   v, out    [B, H, N, M]
  * Variants are chosen by name from a registry ("softmax", "stateful-softmax",
- * "linear", "polynomial", "lsh") and configured with "key=value" settings whose names
- * and defaults `attn_variant_option` lists.
+ * "linear", "polynomial", "lsh", "efficient", "local") and configured with "key=value"
+ * settings whose names and defaults `attn_variant_option` lists.
  *
  * Contract:
  * - Every call returns 0 or a negative code (ATTN_E*) and leaves a one-line message
@@ -68,7 +68,7 @@ typedef struct {
 typedef struct {
     const char *variant;          /* registry name */
     attn_device device;           /* where tensors live and the work runs */
-    uint64_t seed;                /* random choices (LSH rotations) derive from it */
+    uint64_t seed;                /* random choices (LSH rotations, FAVOR+ features) derive from it */
     int n_settings;               /* number of "key=value" strings */
     const char *const *settings;  /* variant options, see attn_variant_option */
 } attn_options;
@@ -82,6 +82,9 @@ int attn_variant_count(void);
 const char *attn_variant_name(int i);
 const char *attn_variant_summary(int i);
 bool attn_variant_has_step(int i);
+/* Whether variant i computes causal attention too; false for a non-causal-only variant
+ * (efficient), which refuses a causal shape with ATTN_EUNSUPPORTED. */
+bool attn_variant_has_causal(int i);
 /* Whether this build has an implementation of variant i on device d (whether the
  * machine has such a device is attn_create's answer). */
 bool attn_variant_has_device(int i, attn_device d);
@@ -123,7 +126,7 @@ bool attn_has_step(const attn *a);
 /* The effective value of option `key` as text (defaults resolved for this shape
  * when s is not NULL, e.g. scale = 1/sqrt(D)); NULL if the variant has no such key. */
 const char *attn_option_value(const attn *a, const attn_shape *s, const char *key, char *buf, size_t cap);
-/* Changes the seed (e.g. fresh LSH rotations per training step). */
+/* Changes the seed (e.g. fresh LSH rotations or FAVOR+ features per training step). */
 void attn_reseed(attn *a, uint64_t seed);
 
 /* ---- parallel (training) mode ---- */

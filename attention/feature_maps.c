@@ -2,6 +2,9 @@
  * table. */
 #include "feature_maps.h"
 
+#include "cpu_util.h"
+#include "favor.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -10,59 +13,35 @@
 
 /* ---- elu: phi(x) = elu(x) + 1 ---- */
 
-/* exp(x) for x <= 0, written to vectorise (libm's expf does not, and was half the
- * time of the elu forward at D = 64). Range reduction x = n ln2 + r, |r| <= ln2/2
- * (ln2 split in a 16-bit-exact high part and a low part so n ln2_hi is exact), then
- * a degree-7 Taylor polynomial for e^r (truncation error |r|^8/8! < 5e-9, below
- * float rounding) and 2^n from the exponent bits. Accurate to ~2 ulp; inputs below
- * -87.3 (result under FLT_MIN) give 0. */
-static inline float exp_nonpos(float x) {
-    float xc = x < -87.3f ? -87.3f : x;
-    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
-    float r = xc - n * 0.693145751953125f - n * 1.42860682030941723e-06f;
-    float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    union {
-        int32_t i;
-        float f;
-    } two_n;
-    two_n.i = ((int32_t)n + 127) << 23;
-    float e = p * two_n.f;
-    return x < -87.3f ? 0.0f : e;
-}
-
 static size_t elu_dim(int D, const attn_params *p) {
     (void)p;
     return (size_t)D;
 }
 
-static void elu_forward(const fm_spec *f, int n, const float *x, int ldx, float *phi, int ldphi) {
+static void elu_forward(const fm_spec *f, int n, const float *x, int ldx, float *phi, int ldphi,
+                        const fm_shift *sh) {
+    (void)sh;
     const int D = f->D;
     for (int i = 0; i < n; i++) {
         const float *xi = x + (size_t)i * ldx;
         float *p = phi + (size_t)i * ldphi;
         for (int a = 0; a < D; a++) {
-            float e = exp_nonpos(xi[a] < 0.0f ? xi[a] : 0.0f);
+            float e = attn_exp_nonpos(xi[a] < 0.0f ? xi[a] : 0.0f);
             p[a] = xi[a] > 0.0f ? xi[a] + 1.0f : e;
         }
     }
 }
 
-static void elu_backward(const fm_spec *f, int n, const float *x, int ldx, const float *gphi, int ldg, float *gx,
-                         int ldgx) {
+static void elu_backward(const fm_spec *f, int n, const float *x, int ldx, const float *phi, int ldphi, float *gphi,
+                         int ldg, float *gx, int ldgx) {
+    (void)phi, (void)ldphi;
     const int D = f->D;
     for (int i = 0; i < n; i++) {
         const float *xi = x + (size_t)i * ldx;
         const float *g = gphi + (size_t)i * ldg;
         float *o = gx + (size_t)i * ldgx;
         for (int a = 0; a < D; a++) {
-            float e = exp_nonpos(xi[a] < 0.0f ? xi[a] : 0.0f);
+            float e = attn_exp_nonpos(xi[a] < 0.0f ? xi[a] : 0.0f);
             o[a] = xi[a] > 0.0f ? g[a] : g[a] * e;
         }
     }
@@ -82,7 +61,9 @@ static double taylor_norm(const float *x, int D) {
     return fmax(sqrt(s), FM_TAYLOR_NORM_FLOOR);
 }
 
-static void taylor_forward(const fm_spec *f, int n, const float *x, int ldx, float *phi, int ldphi) {
+static void taylor_forward(const fm_spec *f, int n, const float *x, int ldx, float *phi, int ldphi,
+                        const fm_shift *sh) {
+    (void)sh;
     const int D = f->D;
     for (int i = 0; i < n; i++) {
         const float *xi = x + (size_t)i * ldx;
@@ -93,8 +74,9 @@ static void taylor_forward(const fm_spec *f, int n, const float *x, int ldx, flo
     }
 }
 
-static void taylor_backward(const fm_spec *f, int n, const float *x, int ldx, const float *gphi, int ldg,
-                            float *gx, int ldgx) {
+static void taylor_backward(const fm_spec *f, int n, const float *x, int ldx, const float *phi, int ldphi,
+                            float *gphi, int ldg, float *gx, int ldgx) {
+    (void)phi, (void)ldphi;
     const int D = f->D;
     for (int i = 0; i < n; i++) {
         const float *xi = x + (size_t)i * ldx;
@@ -123,7 +105,9 @@ static size_t poly_dim(int D, const attn_params *p) {
     return 1 + d + d * d;
 }
 
-static void poly_forward(const fm_spec *f, int n, const float *x, int ldx, float *phi, int ldphi) {
+static void poly_forward(const fm_spec *f, int n, const float *x, int ldx, float *phi, int ldphi,
+                        const fm_shift *sh) {
+    (void)sh;
     const int D = f->D;
     for (int i = 0; i < n; i++) {
         const float *xi = x + (size_t)i * ldx;
@@ -139,8 +123,9 @@ static void poly_forward(const fm_spec *f, int n, const float *x, int ldx, float
     }
 }
 
-static void poly_backward(const fm_spec *f, int n, const float *x, int ldx, const float *gphi, int ldg, float *gx,
-                          int ldgx) {
+static void poly_backward(const fm_spec *f, int n, const float *x, int ldx, const float *phi, int ldphi, float *gphi,
+                          int ldg, float *gx, int ldgx) {
+    (void)phi, (void)ldphi;
     const int D = f->D;
     for (int i = 0; i < n; i++) {
         const float *xi = x + (size_t)i * ldx;
@@ -167,19 +152,25 @@ static void poly_backward(const fm_spec *f, int n, const float *x, int ldx, cons
 /* ---- the table ---- */
 
 #ifdef ATTNBENCH_HAVE_CUDA
-extern const struct fm_cuda_map fm_elu_cuda, fm_taylor_cuda, fm_poly_cuda; /* linear_cuda.cu */
+/* feature_maps_cuda.cu, favor_cuda.cu */
+extern const struct fm_cuda_map fm_elu_cuda, fm_taylor_cuda, fm_poly_cuda, fm_favor_cuda;
 #define FM_CUDA(ops) (&(ops))
 #else
 #define FM_CUDA(ops) NULL
 #endif
 
 const fm_map fm_maps[] = {
-    [FM_ELU] = {"elu", "D", "elu(x)+1", true, elu_dim, elu_forward, elu_backward, FM_CUDA(fm_elu_cuda)},
-    [FM_TAYLOR] = {"taylor", "1 + D", "features [1, x/|x|], sim = 1 + cos(q,k)", true, taylor_dim, taylor_forward,
-                   taylor_backward, FM_CUDA(fm_taylor_cuda)},
+    [FM_ELU] = {"elu", "D", "elu(x)+1", true, false, elu_dim, elu_forward, elu_backward,
+                FM_CUDA(fm_elu_cuda)},
+    [FM_TAYLOR] = {"taylor", "1 + D", "features [1, x/|x|], sim = 1 + cos(q,k)", true, false, taylor_dim,
+                   taylor_forward, taylor_backward, FM_CUDA(fm_taylor_cuda)},
     [FM_POLY] = {"poly", "1 + D + D^2",
                  "the polynomial variant's exact features of (c + scale q.k)^2: [c, sqrt(2 c scale) x, scale x x^T]",
-                 false, poly_dim, poly_forward, poly_backward, FM_CUDA(fm_poly_cuda)},
+                 false, false, poly_dim, poly_forward, poly_backward, FM_CUDA(fm_poly_cuda)},
+    [FM_FAVOR] = {"favor", "features (2 D)",
+                  "FAVOR+ positive orthogonal random features m^-1/2 exp(W x' - |x'|^2/2), x' = x/D^(1/4), "
+                  "estimating exp(q.k/sqrt(D)); m = option features, W redrawn from the seed",
+                  true, true, favor_dim, favor_forward, favor_backward, FM_CUDA(fm_favor_cuda)},
 };
 const int fm_n_maps = (int)(sizeof fm_maps / sizeof fm_maps[0]);
 
@@ -192,6 +183,7 @@ int fm_find(const char *name) {
 size_t fm_dim(fm_kind kind, int D) { return fm_maps[kind].dim(D, NULL); }
 
 void fm_init(fm_spec *f, fm_kind kind, int D, double c, double scale) {
+    f->W = NULL;
     f->kind = kind;
     f->map = &fm_maps[kind];
     f->D = D;
@@ -203,13 +195,13 @@ void fm_init(fm_spec *f, fm_kind kind, int D, double c, double scale) {
     f->seed = 0;
 }
 
-void fm_forward(const fm_spec *f, int n, const float *x, int ldx, float *phi, int ldphi) {
-    f->map->forward(f, n, x, ldx, phi, ldphi);
+void fm_forward(const fm_spec *f, int n, const float *x, int ldx, float *phi, int ldphi, const fm_shift *sh) {
+    f->map->forward(f, n, x, ldx, phi, ldphi, sh);
 }
 
-void fm_backward(const fm_spec *f, int n, const float *x, int ldx, const float *gphi, int ldg, float *gx,
-                 int ldgx) {
-    f->map->backward(f, n, x, ldx, gphi, ldg, gx, ldgx);
+void fm_backward(const fm_spec *f, int n, const float *x, int ldx, const float *phi, int ldphi, float *gphi, int ldg,
+                 float *gx, int ldgx) {
+    f->map->backward(f, n, x, ldx, phi, ldphi, gphi, ldg, gx, ldgx);
 }
 
 /* ---- linear's feature_map option ---- */

@@ -31,8 +31,25 @@
  * gives out_i and den_i exactly as the forward computed them; saving den_i would
  * spare no work. The two per-position scalars the reverse sweep needs (1/(den+eps)
  * and (dout.out)/(den+eps)) live in O(N) workspace vectors per thread slot.
+ *
+ * Log-scaled maps (favor, favor.h): the query features of row i come shifted by their
+ * own s_i (kept for the chunk's rows in `ls`), the key features by the running key
+ * shift c, the largest log-feature over the keys so far: each chunk's keys first by
+ * their own maxima, then c grows to the chunk's largest when that is larger, the sums
+ * so far (S) are rescaled by e^(c_old - c_new) and the chunk's rows by e^(s_j - c_new)
+ * (k_features_running; no pass over the keys beforehand). So Oaug_i carries
+ * e^(-s_i - c_i), c_i the shift at row i's chunk, and the eps of row i becomes
+ * eps e^(-s_i - c_i) (row_eps): the result is the unshifted formula's. The causal
+ * backward keeps each chunk's c (w->cs) from its forward sweep and brings R to the
+ * chunk at hand's shift on its way back (e^(c_j - c_next) <= 1). The random projection W is drawn from the seed at the start of every
+ * parallel call into the front of the workspace (favor_draw: m D normals and a
+ * Gram-Schmidt per D x D block, small next to the attention), and into the recurrent
+ * state at its first position (prefill, or step 0), which keeps it. The recurrent state
+ * then also holds c per slice, the running maximum over the keys so far: a step whose
+ * key raises it rescales S by e^(c_old - c_new) first.
  */
 #include "cpu_util.h"
+#include "favor.h"
 #include "feature_maps.h"
 #include "variant.h"
 
@@ -64,6 +81,9 @@ static const attn_option_spec linear_options[] = {
      &fm_linear_choices},
     OPT_EPS,
     OPT_CHUNK,
+    {"features", ATTN_OPT_INT, offsetof(attn_params, features), "auto",
+     "random features m of feature_map=favor, 1..65536 or auto (2 D); the other maps refuse it", NULL, 1, 65536, true,
+     NULL},
 };
 
 static const attn_option_spec poly_options[] = {
@@ -80,6 +100,7 @@ static void defaults_linear(attn_params *p) {
     p->feature_map = 0; /* elu */
     p->eps = 1e-6;
     p->chunk = 0;
+    p->features = 0; /* auto */
 }
 
 static void defaults_poly(attn_params *p) {
@@ -92,10 +113,11 @@ static void defaults_poly(attn_params *p) {
 /* ---- configuration of one call ---- */
 
 typedef struct {
-    fm_spec f;
+    fm_spec f;   /* f.W: favor's projection, set once drawn */
     int T;       /* chunk length actually used (<= N) */
     int C, D, M, M1;
     double eps;
+    bool scaled; /* the map is log-scaled (favor) */
 } lin_cfg;
 
 static bool is_poly(const attn *a) { return a->v == &attn_variant_polynomial; }
@@ -146,6 +168,7 @@ static void cfg_make(const attn *a, const attn_shape *s, int len, lin_cfg *g) {
     g->M = s->v_dim;
     g->M1 = s->v_dim + 1;
     g->eps = a->p.eps;
+    g->scaled = g->f.map->log_scaled;
 }
 
 /* ---- workspace: one slot per outer thread, 64-byte aligned pieces ---- */
@@ -156,7 +179,15 @@ typedef struct {
     float *A, *Bm;             /* T x T */
     float *S, *R;              /* C x M1 */
     float *inv, *gd;           /* N: 1/(den+eps), (dout.out)/(den+eps) */
+    float *ls, *kl;            /* T: the query rows' shifts s_i; the key rows' own shifts (log-scaled maps) */
+    float *cs;                 /* ceil(N/T): the key shift c of each chunk (log-scaled maps' causal backward) */
 } lin_slot;
+
+/* Bytes in front of the slots: favor's W (C x D floats) and its draw scratch. */
+static size_t prefix_bytes(const lin_cfg *g) {
+    if (!g->scaled) return 0;
+    return attn_align64((size_t)g->C * (size_t)g->D * sizeof(float)) + attn_align64(favor_draw_scratch(g->D));
+}
 
 /* Bytes of one slot, or 0 on overflow. `len` is the number of positions. */
 static size_t slot_bytes(const lin_cfg *g, int len) {
@@ -166,12 +197,13 @@ static size_t slot_bytes(const lin_cfg *g, int len) {
         return 0;
     size_t tot = 3 * attn_align64(tc);
     tot += 3 * attn_align64(T * M1 * f) + 2 * attn_align64(T * T * f) + 2 * attn_align64(cm) + 2 * attn_align64(n * f);
+    tot += 2 * attn_align64(T * f) + attn_align64(((n + T - 1) / T) * f);
     return tot;
 }
 
 static lin_slot slot_carve(const lin_cfg *g, int len, void *ws, int slot) {
     size_t T = (size_t)g->T, C = (size_t)g->C, M1 = (size_t)g->M1, f = sizeof(float);
-    char *p = (char *)ws + (size_t)slot * slot_bytes(g, len);
+    char *p = (char *)ws + prefix_bytes(g) + (size_t)slot * slot_bytes(g, len);
     lin_slot w;
 #define TAKE(field, count)                                                                                            \
     do {                                                                                                              \
@@ -190,6 +222,9 @@ static lin_slot slot_carve(const lin_cfg *g, int len, void *ws, int slot) {
     TAKE(R, C * M1);
     TAKE(inv, (size_t)len);
     TAKE(gd, (size_t)len);
+    TAKE(ls, T);
+    TAKE(kl, T);
+    TAKE(cs, ((size_t)len + T - 1) / T);
 #undef TAKE
     return w;
 }
@@ -197,13 +232,19 @@ static lin_slot slot_carve(const lin_cfg *g, int len, void *ws, int slot) {
 static int check_shape(const attn *a, const attn_shape *s) {
     lin_cfg g;
     cfg_make(a, s, s->len, &g);
+    if (a->p.features > 0 && kind_of(a) != FM_FAVOR)
+        return ab_fail(AB_EINVAL, "variant '%s': option features applies to feature_map=favor only (this is %s)",
+                       a->v->name, fm_maps[kind_of(a)].name);
+    if (g.scaled && (size_t)g.C * (size_t)g.D > (size_t)INT_MAX)
+        return ab_fail(AB_EINVAL, "variant '%s': favor's projection of %d x %d is too large", a->v->name, g.C, g.D);
     size_t C = feature_count(a, s->qk_dim), M1 = (size_t)s->v_dim + 1, T = (size_t)g.T;
     /* BLAS takes int sizes and leading dimensions: every block must index with int. */
     if (C > (size_t)INT_MAX || C * M1 > (size_t)INT_MAX || T * C > (size_t)INT_MAX || T * M1 > (size_t)INT_MAX)
         return ab_fail(AB_EINVAL, "variant '%s': D=%d M=%d with chunk %d gives blocks too large (feature size %zu)",
                        a->v->name, s->qk_dim, s->v_dim, g.T, C);
     size_t one = slot_bytes(&g, s->len), all;
-    if (one == 0 || ab_mul_size(one, (size_t)attn_outer_threads(s->batch * s->heads), &all))
+    if (one == 0 || ab_mul_size(one, (size_t)attn_outer_threads(s->batch * s->heads), &all) ||
+        all > SIZE_MAX - prefix_bytes(&g))
         return ab_fail(AB_EINVAL, "variant '%s': workspace size overflows for D=%d M=%d N=%d", a->v->name, s->qk_dim,
                        s->v_dim, s->len);
     return 0;
@@ -218,7 +259,15 @@ static size_t saved_bytes(const attn *a, const attn_shape *s) {
 static size_t workspace_bytes(const attn *a, const attn_shape *s) {
     lin_cfg g;
     cfg_make(a, s, s->len, &g);
-    return slot_bytes(&g, s->len) * (size_t)attn_outer_threads(s->batch * s->heads);
+    return prefix_bytes(&g) + slot_bytes(&g, s->len) * (size_t)attn_outer_threads(s->batch * s->heads);
+}
+
+/* favor: draws W into the front of the workspace and points the map at it. */
+static void draw_into_ws(const attn *a, lin_cfg *g) {
+    if (!g->scaled) return;
+    float *W = a->ws;
+    favor_draw(a->seed, g->D, g->C, (char *)a->ws + attn_align64((size_t)g->C * g->D * sizeof(float)), W);
+    g->f.W = W;
 }
 
 /* ---- building blocks ---- */
@@ -240,11 +289,56 @@ static void zero_rows(float *x, int from, int to, int width) {
     if (to > from) memset(x + (size_t)from * width, 0, sizeof(float) * (size_t)(to - from) * (size_t)width);
 }
 
+/* Features of t query rows into phi (log-scaled maps: each row shifted by its own
+ * maximum, written to ls) and of t key rows (shifted by c). */
+static void q_features(const lin_cfg *g, int t, const float *x, float *phi, float *ls) {
+    fm_shift sh = {ls, 0.0f};
+    fm_forward(&g->f, t, x, g->D, phi, g->C, g->scaled ? &sh : NULL);
+}
+
+static void k_features(const lin_cfg *g, int t, const float *x, float *phi, float c) {
+    fm_shift sh = {NULL, c};
+    fm_forward(&g->f, t, x, g->D, phi, g->C, g->scaled ? &sh : NULL);
+}
+
+/* Key features of a chunk under the running key shift *c (log-scaled maps; the
+ * others: k_features): each row first by its own maximum (kl), then *c grows to the
+ * chunk's largest if that is larger, S (the sums so far, C x M1; NULL: none) is rescaled
+ * by e^(c_old - c_new), and each row by e^(kl_j - c_new). Both factors are <= 1. */
+static void k_features_running(const lin_cfg *g, lin_slot *w, int t, const float *x, float *phi, float *S,
+                               float *c) {
+    if (!g->scaled) {
+        k_features(g, t, x, phi, 0.0f);
+        return;
+    }
+    fm_shift sh = {w->kl, 0.0f};
+    fm_forward(&g->f, t, x, g->D, phi, g->C, &sh);
+    const float cm = attn_max_f(w->kl, t), c0 = *c;
+    if (cm > c0) {
+        if (S && c0 > -INFINITY) {
+            const float r = (float)exp((double)c0 - cm);
+            for (size_t e = 0; e < (size_t)g->C * g->M1; e++) S[e] *= r;
+        }
+        *c = cm;
+    }
+    for (int i = 0; i < t; i++) {
+        const float r = (float)exp((double)w->kl[i] - *c);
+        float *p = phi + (size_t)i * g->C;
+        for (int e = 0; e < g->C; e++) p[e] *= r;
+    }
+}
+
+/* eps of row i: eps, or eps e^(-ls_i - c) for a log-scaled map (its Oaug row carries
+ * that factor; see the top of the file). */
+static double row_eps(const lin_cfg *g, const float *ls, float c, int i) {
+    return g->scaled ? g->eps * exp(-((double)ls[i] + (double)c)) : g->eps;
+}
+
 /* Oaug rows -> out rows (num / (den + eps)); inv[i] = 1/(den+eps) if inv != NULL. */
-static void finish_rows(const lin_cfg *g, int t, const float *o, float *out, float *inv) {
+static void finish_rows(const lin_cfg *g, int t, const float *o, float *out, float *inv, const float *ls, float c) {
     for (int i = 0; i < t; i++) {
         const float *oi = o + (size_t)i * g->M1;
-        float r = (float)(1.0 / ((double)oi[g->M] + g->eps));
+        float r = (float)(1.0 / ((double)oi[g->M] + row_eps(g, ls, c, i)));
         if (inv) inv[i] = r;
         if (out)
             for (int m = 0; m < g->M; m++) out[(size_t)i * g->M + m] = oi[m] * r;
@@ -252,47 +346,53 @@ static void finish_rows(const lin_cfg *g, int t, const float *o, float *out, flo
 }
 
 /* Causal chunked forward over positions [0, L) of one slice, starting from and
- * updating Saug = S. out (may be NULL) receives L rows. */
+ * updating Saug = S and, for a log-scaled map, the running key shift *c (-inf: no key
+ * yet; each chunk's is kept in w->cs). out (may be NULL) receives L rows. */
 static void causal_forward_slice(const lin_cfg *g, lin_slot *w, int L, const float *q, const float *k,
-                                 const float *v, float *out, float *S) {
+                                 const float *v, float *out, float *S, float *c) {
     const int T = g->T, C = g->C, D = g->D, M = g->M, M1 = g->M1;
     for (int i0 = 0; i0 < L; i0 += T) {
         int t = L - i0 < T ? L - i0 : T;
-        fm_forward(&g->f, t, k + (size_t)i0 * D, D, w->phik, C);
+        k_features_running(g, w, t, k + (size_t)i0 * D, w->phik, S, c);
+        w->cs[i0 / T] = *c;
         load_vaug(g, t, v + (size_t)i0 * M, w->vaug);
         if (out) {
-            fm_forward(&g->f, t, q + (size_t)i0 * D, D, w->phiq, C);
+            q_features(g, t, q + (size_t)i0 * D, w->phiq, w->ls);
             ab_sgemm(false, true, t, t, C, 1.0f, w->phiq, C, w->phik, C, 0.0f, w->A, T);
             mask_upper(t, w->A, T);
             ab_sgemm(false, false, t, M1, C, 1.0f, w->phiq, C, S, M1, 0.0f, w->o, M1);
             ab_sgemm(false, false, t, M1, t, 1.0f, w->A, T, w->vaug, M1, 1.0f, w->o, M1);
-            finish_rows(g, t, w->o, out + (size_t)i0 * M, NULL);
+            finish_rows(g, t, w->o, out + (size_t)i0 * M, NULL, w->ls, *c);
         }
         ab_sgemm(true, false, C, M1, t, 1.0f, w->phik, C, w->vaug, M1, 1.0f, S, M1);
     }
 }
 
-/* Non-causal: S = sum over keys j < L of phiK_j Vaug_j^T. */
-static void noncausal_state(const lin_cfg *g, lin_slot *w, int L, const float *k, const float *v, float *S) {
+/* Non-causal: S = sum over keys j < L of phiK_j Vaug_j^T; a log-scaled map's key
+ * features under the running shift, whose final value (the largest over the keys) is
+ * returned (0 for the other maps). */
+static float noncausal_state(const lin_cfg *g, lin_slot *w, int L, const float *k, const float *v, float *S) {
     const int T = g->T, C = g->C, D = g->D, M = g->M, M1 = g->M1;
+    float c = -INFINITY;
     memset(S, 0, sizeof(float) * (size_t)C * M1);
     for (int j0 = 0; j0 < L; j0 += T) {
         int t = L - j0 < T ? L - j0 : T;
-        fm_forward(&g->f, t, k + (size_t)j0 * D, D, w->phik, C);
+        k_features_running(g, w, t, k + (size_t)j0 * D, w->phik, S, &c);
         load_vaug(g, t, v + (size_t)j0 * M, w->vaug);
         ab_sgemm(true, false, C, M1, t, 1.0f, w->phik, C, w->vaug, M1, 1.0f, S, M1);
     }
+    return g->scaled ? c : 0.0f;
 }
 
 static void noncausal_forward_slice(const lin_cfg *g, lin_slot *w, int L, const float *q, const float *k,
                                     const float *v, float *out) {
     const int T = g->T, C = g->C, D = g->D, M = g->M, M1 = g->M1;
-    noncausal_state(g, w, L, k, v, w->S);
+    const float c = noncausal_state(g, w, L, k, v, w->S);
     for (int i0 = 0; i0 < L; i0 += T) {
         int t = L - i0 < T ? L - i0 : T;
-        fm_forward(&g->f, t, q + (size_t)i0 * D, D, w->phiq, C);
+        q_features(g, t, q + (size_t)i0 * D, w->phiq, w->ls);
         ab_sgemm(false, false, t, M1, C, 1.0f, w->phiq, C, w->S, M1, 0.0f, w->o, M1);
-        finish_rows(g, t, w->o, out + (size_t)i0 * M, NULL);
+        finish_rows(g, t, w->o, out + (size_t)i0 * M, NULL, w->ls, c);
     }
 }
 
@@ -306,12 +406,13 @@ static void load_gaug(const lin_cfg *g, int t, const float *dout, const float *i
     }
 }
 
-/* From Oaug rows and dout rows: inv = 1/(den+eps), gd = (dout . out) * inv, and Gaug. */
+/* From Oaug rows and dout rows: inv = 1/(den+eps), gd = (dout . out) * inv, and Gaug
+ * (eps per row: row_eps). */
 static void grad_rows(const lin_cfg *g, int t, const float *o, const float *dout, float *inv, float *gd,
-                      float *gaug) {
+                      float *gaug, const float *ls, float c) {
     for (int i = 0; i < t; i++) {
         const float *oi = o + (size_t)i * g->M1, *di = dout + (size_t)i * g->M;
-        double r = 1.0 / ((double)oi[g->M] + g->eps), dn = 0;
+        double r = 1.0 / ((double)oi[g->M] + row_eps(g, ls, c, i)), dn = 0;
         for (int m = 0; m < g->M; m++) dn += (double)di[m] * oi[m];
         inv[i] = (float)r;
         gd[i] = (float)(dn * r * r); /* (dout . num/(den+eps)) / (den+eps) */
@@ -323,32 +424,45 @@ static void causal_backward_slice(const lin_cfg *g, lin_slot *w, int L, const fl
                                   const float *v, const float *dout, float *dq, float *dk, float *dv) {
     const int T = g->T, C = g->C, D = g->D, M = g->M, M1 = g->M1;
     float *S = w->S, *R = w->R;
+    float c = -INFINITY; /* a log-scaled map's running key shift, as the forward's */
     memset(S, 0, sizeof(float) * (size_t)C * M1);
     /* forward sweep: Oaug (out, den), Gaug, dphiQ -> dq */
     for (int i0 = 0; i0 < L; i0 += T) {
         int t = L - i0 < T ? L - i0 : T;
-        fm_forward(&g->f, t, q + (size_t)i0 * D, D, w->phiq, C);
-        fm_forward(&g->f, t, k + (size_t)i0 * D, D, w->phik, C);
+        q_features(g, t, q + (size_t)i0 * D, w->phiq, w->ls);
+        k_features_running(g, w, t, k + (size_t)i0 * D, w->phik, S, &c);
+        w->cs[i0 / T] = c;
         load_vaug(g, t, v + (size_t)i0 * M, w->vaug);
         ab_sgemm(false, true, t, t, C, 1.0f, w->phiq, C, w->phik, C, 0.0f, w->A, T);
         mask_upper(t, w->A, T);
         ab_sgemm(false, false, t, M1, C, 1.0f, w->phiq, C, S, M1, 0.0f, w->o, M1);
         ab_sgemm(false, false, t, M1, t, 1.0f, w->A, T, w->vaug, M1, 1.0f, w->o, M1);
-        grad_rows(g, t, w->o, dout + (size_t)i0 * M, w->inv + i0, w->gd + i0, w->gaug);
+        grad_rows(g, t, w->o, dout + (size_t)i0 * M, w->inv + i0, w->gd + i0, w->gaug, w->ls, c);
         ab_sgemm(false, true, t, t, M1, 1.0f, w->gaug, M1, w->vaug, M1, 0.0f, w->Bm, T);
         mask_upper(t, w->Bm, T);
         ab_sgemm(false, true, t, C, M1, 1.0f, w->gaug, M1, S, M1, 0.0f, w->dphi, C);
         ab_sgemm(false, false, t, C, t, 1.0f, w->Bm, T, w->phik, C, 1.0f, w->dphi, C);
-        fm_backward(&g->f, t, q + (size_t)i0 * D, D, w->dphi, C, dq + (size_t)i0 * D, D);
+        fm_backward(&g->f, t, q + (size_t)i0 * D, D, w->phiq, C, w->dphi, C, dq + (size_t)i0 * D, D);
         ab_sgemm(true, false, C, M1, t, 1.0f, w->phik, C, w->vaug, M1, 1.0f, S, M1);
     }
-    /* reverse sweep: R = sum over later chunks of phiQ^T Gaug; dphiK -> dk, dv */
+    /* reverse sweep: R = sum over later chunks of phiQ^T Gaug; dphiK -> dk, dv. For a
+     * log-scaled map every term is taken at the shift of the chunk at hand: R (whose terms
+     * carry their own chunks' shifts, >= this one's) is rescaled by e^(c_j - c_next) <= 1
+     * on the way back, and the chunk's key features are shifted by its c_j (>= all of
+     * its keys' maxima). */
     memset(R, 0, sizeof(float) * (size_t)C * M1);
     int last = L > 0 ? ((L - 1) / T) * T : -1;
+    float c_next = last >= 0 ? w->cs[last / T] : 0.0f;
     for (int i0 = last; i0 >= 0; i0 -= T) {
         int t = L - i0 < T ? L - i0 : T;
-        fm_forward(&g->f, t, q + (size_t)i0 * D, D, w->phiq, C);
-        fm_forward(&g->f, t, k + (size_t)i0 * D, D, w->phik, C);
+        const float cj = g->scaled ? w->cs[i0 / T] : 0.0f;
+        if (cj < c_next) {
+            const float r = (float)exp((double)cj - c_next);
+            for (size_t e = 0; e < (size_t)C * M1; e++) R[e] *= r;
+        }
+        c_next = cj;
+        q_features(g, t, q + (size_t)i0 * D, w->phiq, w->ls);
+        k_features(g, t, k + (size_t)i0 * D, w->phik, cj);
         load_vaug(g, t, v + (size_t)i0 * M, w->vaug);
         load_gaug(g, t, dout + (size_t)i0 * M, w->inv + i0, w->gd + i0, w->gaug);
         ab_sgemm(false, true, t, t, C, 1.0f, w->phiq, C, w->phik, C, 0.0f, w->A, T);
@@ -360,7 +474,7 @@ static void causal_backward_slice(const lin_cfg *g, lin_slot *w, int L, const fl
         float *dvc = dv + (size_t)i0 * M;
         ab_sgemm(false, false, t, M, C, 1.0f, w->phik, C, R, M1, 0.0f, dvc, M);
         ab_sgemm(true, false, t, M, t, 1.0f, w->A, T, w->gaug, M1, 1.0f, dvc, M);
-        fm_backward(&g->f, t, k + (size_t)i0 * D, D, w->dphi, C, dk + (size_t)i0 * D, D);
+        fm_backward(&g->f, t, k + (size_t)i0 * D, D, w->phik, C, w->dphi, C, dk + (size_t)i0 * D, D);
         ab_sgemm(true, false, C, M1, t, 1.0f, w->phiq, C, w->gaug, M1, 1.0f, R, M1);
     }
 }
@@ -369,26 +483,26 @@ static void noncausal_backward_slice(const lin_cfg *g, lin_slot *w, int L, const
                                      const float *v, const float *dout, float *dq, float *dk, float *dv) {
     const int T = g->T, C = g->C, D = g->D, M = g->M, M1 = g->M1;
     float *S = w->S, *R = w->R;
-    noncausal_state(g, w, L, k, v, S);
+    const float c = noncausal_state(g, w, L, k, v, S); /* the keys' features below use its final shift */
     memset(R, 0, sizeof(float) * (size_t)C * M1);
     /* queries: Oaug, Gaug, dphiQ = Gaug S^T -> dq; R = sum phiQ^T Gaug */
     for (int i0 = 0; i0 < L; i0 += T) {
         int t = L - i0 < T ? L - i0 : T;
-        fm_forward(&g->f, t, q + (size_t)i0 * D, D, w->phiq, C);
+        q_features(g, t, q + (size_t)i0 * D, w->phiq, w->ls);
         ab_sgemm(false, false, t, M1, C, 1.0f, w->phiq, C, S, M1, 0.0f, w->o, M1);
-        grad_rows(g, t, w->o, dout + (size_t)i0 * M, w->inv + i0, w->gd + i0, w->gaug);
+        grad_rows(g, t, w->o, dout + (size_t)i0 * M, w->inv + i0, w->gd + i0, w->gaug, w->ls, c);
         ab_sgemm(false, true, t, C, M1, 1.0f, w->gaug, M1, S, M1, 0.0f, w->dphi, C);
-        fm_backward(&g->f, t, q + (size_t)i0 * D, D, w->dphi, C, dq + (size_t)i0 * D, D);
         ab_sgemm(true, false, C, M1, t, 1.0f, w->phiq, C, w->gaug, M1, 1.0f, R, M1);
+        fm_backward(&g->f, t, q + (size_t)i0 * D, D, w->phiq, C, w->dphi, C, dq + (size_t)i0 * D, D);
     }
     /* keys: dphiK = Vaug R^T -> dk; dV = phiK R[:, :M] */
     for (int j0 = 0; j0 < L; j0 += T) {
         int t = L - j0 < T ? L - j0 : T;
-        fm_forward(&g->f, t, k + (size_t)j0 * D, D, w->phik, C);
+        k_features(g, t, k + (size_t)j0 * D, w->phik, c);
         load_vaug(g, t, v + (size_t)j0 * M, w->vaug);
         ab_sgemm(false, true, t, C, M1, 1.0f, w->vaug, M1, R, M1, 0.0f, w->dphi, C);
-        fm_backward(&g->f, t, k + (size_t)j0 * D, D, w->dphi, C, dk + (size_t)j0 * D, D);
         ab_sgemm(false, false, t, M, C, 1.0f, w->phik, C, R, M1, 0.0f, dv + (size_t)j0 * M, M);
+        fm_backward(&g->f, t, k + (size_t)j0 * D, D, w->phik, C, w->dphi, C, dk + (size_t)j0 * D, D);
     }
 }
 
@@ -399,6 +513,7 @@ static int forward(attn *a, const attn_shape *s, const float *q, const float *k,
     (void)saved;
     lin_cfg g;
     cfg_make(a, s, s->len, &g);
+    draw_into_ws(a, &g);
     const int BH = s->batch * s->heads, N = s->len, D = s->qk_dim, M = s->v_dim;
     const int nt = attn_outer_threads(BH);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
@@ -409,7 +524,8 @@ static int forward(attn *a, const attn_shape *s, const float *q, const float *k,
         float *os = out + attn_slice(s, bh, M);
         if (s->causal) {
             memset(w.S, 0, sizeof(float) * (size_t)g.C * g.M1);
-            causal_forward_slice(&g, &w, L, qs, ks, vs, os, w.S);
+            float c = -INFINITY;
+            causal_forward_slice(&g, &w, L, qs, ks, vs, os, w.S, &c);
         } else {
             noncausal_forward_slice(&g, &w, L, qs, ks, vs, os);
         }
@@ -423,6 +539,7 @@ static int backward(attn *a, const attn_shape *s, const float *q, const float *k
     (void)saved;
     lin_cfg g;
     cfg_make(a, s, s->len, &g);
+    draw_into_ws(a, &g);
     const int BH = s->batch * s->heads, N = s->len, D = s->qk_dim, M = s->v_dim;
     const int nt = attn_outer_threads(BH);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
@@ -443,31 +560,59 @@ static int backward(attn *a, const attn_shape *s, const float *q, const float *k
 
 /* ---- recurrent mode ----
  *
- * The state of a slice is S [C x M] (rows of M floats) followed by Z [C]: the same
- * C (M + 1) floats as Saug, with the normaliser's column kept apart so that the rows of
- * S stay aligned and the step's two passes are whole vectors. The prefill builds Saug
- * [C x (M+1)] in the slice's memory with the chunked forward, then moves it in place
- * into that layout. */
+ * State: per slice S [C x M] (rows of M floats) followed by Z [C], B*H of them, at
+ * offset 0: the same C (M+1) floats as Saug, with the normaliser's column kept apart
+ * so that the rows of S stay aligned and the step's passes are whole vectors (the
+ * prefill builds Saug with the chunked forward, then splits it in place); for a log-scaled
+ * map (favor) then, at 64-byte boundaries, the key shift c of each slice (B*H floats),
+ * the projection W (C x D floats) and its transpose (written by the CUDA backend only).
+ * The CUDA backend places its parts at the same offsets (lin_state_layout), its S
+ * part kept as Saug [C x (M+1)]. */
+
+static size_t state_s_bytes(const attn *a, const attn_shape *s) {
+    return (size_t)s->batch * (size_t)s->heads * feature_count(a, s->qk_dim) * ((size_t)s->v_dim + 1) * sizeof(float);
+}
+
+void lin_state_layout(const attn *a, const attn_shape *s, size_t *c_off, size_t *w_off, size_t *total) {
+    size_t sb = state_s_bytes(a, s);
+    if (!fm_maps[kind_of(a)].log_scaled) {
+        *c_off = *w_off = 0;
+        *total = sb;
+        return;
+    }
+    *c_off = attn_align64(sb);
+    *w_off = *c_off + attn_align64((size_t)s->batch * (size_t)s->heads * sizeof(float));
+    /* W, then its transpose (which only the CUDA backend's kernels read) */
+    *total = *w_off + 2 * attn_align64(feature_count(a, s->qk_dim) * (size_t)s->qk_dim * sizeof(float));
+}
 
 static size_t state_bytes(const attn *a, const attn_shape *s, int capacity) {
     (void)capacity;
-    size_t C = feature_count(a, s->qk_dim);
-    return (size_t)s->batch * (size_t)s->heads * C * ((size_t)s->v_dim + 1) * sizeof(float);
+    size_t c_off, w_off, total;
+    lin_state_layout(a, s, &c_off, &w_off, &total);
+    return total;
 }
 
+/* W and c are set at the first position (prefill or step 0): clearing S is enough. */
 static int state_init(attn *a, const attn_shape *s, int capacity, void *state) {
-    memset(state, 0, state_bytes(a, s, capacity));
+    (void)capacity;
+    memset(state, 0, state_s_bytes(a, s));
     return 0;
 }
 
-/* Step workspace per slot: phi(q), phi(k) [C], oa [M+1] (and the prefill's copy of
- * Z [C]). */
-static size_t step_slot_bytes(size_t C, size_t M1) { return 3 * attn_align64(C * sizeof(float)) + attn_align64(M1 * sizeof(float)); }
+/* Step workspace: per slot phi(q), phi(k) [C], oaug [M+1]; in front, for a log-scaled
+ * map, favor's draw scratch (the state's W is drawn at step 0). */
+static size_t step_slot_bytes(size_t C, size_t M1) { return 2 * attn_align64(C * sizeof(float)) + attn_align64(M1 * sizeof(float)); }
+
+static size_t step_prefix_bytes(const attn *a, const attn_shape *s) {
+    return fm_maps[kind_of(a)].log_scaled ? attn_align64(favor_draw_scratch(s->qk_dim)) : 0;
+}
 
 static size_t step_workspace_bytes(const attn *a, const attn_shape *s, int capacity) {
     (void)capacity;
     size_t C = feature_count(a, s->qk_dim);
-    return step_slot_bytes(C, (size_t)s->v_dim + 1) * (size_t)attn_outer_threads(s->batch * s->heads);
+    return step_prefix_bytes(a, s) +
+           step_slot_bytes(C, (size_t)s->v_dim + 1) * (size_t)attn_outer_threads(s->batch * s->heads);
 }
 
 /* Saug [C x M1] -> S [C x M], Z [C], in place; zbuf holds C floats. */
@@ -487,14 +632,25 @@ static int prefill(attn *a, const attn_shape *s, int capacity, int prompt_len, c
     cfg_make(a, &ps, prompt_len, &g);
     const int BH = s->batch * s->heads, D = s->qk_dim, M = s->v_dim;
     const int nt = attn_outer_threads(BH);
-    float *states = state;
+    size_t c_off, w_off, total;
+    lin_state_layout(a, s, &c_off, &w_off, &total);
+    float *states = state, *cs = (float *)((char *)state + c_off);
+    if (g.scaled) {
+        /* the state's own W, drawn with the seed the attention has now */
+        float *W = (float *)((char *)state + w_off);
+        favor_draw(a->seed, D, g.C, (char *)a->ws + attn_align64((size_t)g.C * D * sizeof(float)), W);
+        g.f.W = W;
+    }
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
     for (int bh = 0; bh < BH; bh++) {
         lin_slot w = slot_carve(&g, prompt_len, a->ws, omp_get_thread_num());
         float *S = states + (size_t)bh * g.C * g.M1;
-        causal_forward_slice(&g, &w, prompt_len, q + attn_slice(&ps, bh, D), k + attn_slice(&ps, bh, D),
-                             v + attn_slice(&ps, bh, M), out ? out + attn_slice(&ps, bh, M) : NULL, S);
+        const float *ks = k + attn_slice(&ps, bh, D);
+        float c = -INFINITY; /* the state's running key shift, as a step would have raised it */
+        causal_forward_slice(&g, &w, prompt_len, q + attn_slice(&ps, bh, D), ks, v + attn_slice(&ps, bh, M),
+                             out ? out + attn_slice(&ps, bh, M) : NULL, S, &c);
         split_saug(S, g.C, M, w.phiq); /* phiq (T x C floats, T >= 1) is free again */
+        if (g.scaled) cs[bh] = c;
     }
     return 0;
 }
@@ -591,23 +747,47 @@ STEP_FMA_ATTR static void step_update(float *restrict S, float *restrict Z, cons
 static int step(attn *a, const attn_shape *s, int capacity, void *state, int t, const float *q, const float *k,
                 const float *v, float *out) {
     (void)capacity;
-    (void)t;
     lin_cfg g;
     cfg_make(a, s, 1, &g);
     const int BH = s->batch * s->heads, D = s->qk_dim, M = s->v_dim, C = g.C, M1 = g.M1;
     const int nt = attn_outer_threads(BH);
-    const size_t slot = step_slot_bytes((size_t)C, (size_t)M1);
-    float *states = state;
+    const size_t slot = step_slot_bytes((size_t)C, (size_t)M1), front = step_prefix_bytes(a, s);
+    size_t c_off, w_off, total;
+    lin_state_layout(a, s, &c_off, &w_off, &total);
+    float *states = state, *cs = (float *)((char *)state + c_off);
+    if (g.scaled) {
+        float *W = (float *)((char *)state + w_off);
+        if (t == 0) favor_draw(a->seed, D, C, a->ws, W); /* the state's W, from the seed it has now */
+        g.f.W = W;
+    }
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
     for (int bh = 0; bh < BH; bh++) {
-        char *p = (char *)a->ws + slot * (size_t)omp_get_thread_num();
+        char *p = (char *)a->ws + front + slot * (size_t)omp_get_thread_num();
         float *pq = (float *)p, *pk = (float *)(p + attn_align64((size_t)C * sizeof(float)));
-        float *oa = (float *)(p + 3 * attn_align64((size_t)C * sizeof(float)));
+        float *oa = (float *)(p + 2 * attn_align64((size_t)C * sizeof(float)));
         float *S = states + (size_t)bh * C * M1;
-        fm_forward(&g.f, 1, q + (size_t)bh * D, D, pq, C);
-        fm_forward(&g.f, 1, k + (size_t)bh * D, D, pk, C);
+        float sq = 0.0f, c = 0.0f;
+        if (g.scaled) {
+            /* Features shifted by their own maxima; the key's then moved to the slice's
+             * running shift c, which it may raise (S rescaled to the new c first). */
+            float sk;
+            fm_shift shq = {&sq, 0.0f}, shk = {&sk, 0.0f};
+            fm_forward(&g.f, 1, q + (size_t)bh * D, D, pq, C, &shq);
+            fm_forward(&g.f, 1, k + (size_t)bh * D, D, pk, C, &shk);
+            c = t == 0 || sk > cs[bh] ? sk : cs[bh];
+            if (t > 0 && c > cs[bh]) {
+                const float r = (float)exp((double)cs[bh] - c);
+                for (size_t e = 0; e < (size_t)C * M1; e++) S[e] *= r;
+            }
+            const float rk = (float)exp((double)sk - c);
+            for (int e = 0; e < C; e++) pk[e] *= rk;
+            cs[bh] = c;
+        } else {
+            fm_forward(&g.f, 1, q + (size_t)bh * D, D, pq, C, NULL);
+            fm_forward(&g.f, 1, k + (size_t)bh * D, D, pk, C, NULL);
+        }
         step_update(S, S + (size_t)C * M, pq, pk, v + (size_t)bh * M, oa, C, M);
-        finish_rows(&g, 1, oa, out + (size_t)bh * M, NULL);
+        finish_rows(&g, 1, oa, out + (size_t)bh * M, NULL, &sq, c);
     }
     return 0;
 }
@@ -622,7 +802,7 @@ static int step(attn *a, const attn_shape *s, int capacity, void *state, int t, 
 static double flops(const attn *a, const attn_shape *s, bool backward) {
     double bh = (double)s->batch * s->heads, n = s->len, M = s->v_dim;
     double C = (double)feature_count(a, s->qk_dim);
-    double fwd = 4 * n * C * (M + 1) * bh;
+    double fwd = 4 * n * C * (M + 1) * bh; /* favor: m = features; its W x products are not counted either */
     return backward ? 3 * fwd : fwd;
 }
 
@@ -671,7 +851,8 @@ static const attn_backend cuda_backend = {
 
 const attn_variant attn_variant_linear = {
     .name = "linear",
-    .summary = "linear attention, sim = phi(q).phi(k) with phi = elu+1 or taylor (1 + cos); O(N D M)",
+    .summary = "linear attention, sim = phi(q).phi(k) with phi = elu+1, taylor (1 + cos) or favor (FAVOR+ random "
+               "features); O(N C M) for C features",
     .options = linear_options,
     .n_options = (int)(sizeof linear_options / sizeof linear_options[0]),
     .defaults = defaults_linear,

@@ -85,12 +85,12 @@
  * - the separate mask pass over the T x T blocks; the polynomial feature backward reads
  *   the D x D gradient block by rows and by columns (one of them strided, L1-resident);
  * - the step is memory-bound: S (C (M+1) floats per slice) read and written once. */
-#include "cuda_util.cuh"
+#include "feature_maps_cuda.cuh"
 
 #include "linear_cuda.h"
 
 extern "C" {
-#include "feature_maps.h"
+#include "favor.h"
 }
 
 #include <limits.h>
@@ -102,167 +102,7 @@ size_t lin_cuda_ws_floats = (size_t)32 << 20;
 #define THREADS 256
 #define MAX_BLOCKS 65535LL /* enough blocks to fill any device; the loops do the rest */
 #define ALIGN_FLOATS 64    /* buffers carved at 256-byte boundaries */
-#define N_BUFFERS 13
-
-/* ---- feature maps on the device ----
- *
- * Each map of the table (feature_maps.c, fm_maps) has a struct of device functions
- * here, with the float operations of its CPU functions, so that the features agree
- * with the CPU's:
- *   prep(f, x, lane)            warp-collective, for one row x: what its features share
- *                               (taylor: 1 / max(|x|, floor)), the same on every lane;
- *   value(f, x, c, pre)         feature c of row x;
- *   backward(f, x, g, o, lane)  warp-collective: o = (d phi / d x)^T g for one row;
- *   has_prep                    whether prep does anything (the step kernel skips its
- *                               warp pass and barrier otherwise).
- * The kernels that use a map are templates over that struct, and the map's entry in
- * the table points to its launchers (FM_CUDA_MAP, at the end of this file). */
-
-/* What the maps' device functions read: the fm_spec of the call (feature_maps.h),
- * copied by cfg_make. A map with parameters of its own (e.g. random features drawn from
- * the seed) would add a device pointer to them here. */
-struct fm_dev {
-    int D, C;
-    float c, lin, scale;
-};
-
-__device__ __forceinline__ double warp_sum_d(double v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-/* Warp-collective: |x| of a row of D floats in double (every lane gets the same value:
- * the butterfly adds the same pairs on every lane). */
-__device__ __forceinline__ double warp_norm(const float *x, int D, int lane) {
-    double s = 0;
-    for (int a = lane; a < D; a += 32) s += (double)x[a] * x[a];
-    return sqrt(warp_sum_d(s));
-}
-
-/* elu(x) + 1 (expf instead of the CPU's polynomial exp, both within 2 ulp). */
-struct fm_elu_dev {
-    static constexpr bool has_prep = false;
-    static __device__ __forceinline__ double prep(const fm_dev &, const float *, int) { return 0.0; }
-    static __device__ __forceinline__ float value(const fm_dev &, const float *x, long long c, double) {
-        const float xv = x[c];
-        return xv > 0.0f ? xv + 1.0f : expf(xv);
-    }
-    static __device__ __forceinline__ void backward(const fm_dev &f, const float *xr, const float *g, float *o,
-                                                    int lane) {
-        const int D = f.D;
-        for (int a = lane; a < D; a += 32) o[a] = xr[a] > 0.0f ? g[a] : g[a] * expf(xr[a]);
-    }
-};
-
-/* [1, x / max(|x|, floor)]; the norm is a warp sum in double. */
-struct fm_taylor_dev {
-    static constexpr bool has_prep = true;
-    static __device__ __forceinline__ double prep(const fm_dev &f, const float *x, int lane) {
-        return 1.0 / fmax(warp_norm(x, f.D, lane), FM_TAYLOR_NORM_FLOOR);
-    }
-    static __device__ __forceinline__ float value(const fm_dev &, const float *x, long long c, double inv) {
-        return c == 0 ? 1.0f : (float)((double)x[c - 1] * inv);
-    }
-    static __device__ __forceinline__ void backward(const fm_dev &f, const float *xr, const float *g, float *o,
-                                                    int lane) {
-        const int D = f.D;
-        /* u = x / r: du/dx = (I - u u^T) / r above the floor, I / floor below it */
-        const double nr = warp_norm(xr, D, lane);
-        const float *gu = g + 1;
-        if (nr > FM_TAYLOR_NORM_FLOOR) {
-            double ug = 0;
-            for (int a = lane; a < D; a += 32) ug += xr[a] / nr * gu[a];
-            ug = warp_sum_d(ug);
-            for (int a = lane; a < D; a += 32) o[a] = (float)((gu[a] - xr[a] / nr * ug) / nr);
-        } else {
-            for (int a = lane; a < D; a += 32) o[a] = (float)(gu[a] / FM_TAYLOR_NORM_FLOOR);
-        }
-    }
-};
-
-/* [c, sqrt(2 c scale) x, scale x_a x_b]. */
-struct fm_poly_dev {
-    static constexpr bool has_prep = false;
-    static __device__ __forceinline__ double prep(const fm_dev &, const float *, int) { return 0.0; }
-    static __device__ __forceinline__ float value(const fm_dev &f, const float *x, long long c, double) {
-        if (c == 0) return f.c;
-        if (c <= f.D) return f.lin * x[c - 1];
-        const long long r = c - 1 - f.D;
-        const float sa = f.scale * x[r / f.D];
-        return sa * x[r % f.D];
-    }
-    static __device__ __forceinline__ void backward(const fm_dev &f, const float *xr, const float *g, float *o,
-                                                    int lane) {
-        const int D = f.D;
-        /* d/dx_a of sum_{b,e} G_be x_b x_e = sum_e x_e G_ea + sum_e G_ae x_e */
-        const float *G = g + 1 + D;
-        for (int a = lane; a < D; a += 32) {
-            float col = 0.0f, row = 0.0f;
-            for (int e = 0; e < D; e++) col += xr[e] * G[(long long)e * D + a];
-            for (int e = 0; e < D; e++) row += G[(long long)a * D + e] * xr[e];
-            o[a] = f.lin * g[1 + a] + f.scale * (row + col);
-        }
-    }
-};
-
-/* Rows of a group buffer: row r is position p0 + r % rows_per of slice r / rows_per;
- * that slice's tensor rows start at (tensor base of the group's first slice) +
- * slice * stride, width floats each. Positions >= L are padding. */
-struct rowmap {
-    long long n_rows, stride;
-    long long rows_per, p0, L; /* long long: the padded last chunk may reach past INT_MAX */
-};
-
-__device__ __forceinline__ void row_at(const rowmap &rm, long long r, long long *slice, long long *pos) {
-    *slice = r / rm.rows_per;
-    *pos = rm.p0 + r % rm.rows_per;
-}
-
-/* A map's kernel launchers, which its entry in fm_maps points to (the struct is opaque
- * to the C side). */
-struct fm_cuda_map {
-    /* phi rows of the x rows of rm (fm_forward_kernel) */
-    int (*forward)(const fm_dev &f, const float *x, const rowmap &rm, float *phi);
-    /* gx rows from the feature gradient rows (fm_backward_kernel) */
-    int (*backward)(const fm_dev &f, const float *x, const rowmap &rm, const float *gphi, float *gx);
-    /* the recurrent step's update of S and oaug (step_update_kernel) */
-    int (*step)(const fm_dev &f, float *S, const float *q, const float *k, const float *v, float *oaug,
-                long long n_slices, int M, int cols, int tiles);
-};
-
-/* phi rows (n_rows x C) of the x rows (D wide); padding rows are zero. One warp per
- * row (grid-stride over rows). */
-template <class Map> __global__ void fm_forward_kernel(fm_dev f, const float *x, rowmap rm, float *phi) {
-    const int lane = threadIdx.x & 31;
-    const long long nw = ((long long)gridDim.x * blockDim.x) >> 5;
-    for (long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rm.n_rows; r += nw) {
-        long long sl, p;
-        row_at(rm, r, &sl, &p);
-        float *out = phi + r * f.C;
-        if (p >= rm.L) {
-            for (long long c = lane; c < f.C; c += 32) out[c] = 0.0f;
-            continue;
-        }
-        const float *xr = x + sl * rm.stride + p * f.D;
-        const double pre = Map::prep(f, xr, lane);
-        for (long long c = lane; c < f.C; c += 32) out[c] = Map::value(f, xr, c, pre);
-    }
-}
-
-/* gx rows (valid positions only, same layout as x) = (d phi / d x)^T gphi rows, as
- * the map's CPU backward (feature_maps.c). One warp per row. */
-template <class Map>
-__global__ void fm_backward_kernel(fm_dev f, const float *x, rowmap rm, const float *gphi, float *gx) {
-    const int lane = threadIdx.x & 31, D = f.D;
-    const long long nw = ((long long)gridDim.x * blockDim.x) >> 5;
-    for (long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rm.n_rows; r += nw) {
-        long long sl, p;
-        row_at(rm, r, &sl, &p);
-        if (p >= rm.L) continue;
-        const long long off = sl * rm.stride + p * D;
-        Map::backward(f, x + off, gphi + r * f.C, gx + off, lane);
-    }
-}
+#define N_BUFFERS 17
 
 /* ---- small kernels of the chunked algorithm ---- */
 
@@ -313,8 +153,15 @@ __global__ void scan_chunks_kernel(float *Sc, float *run, long long n_sl, int g,
     }
 }
 
+/* eps of group row r (slice sl): eps, or for a log-scaled map eps e^(-qls[r] - kls[sl]),
+ * the factor its Oaug row carries (linear.c's row_eps). */
+__device__ __forceinline__ double row_eps(double eps, const float *qls, const float *kls, long long r, long long sl) {
+    return qls ? eps * exp(-((double)qls[r] + (double)kls[sl])) : eps;
+}
+
 /* out rows (valid positions) = O[:, :M] / (O[:, M] + eps), as finish_rows (linear.c). */
-__global__ void finish_kernel(const float *O, rowmap rm, int M, double eps, float *out) {
+__global__ void finish_kernel(const float *O, rowmap rm, int M, double eps, const float *qls, const float *kls,
+                              float *out) {
     const int M1 = M + 1;
     const long long total = rm.n_rows * M;
     for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (long long)gridDim.x * blockDim.x) {
@@ -324,7 +171,7 @@ __global__ void finish_kernel(const float *O, rowmap rm, int M, double eps, floa
         row_at(rm, r, &sl, &p);
         if (p >= rm.L) continue;
         const float *o = O + r * M1;
-        out[sl * rm.stride + p * M + m] = o[m] * (float)(1.0 / ((double)o[M] + eps));
+        out[sl * rm.stride + p * M + m] = o[m] * (float)(1.0 / ((double)o[M] + row_eps(eps, qls, kls, r, sl)));
     }
 }
 
@@ -332,8 +179,8 @@ __global__ void finish_kernel(const float *O, rowmap rm, int M, double eps, floa
  * gd = (dout . out) / (den+eps) (double, as grad_rows in linear.c), kept at
  * inv_v / gd_v [slice * vstride + pos] when inv_v is not NULL, and
  * Gaug = [dout * inv, -gd] (zero rows for padding). */
-__global__ void grad_rows_kernel(const float *O, const float *dout, rowmap rm, int M, double eps, float *inv_v,
-                                 float *gd_v, long long vstride, float *gaug) {
+__global__ void grad_rows_kernel(const float *O, const float *dout, rowmap rm, int M, double eps, const float *qls,
+                                 const float *kls, float *inv_v, float *gd_v, long long vstride, float *gaug) {
     const int lane = threadIdx.x & 31, M1 = M + 1;
     const long long nw = ((long long)gridDim.x * blockDim.x) >> 5;
     for (long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rm.n_rows; r += nw) {
@@ -345,10 +192,10 @@ __global__ void grad_rows_kernel(const float *O, const float *dout, rowmap rm, i
             continue;
         }
         const float *o = O + r * M1, *d = dout + sl * rm.stride + p * M;
-        const double rr = 1.0 / ((double)o[M] + eps);
+        const double rr = 1.0 / ((double)o[M] + row_eps(eps, qls, kls, r, sl));
         double dn = 0;
         for (int m = lane; m < M; m += 32) dn += (double)d[m] * o[m];
-        dn = warp_sum_d(dn);
+        dn = fm_warp_sum_d(dn);
         const float iv = (float)rr, gd = (float)(dn * rr * rr);
         if (lane == 0) {
             if (inv_v) {
@@ -359,6 +206,12 @@ __global__ void grad_rows_kernel(const float *O, const float *dout, rowmap rm, i
         }
         for (int m = lane; m < M; m += 32) gr[m] = d[m] * iv;
     }
+}
+
+/* x[0..n) = v. */
+__global__ void fill_kernel(float *x, long long n, float v) {
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (long long)gridDim.x * blockDim.x)
+        x[e] = v;
 }
 
 /* Gaug rows from dout and the kept scalars (load_gaug in linear.c). */
@@ -390,10 +243,11 @@ __global__ void copy_rows_kernel(const float *src, int ld, rowmap rm, int M, flo
 /* ---- configuration ---- */
 
 struct lin_cfg {
-    fm_dev f;
+    fm_dev f;               /* f.W, f.WT: favor's projection on the device, once drawn */
     const fm_cuda_map *map; /* the launchers of the attention's feature map */
     int T, C, D, M, M1;
     double eps;
+    bool scaled; /* log-scaled map (favor) */
 };
 
 /* The map is the CPU's (lin_feature_map, linear.c); the backend's check_shape has made
@@ -407,6 +261,8 @@ static void cfg_make(const attn *a, const attn_shape *s, lin_cfg *g) {
     g->f.c = sp.c;
     g->f.lin = sp.lin;
     g->f.scale = sp.scale;
+    g->f.W = g->f.WT = NULL;
+    g->scaled = sp.map->log_scaled;
     const int T = a->p.chunk > 0 ? a->p.chunk : AUTO_CHUNK;
     g->T = T < s->len ? T : s->len;
     if (g->T < 1) g->T = 1;
@@ -425,20 +281,23 @@ static size_t align_up(size_t n) { return sadd(n, ALIGN_FLOATS - 1) / ALIGN_FLOA
 /* Floats of the buffers of one group of cn slices x g chunks, per-slice vectors of np
  * positions (the layout carve() makes). */
 struct lin_bufs {
-    float *phiq, *phik, *dphi, *vaug, *gaug, *o, *A, *B, *Sc, *run, *R, *inv, *gd;
+    float *W, *WT, *phiq, *phik, *dphi, *vaug, *gaug, *o, *A, *B, *Sc, *run, *R, *inv, *gd, *qls, *kls;
 };
 
 static size_t carve(const lin_cfg &c, bool causal, long long cn, long long g, long long np, float *ws, lin_bufs *b) {
     const size_t rows = smul((size_t)cn, smul((size_t)g, (size_t)c.T)), C = (size_t)c.C, M1 = (size_t)c.M1;
     const size_t chunks = smul((size_t)cn, (size_t)g), T = (size_t)c.T, CM = smul(C, M1);
+    const size_t CD = c.scaled ? smul(C, (size_t)c.D) : 0; /* favor's W and WT: first, at fixed offsets */
     const size_t sizes[N_BUFFERS] = {
+        CD, CD,
         smul(rows, C), smul(rows, C), smul(rows, C), smul(rows, M1), smul(rows, M1), smul(rows, M1),
         causal ? smul(chunks, T * T) : 0, causal ? smul(chunks, T * T) : 0, causal ? smul(chunks, CM) : 0,
         smul((size_t)cn, CM), causal ? 0 : smul((size_t)cn, CM),
         causal ? smul((size_t)cn, (size_t)np) : 0, causal ? smul((size_t)cn, (size_t)np) : 0,
+        c.scaled ? rows : 0, c.scaled ? (size_t)cn : 0,
     };
-    float **dst[N_BUFFERS] = {&b->phiq, &b->phik, &b->dphi, &b->vaug, &b->gaug, &b->o, &b->A,
-                              &b->B,    &b->Sc,   &b->run,  &b->R,    &b->inv,  &b->gd};
+    float **dst[N_BUFFERS] = {&b->W,  &b->WT, &b->phiq, &b->phik, &b->dphi, &b->vaug, &b->gaug, &b->o,  &b->A,
+                              &b->B,  &b->Sc, &b->run,  &b->R,    &b->inv,  &b->gd,   &b->qls,  &b->kls};
     size_t off = 0;
     for (int i = 0; i < N_BUFFERS; i++) {
         if (ws) *dst[i] = sizes[i] ? ws + off : NULL;
@@ -512,12 +371,35 @@ static int make_plan(const attn *a, const lin_cfg &c, bool causal, long long ns,
 static unsigned grid_elems(long long n) { return ab_cuda_grid(n, THREADS, MAX_BLOCKS); }
 static unsigned grid_warps(long long rows) { return ab_cuda_grid(rows, THREADS / 32, MAX_BLOCKS); }
 
-static int features(const lin_cfg &c, const float *x, const rowmap &rm, float *phi) {
-    return c.map->forward(c.f, x, rm, phi);
+/* Query features (log-scaled maps: each row's shift into qls) and key features
+ * (shifted by their slice's kls). */
+static int q_features(const lin_cfg &c, const float *x, const rowmap &rm, float *phi, float *qls) {
+    return c.map->forward(c.f, x, rm, phi, c.scaled ? qls : NULL, NULL);
 }
 
-static int features_backward(const lin_cfg &c, const float *x, const rowmap &rm, const float *gphi, float *gx) {
-    return c.map->backward(c.f, x, rm, gphi, gx);
+static int k_features(const lin_cfg &c, const float *x, const rowmap &rm, float *phi, const float *kls) {
+    return c.map->forward(c.f, x, rm, phi, NULL, c.scaled ? kls : NULL);
+}
+
+static int features_backward(const lin_cfg &c, const float *x, const rowmap &rm, const float *phi, float *gphi,
+                             float *gx) {
+    return c.map->backward(c.f, x, rm, phi, gphi, gx);
+}
+
+/* favor: W drawn from the seed on the host (favor_draw: the CPU's numbers), its
+ * transpose beside it, both copied to W and WT on the device; the map reads them there. */
+static int draw_projection(attn *a, lin_cfg &c, float *W, float *WT) {
+    const size_t CD = (size_t)c.C * (size_t)c.D, fb = (CD * sizeof(float) + 63) / 64 * 64;
+    AB_TRY(attn_host_ws_ensure(a, 2 * fb + favor_draw_scratch(c.D)));
+    float *hW = (float *)a->host_ws, *hWT = (float *)((char *)a->host_ws + fb);
+    favor_draw(a->seed, c.D, c.C, (char *)a->host_ws + 2 * fb, hW);
+    for (int r = 0; r < c.C; r++)
+        for (int d = 0; d < c.D; d++) hWT[(size_t)d * c.C + r] = hW[(size_t)r * c.D + d];
+    AB_TRY(ab_cuda_memcpy_h2d(W, hW, CD * sizeof(float)));
+    AB_TRY(ab_cuda_memcpy_h2d(WT, hWT, CD * sizeof(float)));
+    c.f.W = W;
+    c.f.WT = WT;
+    return 0;
 }
 
 static int mask_upper(float *A, long long n_blocks, int T) {
@@ -577,23 +459,35 @@ static lin_io io_at(const lin_io &io0, const lin_cfg &c, long long c0) {
     return io;
 }
 
+/* Log-scaled maps: kls[0..cn) = the largest log-feature over the valid keys of each
+ * slice of the batch (every group of its chunks), the shift of its key features. */
+static int key_shifts(const lin_cfg &c, const lin_plan &pl, long long cn, const lin_io &io, float *kls) {
+    if (!c.scaled) return 0;
+    AB_LAUNCH(fill_kernel, grid_elems(cn), THREADS, 0, ab_cuda_stream(), kls, cn, -INFINITY);
+    for (int ch0 = 0; ch0 < pl.nc; ch0 += pl.g) {
+        const group gr = group_at(c, cn, pl.nc - ch0 < pl.g ? pl.nc - ch0 : pl.g, ch0);
+        AB_TRY(c.map->key_max(c.f, io.k, map_of(gr, io.L, (long long)io.N * c.D), kls));
+    }
+    return 0;
+}
+
 /* ---- causal ---- */
 
 /* phiQ (if want_q), phiK, Vaug, the chunk states and their exclusive scan with the
  * running state; with want_o also A (masked) and Oaug. */
 static int causal_group_forward(const lin_cfg &c, const group &gr, const lin_io &io, const lin_bufs &b, float *run,
-                                bool want_o) {
+                                const float *kls, bool want_o) {
     const int T = c.T, C = c.C, M1 = c.M1;
     const long long TC = (long long)T * C, TM = (long long)T * M1, TT = (long long)T * T, CM = (long long)C * M1;
     const rowmap rq = map_of(gr, io.L, (long long)io.N * c.D), rv = map_of(gr, io.L, (long long)io.N * c.M);
-    AB_TRY(features(c, io.k, rq, b.phik));
+    AB_TRY(k_features(c, io.k, rq, b.phik, kls));
     AB_LAUNCH(vaug_kernel, grid_elems(gr.nrows * M1), THREADS, 0, ab_cuda_stream(), io.v, rv, c.M, b.vaug);
     /* Sc[c] = phiK_c^T Vaug_c  (C, M1) per chunk */
     AB_TRY(ab_cuda_sgemm_batched(true, false, C, M1, T, 1.0f, b.phik, C, TC, b.vaug, M1, TM, 0.0f, b.Sc, M1, CM,
                                  gr.nch));
     AB_TRY(scan_chunks(b.Sc, run, gr.cn, gr.g, CM, false));
     if (!want_o) return 0;
-    AB_TRY(features(c, io.q, rq, b.phiq));
+    AB_TRY(q_features(c, io.q, rq, b.phiq, b.qls));
     /* A = phiQ_c phiK_c^T  (T, T), lower triangle */
     AB_TRY(ab_cuda_sgemm_batched(false, true, T, T, C, 1.0f, b.phiq, C, TC, b.phik, C, TC, 0.0f, b.A, T, TT, gr.nch));
     AB_TRY(mask_upper(b.A, gr.nch, T));
@@ -605,8 +499,10 @@ static int causal_group_forward(const lin_cfg &c, const group &gr, const lin_io 
 }
 
 /* Causal forward of slices [0, ns) of io (state: NULL, or the recurrent state of those
- * slices, which then carries the running state and keeps the final one). */
-static int causal_forward_run(const attn *a, const lin_cfg &c, long long ns, const lin_io &io0, float *state) {
+ * slices, which then carries the running state and keeps the final one; state_kls: a
+ * log-scaled map's key shifts in that state). */
+static int causal_forward_run(const attn *a, const lin_cfg &c, long long ns, const lin_io &io0, float *state,
+                              float *state_kls) {
     lin_plan pl;
     AB_TRY(make_plan(a, c, true, ns, io0.L, &pl));
     lin_bufs b;
@@ -615,15 +511,16 @@ static int causal_forward_run(const attn *a, const lin_cfg &c, long long ns, con
     for (long long c0 = 0; c0 < ns; c0 += pl.cn) {
         const long long cn = ns - c0 < pl.cn ? ns - c0 : pl.cn;
         const lin_io io = io_at(io0, c, c0);
-        float *run = state ? state + c0 * CM : b.run;
+        float *run = state ? state + c0 * CM : b.run, *kls = state_kls ? state_kls + c0 : b.kls;
         if (!state) AB_CUDA_CHECK(cudaMemsetAsync(run, 0, (size_t)(cn * CM) * sizeof(float), ab_cuda_stream()));
+        AB_TRY(key_shifts(c, pl, cn, io, kls));
         for (int ch0 = 0; ch0 < pl.nc; ch0 += pl.g) {
             const group gr = group_at(c, cn, pl.nc - ch0 < pl.g ? pl.nc - ch0 : pl.g, ch0);
-            AB_TRY(causal_group_forward(c, gr, io, b, run, io.out != NULL));
+            AB_TRY(causal_group_forward(c, gr, io, b, run, kls, io.out != NULL));
             if (io.out) {
                 const rowmap rv = map_of(gr, io.L, (long long)io.N * c.M);
                 AB_LAUNCH(finish_kernel, grid_elems(gr.nrows * c.M), THREADS, 0, ab_cuda_stream(), b.o, rv, c.M,
-                          c.eps, io.out);
+                          c.eps, c.scaled ? (const float *)b.qls : NULL, (const float *)kls, io.out);
             }
         }
     }
@@ -643,12 +540,13 @@ static int causal_backward_run(const attn *a, const lin_cfg &c, long long ns, co
         const long long sq = (long long)io.N * c.D, sv = (long long)io.N * c.M;
         /* pass 1: chunks in order; Oaug, Gaug (kept scalars), dphiQ -> dq */
         AB_CUDA_CHECK(cudaMemsetAsync(b.run, 0, (size_t)(cn * CM) * sizeof(float), ab_cuda_stream()));
+        AB_TRY(key_shifts(c, pl, cn, io, b.kls));
         for (int ch0 = 0; ch0 < pl.nc; ch0 += pl.g) {
             const group gr = group_at(c, cn, pl.nc - ch0 < pl.g ? pl.nc - ch0 : pl.g, ch0);
             const rowmap rq = map_of(gr, io.L, sq), rv = map_of(gr, io.L, sv);
-            AB_TRY(causal_group_forward(c, gr, io, b, b.run, true));
+            AB_TRY(causal_group_forward(c, gr, io, b, b.run, b.kls, true));
             AB_LAUNCH(grad_rows_kernel, grid_warps(gr.nrows), THREADS, 0, ab_cuda_stream(), b.o, io.dout, rv, M,
-                      c.eps, b.inv, b.gd, pl.np, b.gaug);
+                      c.eps, c.scaled ? (const float *)b.qls : NULL, (const float *)b.kls, b.inv, b.gd, pl.np, b.gaug);
             /* B = Gaug_c Vaug_c^T  (T, T), lower triangle */
             AB_TRY(ab_cuda_sgemm_batched(false, true, T, T, M1, 1.0f, b.gaug, M1, TM, b.vaug, M1, TM, 0.0f, b.B, T, TT,
                                          gr.nch));
@@ -658,7 +556,7 @@ static int causal_backward_run(const attn *a, const lin_cfg &c, long long ns, co
                                          TC, gr.nch));
             AB_TRY(ab_cuda_sgemm_batched(false, false, T, C, T, 1.0f, b.B, T, TT, b.phik, C, TC, 1.0f, b.dphi, C, TC,
                                          gr.nch));
-            AB_TRY(features_backward(c, io.q, rq, b.dphi, io.dq));
+            AB_TRY(features_backward(c, io.q, rq, b.phiq, b.dphi, io.dq));
         }
         /* pass 2: chunks in reverse; R = sum over later chunks of phiQ^T Gaug */
         AB_CUDA_CHECK(cudaMemsetAsync(b.run, 0, (size_t)(cn * CM) * sizeof(float), ab_cuda_stream()));
@@ -667,8 +565,8 @@ static int causal_backward_run(const attn *a, const lin_cfg &c, long long ns, co
             const int ch0 = gi * pl.g;
             const group gr = group_at(c, cn, pl.nc - ch0 < pl.g ? pl.nc - ch0 : pl.g, ch0);
             const rowmap rq = map_of(gr, io.L, sq), rv = map_of(gr, io.L, sv);
-            AB_TRY(features(c, io.q, rq, b.phiq));
-            AB_TRY(features(c, io.k, rq, b.phik));
+            AB_TRY(q_features(c, io.q, rq, b.phiq, b.qls));
+            AB_TRY(k_features(c, io.k, rq, b.phik, b.kls));
             AB_LAUNCH(vaug_kernel, grid_elems(gr.nrows * M1), THREADS, 0, ab_cuda_stream(), io.v, rv, M, b.vaug);
             AB_LAUNCH(gaug_kernel, grid_elems(gr.nrows * M1), THREADS, 0, ab_cuda_stream(), io.dout, rv, M, b.inv,
                       b.gd, pl.np, b.gaug);
@@ -693,7 +591,7 @@ static int causal_backward_run(const attn *a, const lin_cfg &c, long long ns, co
             AB_TRY(ab_cuda_sgemm_batched(true, false, T, M, T, 1.0f, b.A, T, TT, b.gaug, M1, TM, 1.0f, b.o, M1, TM,
                                          gr.nch));
             AB_LAUNCH(copy_rows_kernel, grid_elems(gr.nrows * M), THREADS, 0, ab_cuda_stream(), b.o, M1, rv, M, io.dv);
-            AB_TRY(features_backward(c, io.k, rq, b.dphi, io.dk));
+            AB_TRY(features_backward(c, io.k, rq, b.phik, b.dphi, io.dk));
         }
     }
     return 0;
@@ -701,14 +599,16 @@ static int causal_backward_run(const attn *a, const lin_cfg &c, long long ns, co
 
 /* ---- non-causal ---- */
 
-/* S = phiK^T Vaug over the run's valid rows, per slice of the batch (b.run). */
+/* S = phiK^T Vaug over the run's valid rows, per slice of the batch (b.run); first
+ * the key shifts (b.kls) of a log-scaled map. */
 static int noncausal_state(const lin_cfg &c, const lin_plan &pl, long long cn, const lin_io &io, const lin_bufs &b) {
     const int C = c.C, M1 = c.M1;
+    AB_TRY(key_shifts(c, pl, cn, io, b.kls));
     for (int ch0 = 0; ch0 < pl.nc; ch0 += pl.g) {
         const group gr = group_at(c, cn, pl.nc - ch0 < pl.g ? pl.nc - ch0 : pl.g, ch0);
         const rowmap rq = map_of(gr, io.L, (long long)io.N * c.D), rv = map_of(gr, io.L, (long long)io.N * c.M);
         const int R = gr.rows_per;
-        AB_TRY(features(c, io.k, rq, b.phik));
+        AB_TRY(k_features(c, io.k, rq, b.phik, b.kls));
         AB_LAUNCH(vaug_kernel, grid_elems(gr.nrows * M1), THREADS, 0, ab_cuda_stream(), io.v, rv, c.M, b.vaug);
         /* S (+)= phiK^T Vaug  (C, M1) per slice */
         AB_TRY(ab_cuda_sgemm_batched(true, false, C, M1, R, 1.0f, b.phik, C, (long long)R * C, b.vaug, M1,
@@ -731,12 +631,12 @@ static int noncausal_forward_run(const attn *a, const lin_cfg &c, long long ns, 
             const group gr = group_at(c, cn, pl.nc - ch0 < pl.g ? pl.nc - ch0 : pl.g, ch0);
             const rowmap rq = map_of(gr, io.L, (long long)io.N * c.D), rv = map_of(gr, io.L, (long long)io.N * c.M);
             const int R = gr.rows_per;
-            AB_TRY(features(c, io.q, rq, b.phiq));
+            AB_TRY(q_features(c, io.q, rq, b.phiq, b.qls));
             /* O = phiQ S  (R, M1) per slice */
             AB_TRY(ab_cuda_sgemm_batched(false, false, R, M1, C, 1.0f, b.phiq, C, (long long)R * C, b.run, M1,
                                          (long long)C * M1, 0.0f, b.o, M1, (long long)R * M1, cn));
             AB_LAUNCH(finish_kernel, grid_elems(gr.nrows * c.M), THREADS, 0, ab_cuda_stream(), b.o, rv, c.M, c.eps,
-                      io.out);
+                      c.scaled ? (const float *)b.qls : NULL, (const float *)b.kls, io.out);
         }
     }
     return 0;
@@ -760,14 +660,15 @@ static int noncausal_backward_run(const attn *a, const lin_cfg &c, long long ns,
             const rowmap rq = map_of(gr, io.L, sq), rv = map_of(gr, io.L, sv);
             const int R = gr.rows_per;
             const long long RC = (long long)R * C, RM = (long long)R * M1;
-            AB_TRY(features(c, io.q, rq, b.phiq));
+            AB_TRY(q_features(c, io.q, rq, b.phiq, b.qls));
             AB_TRY(ab_cuda_sgemm_batched(false, false, R, M1, C, 1.0f, b.phiq, C, RC, b.run, M1, CM, 0.0f, b.o, M1, RM,
                                          cn));
             AB_LAUNCH(grad_rows_kernel, grid_warps(gr.nrows), THREADS, 0, ab_cuda_stream(), b.o, io.dout, rv, M,
-                      c.eps, (float *)NULL, (float *)NULL, 0LL, b.gaug);
+                      c.eps, c.scaled ? (const float *)b.qls : NULL, (const float *)b.kls, (float *)NULL,
+                      (float *)NULL, 0LL, b.gaug);
             AB_TRY(ab_cuda_sgemm_batched(false, true, R, C, M1, 1.0f, b.gaug, M1, RM, b.run, M1, CM, 0.0f, b.dphi, C,
                                          RC, cn));
-            AB_TRY(features_backward(c, io.q, rq, b.dphi, io.dq));
+            AB_TRY(features_backward(c, io.q, rq, b.phiq, b.dphi, io.dq));
             AB_TRY(ab_cuda_sgemm_batched(true, false, C, M1, R, 1.0f, b.phiq, C, RC, b.gaug, M1, RM,
                                          ch0 == 0 ? 0.0f : 1.0f, b.R, M1, CM, cn));
         }
@@ -777,11 +678,11 @@ static int noncausal_backward_run(const attn *a, const lin_cfg &c, long long ns,
             const rowmap rq = map_of(gr, io.L, sq), rv = map_of(gr, io.L, sv);
             const int R = gr.rows_per;
             const long long RC = (long long)R * C, RM = (long long)R * M1;
-            AB_TRY(features(c, io.k, rq, b.phik));
+            AB_TRY(k_features(c, io.k, rq, b.phik, b.kls));
             AB_LAUNCH(vaug_kernel, grid_elems(gr.nrows * M1), THREADS, 0, ab_cuda_stream(), io.v, rv, M, b.vaug);
             AB_TRY(ab_cuda_sgemm_batched(false, true, R, C, M1, 1.0f, b.vaug, M1, RM, b.R, M1, CM, 0.0f, b.dphi, C, RC,
                                          cn));
-            AB_TRY(features_backward(c, io.k, rq, b.dphi, io.dk));
+            AB_TRY(features_backward(c, io.k, rq, b.phik, b.dphi, io.dk));
             AB_TRY(ab_cuda_sgemm_batched(false, false, R, M, C, 1.0f, b.phik, C, RC, b.R, M1, CM, 0.0f, b.o, M1, RM,
                                          cn));
             AB_LAUNCH(copy_rows_kernel, grid_elems(gr.nrows * M), THREADS, 0, ab_cuda_stream(), b.o, M1, rv, M, io.dv);
@@ -792,11 +693,21 @@ static int noncausal_backward_run(const attn *a, const lin_cfg &c, long long ns,
 
 /* ---- entry points ---- */
 
+/* favor: the call's W and WT, drawn into their fixed place at the front of the
+ * workspace (carve). */
+static int draw_for_call(attn *a, lin_cfg &c) {
+    if (!c.scaled) return 0;
+    lin_bufs b;
+    carve(c, false, 1, 1, 1, (float *)a->ws, &b);
+    return draw_projection(a, c, b.W, b.WT);
+}
+
 extern "C" int lin_cuda_forward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,
                                 float *out, void *saved) {
     (void)saved;
     lin_cfg c;
     cfg_make(a, s, &c);
+    AB_TRY(draw_for_call(a, c));
     const int H = s->heads, N = s->len, D = s->qk_dim, M = s->v_dim;
     const long long ND = (long long)N * D, NM = (long long)N * M;
     for (int b = 0; b < s->batch;) {
@@ -806,7 +717,7 @@ extern "C" int lin_cuda_forward(attn *a, const attn_shape *s, const float *q, co
         AB_TRY(attn_cuda_zero_tail(out + s0 * NM, ns, NM, (long long)r.len * M));
         if (r.len == 0) continue;
         lin_io io = {q + s0 * ND, k + s0 * ND, v + s0 * NM, NULL, out + s0 * NM, NULL, NULL, NULL, N, r.len};
-        if (s->causal) AB_TRY(causal_forward_run(a, c, ns, io, NULL));
+        if (s->causal) AB_TRY(causal_forward_run(a, c, ns, io, NULL, NULL));
         else AB_TRY(noncausal_forward_run(a, c, ns, io));
     }
     return 0;
@@ -817,6 +728,7 @@ extern "C" int lin_cuda_backward(attn *a, const attn_shape *s, const float *q, c
     (void)saved;
     lin_cfg c;
     cfg_make(a, s, &c);
+    AB_TRY(draw_for_call(a, c));
     const int H = s->heads, N = s->len, D = s->qk_dim, M = s->v_dim;
     const long long ND = (long long)N * D, NM = (long long)N * M;
     for (int b = 0; b < s->batch;) {
@@ -842,6 +754,7 @@ static size_t state_floats(const lin_cfg &c, const attn_shape *s) {
     return (size_t)s->batch * (size_t)s->heads * (size_t)c.C * (size_t)c.M1;
 }
 
+/* Clears S; a log-scaled map's key shifts and W are set at the first position. */
 extern "C" int lin_cuda_state_init(attn *a, const attn_shape *s, int capacity, void *state) {
     (void)capacity;
     lin_cfg c;
@@ -851,8 +764,24 @@ extern "C" int lin_cuda_state_init(attn *a, const attn_shape *s, int capacity, v
 }
 
 extern "C" size_t lin_cuda_step_workspace_bytes(const attn *a, const attn_shape *s, int capacity) {
-    (void)a, (void)capacity;
-    return (size_t)s->batch * (size_t)s->heads * ((size_t)s->v_dim + 1) * sizeof(float);
+    (void)capacity;
+    lin_cfg c;
+    cfg_make(a, s, &c);
+    return (size_t)s->batch * (size_t)s->heads * (size_t)c.map->step_ws_floats(c.f, c.M) * sizeof(float);
+}
+
+/* favor: the state's own W and WT (lin_state_layout), drawn with the seed the attention
+ * has at the state's first position; c.f then points at them. */
+static int state_projection(attn *a, const attn_shape *s, lin_cfg &c, void *state, bool draw, float **kls) {
+    size_t c_off, w_off, total;
+    lin_state_layout(a, s, &c_off, &w_off, &total);
+    *kls = (float *)((char *)state + c_off);
+    float *W = (float *)((char *)state + w_off);
+    float *WT = (float *)((char *)W + ((size_t)c.C * c.D * sizeof(float) + 63) / 64 * 64); /* 64-byte aligned */
+    if (draw) return draw_projection(a, c, W, WT);
+    c.f.W = W;
+    c.f.WT = WT;
+    return 0;
 }
 
 extern "C" int lin_cuda_prefill(attn *a, const attn_shape *s, int capacity, int P, const float *q, const float *k,
@@ -862,107 +791,31 @@ extern "C" int lin_cuda_prefill(attn *a, const attn_shape *s, int capacity, int 
     ps.len = P;
     lin_cfg c;
     cfg_make(a, &ps, &c);
+    float *kls = NULL;
+    if (c.scaled) AB_TRY(state_projection(a, s, c, state, true, &kls));
     /* The state is empty here; cleared again so the prefill never builds on stale sums. */
     AB_CUDA_CHECK(cudaMemsetAsync(state, 0, state_floats(c, s) * sizeof(float), ab_cuda_stream()));
     lin_io io = {q, k, v, NULL, out, NULL, NULL, NULL, P, P};
-    return causal_forward_run(a, c, (long long)s->batch * s->heads, io, (float *)state);
-}
-
-/* S += phi(k) vaug^T and oaug = phi(q)^T S (the updated S) in one pass over S. Block:
- * `cols` consecutive columns of one slice's S (coalesced) x blockDim.x / cols rows
- * strided over C; partial sums (double) meet in shared memory. Features are computed
- * from q and k on the fly (Map::value: the same floats as the feature kernel). */
-template <class Map>
-__global__ void step_update_kernel(fm_dev f, float *S, const float *q, const float *k, const float *v, float *oaug,
-                                   long long n_slices, int M, int cols, int tiles) {
-    __shared__ double part[THREADS];
-    __shared__ double norms[2];
-    const int tid = threadIdx.x, col = tid % cols, row = tid / cols, rows = blockDim.x / cols, M1 = M + 1;
-    const long long C = f.C;
-    for (long long blk = blockIdx.x; blk < n_slices * tiles; blk += gridDim.x) {
-        const long long bh = blk / tiles;
-        const int m = (int)(blk % tiles) * cols + col;
-        const float *qs = q + bh * f.D, *ks = k + bh * f.D;
-        double iq = 0.0, ik = 0.0;
-        if (Map::has_prep) {
-            if (tid < 32) {
-                const double pq = Map::prep(f, qs, tid), pk = Map::prep(f, ks, tid);
-                if (tid == 0) {
-                    norms[0] = pq;
-                    norms[1] = pk;
-                }
-            }
-            __syncthreads();
-            iq = norms[0];
-            ik = norms[1];
-        }
-        double acc = 0.0;
-        if (m < M1) {
-            const float vm = m < M ? v[bh * M + m] : 1.0f;
-            float *Sb = S + bh * C * M1 + m;
-            for (long long c = row; c < C; c += rows) {
-                const float sv = Sb[c * M1] + Map::value(f, ks, c, ik) * vm;
-                Sb[c * M1] = sv;
-                acc += (double)Map::value(f, qs, c, iq) * sv;
-            }
-        }
-        part[tid] = acc;
-        __syncthreads();
-        if (row == 0 && m < M1) {
-            double sum = 0.0;
-            for (int r = 0; r < rows; r++) sum += part[r * cols + col];
-            oaug[bh * M1 + m] = (float)sum;
-        }
-        __syncthreads();
-    }
-}
-
-__global__ void step_finish_kernel(const float *oaug, long long n_slices, int M, double eps, float *out) {
-    const long long total = n_slices * M;
-    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (long long)gridDim.x * blockDim.x) {
-        const float *o = oaug + (e / M) * (M + 1);
-        out[e] = o[e % M] * (float)(1.0 / ((double)o[M] + eps));
-    }
+    return causal_forward_run(a, c, (long long)s->batch * s->heads, io, (float *)state, kls);
 }
 
 extern "C" int lin_cuda_step(attn *a, const attn_shape *s, int capacity, void *state, int t, const float *q,
                              const float *k, const float *v, float *out) {
-    (void)capacity, (void)t;
+    (void)capacity;
     lin_cfg c;
     cfg_make(a, s, &c);
-    const long long BH = (long long)s->batch * s->heads;
-    int cols = 1;
-    while (cols < c.M1 && cols < 32) cols *= 2;
-    const int tiles = (c.M1 + cols - 1) / cols;
-    float *oaug = (float *)a->ws;
-    AB_TRY(c.map->step(c.f, (float *)state, q, k, v, oaug, BH, c.M, cols, tiles));
-    AB_LAUNCH(step_finish_kernel, grid_elems(BH * c.M), THREADS, 0, ab_cuda_stream(), oaug, BH, c.M, c.eps, out);
-    return 0;
+    float *kls = NULL;
+    if (c.scaled) AB_TRY(state_projection(a, s, c, state, t == 0, &kls));
+    fm_step_args args;
+    args.f = c.f;
+    args.S = (float *)state;
+    args.shift = kls;
+    args.q = q, args.k = k, args.v = v;
+    args.out = out;
+    args.ws = (float *)a->ws;
+    args.n_slices = (long long)s->batch * s->heads;
+    args.M = c.M;
+    args.t = t;
+    args.eps = c.eps;
+    return c.map->step(args);
 }
-
-/* ---- each map's launchers: its entry's `cuda` in fm_maps (feature_maps.c) ---- */
-
-template <class Map> static int launch_forward(const fm_dev &f, const float *x, const rowmap &rm, float *phi) {
-    AB_LAUNCH(fm_forward_kernel<Map>, grid_warps(rm.n_rows), THREADS, 0, ab_cuda_stream(), f, x, rm, phi);
-    return 0;
-}
-
-template <class Map>
-static int launch_backward(const fm_dev &f, const float *x, const rowmap &rm, const float *gphi, float *gx) {
-    AB_LAUNCH(fm_backward_kernel<Map>, grid_warps(rm.n_rows), THREADS, 0, ab_cuda_stream(), f, x, rm, gphi, gx);
-    return 0;
-}
-
-template <class Map>
-static int launch_step(const fm_dev &f, float *S, const float *q, const float *k, const float *v, float *oaug,
-                       long long n_slices, int M, int cols, int tiles) {
-    AB_LAUNCH(step_update_kernel<Map>, ab_cuda_grid(n_slices * tiles, 1, AB_CUDA_MAX_GRID_X), THREADS, 0,
-              ab_cuda_stream(), f, S, q, k, v, oaug, n_slices, M, cols, tiles);
-    return 0;
-}
-
-#define FM_CUDA_MAP(Map) {launch_forward<Map>, launch_backward<Map>, launch_step<Map>}
-
-extern "C" const fm_cuda_map fm_elu_cuda = FM_CUDA_MAP(fm_elu_dev);
-extern "C" const fm_cuda_map fm_taylor_cuda = FM_CUDA_MAP(fm_taylor_dev);
-extern "C" const fm_cuda_map fm_poly_cuda = FM_CUDA_MAP(fm_poly_dev);

@@ -17,7 +17,7 @@
 
 static const attn_variant *const g_variants[] = {
     &attn_variant_softmax, &attn_variant_stateful_softmax, &attn_variant_linear,
-    &attn_variant_polynomial, &attn_variant_lsh,
+    &attn_variant_polynomial, &attn_variant_lsh, &attn_variant_efficient, &attn_variant_local,
 };
 #define N_VARIANTS ((int)(sizeof g_variants / sizeof g_variants[0]))
 
@@ -25,6 +25,7 @@ int attn_variant_count(void) { return N_VARIANTS; }
 const char *attn_variant_name(int i) { return (i >= 0 && i < N_VARIANTS) ? g_variants[i]->name : NULL; }
 const char *attn_variant_summary(int i) { return (i >= 0 && i < N_VARIANTS) ? g_variants[i]->summary : NULL; }
 bool attn_variant_has_step(int i) { return i >= 0 && i < N_VARIANTS && g_variants[i]->cpu->step != NULL; }
+bool attn_variant_has_causal(int i) { return i >= 0 && i < N_VARIANTS && !g_variants[i]->noncausal_only; }
 bool attn_variant_has_device(int i, attn_device d) {
     if (i < 0 || i >= N_VARIANTS) return false;
     return d == ATTN_DEVICE_CPU ? true : d == ATTN_DEVICE_CUDA ? g_variants[i]->cuda != NULL : false;
@@ -225,6 +226,7 @@ _Static_assert((int)ATTN_DEVICE_CPU == (int)AB_DEV_CPU && (int)ATTN_DEVICE_CUDA 
 void attn_destroy(attn *a) {
     if (!a) return;
     dev_free(a->device, a->ws);
+    ab_free(a->host_ws);
     free(a);
 }
 
@@ -281,6 +283,15 @@ int attn_ws_ensure(attn *a, size_t bytes) {
     return 0;
 }
 
+int attn_host_ws_ensure(attn *a, size_t bytes) {
+    if (bytes <= a->host_ws_bytes) return 0;
+    ab_free(a->host_ws);
+    a->host_ws_bytes = 0;
+    if (!(a->host_ws = ab_alloc(bytes))) return ab_fail(AB_ENOMEM, "attention host scratch of %zu bytes: out of memory", bytes);
+    a->host_ws_bytes = bytes;
+    return 0;
+}
+
 size_t attn_workspace_bytes(const attn *a) { return a ? a->ws_bytes : 0; }
 
 /* ---- checked entry points ---- */
@@ -308,6 +319,10 @@ int attn_check_shape(const attn *a, const attn_shape *s) {
         for (int b = 0; b < s->batch; b++)
             if (s->lengths[b] < 0 || s->lengths[b] > s->len)
                 return ab_fail(AB_EINVAL, "lengths[%d] = %d is outside [0, N=%d]", b, s->lengths[b], s->len);
+    if (s->causal && a->v->noncausal_only)
+        return ab_fail(AB_EUNSUPPORTED, "variant '%s' is non-causal only: it has no causal form (use a non-causal "
+                                        "model or shape, or another variant)",
+                       a->v->name);
     return a->be->check_shape ? a->be->check_shape(a, s) : 0;
 }
 

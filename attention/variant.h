@@ -23,6 +23,8 @@ typedef struct {
     int rounds;      /* lsh hashing rounds */
     int bits;        /* lsh random rotations: 2*bits buckets */
     int combine;     /* attn_combine (lsh) */
+    int features;    /* linear with feature_map=favor: random features; 0: automatic (2 D) */
+    int window;      /* local: window length w */
 } attn_params;
 
 /* The allowed names of a choice option that come from another table (linear's
@@ -81,6 +83,9 @@ typedef struct {
      * backward call at a validated shape, at the full length N; NAN where the count is
      * not well defined. Required. Backs attn_flops (the sweep's GFLOP/s figures). */
     double (*flops)(const attn *a, const attn_shape *s, bool backward);
+    /* Non-causal only (efficient): attn_check_shape refuses a causal shape for it with
+     * ATTN_EUNSUPPORTED, before the backend sees it. */
+    bool noncausal_only;
     const attn_backend *cpu;
     const attn_backend *cuda; /* NULL until the CUDA backend provides it */
 } attn_variant;
@@ -93,10 +98,16 @@ struct attn {
     attn_params p;
     void *ws; /* workspace on the object's device, tracked allocator */
     size_t ws_bytes;
+    /* Host scratch of an attention on CUDA, for what a call computes on the host before
+     * uploading it (favor's random projection); tracked CPU memory, grown like ws. */
+    void *host_ws;
+    size_t host_ws_bytes;
 };
 
 /* Ensures a->ws holds at least `bytes`; allocates (tracked) only when it must grow. */
 int attn_ws_ensure(attn *a, size_t bytes);
+/* The same for a->host_ws (CPU memory, whatever the object's device). */
+int attn_host_ws_ensure(attn *a, size_t bytes);
 
 /* The scale to use for head dimension D (option or 1/sqrt(D)). */
 double attn_scale(const attn *a, int qk_dim);
@@ -107,6 +118,8 @@ extern const attn_variant attn_variant_stateful_softmax;
 extern const attn_variant attn_variant_linear;
 extern const attn_variant attn_variant_polynomial;
 extern const attn_variant attn_variant_lsh;
+extern const attn_variant attn_variant_efficient;
+extern const attn_variant attn_variant_local;
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,7 @@
 struct tf_gen {
     tf_model *m;
     int B, capacity, t;
+    uint64_t seed;       /* of the forward passes (tf_gen_set_seed) */
     attn_state **states; /* per layer (attention.h: memory on the attention's device) */
     mha_run *runs;       /* per layer */
 };
@@ -142,6 +143,10 @@ void tf_gen_destroy(tf_gen *g) {
 
 int tf_gen_position(const tf_gen *g) { return g ? g->t : 0; }
 
+void tf_gen_set_seed(tf_gen *g, uint64_t seed) {
+    if (g) g->seed = seed;
+}
+
 int tf_gen_prefill(tf_gen *g, const int *tokens, int P, float *logits) {
     if (!g || !logits) return ab_fail(AB_EINVAL, "tf_gen_prefill: NULL argument");
     if (g->t != 0)
@@ -155,7 +160,7 @@ int tf_gen_prefill(tf_gen *g, const int *tokens, int P, float *logits) {
         g->runs[l].t = 0;
     }
     tf_in in = {tokens, NULL};
-    rc = tf_forward_run(g->m, &in, g->B, P, 0, NULL, false, 0, g->runs);
+    rc = tf_forward_run(g->m, &in, g->B, P, 0, NULL, false, g->seed, g->runs);
     if (rc || (rc = copy_last(g->m, g->B, P, logits))) return rc;
     g->t = P;
     return 0;
@@ -171,7 +176,7 @@ int tf_gen_step(tf_gen *g, const int *tokens, float *logits) {
         g->runs[l].t = g->t;
     }
     tf_in in = {tokens, NULL};
-    rc = tf_forward_run(g->m, &in, g->B, 1, g->t, NULL, false, 0, g->runs);
+    rc = tf_forward_run(g->m, &in, g->B, 1, g->t, NULL, false, g->seed, g->runs);
     if (rc || (rc = copy_last(g->m, g->B, 1, logits))) return rc;
     g->t++;
     return 0;

@@ -252,8 +252,8 @@ void tf_set_inference(tf_model *m, bool on);
  * (host memory, on either device; the logits of the generator calls below too). */
 int tf_last_logits(tf_model *m, const int *tokens, int B, int N, uint64_t seed, float *out);
 
-/* Recurrent mode (transformers over tokens whose variant has a step: linear,
- * polynomial, stateful-softmax; causal models only): a per-layer attention state for B sequences of up to `capacity`
+/* Recurrent mode (transformers over tokens whose variant has a step: linear (any
+ * feature map), polynomial, stateful-softmax, local; causal models only): a per-layer attention state for B sequences of up to `capacity`
  * positions (capacity <= max_len, B <= max_batch). A generator uses the model's
  * activation buffers, so it overwrites the last forward's results; one generator runs
  * at a time. */
@@ -267,6 +267,11 @@ size_t tf_gen_state_bytes(const tf_model *m, int B, int capacity);
 int tf_gen_create(tf_model *m, int B, int capacity, tf_gen **out);
 /* Empties the states (position 0 next). */
 int tf_gen_init(tf_gen *g);
+/* The seed of the generator's forward passes, as tf_forward's and tf_last_logits's
+ * `seed` (each layer's attention is reseeded from it: favor draws its random features
+ * from it when a state is prefilled or takes its first step); 0 until set. A recurrent
+ * generation gives a recomputed one's logits when both use the same seed. */
+void tf_gen_set_seed(tf_gen *g, uint64_t seed);
 /* Runs a prompt tokens (B, P), 1 <= P <= capacity, through every layer in one
  * parallel call each (the state must be empty) and writes the logits (B, K) of
  * position P-1. */

@@ -160,12 +160,64 @@ Test(bench, bad_configs_refused) {
     expect_refused("heads", "bench", SMOKE, "--set", "heads=0", "--out", DIR "/keep.json", NULL);
     expect_refused("lengths", "bench", SMOKE, "--set", "lengths=many", "--out", DIR "/keep.json", NULL);
     expect_refused("causal", "bench", SMOKE, "--set", "causal=1", "--out", DIR "/keep.json", NULL);
+    expect_refused("non-causal only", "bench", SMOKE, "--set", "variants.0.variant=efficient", "--out",
+                   DIR "/keep.json", NULL);
     write_config("extra.json", "{\"name\": \"x\", \"variants\": [{\"variant\": \"linear\"}], \"lengths\": [8], "
                                "\"heads\": 1, \"qk_dim\": 2, \"v_dim\": 2, \"causal\": true, "
                                "\"batch\": {\"rule\": \"fixed\", \"size\": 1}, \"colour\": \"red\"}");
     expect_refused("colour", "bench", DIR "/extra.json", "--out", DIR "/keep.json", NULL);
     expect_refused("CONFIG", "bench", NULL);
     expect_refused("not an attnbench run document", "plot", DIR "/keep.json", NULL);
+}
+
+/* The committed Figure 1 configs, shrunk to seconds (tiny shapes, one repeat): every
+ * variant in them runs (the new ones too: favor, local, efficient in the non-causal
+ * ones), each record ok. */
+Test(bench, figure1_configs_run_shrunk) {
+    static const struct {
+        const char *file;
+        bool recurrent;
+        int variants;
+    } configs[] = {{"figure1-cpu.json", true, 8}, /* stateful-softmax: recurrent only */
+                   {"figure1-gpu.json", true, 9},
+                   {"figure1-noncausal-cpu.json", false, 8},
+                   {"figure1-noncausal-gpu.json", false, 9}};
+    for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/experiments/sweep/%s", ATTNBENCH_SOURCE_DIR, configs[c].file);
+        const char *args[40] = {"bench", path, "--quiet", "--out", DIR "/shrunk.json", "--set", "lengths=[16,32]",
+                                "--set", "batch.tokens=32", "--set", "heads=1", "--set", "qk_dim=4", "--set",
+                                "v_dim=4", "--set", "repeats=1", "--set", "warmup=0", "--set", "gemm.size=16"};
+        int n = 0;
+        while (args[n]) n++;
+        if (configs[c].recurrent) {
+            args[n++] = "--set";
+            args[n++] = "recurrent.contexts=[8]";
+            args[n++] = "--set";
+            args[n++] = "recurrent.steps=2";
+        }
+        args[n] = NULL;
+        int rc = tp_run(DIR, ATTNBENCH_EXE, NULL, args, NULL, &g_err);
+        cr_assert_eq(rc, 0, "%s: %s", configs[c].file, g_err);
+        json_t *doc = json_load_file(DIR "/shrunk.json", 0, NULL);
+        cr_assert_not_null(doc);
+        json_t *recs = json_object_get(doc, "records"), *r;
+        size_t i;
+        int parallel = 0;
+        json_array_foreach(recs, i, r) {
+            const char *st = json_string_value(json_object_get(r, "status"));
+            cr_assert_str_eq(st, "ok", "%s record %zu (%s): %s", configs[c].file, i,
+                             json_string_value(json_object_get(r, "variant")),
+                             json_string_value(json_object_get(r, "reason")));
+            parallel += strcmp(json_string_value(json_object_get(r, "kind")), "parallel") == 0;
+        }
+        cr_assert_eq(parallel, 2 * configs[c].variants, "%s: %d parallel records", configs[c].file, parallel);
+        json_t *sum = json_object_get(doc, "summary");
+        for (const char *const *v = (const char *const[]){"favor", "local", NULL}; *v; v++)
+            cr_assert_not_null(json_object_get(sum, *v), "%s: no %s", configs[c].file, *v);
+        if (!configs[c].recurrent) cr_assert_not_null(json_object_get(sum, "efficient"), "%s", configs[c].file);
+        json_decref(doc);
+    }
 }
 
 Test(bench, plot_draws_png_and_svg) {

@@ -10,10 +10,11 @@
  *   against tests/cuda_emu/), so it runs everywhere, CI included. Shapes stay small:
  *   the emulator runs every GPU thread as a fiber.
  *
- * Adding a variant (the lsh backend): put its cases in CUDA_VARIANTS below (expected =
- * true once its backend exists); every test loops over that table. Paths of one variant
- * (linear/polynomial: default chunk over several chunks, large feature sizes, the
- * grouped workspace, state reset) have their own tests below the table-driven ones.
+ * Adding a variant: put its cases in CUDA_VARIANTS below (expected = true once its
+ * backend exists); every test loops over that table. Paths of one variant (linear and
+ * polynomial: several chunks, large feature sizes, the grouped workspace, state reset;
+ * local's grouped tiles; favor's shifts) have their own tests in test_cuda_paths.c,
+ * with the helpers this file defines (test_cuda_util.h).
  * Tolerances are relative to each tensor's largest entry (tu_rel_err); TC_PRINT=1 in
  * the environment prints every measured error (how the figures below were taken). */
 #include "attention.h"
@@ -25,6 +26,7 @@
 #include "memory.h"
 #include "rng.h"
 #include "test_util.h"
+#include "test_cuda_util.h"
 
 #include <criterion/criterion.h>
 
@@ -34,10 +36,9 @@
 #include <string.h>
 
 #ifdef TEST_CUDA_BACKEND
-/* Internal knobs of the backend (attention/softmax_cuda.h, attention/linear_cuda.h), for
+/* Internal knobs of the backend (attention/softmax_cuda.h, attention/lsh_cuda.h), for
  * the chunked and grouped paths. */
 extern size_t smx_cuda_scratch_floats;
-extern size_t lin_cuda_ws_floats;
 extern size_t lsh_cuda_scratch_bytes;
 /* The device's random numbers (lsh_cuda.cu), for the bit-for-bit check against the host. */
 int lsh_cuda_rng(uint64_t seed, uint64_t stream, uint64_t index0, long long n, uint32_t *words, double *normals);
@@ -48,40 +49,7 @@ size_t ab_emu_device_memory(void);
 void ab_emu_set_device_memory(size_t bytes);
 #endif
 
-/* CUDA vs CPU, forward. Both are float32 with the same formulas and different summation
- * orders (cuBLAS or the emulator's double-accumulated GEMM vs OpenBLAS's blocking; float
- * row sums in a block reduction vs double on the CPU). Each side is within the CPU
- * suite's bound of the double reference (test_softmax.c FWD_TOL: the worst-case float
- * sum over N <= 300 terms, 2e-5), so they agree within twice that. Measured on the
- * emulator: up to 6e-7 (60x margin). A mask or indexing error is O(1e-2) or more. */
-#define FWD_TOL 4e-5
-/* Backward: the same argument with the CPU suite's BWD_TOL (5e-5) on each side.
- * Measured on the emulator: up to 7e-7. lsh (sums over at most 2 chunk keys per row
- * and R rounds, the same buckets on both devices) measures up to 2.1e-7 forward and
- * 4.7e-7 backward. */
-#define BWD_TOL 1e-4
-/* Recurrent steps and prefill vs the forward of the same device: same products in
- * another order (one row against the cache vs blocks of rows), so the forward's bound.
- * Measured on the emulator: up to 4e-7. */
-#define STEP_TOL FWD_TOL
-/* linear (elu, taylor) is within the same bounds with more room: features >= 0 (elu) or
- * a constant 1 dominating (taylor), no cancellation; measured up to 8e-7 (out, dq, dk,
- * dv, steps). polynomial: its features have mixed signs, so where c + scale q.k nearly
- * cancels, the float sums over C = 1 + D + D^2 terms lose digits on either side (the CPU
- * suite, test_linear.c, documents up to 1e-4 relative in its recurrent check): its
- * tolerances are 4x the above. Measured on the emulator: D = 8: up to 2.7e-5 (dk, c=0.5
- * scale=0.3), out 2.4e-6, steps 1.5e-5; D = 48 (C = 2353): dk 6.4e-5, dq 4.4e-5, out
- * 1.2e-5 (6x margin at the worst). */
-#define POLY_TOL_FACTOR 4.0
-
-/* ---- the variants the CUDA backend implements, with options ---- */
-
-typedef struct {
-    const char *variant;
-    const char *settings[4];
-    int n_settings;
-    bool expected; /* the backend must exist (a missing one fails the suite) */
-} cuda_variant;
+/* ---- the variants the CUDA backend implements, with options (test_cuda_util.h) ---- */
 
 static const cuda_variant CUDA_VARIANTS[] = {
     {"softmax", {NULL}, 0, true},
@@ -99,16 +67,22 @@ static const cuda_variant CUDA_VARIANTS[] = {
     {"lsh", {"rounds=4", "bits=3", "chunk=3", "scale=0.7"}, 4, true},
     {"lsh", {"rounds=4", "chunk=7", "combine=logsumexp"}, 3, true},
     {"lsh", {"rounds=1", "bits=1", "chunk=1000"}, 3, true},
+    {"linear", {"feature_map=favor"}, 1, true},
+    {"linear", {"feature_map=favor", "features=5", "chunk=3", "eps=0.01"}, 4, true},
+    {"efficient", {NULL}, 0, true},
+    {"local", {NULL}, 0, true},
+    {"local", {"window=5"}, 1, true},
+    {"local", {"window=3", "scale=0.7"}, 2, true},
 };
 #define N_CUDA_VARIANTS (int)(sizeof CUDA_VARIANTS / sizeof CUDA_VARIANTS[0])
 
-static const char *label(const cuda_variant *cv, char *buf, size_t cap) {
+const char *label(const cuda_variant *cv, char *buf, size_t cap) {
     size_t n = (size_t)snprintf(buf, cap, "%s", cv->variant);
     for (int i = 0; i < cv->n_settings && n < cap; i++) n += (size_t)snprintf(buf + n, cap - n, " %s", cv->settings[i]);
     return buf;
 }
 
-static attn *make(const cuda_variant *cv, attn_device dev) {
+attn *make(const cuda_variant *cv, attn_device dev) {
     attn_options o = {cv->variant, dev, 7, cv->n_settings, cv->n_settings ? cv->settings : NULL};
     attn *a = NULL;
     char buf[128];
@@ -120,7 +94,7 @@ static attn *make(const cuda_variant *cv, attn_device dev) {
 
 /* Skips the test when there is no CUDA here (build or device); fails when an expected
  * variant has no CUDA backend. */
-static void require_cuda(void) {
+void require_cuda(void) {
     attn_options o = {"softmax", ATTN_DEVICE_CUDA, 0, 0, NULL};
     attn *a = NULL;
     int rc = attn_create(&o, &a);
@@ -136,52 +110,50 @@ static void require_cuda(void) {
 
 /* ---- device buffers ---- */
 
-static float *dalloc(size_t n) {
+float *dalloc(size_t n) {
     void *p = NULL;
     cr_assert_eq(ab_dev_malloc(AB_DEV_CUDA, &p, (n ? n : 1) * sizeof(float)), 0, "%s", ab_error());
     return p;
 }
 
-static float *dupload(const float *h, size_t n) {
+float *dupload(const float *h, size_t n) {
     float *d = dalloc(n);
     cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, d, h, n * sizeof(float)), 0, "%s", ab_error());
     return d;
 }
 
 /* Device buffer filled with NaN bytes: every entry the call should write must be written. */
-static float *dpoison(size_t n) {
+float *dpoison(size_t n) {
     float *d = dalloc(n);
     cr_assert_eq(ab_dev_memset(AB_DEV_CUDA, d, 0xff, (n ? n : 1) * sizeof(float)), 0, "%s", ab_error());
     return d;
 }
 
-static void ddownload(float *h, const float *d, size_t n) {
+void ddownload(float *h, const float *d, size_t n) {
     cr_assert_eq(ab_dev_download(AB_DEV_CUDA, h, d, n * sizeof(float)), 0, "%s", ab_error());
 }
 
-static void dfree(void *d) { ab_dev_free(AB_DEV_CUDA, d); }
+void dfree(void *d) { ab_dev_free(AB_DEV_CUDA, d); }
 
 /* ---- problems ---- */
 
-typedef struct {
-    float *out, *dq, *dk, *dv;
-} grads;
 
-static void grads_alloc(grads *g, const tu_problem *p) {
+
+void grads_alloc(grads *g, const tu_problem *p) {
     g->out = tu_alloc_f(p->nv);
     g->dq = tu_alloc_f(p->nq);
     g->dk = tu_alloc_f(p->nq);
     g->dv = tu_alloc_f(p->nv);
 }
 
-static void grads_free(grads *g) {
+void grads_free(grads *g) {
     free(g->out);
     free(g->dq);
     free(g->dk);
     free(g->dv);
 }
 
-static void run_cpu(const cuda_variant *cv, const tu_problem *p, grads *g) {
+void run_cpu(const cuda_variant *cv, const tu_problem *p, grads *g) {
     attn *a = make(cv, ATTN_DEVICE_CPU);
     size_t sb = attn_saved_bytes(a, &p->s);
     void *saved = sb ? malloc(sb) : NULL;
@@ -195,7 +167,7 @@ static void run_cpu(const cuda_variant *cv, const tu_problem *p, grads *g) {
 /* Forward and backward on the device; out and the gradients start as NaN on the device
  * (every entry must be written) and are copied back into g. `repeat` runs the pair
  * twice (workspace reuse: the second allocates nothing and gives the same results). */
-static void run_cuda(const cuda_variant *cv, const tu_problem *p, grads *g, bool repeat) {
+void run_cuda(const cuda_variant *cv, const tu_problem *p, grads *g, bool repeat) {
     attn *a = make(cv, ATTN_DEVICE_CUDA);
     attn *cpu = make(cv, ATTN_DEVICE_CPU);
     size_t sb = attn_saved_bytes(a, &p->s);
@@ -237,12 +209,12 @@ static void run_cuda(const cuda_variant *cv, const tu_problem *p, grads *g, bool
     attn_destroy(a);
 }
 
-static double tol_factor(const cuda_variant *cv) {
+double tol_factor(const cuda_variant *cv) {
     return strcmp(cv->variant, "polynomial") == 0 ? POLY_TOL_FACTOR : 1.0;
 }
 
 /* got vs want: max abs error over max(max |want|, floor) (tu_rel_err). */
-static void expect_close_floor(const float *got, const float *want, size_t n, double tol, double floor,
+void expect_close_floor(const float *got, const float *want, size_t n, double tol, double floor,
                                const char *what, const char *ctx) {
     double *w = tu_to_double(want, n);
     double err = tu_rel_err(got, w, n, floor);
@@ -251,14 +223,14 @@ static void expect_close_floor(const float *got, const float *want, size_t n, do
     free(w);
 }
 
-static void expect_close(const float *got, const float *want, size_t n, double tol, const char *what,
+void expect_close(const float *got, const float *want, size_t n, double tol, const char *what,
                          const char *ctx) {
     expect_close_floor(got, want, n, tol, 1e-3, what, ctx);
 }
 
 /* CUDA == CPU for one variant and problem, forward and backward; dq and dk judged at
  * the scale max(max |want|, qk_floor). */
-static void check_problem_floor(const cuda_variant *cv, tu_problem *pp, bool repeat, double qk_floor) {
+void check_problem_floor(const cuda_variant *cv, tu_problem *pp, bool repeat, double qk_floor) {
     tu_problem p = *pp;
     const int B = p.s.batch, H = p.s.heads, N = p.s.len, D = p.s.qk_dim, M = p.s.v_dim;
     const bool causal = p.s.causal, lengths = p.s.lengths != NULL;
@@ -283,19 +255,20 @@ static void check_problem_floor(const cuda_variant *cv, tu_problem *pp, bool rep
     grads_free(&g);
 }
 
-static void check_problem(const cuda_variant *cv, tu_problem *p, bool repeat) {
+void check_problem(const cuda_variant *cv, tu_problem *p, bool repeat) {
     check_problem_floor(cv, p, repeat, 1e-3);
 }
 
-static void check_parallel_floor(const cuda_variant *cv, int B, int H, int N, int D, int M, bool causal,
+void check_parallel_floor(const cuda_variant *cv, int B, int H, int N, int D, int M, bool causal,
                                  const int *lengths, uint64_t seed, bool repeat, double qk_floor) {
+    if (causal && !attn_variant_has_causal(attn_variant_find(cv->variant))) return; /* efficient */
     tu_problem p;
     tu_problem_init(&p, B, H, N, D, M, causal, lengths, seed);
     check_problem_floor(cv, &p, repeat, qk_floor);
     tu_problem_free(&p);
 }
 
-static void check_parallel(const cuda_variant *cv, int B, int H, int N, int D, int M, bool causal, const int *lengths,
+void check_parallel(const cuda_variant *cv, int B, int H, int N, int D, int M, bool causal, const int *lengths,
                            uint64_t seed, bool repeat) {
     check_parallel_floor(cv, B, H, N, D, M, causal, lengths, seed, repeat, 1e-3);
 }
@@ -518,7 +491,7 @@ Test(cuda_lsh, wide_heads_many_chunks_and_zero_queries) {
 
 /* prefill(P) (P < 0: none) then steps P..N-1 on the device, against the causal forward
  * of the CPU and of the device. with_out: the prefill returns its outputs. */
-static void check_recurrent(const cuda_variant *cv, int B, int H, int N, int D, int M, int capacity, int P,
+void check_recurrent(const cuda_variant *cv, int B, int H, int N, int D, int M, int capacity, int P,
                             bool with_out, uint64_t seed) {
     tu_problem p;
     tu_problem_init(&p, B, H, N, D, M, true, NULL, seed);
@@ -639,167 +612,6 @@ Test(cuda_recurrent, chunked_prefill) {
     smx_cuda_scratch_floats = saved;
 }
 #endif
-
-/* ---- linear and polynomial: their own paths ---- */
-
-static const cuda_variant LIN_ELU = {"linear", {NULL}, 0, true};
-static const cuda_variant LIN_ELU_C4 = {"linear", {"chunk=4"}, 1, true};
-static const cuda_variant LIN_TAYLOR = {"linear", {"feature_map=taylor", "chunk=5"}, 2, true};
-static const cuda_variant POLY = {"polynomial", {NULL}, 0, true};
-static const cuda_variant POLY_C4 = {"polynomial", {"c=2", "chunk=4"}, 2, true};
-
-Test(cuda_linear, default_chunk_several_chunks) {
-    /* N = 150 with the automatic chunk (64 on CUDA, 32 on the CPU): three chunks, the
-     * last one ragged, lengths cutting inside the second and the third. */
-    require_cuda();
-    const int len[2] = {150, 70};
-    for (int causal = 0; causal < 2; causal++) {
-        check_parallel(&LIN_ELU, 2, 1, 150, 5, 3, causal, len, 61, false);
-        check_parallel(&POLY, 1, 2, 150, 3, 2, causal, NULL, 62, false);
-    }
-    check_recurrent(&LIN_ELU, 1, 1, 140, 3, 2, 140, 130, true, 63);
-}
-
-Test(cuda_linear, polynomial_large_feature_dim) {
-    /* D = 17 (C = 307) and D = 48 (C = 2353, more features than a block of threads and
-     * than the warps' lanes many times over), with small N. */
-    require_cuda();
-    const int len[2] = {9, 4};
-    for (int causal = 0; causal < 2; causal++) {
-        check_parallel(&POLY_C4, 2, 1, 9, 17, 3, causal, len, 64, false);
-        check_parallel(&POLY_C4, 1, 2, 7, 48, 5, causal, NULL, 65, false);
-    }
-    check_recurrent(&POLY_C4, 1, 2, 9, 17, 3, 9, 4, true, 66);
-    check_recurrent(&POLY, 1, 1, 5, 48, 2, 5, 2, true, 67);
-}
-
-Test(cuda_linear, wide_heads) {
-    /* D = 40 (feature rows longer than a warp: lanes loop; taylor's norm over more than
-     * 32 entries) and M = 40 (the step's columns in two tiles of 32), and M = 1. */
-    require_cuda();
-    for (int causal = 0; causal < 2; causal++) {
-        check_parallel(&LIN_ELU_C4, 1, 2, 11, 40, 40, causal, NULL, 68, false);
-        check_parallel(&LIN_TAYLOR, 1, 2, 11, 40, 1, causal, NULL, 69, false);
-    }
-    check_recurrent(&LIN_ELU_C4, 1, 2, 9, 40, 40, 9, 3, true, 70);
-    check_recurrent(&LIN_TAYLOR, 1, 1, 9, 40, 1, 12, 4, true, 71);
-}
-
-#ifdef TEST_CUDA_BACKEND
-Test(cuda_linear, grouped_paths) {
-    /* A workspace budget below the whole problem: slices and chunks go in groups, the
-     * running state (forward, backward's first pass) and R (reverse pass) carried from
-     * group to group. B = 3, H = 2, N = 30, D = 5, M = 4, runs of 6, 4 and 2 slices, 6 or
-     * 8 chunks. Budget 1 gives the smallest groups (one chunk of one slice for
-     * polynomial; elu and taylor fit two slices in the 64-float alignment of their tiny
-     * buffers); 1000 floats one chunk of 2-3 slices; 3000 floats 2-5 chunks of all the
-     * run's slices (polynomial: one chunk of 3 slices); the default budget everything at
-     * once. (Checked by printing the plans while writing this test.) */
-    require_cuda();
-    const size_t saved = lin_cuda_ws_floats;
-    const size_t budgets[4] = {1, 1000, 3000, saved};
-    const int len[3] = {30, 30, 17};
-    const cuda_variant *vs[3] = {&LIN_ELU_C4, &LIN_TAYLOR, &POLY_C4};
-    for (int b = 0; b < 4; b++) {
-        lin_cuda_ws_floats = budgets[b];
-        for (int i = 0; i < 3; i++)
-            for (int causal = 0; causal < 2; causal++) {
-                check_parallel(vs[i], 3, 2, 30, 5, 4, causal, NULL, 72, false);
-                check_parallel(vs[i], 3, 2, 30, 5, 4, causal, len, 73, false);
-            }
-        check_recurrent(&LIN_ELU_C4, 2, 2, 25, 4, 3, 30, 19, true, 74);
-    }
-    lin_cuda_ws_floats = saved;
-}
-
-Test(cuda_linear, workspace_is_bounded) {
-    /* The workspace is min(everything, budget): past the budget it no longer grows with
-     * N. Its floor, one chunk of one slice, grows with N only by the two scalars per
-     * position the backward keeps (1/(den+eps), (dout.out)/(den+eps)): no per-position
-     * state. With the default budget (32 Mi floats) Figure 1's largest polynomial point
-     * (N = 65536, D = M = 64, 4161 features) stays within 128 MiB. */
-    require_cuda();
-    const size_t saved = lin_cuda_ws_floats;
-    attn *a = make(&LIN_ELU_C4, ATTN_DEVICE_CUDA);
-    attn_shape s = {2, 2, 3072, 5, 4, true, NULL};
-    lin_cuda_ws_floats = 20000;
-    const size_t w3 = attn_workspace_need(a, &s);
-    s.len = 6144;
-    const size_t w6 = attn_workspace_need(a, &s);
-    cr_assert_eq(w3, 20000 * sizeof(float), "N=3072: %zu bytes", w3);
-    cr_assert_eq(w6, w3, "N=6144: %zu bytes, N=3072: %zu", w6, w3);
-    lin_cuda_ws_floats = 1;
-    const size_t m6 = attn_workspace_need(a, &s);
-    s.len = 3072;
-    const size_t m3 = attn_workspace_need(a, &s);
-    cr_assert_eq(m6 - m3, 2 * 3072 * sizeof(float), "one chunk of one slice: %zu bytes at N=3072, %zu at 6144", m3,
-                 m6);
-    s.causal = false; /* non-causal keeps no per-position scalars */
-    const size_t n3 = attn_workspace_need(a, &s);
-    s.len = 6144;
-    cr_assert_eq(attn_workspace_need(a, &s), n3, "non-causal, one chunk of one slice: grows with N");
-    attn_destroy(a);
-    lin_cuda_ws_floats = saved;
-    a = make(&POLY, ATTN_DEVICE_CUDA);
-    attn_shape big = {1, 8, 65536, 64, 64, true, NULL};
-    const size_t wb = attn_workspace_need(a, &big);
-    cr_assert(wb > 0 && wb <= saved * sizeof(float), "polynomial N=65536 D=64: workspace %zu bytes", wb);
-    attn_destroy(a);
-}
-#endif
-
-Test(cuda_linear, reset_then_prefill_and_steps) {
-    /* state_init also serves reset: after steps on other inputs, a reset state gives the
-     * same prefill and steps as a fresh one (S and Z cleared). */
-    require_cuda();
-    const cuda_variant *vs[2] = {&LIN_TAYLOR, &POLY_C4};
-    for (int i = 0; i < 2; i++) {
-        const cuda_variant *cv = vs[i];
-        tu_problem p;
-        tu_problem_init(&p, 1, 2, 9, 5, 3, true, NULL, 75);
-        grads g;
-        grads_alloc(&g, &p);
-        run_cuda(cv, &p, &g, false);
-        attn *a = make(cv, ATTN_DEVICE_CUDA);
-        attn_state *st = NULL;
-        cr_assert_eq(attn_state_create(a, &p.s, 9, &st), 0, "%s", attn_error());
-        const size_t bh = 2;
-        float *junk = dupload(p.dout, bh * 5); /* other inputs: dout's first rows */
-        float *o1 = dpoison(bh * 3);
-        for (int t = 0; t < 3; t++) cr_assert_eq(attn_step(a, st, t, junk, junk, junk, o1), 0, "%s", attn_error());
-        cr_assert_eq(attn_state_reset(a, st), 0, "%s", attn_error());
-        const int P = 6;
-        float *qp = tu_prefix(&p.s, p.q, P, 5), *kp = tu_prefix(&p.s, p.k, P, 5), *vp = tu_prefix(&p.s, p.v, P, 3);
-        float *dq = dupload(qp, bh * P * 5), *dk = dupload(kp, bh * P * 5), *dv = dupload(vp, bh * P * 3);
-        float *dop = dpoison(bh * P * 3);
-        cr_assert_eq(attn_prefill(a, st, P, dq, dk, dv, dop), 0, "%s", attn_error());
-        float *rec = tu_alloc_f(p.nv), *op = tu_alloc_f(bh * P * 3);
-        ddownload(op, dop, bh * P * 3);
-        for (size_t s = 0; s < bh; s++) memcpy(rec + s * 9 * 3, op + s * P * 3, sizeof(float) * P * 3);
-        float *qt = tu_alloc_f(bh * 5), *kt = tu_alloc_f(bh * 5), *vt = tu_alloc_f(bh * 3), *ot = tu_alloc_f(bh * 3);
-        float *dqt = dalloc(bh * 5), *dkt = dalloc(bh * 5), *dvt = dalloc(bh * 3);
-        for (int t = P; t < 9; t++) {
-            tu_gather(&p.s, p.q, qt, t, 5);
-            tu_gather(&p.s, p.k, kt, t, 5);
-            tu_gather(&p.s, p.v, vt, t, 3);
-            cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, dqt, qt, bh * 5 * 4), 0);
-            cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, dkt, kt, bh * 5 * 4), 0);
-            cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, dvt, vt, bh * 3 * 4), 0);
-            cr_assert_eq(attn_step(a, st, t, dqt, dkt, dvt, o1), 0, "%s", attn_error());
-            ddownload(ot, o1, bh * 3);
-            tu_scatter(&p.s, ot, rec, t, 3);
-        }
-        char buf[128];
-        expect_close(rec, g.out, p.nv, tol_factor(cv) * STEP_TOL, "reset + prefill + steps vs forward",
-                     label(cv, buf, sizeof buf));
-        free(qt), free(kt), free(vt), free(ot), free(rec), free(op), free(qp), free(kp), free(vp);
-        dfree(dqt), dfree(dkt), dfree(dvt), dfree(dq), dfree(dk), dfree(dv), dfree(dop), dfree(junk), dfree(o1);
-        attn_state_destroy(st);
-        attn_destroy(a);
-        grads_free(&g);
-        tu_problem_free(&p);
-    }
-}
 
 /* ---- device memory ---- */
 

@@ -503,7 +503,7 @@ Test(linear_features, polynomial_exact) {
         cr_assert_eq(fm_dim(FM_POLY, D), (size_t)(1 + D + D * D));
         float *x = tu_alloc_f(2 * (size_t)D), *phi = tu_alloc_f(2 * (size_t)f.C);
         tu_fill_normal(x, 2 * (size_t)D, 81, (uint64_t)t, 1.0);
-        fm_forward(&f, 2, x, D, phi, f.C);
+        fm_forward(&f, 2, x, D, phi, f.C, NULL);
         double dot = 0, mag = 0, qk = 0;
         for (int i = 0; i < f.C; i++) {
             dot += (double)phi[i] * phi[f.C + i];

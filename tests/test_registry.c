@@ -20,14 +20,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The variants these tests know by name, and whether each has a recurrent step
- * (stateful-softmax's key/value cache and the two linear variants are RNNs; softmax and
- * lsh are not). The registry may hold more. */
+/* The variants these tests know by name, whether each has a recurrent step
+ * (stateful-softmax's key/value cache, the two linear variants and local's ring are
+ * RNNs; softmax, lsh and efficient are not) and whether it takes causal shapes (all
+ * but efficient). The registry may hold more. */
 static const struct {
     const char *name;
-    bool step;
+    bool step, causal;
 } KNOWN[] = {
-    {"softmax", false}, {"stateful-softmax", true}, {"linear", true}, {"polynomial", true}, {"lsh", false},
+    {"softmax", false, true}, {"stateful-softmax", true, true}, {"linear", true, true}, {"polynomial", true, true},
+    {"lsh", false, true},     {"efficient", false, false},      {"local", true, true},
 };
 #define N_KNOWN ((int)(sizeof KNOWN / sizeof KNOWN[0]))
 
@@ -111,7 +113,10 @@ Test(registry, names_and_modes) {
         cr_assert_geq(i, 0, "variant %s is missing", KNOWN[v].name);
         cr_assert_str_eq(attn_variant_name(i), KNOWN[v].name);
         cr_assert_eq(attn_variant_has_step(i), KNOWN[v].step, "has_step(%s)", KNOWN[v].name);
+        cr_assert_eq(attn_variant_has_causal(i), KNOWN[v].causal, "has_causal(%s)", KNOWN[v].name);
     }
+    cr_assert_not(attn_variant_has_causal(-1));
+    cr_assert_not(attn_variant_has_causal(n));
     cr_assert_eq(attn_variant_find("nosuch"), -1);
     cr_assert_eq(attn_variant_find(NULL), -1);
     cr_assert_eq(attn_variant_find("Softmax"), -1, "names are case-sensitive");
@@ -150,6 +155,9 @@ static const opt_expect OPTIONS[] = {
     {"lsh", "chunk", "32", true, NULL},
     {"lsh", "combine", "mean", false, "logsumexp"},
     {"lsh", "scale", "1/sqrt(D)", false, NULL},
+    {"linear", "features", "auto", false, "favor"},
+    {"local", "window", "256", true, NULL},
+    {"local", "scale", "1/sqrt(D)", false, NULL},
 };
 
 /* Defaults written as "1/sqrt(D)" may be spelt with spaces or another case. */
@@ -206,6 +214,8 @@ Test(registry, every_documented_value_accepted) {
         {"polynomial", "scale=0.2"},      {"polynomial", "chunk=auto"},     {"polynomial", "eps=1e-6"},
         {"lsh", "rounds=4"},              {"lsh", "bits=4"},                {"lsh", "chunk=29"},
         {"lsh", "combine=mean"},          {"lsh", "combine=logsumexp"},     {"lsh", "scale=0.5"},
+        {"linear", "feature_map=favor"},  {"linear", "features=7"},         {"linear", "features=auto"},
+        {"local", "window=1"},            {"local", "window=4096"},         {"local", "scale=-0.5"},
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         const char *s[1] = {ok[i].setting};
@@ -272,6 +282,7 @@ Test(registry, create_errors) {
         {"lsh", "rounds=0", "rounds"},  {"lsh", "bits=0", "bits"},         {"lsh", "chunk=-1", "chunk"},
         {"linear", "eps=-1", "eps"},    {"polynomial", "eps=-1e-3", "eps"}, {"linear", "chunk=-4", "chunk"},
         {"lsh", "rounds=99999999999", "rounds"},
+        {"local", "window=0", "window"}, {"linear", "features=0", "features"}, {"linear", "features=65537", "features"},
     };
     for (size_t i = 0; i < sizeof out_of_range / sizeof out_of_range[0]; i++) {
         const char *must[] = {out_of_range[i].name, NULL};
@@ -420,7 +431,17 @@ Test(registry, check_shape) {
             shape(1, 4, 64, 16, 32, true, NULL),
         };
         for (size_t g = 0; g < sizeof good / sizeof good[0]; g++) {
+            ab_clear_error();
             int rc = attn_check_shape(a, &good[g]);
+            if (good[g].causal && !attn_variant_has_causal(i)) {
+                /* A non-causal-only variant refuses every causal shape, saying why. */
+                cr_assert_eq(rc, ATTN_EUNSUPPORTED, "%s: causal shape %zu: %d", name, g, rc);
+                cr_assert(strstr(attn_error(), "non-causal") != NULL && strstr(attn_error(), name) != NULL,
+                          "%s: '%s'", name, attn_error());
+                cr_assert_eq(attn_saved_bytes(a, &good[g]), 0u);
+                cr_assert(isnan(attn_flops(a, &good[g], false)));
+                continue;
+            }
             cr_assert_eq(rc, 0, "%s: shape %zu rejected: %s", name, g, attn_error());
         }
         attn_destroy(a);
@@ -605,6 +626,22 @@ Test(recurrent, state_size_by_variant) {
         cr_assert_eq(small, large, "%s state grows with capacity: %zu vs %zu", constant[v], small, large);
         attn_destroy(a);
     }
+    /* favor: S, Z of C = 2 D features plus each slice's key shift and the projection W
+     * (and its transpose): constant too. */
+    const char *favor[] = {"feature_map=favor"};
+    attn *fa = make("linear", 1, favor);
+    size_t fsmall = attn_state_bytes(fa, &s, 4), flarge = attn_state_bytes(fa, &s, 1 << 20);
+    cr_assert_eq(fsmall, flarge);
+    cr_assert_geq(fsmall, (size_t)4 * 16 * (4 + 1) * sizeof(float) + 2 * 16 * 8 * sizeof(float), "%zu", fsmall);
+    attn_destroy(fa);
+    /* local: a ring of min(window, capacity) keys and values: it grows up to the window
+     * (256 by default) and no further. */
+    attn *la = make("local", 0, NULL);
+    size_t l4 = attn_state_bytes(la, &s, 4), l256 = attn_state_bytes(la, &s, 256), lbig = attn_state_bytes(la, &s, 1 << 20);
+    cr_assert_lt(l4, l256);
+    cr_assert_eq(l256, lbig, "local's state grows past its window: %zu vs %zu", l256, lbig);
+    cr_assert_geq(l256, (size_t)256 * 4 * (8 + 4) * sizeof(float));
+    attn_destroy(la);
     attn *a = make("stateful-softmax", 0, NULL);
     size_t small = attn_state_bytes(a, &s, 4), large = attn_state_bytes(a, &s, 4096);
     cr_assert_gt(small, 0u, "%s", attn_error());
@@ -619,8 +656,8 @@ Test(recurrent, state_size_by_variant) {
 
 /* Runs forward (and backward) twice at one shape: the second pass must not allocate
  * (peak unchanged after a reset) nor change the workspace size. */
-static void check_no_realloc(const char *variant, attn_shape s, bool backward) {
-    attn *a = make(variant, 0, NULL);
+static void check_no_realloc_set(const char *variant, int n_set, const char *const *set, attn_shape s, bool backward) {
+    attn *a = make(variant, n_set, set);
     size_t nq = (size_t)s.batch * s.heads * s.len * s.qk_dim, nv = (size_t)s.batch * s.heads * s.len * s.v_dim;
     float *q = tu_alloc_f(nq), *k = tu_alloc_f(nq), *v = tu_alloc_f(nv), *out = tu_alloc_f(nv);
     float *dout = tu_alloc_f(nv), *dq = tu_alloc_f(nq), *dk = tu_alloc_f(nq), *dv = tu_alloc_f(nv);
@@ -651,18 +688,27 @@ static void check_no_realloc(const char *variant, attn_shape s, bool backward) {
     attn_destroy(a);
 }
 
+static void check_no_realloc(const char *variant, attn_shape s, bool backward) {
+    check_no_realloc_set(variant, 0, NULL, s, backward);
+}
+
 Test(workspace, repeated_forward_allocates_nothing) {
     int lengths[2] = {50, 0};
     for (int i = 0; i < attn_variant_count(); i++) {
         const char *name = attn_variant_name(i);
-        check_no_realloc(name, shape(2, 2, 64, 8, 8, true, NULL), false);
+        const bool causal = attn_variant_has_causal(i); /* causal where the variant has it */
+        check_no_realloc(name, shape(2, 2, 64, 8, 8, causal, NULL), false);
         check_no_realloc(name, shape(2, 2, 64, 8, 8, false, lengths), false);
-        check_no_realloc(name, shape(2, 3, 37, 5, 3, true, NULL), true);
+        check_no_realloc(name, shape(2, 3, 37, 5, 3, causal, NULL), true);
     }
+    /* favor draws its projection into the workspace at every call: nothing allocated */
+    const char *favor[] = {"feature_map=favor"};
+    check_no_realloc_set("linear", 1, favor, shape(2, 3, 37, 5, 3, true, NULL), true);
+    check_no_realloc_set("linear", 1, favor, shape(2, 2, 64, 8, 8, false, lengths), true);
 }
 
 Test(workspace, reserve_then_calls_allocate_nothing) {
-    attn_shape s = shape(2, 2, 48, 8, 4, true, NULL);
+    attn_shape sc = shape(2, 2, 48, 8, 4, true, NULL);
     size_t nq = (size_t)2 * 2 * 48 * 8, nv = (size_t)2 * 2 * 48 * 4;
     float *q = tu_alloc_f(nq), *k = tu_alloc_f(nq), *v = tu_alloc_f(nv), *out = tu_alloc_f(nv);
     float *dq = tu_alloc_f(nq), *dk = tu_alloc_f(nq), *dv = tu_alloc_f(nv);
@@ -672,6 +718,8 @@ Test(workspace, reserve_then_calls_allocate_nothing) {
     for (int i = 0; i < attn_variant_count(); i++) {
         const char *name = attn_variant_name(i);
         attn *a = make(name, 0, NULL);
+        attn_shape s = sc;
+        s.causal = attn_variant_has_causal(i);
         size_t sb = attn_saved_bytes(a, &s);
         void *saved = malloc(sb ? sb : 1);
         cr_assert_eq(attn_reserve(a, &s), 0, "%s: %s", name, attn_error());
@@ -695,11 +743,14 @@ Test(workspace, steps_allocate_nothing) {
     enum { B = 2, H = 2, D = 6, M = 3, CAP = 12 };
     attn_shape s = shape(B, H, 1, D, M, true, NULL);
     float q[B * H * D], k[B * H * D], v[B * H * M], out[B * H * M];
-    /* Every variant with a recurrent mode. */
-    for (int i = 0; i < attn_variant_count(); i++) {
-        if (!attn_variant_has_step(i)) continue;
-        const char *name = attn_variant_name(i);
-        attn *a = make(name, 0, NULL);
+    /* Every variant with a recurrent mode, and favor (its state draws its projection at
+     * step 0, in the step workspace), and local with a window shorter than CAP (the ring
+     * wraps). */
+    const char *favor[] = {"feature_map=favor"}, *window[] = {"window=5"};
+    for (int i = 0; i < attn_variant_count() + 2; i++) {
+        if (i < attn_variant_count() && !attn_variant_has_step(i)) continue;
+        const char *name = i < attn_variant_count() ? attn_variant_name(i) : i == attn_variant_count() ? "linear" : "local";
+        attn *a = i < attn_variant_count() ? make(name, 0, NULL) : make(name, 1, i == attn_variant_count() ? favor : window);
         size_t n = attn_state_bytes(a, &s, CAP);
         cr_assert_gt(n, 0u, "%s: %s", name, attn_error());
         attn_state *st = NULL;
@@ -856,6 +907,25 @@ Test(registry, flops_known_shapes) {
     cr_assert_eq(flops_of("polynomial", "c=0.5", ca, true), 105840.0);
     /* The chunk length changes the order of the sums, not the count. */
     cr_assert_eq(flops_of("linear", "chunk=3", ca, false), 6720.0);
+    /* favor: the scan form with C = features (default 2 D = 8):
+     *   4 * 10 * 8 * 7 * 6 = 13440, features=5: 8400; the W x products are not counted. */
+    cr_assert_eq(flops_of("linear", "feature_map=favor", nc, false), 13440.0);
+    cr_assert_eq(flops_of("linear", "feature_map=favor", ca, true), 3 * 13440.0);
+    const char *fav5[] = {"feature_map=favor", "features=5"};
+    attn *f5 = make("linear", 2, fav5);
+    cr_assert_eq(attn_flops(f5, &nc, false), 8400.0);
+    attn_destroy(f5);
+    /* efficient: C = K'^T V and Q' C, 2 N D M each: 4 * 10 * 4 * 6 * 6 = 5760; 17280. */
+    cr_assert_eq(flops_of("efficient", NULL, nc, false), 5760.0);
+    cr_assert_eq(flops_of("efficient", NULL, nc, true), 17280.0);
+    /* local, window 3: causal pairs sum_i min(i + 1, 3) = 1 + 2 + 8 * 3 = 27, non-causal
+     * sum_i #{j : |i - j| < 3} = 3 + 4 + 6 * 5 + 4 + 3 = 44; 2 (D + M) = 20 per pair and
+     * slice: 3240 and 5280; with a window >= N the softmax counts (6600, 12000). */
+    cr_assert_eq(flops_of("local", "window=3", ca, false), 3240.0);
+    cr_assert_eq(flops_of("local", "window=3", nc, false), 5280.0);
+    cr_assert_eq(flops_of("local", "window=3", ca, true), 3 * 3240.0);
+    cr_assert_eq(flops_of("local", "window=10", ca, false), 6600.0);
+    cr_assert_eq(flops_of("local", NULL, nc, false), 12000.0);
     /* lsh: not counted. */
     cr_assert(isnan(flops_of("lsh", NULL, nc, false)));
     cr_assert(isnan(flops_of("lsh", NULL, ca, true)));
@@ -872,7 +942,7 @@ Test(registry, flops_every_variant) {
     for (int i = 0; i < attn_variant_count(); i++) {
         const char *name = attn_variant_name(i);
         attn *a = make(name, 0, NULL);
-        attn_shape s = shape(2, 2, 33, 5, 3, true, NULL);
+        attn_shape s = shape(2, 2, 33, 5, 3, attn_variant_has_causal(i), NULL);
         double f = attn_flops(a, &s, false), fb = attn_flops(a, &s, true);
         cr_assert(isnan(f) == isnan(fb), "%s", name);
         if (!isnan(f)) {

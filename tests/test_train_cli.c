@@ -478,17 +478,29 @@ static json_t *generate(const char *ckpt, const char *mode, const char *n) {
 }
 
 Test(train_cli, generate_every_variant) {
-    const char *variants[] = {"softmax", "stateful-softmax", "lsh", "linear", "polynomial"};
-    for (int v = 0; v < 5; v++) {
+    /* Every causal variant the copy task can train (efficient is non-causal only: the
+     * model refuses it, one line), local with a window shorter than the sequence (its
+     * ring wraps during generation) and linear with the favor map. */
+    static const struct {
+        const char *name, *variant, *set;
+    } cases[] = {
+        {"softmax", "softmax", NULL}, {"stateful-softmax", "stateful-softmax", NULL}, {"lsh", "lsh", NULL},
+        {"linear", "linear", NULL},   {"polynomial", "polynomial", NULL},
+        {"local", "local", "model.attention.set.window=3"},
+        {"favor", "linear", "model.attention.set.feature_map=favor"},
+    };
+    for (size_t v = 0; v < sizeof cases / sizeof cases[0]; v++) {
         char set[64];
-        snprintf(set, sizeof set, "model.attention.variant=%s", variants[v]);
-        cr_assert_eq(run("train", SMOKE, "--out", P("%s", variants[v]), "--quiet", "--set", set, NULL), 0, "%s", g_err);
-        const char *ck = P("%s/checkpoint.bin", variants[v]);
-        bool rec = strcmp(variants[v], "softmax") && strcmp(variants[v], "lsh");
+        snprintf(set, sizeof set, "model.attention.variant=%s", cases[v].variant);
+        cr_assert_eq(run("train", SMOKE, "--out", P("%s", cases[v].name), "--quiet", "--set", set, "--set",
+                         cases[v].set ? cases[v].set : "steps=100", NULL),
+                     0, "%s", g_err);
+        const char *ck = P("%s/checkpoint.bin", cases[v].name);
+        bool rec = strcmp(cases[v].variant, "softmax") && strcmp(cases[v].variant, "lsh");
         json_t *a = generate(ck, "auto", "12");
         cr_expect_str_eq(json_string_value(json_object_get(a, "mode")), rec ? "recurrent" : "recompute", "%s",
-                         variants[v]);
-        cr_expect_str_eq(json_string_value(json_object_get(a, "variant")), variants[v]);
+                         cases[v].name);
+        cr_expect_str_eq(json_string_value(json_object_get(a, "variant")), cases[v].variant);
         cr_expect_eq(json_integer_value(json_object_get(a, "prompts")), 12);
         long long gen = json_integer_value(json_object_get(a, "tokens_generated"));
         cr_expect(gen >= 12 && gen <= 48, "%lld tokens", gen);
@@ -497,15 +509,16 @@ Test(train_cli, generate_every_variant) {
         cr_expect_gt(json_number_value(json_object_get(a, "tokens_per_s")), 0);
         if (rec) {
             /* greedy decoding: the RNN and the recomputation give the same tokens. Their
-             * logits agree to ~1e-6 relative for linear and stateful-softmax (the model
-             * suite measures it), far below the gaps between a trained model's top two
-             * logits. The polynomial map's recurrent state loses more (up to 1e-4
-             * relative, README), so for it both modes only have to run. */
+             * logits agree to ~1e-6 relative for linear, favor, local and
+             * stateful-softmax (the model suite measures linear's), far below the gaps
+             * between a trained model's top two logits. The polynomial map's recurrent
+             * state loses more (up to 1e-4 relative, README), so for it both modes only
+             * have to run. */
             json_t *b = generate(ck, "recompute", "12");
             cr_expect_str_eq(json_string_value(json_object_get(b, "mode")), "recompute");
-            if (strcmp(variants[v], "polynomial") != 0) {
+            if (strcmp(cases[v].variant, "polynomial") != 0) {
                 cr_expect(json_equal(json_object_get(a, "generated"), json_object_get(b, "generated")),
-                          "%s: recurrent and recomputed tokens differ", variants[v]);
+                          "%s: recurrent and recomputed tokens differ", cases[v].name);
                 cr_expect_eq(json_number_value(json_object_get(a, "accuracy")),
                              json_number_value(json_object_get(b, "accuracy")));
             }
@@ -516,6 +529,9 @@ Test(train_cli, generate_every_variant) {
         }
         json_decref(a);
     }
+    expect_usage_error(run("train", SMOKE, "--out", P("efficient"), "--quiet", "--set",
+                           "model.attention.variant=efficient", NULL),
+                       "efficient on a causal task", "non-causal only");
     expect_usage_error(run("generate", P("linear/checkpoint.bin"), "--mode", "fast", NULL), "bad mode", "--mode");
     expect_usage_error(run("generate", P("linear/checkpoint.bin"), "--n", "0", NULL), "bad n", "--n");
     expect_usage_error(run("generate", NULL), "no checkpoint", "CHECKPOINT");

@@ -126,6 +126,7 @@ int cmd_generate(int argc, char **argv, const char *command_line) {
     tf_gen *g = NULL;
     if (recurrent && (rc = tf_gen_create(m, 1, N, &g))) cli_die(cli_status_for(rc), "%s", ab_error());
     uint64_t attn_seed = tf_step_seed(cfg.seed, TRAIN_EVAL_STEP);
+    tf_gen_set_seed(g, attn_seed); /* both modes draw the attention's random choices alike */
     json_t *gen_tokens = tokens_out ? json_array() : NULL;
     long long generated = 0, correct = 0, exact = 0, prompt_tokens = 0;
     double decode_s = 0;

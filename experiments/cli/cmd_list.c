@@ -12,6 +12,7 @@
  *                                             inclusive; numbers, integers for int),
  *                               "auto": whether "auto" is accepted}],
  *                  "modes": ["parallel"] or ["parallel", "recurrent"],
+ *                  "causal": whether it takes causal shapes (false: non-causal only),
  *                  "devices": the devices this build runs it on, "cpu" first}],
  *    "feature_maps": [{"name", "features" (feature count for input size D, a formula),
  *                      "help", "choice_of": [{"variant", "option"}: the choice options
@@ -75,6 +76,7 @@ static json_t *variant_json(int i) {
     json_array_append_new(modes, json_string("parallel"));
     if (attn_variant_has_step(i)) json_array_append_new(modes, json_string("recurrent"));
     json_object_set_new(v, "modes", modes);
+    json_object_set_new(v, "causal", json_boolean(attn_variant_has_causal(i)));
     json_t *devs = json_array();
     json_array_append_new(devs, json_string("cpu"));
     if (attn_variant_has_device(i, ATTN_DEVICE_CUDA)) json_array_append_new(devs, json_string("cuda"));
@@ -158,8 +160,9 @@ int cmd_list(int argc, char **argv) {
         return 0;
     }
     for (int i = 0; i < attn_variant_count(); i++) {
-        printf("%s\n    %s\n    modes: parallel (forward, backward)%s\n    devices: cpu%s\n", attn_variant_name(i),
+        printf("%s\n    %s\n    modes: parallel (forward, backward)%s%s\n    devices: cpu%s\n", attn_variant_name(i),
                attn_variant_summary(i), attn_variant_has_step(i) ? ", recurrent (step, prefill)" : "",
+               attn_variant_has_causal(i) ? "" : "; non-causal only",
                attn_variant_has_device(i, ATTN_DEVICE_CUDA) ? ", cuda" : "");
         const char *name, *def, *help;
         for (int j = 0; attn_variant_option(i, j, &name, &def, &help); j++)

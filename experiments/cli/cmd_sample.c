@@ -347,6 +347,7 @@ int cmd_sample(int argc, char **argv, const char *command_line) {
     tf_gen *g = NULL;
     if (recurrent && (rc = tf_gen_create(m, Bi, N, &g))) cli_die(cli_status_for(rc), "%s", ab_error());
     const uint64_t attn_seed = tf_step_seed(cfg.seed, TRAIN_EVAL_STEP);
+    tf_gen_set_seed(g, attn_seed); /* both modes draw the attention's random choices alike */
     double sample_s = 0;
     json_t *est_at = NULL, *est_s = NULL;
     if (every) {

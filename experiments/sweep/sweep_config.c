@@ -114,6 +114,13 @@ int sweep_config_parse(const json_t *root, ab_device dev, sweep_config *c) {
     if ((rc = ab_config_int(root, "", "v_dim", true, 0, 1, 65536, &x))) return rc;
     c->v_dim = (int)x;
     if ((rc = ab_config_bool(root, "", "causal", true, true, &c->causal))) return rc;
+    /* A non-causal-only variant (efficient) has no point in a causal sweep: said here,
+     * before anything runs, rather than as a failed record at every length. */
+    for (int i = 0; c->causal && i < c->n_variants; i++)
+        if (!attn_variant_has_causal(attn_variant_find(c->variants[i].variant)))
+            return ab_fail(AB_EINVAL, "config: variants.%d: variant '%s' is non-causal only, and this sweep is causal "
+                                      "(\"causal\": false for a non-causal sweep)",
+                           i, c->variants[i].variant);
     json_t *batch = json_object_get(root, "batch");
     if (!batch || !json_is_object(batch)) return ab_fail(AB_EINVAL, "config: 'batch' must be an object {\"rule\": \"fixed\"|\"scaled\", ...}");
     static const char *const bkeys[] = {"rule", "size", "tokens", "max", NULL};

@@ -19,6 +19,10 @@ of the config is mapped to PyTorch methods (--list prints them):
                                 recurrent (stateful-softmax): kv_cache_step
   linear (feature_map elu)   -> parallel: linear_chunked (causal) or linear_global
                                 (non-causal); recurrent: linear_rnn_step
+  linear (feature_map favor) -> parallel: favor_chunked (causal) or favor_global
+                                (non-causal): the same linear paths on FAVOR+ features
+  efficient                  -> parallel: efficient
+  local                      -> parallel: local_blocked
   anything else              -> no peer: its points are recorded as skipped
 
 --map LABEL=METHOD[,METHOD..] (or LABEL=none) replaces a label's methods. Records
@@ -69,9 +73,11 @@ TOP_KEYS = ["name", "description", "variants", "lengths", "heads", "qk_dim", "v_
 VARIANT_OPTIONS = {
     "softmax": ["scale"],
     "stateful-softmax": ["scale"],
-    "linear": ["feature_map", "eps", "chunk"],
+    "linear": ["feature_map", "eps", "chunk", "features"],
     "polynomial": ["c", "scale", "eps", "chunk"],
     "lsh": ["rounds", "bits", "chunk", "combine", "scale"],
+    "efficient": [],
+    "local": ["window", "scale"],
 }
 TSV_COLUMNS = ["kind", "variant", "len", "context", "batch", "heads", "qk_dim", "v_dim", "causal", "status",
                "fwd_ms.median", "fwd_ms.p20", "fwd_ms.p80", "fwd_bwd_ms.median", "fwd_bwd_ms.p20", "fwd_bwd_ms.p80",
@@ -300,6 +306,17 @@ METHODS = {
                                    "S_<c an exclusive prefix sum of phi(K_c)^T [V_c, 1]; out = O[:M] / (O[M] + eps)"),
     "linear_global": ("parallel", "non-causal linear attention (elu+1): S = phi(K)^T [V, 1], O = phi(Q) S, "
                                   "out = O[:M] / (O[M] + eps)"),
+    "favor_chunked": ("parallel", "causal linear attention on FAVOR+ features, as linear_chunked: W [m x D] drawn per "
+                                  "call (Gaussian D x D blocks orthogonalised by torch.linalg.qr, rows scaled by "
+                                  "chi norms), phi(x) = m^-1/2 exp(W x' - |x'|^2/2 - max), x' = D^-1/4 x, the "
+                                  "maximum per query row and over all keys of a slice (Performer's stabiliser)"),
+    "favor_global": ("parallel", "non-causal linear attention on FAVOR+ features (as favor_chunked), as "
+                                 "linear_global"),
+    "efficient": ("parallel", "Efficient Attention: softmax(q, dim=-1) @ (softmax(k, dim=-2)^T @ v), non-causal"),
+    "local_blocked": ("parallel", "sliding-window softmax in blocks of 64 query rows: keys padded, unfolded into "
+                                  "overlapping spans of 64 + w - 1 (causal) or 64 + 2(w - 1) columns (a view), "
+                                  "scores by one batched matmul, the band masked (a precomputed mask), softmax, "
+                                  "@ the values' spans"),
     "kv_cache_step": ("recurrent", "softmax decoding step: k, v copied into a preallocated cache at position t, "
                                    "softmax(q K[:t+1]^T * scale) V[:t+1]"),
     "linear_rnn_step": ("recurrent", "linear attention RNN step (elu+1): S += phi(k) v^T, Z += phi(k), "
@@ -317,6 +334,12 @@ def default_methods(v, causal):
         return ["softmax", "sdpa"], ["kv_cache_step"], None
     if name == "linear" and str(s.get("feature_map", "elu")) == "elu":
         return ["linear_chunked" if causal else "linear_global"], ["linear_rnn_step"], None
+    if name == "linear" and str(s.get("feature_map")) == "favor":
+        return ["favor_chunked" if causal else "favor_global"], [], None
+    if name == "efficient":
+        return ["efficient"], [], None
+    if name == "local":
+        return ["local_blocked"], [], None
     what = f"{name} with feature_map={s['feature_map']}" if name == "linear" else name
     return [], [], f"no PyTorch peer for {what} in torch_bench.py"
 
@@ -328,6 +351,25 @@ def method_options(method, v, device):
     if method in ("softmax", "sdpa", "kv_cache_step"):
         if "scale" in s:
             o["scale"] = float(s["scale"])
+    elif method == "efficient":
+        if v["variant"] != "efficient":
+            raise BadInput(f"--map {v['label']}={method}: efficient stands against the efficient variant only")
+    elif method == "local_blocked":
+        if v["variant"] != "local":
+            raise BadInput(f"--map {v['label']}={method}: local_blocked stands against the local variant only")
+        o["window"] = int(s.get("window", 256))
+        if "scale" in s:
+            o["scale"] = float(s["scale"])
+    elif method in ("favor_chunked", "favor_global"):
+        if v["variant"] != "linear" or str(s.get("feature_map")) != "favor":
+            raise BadInput(f"--map {v['label']}={method}: the favor methods stand against linear with "
+                           "feature_map=favor only")
+        o["eps"] = float(s.get("eps", 1e-6))
+        f = s.get("features", "auto")
+        o["features"] = None if f == "auto" else int(f)
+        if method == "favor_chunked":
+            ch = s.get("chunk", "auto")
+            o["chunk"] = (64 if device == "cuda" else 32) if ch == "auto" else int(ch)
     else:
         fm = str(s.get("feature_map", "elu"))
         if v["variant"] != "linear" or fm != "elu":
@@ -445,18 +487,100 @@ def make_parallel(torch, method, causal, options, n, device):
             M = v.shape[-1]
             return O[..., :M] / (O[..., M:] + eps)
         return linear_global, 0, None
+    if method in ("favor_chunked", "favor_global"):
+        want_causal = method == "favor_chunked"
+        if causal != want_causal:
+            return None, 0, f"{method} is the {'' if want_causal else 'non-'}causal form"
+        eps, C = options["eps"], options.get("chunk")
+        tri = torch.tril(torch.ones(C, C, dtype=torch.float32, device=device)) if C else None
+        gen = torch.Generator(device="cpu")
+
+        def favor(q, k, v):
+            D = q.shape[-1]
+            m = options["features"] or 2 * D
+            gen.manual_seed(12345)  # a fixed W: the timing is what is compared
+            Wt = favor_projection(torch, D, m, gen).to(q.device)
+            Q, K = favor_features(torch, q, Wt, True), favor_features(torch, k, Wt, False)
+            if want_causal:
+                return linear_chunked_core(torch, Q, K, v, C, eps, tri)
+            Vx = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)
+            O = torch.matmul(Q, torch.matmul(K.transpose(-1, -2), Vx))
+            M = v.shape[-1]
+            return O[..., :M] / (O[..., M:] + eps)
+        return favor, (tri.numel() * 4 if tri is not None else 0), None
+    if method == "efficient":
+        if causal:
+            return None, 0, "Efficient Attention is non-causal only"
+
+        def efficient(q, k, v):
+            return torch.matmul(torch.softmax(q, dim=-1), torch.matmul(torch.softmax(k, dim=-2).transpose(-1, -2), v))
+        return efficient, 0, None
+    if method == "local_blocked":
+        w, Tb = options["window"], 64
+        nb = min(-(-(w - 1) // Tb), -(-n // Tb) - 1) if w > 1 else 0
+        na = 0 if causal else nb
+        nblk = -(-n // Tb)
+        span = (nb + 1 + na) * Tb
+        # allowed[c, i, j]: query c*Tb + i and key (c - nb)*Tb + j (padding queries may see
+        # anything in range, so that no row is empty)
+        qi = (torch.arange(nblk, device=device)[:, None, None] * Tb + torch.arange(Tb, device=device)[None, :, None])
+        kj = ((torch.arange(nblk, device=device)[:, None, None] - nb) * Tb + torch.arange(span, device=device)[None, None, :])
+        band = (kj <= qi) & (kj > qi - w) if causal else (kj > qi - w) & (kj < qi + w)
+        allowed = ((kj >= 0) & (kj < n) & (band | (qi >= n)))
+        scale = options.get("scale")
+
+        def local_blocked(q, k, v):
+            B, H, N, D = q.shape
+            M = v.shape[-1]
+            sc = scale if scale is not None else 1.0 / math.sqrt(D)
+            pad = nblk * Tb - N
+            qb = F.pad(q, (0, 0, 0, pad)).reshape(B, H, nblk, Tb, D)
+            kw = F.pad(k, (0, 0, nb * Tb, pad + na * Tb)).unfold(2, span, Tb)      # B,H,nblk,D,span
+            vw = F.pad(v, (0, 0, nb * Tb, pad + na * Tb)).unfold(2, span, Tb)      # B,H,nblk,M,span
+            s = torch.matmul(qb, kw) * sc                                           # B,H,nblk,Tb,span
+            p = torch.softmax(s.masked_fill(~allowed, float("-inf")), dim=-1)
+            out = torch.matmul(p, vw.transpose(-1, -2))                             # B,H,nblk,Tb,M
+            return out.reshape(B, H, nblk * Tb, M)[:, :, :N]
+        return local_blocked, allowed.numel(), None
     raise ValueError(method)
+
+
+def favor_projection(torch, D, m, gen):
+    """[D, m]: m rows of Gaussian D x D blocks orthogonalised (QR), scaled by chi norms,
+    transposed for x @ W^T."""
+    blocks = []
+    for _ in range(-(-m // D)):
+        g = torch.randn(D, D, generator=gen)
+        qm, _ = torch.linalg.qr(g)
+        blocks.append(qm.T)
+    W = torch.cat(blocks, dim=0)[:m] * torch.randn(m, D, generator=gen).norm(dim=1, keepdim=True)
+    return W.T.contiguous()
+
+
+def favor_features(torch, x, Wt, is_query):
+    """m^-1/2 exp(x' W^T - |x'|^2/2 - max): the maximum per row for queries, over all of a
+    slice's keys for keys (both cancel in linear attention's ratio)."""
+    D, m = x.shape[-1], Wt.shape[-1]
+    xp = x * D ** -0.25
+    a = torch.matmul(xp, Wt) - 0.5 * (xp * xp).sum(-1, keepdim=True)
+    a = a - (a.amax(-1, keepdim=True) if is_query else a.amax(dim=(-2, -1), keepdim=True))
+    return torch.exp(a) * m ** -0.5
 
 
 def linear_chunked_fn(torch, q, k, v, C, eps, tri=None):
     """Causal linear attention (elu+1) in chunks of C positions: the values carry a
     column of ones, so one product gives the numerator and the denominator."""
     F = torch.nn.functional
-    B, H, N, D = q.shape
+    return linear_chunked_core(torch, F.elu(q) + 1.0, F.elu(k) + 1.0, v, C, eps, tri)
+
+
+def linear_chunked_core(torch, Q, K, v, C, eps, tri=None):
+    """linear_chunked_fn on given features Q, K [B, H, N, C_features]."""
+    F = torch.nn.functional
+    B, H, N, D = Q.shape
     M = v.shape[-1]
     if tri is None:
-        tri = torch.tril(torch.ones(C, C, dtype=q.dtype, device=q.device))
-    Q, K = F.elu(q) + 1.0, F.elu(k) + 1.0
+        tri = torch.tril(torch.ones(C, C, dtype=Q.dtype, device=Q.device))
     Vx = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)
     pad = (-N) % C
     if pad:  # zero features past the end: they add nothing to any state
@@ -543,6 +667,17 @@ def estimated_extra_bytes(method, device, B, H, N, D, M, options):
         C = options["chunk"]
         nc = -(-N // C)
         return 4.0 * 2 * (6 * bh * nc * C * (D + M + 1) + 3 * bh * nc * D * (M + 1) + 2 * bh * nc * C * C)
+    if method in ("favor_chunked", "favor_global"):
+        m = options["features"] or 2 * D
+        C = options.get("chunk") or 64
+        nc = -(-N // C)
+        return 4.0 * 2 * (8 * bh * N * (m + M + 1) + 3 * bh * nc * m * (M + 1) + 2 * bh * nc * C * C)
+    if method == "local_blocked":
+        w = options["window"]
+        span = min(N, 64 + 2 * (w - 1)) + 64  # the non-causal span, the larger
+        return 4.0 * 6 * bh * N * span + 4.0 * 4 * bh * N * span * (D + M) / 64
+    if method == "efficient":
+        return 4.0 * 6 * bh * N * (D + M)
     return 4.0 * 2 * (4 * bh * N * (D + M + 1) + 2 * bh * D * (M + 1))
 
 # ------------------------------------------------------------- measurement ----
@@ -645,13 +780,22 @@ class Bench:
         rss_growth = (hwm - rss0) if (rss_ok and hwm is not None and rss0 is not None) else None
         return alloc_peak, rss_growth
 
-    def flops(self, method, B, H, N, D, M, backward):
-        bh = B * H
+    def flops(self, method, B, H, N, D, M, backward, options=None):
+        """The counts attnbench's variants give (attention/*.c, attn_flops)."""
+        bh, options = B * H, options or {}
         if method in ("softmax", "sdpa"):
             pairs = N * (N + 1) / 2 if self.c["causal"] else N * N
             f = 2 * pairs * (D + M) * bh
         elif method in ("linear_chunked", "linear_global"):
             f = 4 * N * D * (M + 1) * bh
+        elif method in ("favor_chunked", "favor_global"):
+            f = 4 * N * (options.get("features") or 2 * D) * (M + 1) * bh
+        elif method == "efficient":
+            f = 4 * N * D * M * bh
+        elif method == "local_blocked":
+            K = min(options["window"], N) - 1
+            below = K * N - K * (K + 1) / 2
+            f = 2 * (N + (below if self.c["causal"] else 2 * below)) * (D + M) * bh
         else:
             return None
         return 3 * f if backward else f
@@ -760,7 +904,7 @@ class Bench:
         rec.update(status="ok", fwd_ms=stats(fms), fwd_bwd_ms=stats(fbms), per_sample_fwd_ms=fmed / B,
                    per_sample_fwd_bwd_ms=fbmed / B, peak_bytes=peak, peak_bytes_per_sample=None if peak is None
                    else peak / B)
-        ff, fbf = (self.flops(job["method"], B, H, N, D, M, bw) for bw in (False, True))
+        ff, fbf = (self.flops(job["method"], B, H, N, D, M, bw, job["options"]) for bw in (False, True))
         rec["fwd_gflops"] = None if ff is None else ff / (fmed * 1e-3) * 1e-9
         rec["fwd_bwd_gflops"] = None if fbf is None else fbf / (fbmed * 1e-3) * 1e-9
         rec["process_peak_rss_bytes"] = max(self.peak_rss, proc_status("VmHWM") or 0) or None

@@ -172,9 +172,19 @@ def softmax_weight_mag(p, q, k, scale):
     return p * (1.0 + abs(scale) * (np.abs(q) @ _T(np.abs(k))))
 
 
-def ref_softmax(q, k, v, g, lengths, causal, scale):
+def band_mask(N, window, causal):
+    """(N, N): key j is within the sliding window of query i (README: i - w < j <= i
+    causal, |i - j| < w otherwise)."""
+    d = np.arange(N)[:, None] - np.arange(N)[None, :]      # i - j
+    return (d >= 0) & (d < window) if causal else np.abs(d) < window
+
+
+def ref_softmax(q, k, v, g, lengths, causal, scale, window=None):
+    """softmax attention; with a window, the local variant (the band of the window)."""
     B, H, N, D = q.shape
     mask = base_mask(B, N, lengths, causal)
+    if window is not None:
+        mask = mask & band_mask(N, window, causal)[None, None]
     p, _ = masked_softmax(scale * (q @ _T(k)), mask)      # (B, H, N, N)
     out = p @ v
     ds = p * (g @ _T(v) - (g * out).sum(-1, keepdims=True))
@@ -236,26 +246,144 @@ def feature_taylor_backward(x, dphi, absolute=False):
     return np.where(nrm > 1e-12, (dx - u * (u * dx).sum(-1, keepdims=True)) / n, dx / n)
 
 
-# linear's feature maps by name (its feature_map choices): phi and the gradient through
-# it. Every choice `attnbench list --json` lists must have an entry (see coverage).
+class FixedMap:
+    """A feature map without parameters: phi, the gradient through it (absolute=True:
+    the magnitude bound for a nonnegative magnitude of dphi), and the magnitudes of the
+    features (|phi|: each feature is one rounded operation or a few)."""
+
+    def __init__(self, phi, back):
+        self.phi, self.back = phi, back
+
+    def mag(self, x):
+        return np.abs(self.phi(x))
+
+    def sim_mag(self, q, k):
+        """Bound on the magnitudes of the terms of phi(q_i) . phi(k_j)."""
+        return self.mag(q) @ _T(self.mag(k))
+
+
+@functools.lru_cache(maxsize=256)
+def favor_projection(seed, D, m):
+    """favor's W [m x D] as attention/favor.h documents it: block b of D x D Gaussians
+    G_b[r][d] = normal(seed, stream 0, (b D + r) D + d), its rows orthonormalised in row
+    order (Gram-Schmidt: here numpy's QR of G_b^T with the signs fixed so that R has a
+    positive diagonal, which is the same basis), row i = b D + r scaled by the norm of
+    n_i[d] = normal(seed, stream 1, i D + d), rounded to float32."""
+    rows = []
+    for b in range((m + D - 1) // D):
+        G = np.array([[rng_normal(seed, 0, (b * D + r) * D + d) for d in range(D)] for r in range(D)])
+        Q, R = np.linalg.qr(G.T)
+        E = (Q * np.sign(np.diag(R))).T                    # orthonormal rows, in order
+        for r in range(min(D, m - b * D)):
+            i = b * D + r
+            n = np.array([rng_normal(seed, 1, i * D + d) for d in range(D)])
+            rows.append(E[r] * np.linalg.norm(n))
+    return _readonly(np.array(rows, dtype=np.float32).astype(np.float64))
+
+
+class FavorMap:
+    """favor (README, attention/favor.h): phi(x)_r = m^-1/2 exp(w_r . x' - |x'|^2/2) with
+    x' = D^-1/4 x, the unshifted formula (float64 has the range; the C code's shifts
+    cancel by definition, rounding included: a row's, or the keys', shift is one rounded
+    number that every term of its numerator and denominator, and its eps, share).
+    Magnitudes: the exponent a_r is a sum of terms of total size
+    t_r = D^-1/4 sum_d |w_rd x_d| + |x'|^2/2, so its float evaluation errs by ~u t_r,
+    a relative error of the feature: each feature counts (1 + t_r) times, and a product
+    phi_r(q) phi_r(k) (1 + t_r(q) + t_r(k)) times."""
+
+    def __init__(self, q, k, seed, o):
+        D = q.shape[-1]
+        m = int(o.get("features", 2 * D))
+        self.W = favor_projection(seed, D, m)
+        self.c4, self.c2, self.norm = D ** -0.25, D ** -0.5, m ** -0.5
+
+    def _t(self, x):
+        return self.c4 * (np.abs(x) @ np.abs(self.W).T) + 0.5 * self.c2 * (x * x).sum(-1, keepdims=True)
+
+    def phi(self, x):
+        a = self.c4 * (x @ self.W.T) - 0.5 * self.c2 * (x * x).sum(-1, keepdims=True)
+        return self.norm * np.exp(a)
+
+    def mag(self, x):
+        return self.phi(x) * (1.0 + self._t(x))
+
+    def sim_mag(self, q, k):
+        return self.mag(q) @ _T(self.phi(k)) + self.phi(q) @ _T(self.phi(k) * self._t(k))
+
+    def back(self, x, dphi, absolute=False):
+        """d/dx of phi_r = phi_r (D^-1/4 w_r - D^-1/2 x); absolute: dphi is the magnitude of
+        the feature gradient, times the features' own magnitudes."""
+        if absolute:
+            u = dphi * self.mag(x)
+            return self.c4 * (u @ np.abs(self.W)) + self.c2 * np.abs(x) * u.sum(-1, keepdims=True)
+        u = dphi * self.phi(x)
+        return self.c4 * (u @ self.W) - self.c2 * x * u.sum(-1, keepdims=True)
+
+
+# linear's feature maps by name (its feature_map choices): a factory of the map for one
+# case, map(q, k, seed, options). Every choice `attnbench list --json` lists must have an
+# entry (see coverage).
 FEATURE_MAPS = {
-    "elu": (feature_elu, feature_elu_backward),
-    "taylor": (feature_taylor, feature_taylor_backward),
+    "elu": lambda q, k, seed, o: FixedMap(feature_elu, feature_elu_backward),
+    "taylor": lambda q, k, seed, o: FixedMap(feature_taylor, feature_taylor_backward),
+    "favor": lambda q, k, seed, o: FavorMap(q, k, seed, o),
 }
 
 
-def ref_linear(q, k, v, g, lengths, causal, feature_map, eps):
+def ref_linear(q, k, v, g, lengths, causal, feature_map, eps, seed=0, o=None):
     B, H, N, D = q.shape
     mask = base_mask(B, N, lengths, causal)
-    phi, back = FEATURE_MAPS[feature_map]
-    fq, fk = phi(q), phi(k)
-    r = _kernel_smoother(fq @ _T(fk), np.abs(fq) @ _T(np.abs(fk)), v, g, mask, eps)
+    fm = FEATURE_MAPS[feature_map](q, k, seed, o or {})
+    fq, fk = fm.phi(q), fm.phi(k)
+    mq, mk = fm.mag(q), fm.mag(k)
+    r = _kernel_smoother(fq @ _T(fk), fm.sim_mag(q, k), v, g, mask, eps)
     dS, dS_mag = r.pop("dS"), r.pop("dS_mag")
-    r["dq"] = back(q, dS @ fk)
-    r["dk"] = back(k, _T(dS) @ fq)
-    r["mag_dq"] = back(q, dS_mag @ np.abs(fk), absolute=True)
-    r["mag_dk"] = back(k, _T(dS_mag) @ np.abs(fq), absolute=True)
+    r["dq"] = fm.back(q, dS @ fk)
+    r["dk"] = fm.back(k, _T(dS) @ fq)
+    r["mag_dq"] = fm.back(q, dS_mag @ mk, absolute=True)
+    r["mag_dk"] = fm.back(k, _T(dS_mag) @ mq, absolute=True)
     return r
+
+
+def ref_efficient(q, k, v, g, lengths):
+    """Efficient Attention (README): Q' = softmax of each query row over D, K' = softmax
+    of each key feature over the valid positions, out = Q' (K'^T V); padded rows zero.
+    Magnitudes: exp(x - max) errs by ~u (|x| + |max|) relative, so each weight counts
+    (1 + |x| + max|x|) times (the max over its row, or over its column's positions)."""
+    B, H, N, D = q.shape
+    L = np.full(B, N) if lengths is None else np.asarray(lengths)
+    valid = (np.arange(N)[None, :] < L[:, None])[:, None, :, None]      # (B, 1, N, 1)
+    qs = q - q.max(-1, keepdims=True)
+    qp = np.exp(qs) / np.exp(qs).sum(-1, keepdims=True)
+    km = np.where(valid, k, -np.inf).max(-2, keepdims=True)
+    km = np.where(np.isfinite(km), km, 0.0)
+    ke = np.where(valid, np.exp(np.where(valid, k - km, 0.0)), 0.0)
+    ks = ke.sum(-2, keepdims=True)
+    kp = ke / np.where(ks > 0, ks, 1.0)
+    qp = np.where(valid, qp, 0.0)
+    ctx = _T(kp) @ v                                        # (B, H, D, M)
+    out = qp @ ctx
+    # gradients
+    dctx = _T(qp) @ g
+    dqp = g @ _T(ctx)
+    dq = np.where(valid, qp * (dqp - (qp * dqp).sum(-1, keepdims=True)), 0.0)
+    dkp = v @ _T(dctx)
+    dk = np.where(valid, kp * (dkp - (kp * dkp).sum(-2, keepdims=True)), 0.0)
+    dv = np.where(valid, kp @ dctx, 0.0)
+    # magnitudes
+    aq, ak = np.abs(q), np.abs(np.where(valid, k, 0.0))
+    qm = qp * (1.0 + aq + aq.max(-1, keepdims=True))
+    kmg = kp * (1.0 + ak + ak.max(-2, keepdims=True))
+    ag, av = np.abs(g), np.abs(v)
+    ctx_m = _T(kmg) @ av
+    dctx_m = _T(qm) @ ag
+    dqp_m = ag @ _T(ctx_m)
+    dkp_m = av @ _T(dctx_m)
+    return dict(out=out, dq=dq, dk=dk, dv=dv,
+                mag_out=qm @ ctx_m,
+                mag_dq=np.where(valid, qm * (dqp_m + (qm * dqp_m).sum(-1, keepdims=True)), 0.0),
+                mag_dk=np.where(valid, kmg * (dkp_m + (kmg * dkp_m).sum(-2, keepdims=True)), 0.0),
+                mag_dv=np.where(valid, kmg @ dctx_m, 0.0))
 
 
 def ref_polynomial(q, k, v, g, lengths, causal, c, scale, eps):
@@ -388,7 +516,16 @@ def _softmax(q, k, v, g, lengths, causal, o, seed, masks):
 
 
 def _linear(q, k, v, g, lengths, causal, o, seed, masks):
-    return ref_linear(q, k, v, g, lengths, causal, o.get("feature_map", "elu"), o.get("eps", 1e-6))
+    return ref_linear(q, k, v, g, lengths, causal, o.get("feature_map", "elu"), o.get("eps", 1e-6), seed, o)
+
+
+def _efficient(q, k, v, g, lengths, causal, o, seed, masks):
+    assert not causal, "efficient is non-causal only"
+    return ref_efficient(q, k, v, g, lengths)
+
+
+def _local(q, k, v, g, lengths, causal, o, seed, masks):
+    return ref_softmax(q, k, v, g, lengths, causal, o.get("scale", _auto_scale(q)), window=o.get("window", 256))
 
 
 def _polynomial(q, k, v, g, lengths, causal, o, seed, masks):
@@ -418,6 +555,8 @@ def _draw_softmax(rng, D, choices):
 
 def _draw_linear(rng, D, choices):
     o = {"feature_map": str(rng.choice(choices["feature_map"]))}
+    if o["feature_map"] == "favor" and rng.random() < 0.7:
+        o["features"] = int(rng.choice([1, 2, D, 2 * D + 1, 3 * D]))
     if rng.random() < 0.7:
         o["eps"] = float(rng.choice([0.0, 1e-6, 1e-3, 0.1, 1.0]))
         if o["eps"] == 0.0 and o["feature_map"] == "taylor" and D == 1:
@@ -445,6 +584,21 @@ def _draw_polynomial(rng, D, choices):
         o["chunk"] = int(rng.choice(CHUNK_CHOICES))
     elif rng.random() < 0.5:
         o["chunk"] = "auto"
+    return o
+
+
+def _draw_efficient(rng, D, choices):
+    return {}
+
+
+def _draw_local(rng, D, choices):
+    o = {}
+    if rng.random() < 0.85:
+        o["window"] = int(rng.choice([1, 2, 3, 5, 17, 64, 1000]))
+    if rng.random() < 0.6:
+        o["scale"] = float(np.float32(rng.choice([0.0, rng.uniform(-2, 2), 1.0])))
+    elif rng.random() < 0.5:
+        o["scale"] = "auto"
     return o
 
 
@@ -481,10 +635,13 @@ class Ref:
 REFERENCES = {
     "softmax": Ref(_softmax, {"scale": None}, _draw_softmax),
     "stateful-softmax": Ref(_softmax, {"scale": None}, _draw_softmax),
-    "linear": Ref(_linear, {"feature_map": set(FEATURE_MAPS), "eps": None, "chunk": None}, _draw_linear),
+    "linear": Ref(_linear, {"feature_map": set(FEATURE_MAPS), "eps": None, "chunk": None, "features": None},
+                  _draw_linear),
     "polynomial": Ref(_polynomial, {"c": None, "scale": None, "eps": None, "chunk": None}, _draw_polynomial),
     "lsh": Ref(_lsh, {"rounds": None, "bits": None, "chunk": None, "combine": {"mean", "logsumexp"},
                       "scale": None}, _draw_lsh),
+    "efficient": Ref(_efficient, {}, _draw_efficient),
+    "local": Ref(_local, {"window": None, "scale": None}, _draw_local),
 }
 
 # The modes run_op knows: "parallel" (forward and backward) and "recurrent" (steps over
@@ -523,6 +680,12 @@ def selftest_gradients():
         ("lsh", True, [4, 3], {"rounds": 3, "bits": 1, "chunk": 1, "combine": "logsumexp"}),
         ("lsh", False, [3, 4], {"rounds": 2, "bits": 3, "chunk": 2, "combine": "logsumexp",
                                 "scale": 1.3}),
+        ("linear", True, [4, 2], {"feature_map": "favor", "eps": 0.05}),
+        ("linear", False, None, {"feature_map": "favor", "features": 5, "eps": 1e-6}),
+        ("efficient", False, None, {}),
+        ("efficient", False, [3, 1], {}),
+        ("local", True, [4, 3], {"window": 2, "scale": 0.9}),
+        ("local", False, None, {"window": 2}),
     ]
     B, H, N, D, M = 2, 1, 4, 3, 2
     h = 1e-5
@@ -646,7 +809,7 @@ def make_case(seed, idx, variants, only=None, max_n=70, max_d=12):
         N = int(rng.integers(2, max_n + 1))
     D = int(rng.integers(1, max_d + 1))
     M = D if rng.random() < 0.4 else int(rng.integers(1, max_d + 1))
-    causal = bool(rng.random() < 0.5)
+    causal = bool(rng.random() < 0.5) and entry.get("causal", True)
     lengths = None
     if rng.random() < 0.5:
         choices = rng.integers(0, 3, size=B)              # 0: zero, 1: N, 2: anything
@@ -808,8 +971,10 @@ def check_case(exe, c, folder, stats, failures, verbose, device, modes_of):
     modes = ["parallel"]
     if c["causal"] and "recurrent" in modes_of[c["variant"]]:
         modes.append("recurrent")
+    # favor's figures apart from the other maps' (its features are exponentials)
+    name = c["variant"] + ("[favor]" if c["opts"].get("feature_map") == "favor" else "")
     for mode in modes:
-        key = c["variant"] + ("/recurrent" if mode == "recurrent" else "")
+        key = name + ("/recurrent" if mode == "recurrent" else "")
         r = ref
         if mode == "recurrent" and c["lengths"] is not None:
             r = ref_for(None)       # `op --mode recurrent` takes no lengths

@@ -5,6 +5,7 @@
 #define AB_REFERENCE_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 typedef struct {
     int B, H, N, D, M;
@@ -14,6 +15,25 @@ typedef struct {
 
 /* softmax(scale q.k) attention with causal and lengths masks. */
 void ref_softmax(const ref_shape *s, double scale, const double *q, const double *k, const double *v, double *out);
+
+/* Sliding-window softmax (the local variant): query i sees keys i - window < j <= i
+ * (causal) or |i - j| < window, j < lengths[b]. */
+void ref_local(const ref_shape *s, long long window, double scale, const double *q, const double *k, const double *v,
+               double *out);
+
+/* Efficient Attention (Shen et al.), non-causal: softmax of each query row over D,
+ * softmax of each key feature over the valid positions, out = Q' (K'^T V); padded rows
+ * zero (s->causal is ignored). */
+void ref_efficient(const ref_shape *s, const double *q, const double *k, const double *v, double *out);
+
+/* FAVOR+ (attention/favor.h): W [m x D] from seed (Gram-Schmidt of Philox Gaussian
+ * blocks, rows scaled by chi norms, each entry rounded to float as the library does);
+ * phi(x) = m^-1/2 exp(W x' - |x'|^2/2), x' = D^-1/4 x (unshifted, in double); and linear
+ * attention with those features and eps. */
+void ref_favor_projection(uint64_t seed, int D, int m, double *W);
+void ref_favor_features(const double *W, int D, int m, const double *x, double *phi);
+void ref_favor(const ref_shape *s, const double *W, int m, double eps, const double *q, const double *k,
+               const double *v, double *out);
 
 /* Linear attention with an explicit similarity: out_i = sum_j sim(q_i,k_j) v_j /
  * (sum_j sim(q_i,k_j) + eps), over allowed j. fmap: 0 elu+1, 1 taylor (1 + cos),

@@ -1,0 +1,302 @@
+/* efficient: Efficient Attention (Shen et al. 2018, "Efficient Attention: Attention
+ * with Linear Complexities"), non-causal only, on the CPU.
+ *
+ *   Q'_i  = softmax over the D features of query row i          (i < L)
+ *   K'_jd = exp(k_jd) / sum_{j' < L} exp(k_j'd)                  (softmax of each key
+ *           feature d over the valid positions j < L of the sequence)
+ *   C     = sum_{j < L} K'_j^T v_j                               (D x M, the "context")
+ *   out_i = Q'_i C                                                (i < L; rows >= L zero)
+ * No scale (the definition has none) and no eps (both normalisations sum to 1). Both
+ * softmaxes subtract their maximum (per query row; per key feature over the valid
+ * positions), which cancels exactly. Time O(N D M), memory O(D M) beyond the tensors.
+ *
+ * Backward, with G = dout:
+ *   dC    = sum_{i < L} Q'_i^T G_i;   dQ'_i = G_i C^T;   dq_i = Q'_i .* (dQ'_i - Q'_i . dQ'_i)
+ *   dK'_j = v_j dC^T;   dV_j = K'_j dC;   dk_jd = K'_jd (dK'_jd - sum_{j' < L} K'_j'd dK'_j'd)
+ *
+ * What forward saves: per slice the context C (D x M floats) and the key columns' maxima
+ * and 1/sums (2 D floats), O(D M), not O(N): backward recomputes only K' and Q' from
+ * them (element-wise) and does the products of the gradients.
+ *
+ * Everything goes in chunks of eff_chunk_rows rows through per-thread workspace (K' and
+ * Q' of a chunk), every product an ab_sgemm; OpenMP over the B*H
+ * slices (attn_outer_threads). Column statistics and the row dots are in double. */
+#include "cpu_util.h"
+#include "efficient.h"
+#include "softmax_cpu.h"
+#include "variant.h"
+
+#ifdef ATTNBENCH_HAVE_CUDA
+#include "efficient_cuda.h"
+#endif
+
+#include "../harness/error.h"
+#include "../harness/memory.h"
+
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+/* Rows per chunk. The products are D x M x chunk (K'^T V, Q'^T dO) and chunk x M x D: the
+ * longer the chunk, the closer OpenBLAS gets to its rate (their inner dimension is only
+ * D = 64 or the chunk); and a sequence of one chunk keeps K' between backward's two
+ * passes over the keys. Measured (B = 1, H = 8, N = 4096, D = M = 64, one thread,
+ * forward + backward, median of 9): chunks of 256 rows ~56 ms, 2048 rows ~40 ms. The
+ * workspace is 2 chunk x D floats per thread: 8 MiB at D = 64. */
+int eff_chunk_rows = 16384;
+
+static void eff_defaults(attn_params *p) { (void)p; }
+
+/* ---- workspace: one slot per outer thread ---- */
+
+typedef struct {
+    float *xp, *dxp;        /* chunk x D: Q' or K', and dQ' */
+    float *dctx;            /* D x M */
+    double *csum, *cacc;    /* D: the column sums of exp(K - max), and of K' .* dK' */
+    /* the slice's part of what forward saves (eff_saved) */
+    float *ctx;             /* D x M: the context K'^T V */
+    float *kmax, *kinv;     /* D: column maxima of K and 1 / the column sums of exp(K - max) */
+} eff_slot;
+
+/* The saved buffer: ctx [B*H][D][M], then kmax [B*H][D], then kinv [B*H][D]. */
+static size_t saved_floats(const attn_shape *s) {
+    return (size_t)s->batch * (size_t)s->heads * (size_t)s->qk_dim * ((size_t)s->v_dim + 2);
+}
+
+static void saved_slice(const attn_shape *s, const void *saved, int bh, eff_slot *w) {
+    const size_t BH = (size_t)s->batch * s->heads, D = (size_t)s->qk_dim, M = (size_t)s->v_dim;
+    float *base = (float *)saved;
+    w->ctx = base + (size_t)bh * D * M;
+    w->kmax = base + BH * D * M + (size_t)bh * D;
+    w->kinv = base + BH * D * M + BH * D + (size_t)bh * D;
+}
+
+static int chunk_of(const attn_shape *s) { return s->len < eff_chunk_rows ? s->len : eff_chunk_rows; }
+
+static size_t slot_bytes(const attn_shape *s) {
+    size_t T = (size_t)chunk_of(s), D = (size_t)s->qk_dim, M = (size_t)s->v_dim;
+    return 2 * attn_align64(T * D * sizeof(float)) + attn_align64(D * M * sizeof(float)) +
+           2 * attn_align64(D * sizeof(double));
+}
+
+/* Thread slot `slot`'s workspace, and slice bh's part of the saved buffer. */
+static eff_slot slot_carve(const attn_shape *s, void *ws, int slot, const void *saved, int bh) {
+    size_t T = (size_t)chunk_of(s), D = (size_t)s->qk_dim, M = (size_t)s->v_dim;
+    char *p = (char *)ws + (size_t)slot * slot_bytes(s);
+    eff_slot w;
+    w.xp = (float *)p, p += attn_align64(T * D * sizeof(float));
+    w.dxp = (float *)p, p += attn_align64(T * D * sizeof(float));
+    w.dctx = (float *)p, p += attn_align64(D * M * sizeof(float));
+    w.csum = (double *)p, p += attn_align64(D * sizeof(double));
+    w.cacc = (double *)p;
+    saved_slice(s, saved, bh, &w);
+    return w;
+}
+
+static int eff_check_shape(const attn *a, const attn_shape *s) {
+    size_t D = (size_t)s->qk_dim, M = (size_t)s->v_dim, one = slot_bytes(s), all;
+    /* BLAS takes int sizes: the D x M context and the chunk blocks index with int. */
+    if (D * M > (size_t)INT_MAX || (size_t)chunk_of(s) * (D > M ? D : M) > (size_t)INT_MAX ||
+        ab_mul_size(one, (size_t)attn_outer_threads(s->batch * s->heads), &all))
+        return ab_fail(AB_EINVAL, "variant '%s': D=%d M=%d gives blocks too large for this implementation",
+                       a->v->name, s->qk_dim, s->v_dim);
+    return 0;
+}
+
+static size_t eff_saved_bytes(const attn *a, const attn_shape *s) {
+    (void)a;
+    return saved_floats(s) * sizeof(float);
+}
+
+static size_t eff_workspace_bytes(const attn *a, const attn_shape *s) {
+    (void)a;
+    return slot_bytes(s) * (size_t)attn_outer_threads(s->batch * s->heads);
+}
+
+/* ---- building blocks ---- */
+
+/* kmax = the column maxima of k rows [0, L), L >= 1. */
+static void key_max(int L, int D, const float *k, const eff_slot *w) {
+    float *restrict mx = w->kmax;
+    for (int d = 0; d < D; d++) mx[d] = -INFINITY;
+    for (int j = 0; j < L; j++) {
+        const float *restrict kr = k + (size_t)j * D;
+        for (int d = 0; d < D; d++) mx[d] = kr[d] > mx[d] ? kr[d] : mx[d];
+    }
+}
+
+/* K' of t key rows into xp (t x D). */
+static void key_softmax(int t, int D, const float *k, const eff_slot *w, float *xp) {
+    const float *restrict mx = w->kmax, *restrict kinv = w->kinv;
+    for (int i = 0; i < t; i++) {
+        const float *restrict kr = k + (size_t)i * D;
+        float *restrict o = xp + (size_t)i * D;
+        for (int d = 0; d < D; d++) o[d] = attn_exp_nonpos(kr[d] - mx[d]) * kinv[d];
+    }
+}
+
+/* Q' rows (row softmax over D) of t query rows into xp. */
+static void query_softmax(int t, int D, const float *q, float *xp) {
+    for (int i = 0; i < t; i++) {
+        memcpy(xp + (size_t)i * D, q + (size_t)i * D, sizeof(float) * (size_t)D);
+        smx_softmax_row(xp + (size_t)i * D, D); /* max-subtracted, sum in double */
+    }
+}
+
+/* Column statistics and the context C = K'^T V of one slice's valid rows, with one
+ * exponential per key entry: E = exp(K - max) chunk by chunk, its column sums and
+ * E^T V accumulated, then C = diag(1 / sums) E^T V (K' = E diag(1 / sums)). */
+static void context(const attn_shape *s, const eff_slot *w, int L, const float *k, const float *v) {
+    const int D = s->qk_dim, M = s->v_dim, T = chunk_of(s);
+    key_max(L, D, k, w);
+    const float *restrict mx = w->kmax;
+    double *restrict csum = w->csum;
+    for (int d = 0; d < D; d++) csum[d] = 0.0;
+    memset(w->ctx, 0, sizeof(float) * (size_t)D * M);
+    for (int j0 = 0; j0 < L; j0 += T) {
+        int t = L - j0 < T ? L - j0 : T;
+        for (int i = 0; i < t; i++) {
+            const float *restrict kr = k + (size_t)(j0 + i) * D;
+            float *restrict e = w->xp + (size_t)i * D;
+            for (int d = 0; d < D; d++) e[d] = attn_exp_nonpos(kr[d] - mx[d]); /* two loops: both vectorise */
+            for (int d = 0; d < D; d++) csum[d] += (double)e[d];
+        }
+        ab_sgemm(true, false, D, M, t, 1.0f, w->xp, D, v + (size_t)j0 * M, M, 1.0f, w->ctx, M);
+    }
+    for (int d = 0; d < D; d++) {
+        const float inv = (float)(1.0 / csum[d]); /* csum >= 1: the maximum's term */
+        w->kinv[d] = inv;
+        float *restrict row = w->ctx + (size_t)d * M;
+        for (int m = 0; m < M; m++) row[m] *= inv;
+    }
+}
+
+static void zero_rows(float *x, int from, int to, int width) {
+    if (to > from) memset(x + (size_t)from * width, 0, sizeof(float) * (size_t)(to - from) * (size_t)width);
+}
+
+/* ---- entry points ---- */
+
+static int eff_forward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v, float *out,
+                       void *saved) {
+    const int BH = s->batch * s->heads, N = s->len, D = s->qk_dim, M = s->v_dim, T = chunk_of(s);
+    const int nt = attn_outer_threads(BH);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
+    for (int bh = 0; bh < BH; bh++) {
+        eff_slot w = slot_carve(s, a->ws, omp_get_thread_num(), saved, bh);
+        const int L = attn_valid_len(s, bh / s->heads);
+        const float *qs = q + attn_slice(s, bh, D);
+        float *os = out + attn_slice(s, bh, M);
+        if (L > 0) context(s, &w, L, k + attn_slice(s, bh, D), v + attn_slice(s, bh, M));
+        else memset(w.ctx, 0, sizeof(float) * (size_t)D * M); /* saved: defined even when unused */
+        for (int i0 = 0; i0 < L; i0 += T) {
+            int t = L - i0 < T ? L - i0 : T;
+            query_softmax(t, D, qs + (size_t)i0 * D, w.xp);
+            ab_sgemm(false, false, t, M, D, 1.0f, w.xp, D, w.ctx, M, 0.0f, os + (size_t)i0 * M, M);
+        }
+        zero_rows(os, L, N, M);
+    }
+    return 0;
+}
+
+static int eff_backward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,
+                        const float *dout, const void *saved, float *dq, float *dk, float *dv) {
+    const int BH = s->batch * s->heads, N = s->len, D = s->qk_dim, M = s->v_dim, T = chunk_of(s);
+    const int nt = attn_outer_threads(BH);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
+    for (int bh = 0; bh < BH; bh++) {
+        eff_slot w = slot_carve(s, a->ws, omp_get_thread_num(), saved, bh); /* C, kmax, kinv: forward's */
+        const int L = attn_valid_len(s, bh / s->heads);
+        const size_t oq = attn_slice(s, bh, D), ov = attn_slice(s, bh, M);
+        const float *qs = q + oq, *ks = k + oq, *vs = v + ov, *gs = dout + ov;
+        float *dqs = dq + oq, *dks = dk + oq, *dvs = dv + ov;
+        /* queries: dQ' = G C^T -> dq; dC = sum Q'^T G */
+        memset(w.dctx, 0, sizeof(float) * (size_t)D * M);
+        for (int i0 = 0; i0 < L; i0 += T) {
+            int t = L - i0 < T ? L - i0 : T;
+            query_softmax(t, D, qs + (size_t)i0 * D, w.xp);
+            ab_sgemm(false, true, t, D, M, 1.0f, gs + (size_t)i0 * M, M, w.ctx, M, 0.0f, w.dxp, D);
+            for (int i = 0; i < t; i++) {
+                const float *restrict p = w.xp + (size_t)i * D, *restrict g = w.dxp + (size_t)i * D;
+                float *restrict o = dqs + (size_t)(i0 + i) * D;
+                const float fd = (float)attn_dot_d(p, g, D);
+                for (int d = 0; d < D; d++) o[d] = p[d] * (g[d] - fd);
+            }
+            ab_sgemm(true, false, D, M, t, 1.0f, w.xp, D, gs + (size_t)i0 * M, M, 1.0f, w.dctx, M);
+        }
+        /* keys, pass 1: dK' = V dC^T (into dk), dV = K' dC, and the column sums of
+         * K' .* dK'; pass 2: dk = K' .* (dK' - those sums). */
+        for (int d = 0; d < D; d++) w.cacc[d] = 0.0;
+        for (int j0 = 0; j0 < L; j0 += T) {
+            int t = L - j0 < T ? L - j0 : T;
+            key_softmax(t, D, ks + (size_t)j0 * D, &w, w.xp);
+            float *dkc = dks + (size_t)j0 * D;
+            ab_sgemm(false, true, t, D, M, 1.0f, vs + (size_t)j0 * M, M, w.dctx, M, 0.0f, dkc, D);
+            ab_sgemm(false, false, t, M, D, 1.0f, w.xp, D, w.dctx, M, 0.0f, dvs + (size_t)j0 * M, M);
+            double *restrict cacc = w.cacc;
+            for (int i = 0; i < t; i++) {
+                const float *restrict p = w.xp + (size_t)i * D, *restrict g = dkc + (size_t)i * D;
+                for (int d = 0; d < D; d++) cacc[d] += (double)p[d] * g[d];
+            }
+        }
+        for (int j0 = 0; j0 < L; j0 += T) {
+            int t = L - j0 < T ? L - j0 : T;
+            if (L > T) key_softmax(t, D, ks + (size_t)j0 * D, &w, w.xp); /* one chunk: xp still holds K' */
+            for (int i = 0; i < t; i++) {
+                float *restrict o = dks + (size_t)(j0 + i) * D;
+                const float *restrict p = w.xp + (size_t)i * D;
+                const double *restrict cacc = w.cacc;
+                for (int d = 0; d < D; d++) o[d] = p[d] * (o[d] - (float)cacc[d]);
+            }
+        }
+        zero_rows(dqs, L, N, D);
+        zero_rows(dks, L, N, D);
+        zero_rows(dvs, L, N, M);
+    }
+    return 0;
+}
+
+/* ---- useful floating-point operations ----
+ *
+ * The two products per slice, C = K'^T V and out = Q' C: 2 N D M each, 4 N D M forward;
+ * forward plus backward 3 times that (the sweep's rule). The softmaxes are not counted
+ * (as the feature maps of linear are not). */
+static double eff_flops(const attn *a, const attn_shape *s, bool backward) {
+    (void)a;
+    double fwd = 4.0 * s->len * (double)s->qk_dim * s->v_dim * s->batch * s->heads;
+    return backward ? 3 * fwd : fwd;
+}
+
+static const attn_backend cpu_backend = {
+    .check_shape = eff_check_shape,
+    .saved_bytes = eff_saved_bytes,
+    .workspace_bytes = eff_workspace_bytes,
+    .forward = eff_forward,
+    .backward = eff_backward,
+};
+
+#ifdef ATTNBENCH_HAVE_CUDA
+static const attn_backend cuda_backend = {
+    .check_shape = eff_check_shape,
+    .saved_bytes = eff_saved_bytes,
+    .workspace_bytes = eff_cuda_workspace_bytes,
+    .forward = eff_cuda_forward,
+    .backward = eff_cuda_backward,
+};
+#define CUDA_EFFICIENT (&cuda_backend)
+#else
+#define CUDA_EFFICIENT NULL
+#endif
+
+const attn_variant attn_variant_efficient = {
+    .name = "efficient",
+    .summary = "Efficient Attention (Shen et al.): softmax(q) over D times softmax(k) over N, then V; non-causal "
+               "only; O(N D M)",
+    .options = NULL,
+    .n_options = 0,
+    .defaults = eff_defaults,
+    .flops = eff_flops,
+    .noncausal_only = true,
+    .cpu = &cpu_backend,
+    .cuda = CUDA_EFFICIENT,
+};
