@@ -10,7 +10,15 @@
  * on. A round in which no fiber can run while some have not finished is a deadlock.
  *
  * This file must be compiled without _FORTIFY_SOURCE (glibc's checked longjmp refuses
- * jumps between stacks); meson passes -U_FORTIFY_SOURCE. */
+ * jumps between stacks); meson passes -U_FORTIFY_SOURCE.
+ *
+ * Under AddressSanitizer every switch is announced to it (__sanitizer_start_switch_fiber
+ * before, __sanitizer_finish_switch_fiber after), so that it knows which stack runs, and
+ * the switches are GCC's __builtin_setjmp/__builtin_longjmp: ASan intercepts longjmp
+ * and then makes a system call (sigaltstack) and clears the shadow of its signal stack
+ * on every jump, which made the emulated suites five times slower. The builtins save
+ * only what a switch between two suspended calls needs (frame, stack pointer, resume
+ * address; the compiler reloads every other register after the setjmp). */
 #include "cuda_emu.h"
 
 #include <chrono>
@@ -24,6 +32,17 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define AB_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define AB_EMU_ASAN 1
+#endif
+#endif
+#ifdef AB_EMU_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 uint3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
 
@@ -35,15 +54,33 @@ namespace {
 
 enum fiber_state { F_READY, F_BLOCK_WAIT, F_WARP_WAIT, F_DONE };
 
+/* A suspended call to switch back into: CTX_SAVE returns 0 when it saves, non-zero when
+ * jump_to resumes it (see the top of the file). */
+#ifdef AB_EMU_ASAN
+typedef void *ctx_buf[5];
+#define CTX_SAVE(b) __builtin_setjmp(b)
+/* The functions that switch are not instrumented: the instrumentation calls
+ * __asan_handle_no_return, the cost avoided here, before any call that does not return. */
+#define SWITCHES __attribute__((no_sanitize_address))
+/* Out of line: a function must not __builtin_longjmp to a buffer it saved itself. */
+__attribute__((noinline)) SWITCHES void jump_to(ctx_buf b) { __builtin_longjmp(b, 1); }
+#else
+typedef jmp_buf ctx_buf;
+#define CTX_SAVE(b) _setjmp(b)
+#define SWITCHES
+[[noreturn]] void jump_to(ctx_buf b) { _longjmp(b, 1); }
+#endif
+
 constexpr size_t STACK_BYTES = 256 * 1024;
 constexpr int MAX_THREADS = 1024;
 constexpr size_t DEFAULT_SMEM_LIMIT = 48 * 1024;
 constexpr size_t OPTIN_SMEM_LIMIT = 227 * 1024;
 
 struct fiber {
-    jmp_buf ctx;
+    ctx_buf ctx;
     ucontext_t uc;
     unsigned char *map = nullptr; /* guard page + stack */
+    void *asan_fake = nullptr;    /* AddressSanitizer's fake stack while switched out */
     bool started = false;
     int state = F_DONE;
 };
@@ -61,7 +98,10 @@ struct emu_state {
     /* fibers and the running block */
     fiber *fibers[MAX_THREADS] = {};
     int n_fibers = 0;
-    jmp_buf sched;
+    ctx_buf sched;
+    void *sched_asan_fake = nullptr;   /* the scheduler's fake stack while a fiber runs */
+    const void *sched_bottom = nullptr; /* the scheduler's stack (AddressSanitizer) */
+    size_t sched_size = 0;
     int cur = -1;     /* running fiber (thread index in the block), -1 outside kernels */
     int nthreads = 0; /* threads of the running block */
     void (*body)(void *) = nullptr;
@@ -163,10 +203,33 @@ size_t limit_bytes() {
 
 /* ---- fibers ---- */
 
-void yield_to_scheduler() {
+/* AddressSanitizer's view of the switches (nothing without it): `save` keeps the fake
+ * stack of the side that leaves; the arriving side learns where it came from. */
+inline void asan_leaving(void **save, const void *to_bottom, size_t to_size) {
+#ifdef AB_EMU_ASAN
+    __sanitizer_start_switch_fiber(save, to_bottom, to_size);
+#else
+    (void)save, (void)to_bottom, (void)to_size;
+#endif
+}
+
+inline void asan_arrived(void *saved, const void **from_bottom, size_t *from_size) {
+#ifdef AB_EMU_ASAN
+    __sanitizer_finish_switch_fiber(saved, from_bottom, from_size);
+#else
+    (void)saved, (void)from_bottom, (void)from_size;
+#endif
+}
+
+SWITCHES void yield_to_scheduler() {
     emu_state &s = S();
     fiber *f = s.fibers[s.cur];
-    if (!_setjmp(f->ctx)) _longjmp(s.sched, 1);
+    if (!CTX_SAVE(f->ctx)) {
+        asan_leaving(&f->asan_fake, s.sched_bottom, s.sched_size);
+        jump_to(s.sched);
+    }
+    /* resumed by switch_to, perhaps from another host thread's stack */
+    asan_arrived(f->asan_fake, &s.sched_bottom, &s.sched_size);
 }
 
 /* A thread that exits while others wait for it at a barrier: the barrier can never
@@ -183,6 +246,7 @@ void check_exit(int tid) {
 }
 
 void fiber_main() {
+    asan_arrived(nullptr, &S().sched_bottom, &S().sched_size); /* first entry, from setcontext */
     for (;;) {
         emu_state &s = S();
         s.body(s.body_ctx);
@@ -217,18 +281,20 @@ void set_thread_index(int tid) {
     threadIdx.z = (unsigned)tid / (blockDim.x * blockDim.y);
 }
 
-void switch_to(int tid) {
+SWITCHES void switch_to(int tid) {
     emu_state &s = S();
     fiber *f = s.fibers[tid];
     s.cur = tid;
     set_thread_index(tid);
-    if (!_setjmp(s.sched)) {
+    if (!CTX_SAVE(s.sched)) {
+        asan_leaving(&s.sched_asan_fake, f->uc.uc_stack.ss_sp, f->uc.uc_stack.ss_size);
         if (!f->started) {
             f->started = true;
             setcontext(&f->uc);
         }
-        _longjmp(f->ctx, 1);
+        jump_to(f->ctx);
     }
+    asan_arrived(s.sched_asan_fake, nullptr, nullptr);
 }
 
 void deadlock() {
