@@ -393,7 +393,12 @@ Test(bench, sigterm_during_the_sgemm_measurement_stops_promptly) {
     int rc = tp_wait_for(DIR, pid, 120, NULL, &g_err);
     double took = now_s() - t1;
     cr_expect_eq(rc, 130, "exit status %d: %s", rc, g_err);
-    cr_expect_lt(took, 2.5, "bench ended %.1f s after SIGTERM", took);
+    /* The bound: about a second between two looks at the flag, plus writing the run
+     * document, with room for a busy machine; a sanitized build's instrumented fill
+     * (the chunks between two looks) runs about twice as slow (measured: 0.6-0.8 s
+     * against 1.1-1.4 s from the signal to the exit). */
+    const double bound = TEST_SANITIZED ? 5.0 : 2.5;
+    cr_expect_lt(took, bound, "bench ended %.1f s after SIGTERM", took);
     json_t *doc = json_load_file(DIR "/term.json", 0, NULL);
     cr_assert_not_null(doc, "no run document after the interruption");
     cr_expect_str_eq(json_string_value(json_object_get(doc, "status")), "interrupted");
