@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test suite (meson test), then the
 # same suites again in a build with AddressSanitizer, LeakSanitizer and UBSan
-# (sanitize.sh: build-san, no CUDA). CI runs this. Arguments (suite names) select the
-# suites of both builds.
+# (sanitize.sh: build-san, no CUDA), then each fuzz target for 30 s (fuzz.sh: build-fuzz,
+# clang). CI runs this. Arguments (suite names) select the suites of both builds and
+# leave the fuzz smoke out.
 set -euo pipefail
 # A shell started with no PATH in its environment has a default one it does not
 # export; the compilers that meson and gcc start need it exported.
@@ -35,6 +36,24 @@ count "tests (plain build)" build
 rm -f build-san/meson-logs/testlog.json # counted only if this run writes it
 bash harness/scripts/sanitize.sh "$@" || rc=1
 count "tests (sanitizers)" build-san
+
+# The fuzz smoke: each target counts as a test, passed when it did not crash.
+if [ $# -eq 0 ]; then
+    frc=0
+    bash harness/scripts/fuzz.sh 30 || frc=$?
+    if [ "$frc" -eq 77 ]; then
+        skip=$((skip + 1))
+    elif [ -f build-fuzz/fuzz-summary.tsv ] && [ "$frc" -le 1 ]; then
+        ok=$(awk -F'\t' 'NR > 1 && $5 == 0' build-fuzz/fuzz-summary.tsv | wc -l)
+        bad=$(awk -F'\t' 'NR > 1 && $5 != 0' build-fuzz/fuzz-summary.tsv | wc -l)
+        pass=$((pass + ok))
+        fail=$((fail + bad))
+        [ "$frc" -eq 0 ] || rc=1
+    else
+        fail=$((fail + 1)) # it could not build or run them
+        rc=1
+    fi
+fi
 
 # One closing line in the plain form: "N passed, N failed".
 echo "tests: $pass passed, $fail failed, $skip skipped"
