@@ -8,7 +8,8 @@ The files are committed; run this again when a format changes. Everything is mad
 here from the formats' definitions, except the training checkpoints, which come from
 short runs of `attnbench train` (two steps of a tiny copy model: a transformer and an
 LSTM) and from the legacy fixture tests/fixtures/copy-legacy-step4.ckpt. Standard
-library only; deterministic (the runs have fixed seeds)."""
+library only; the same files every time, but for the times the runs record in their
+checkpoints."""
 
 import argparse
 import gzip
