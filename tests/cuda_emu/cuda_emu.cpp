@@ -3,27 +3,19 @@
  * Threads of a block are fibers: each has its own stack (allocated once, reused by
  * every launch, with a guard page below it) and runs a loop "run the kernel body for the
  * thread index the scheduler gave me, then yield". The first entry into a fiber goes
- * through makecontext/setcontext; every switch after that is a _setjmp/_longjmp pair,
- * which saves no signal mask (no system call per switch). A block runs round-robin: the
- * scheduler resumes every ready fiber in thread order; a fiber runs until it waits at a
- * barrier or finishes. The last thread to reach a barrier releases the others and goes
- * on. A round in which no fiber can run while some have not finished is a deadlock.
+ * through makecontext/setcontext; every switch after that is made as fiber_switch.h
+ * says (with and without AddressSanitizer). A block runs round-robin: the scheduler
+ * resumes every ready fiber in thread order; a fiber runs until it waits at a barrier or
+ * finishes. The last thread to reach a barrier releases the others and goes on. A round
+ * in which no fiber can run while some have not finished is a deadlock.
  *
  * This file must be compiled without _FORTIFY_SOURCE (glibc's checked longjmp refuses
- * jumps between stacks); meson passes -U_FORTIFY_SOURCE.
- *
- * Under AddressSanitizer every switch is announced to it (__sanitizer_start_switch_fiber
- * before, __sanitizer_finish_switch_fiber after), so that it knows which stack runs, and
- * the switches are GCC's __builtin_setjmp/__builtin_longjmp: ASan intercepts longjmp
- * and then makes a system call (sigaltstack) and clears the shadow of its signal stack
- * on every jump, which made the emulated suites five times slower. The builtins save
- * only what a switch between two suspended calls needs (frame, stack pointer, resume
- * address; the compiler reloads every other register after the setjmp). */
+ * jumps between stacks); meson passes -U_FORTIFY_SOURCE. */
 #include "cuda_emu.h"
+#include "fiber_switch.h"
 
 #include <chrono>
 #include <climits>
-#include <csetjmp>
 #include <cstdarg>
 #include <cstdlib>
 #include <map>
@@ -31,17 +23,6 @@
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
-
-#if defined(__SANITIZE_ADDRESS__)
-#define AB_EMU_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define AB_EMU_ASAN 1
-#endif
-#endif
-#ifdef AB_EMU_ASAN
-#include <sanitizer/common_interface_defs.h>
-#endif
 
 uint3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
@@ -54,22 +35,7 @@ namespace {
 
 enum fiber_state { F_READY, F_BLOCK_WAIT, F_WARP_WAIT, F_DONE };
 
-/* A suspended call to switch back into: CTX_SAVE returns 0 when it saves, non-zero when
- * jump_to resumes it (see the top of the file). */
-#ifdef AB_EMU_ASAN
-typedef void *ctx_buf[5];
-#define CTX_SAVE(b) __builtin_setjmp(b)
-/* The functions that switch are not instrumented: the instrumentation calls
- * __asan_handle_no_return, the cost avoided here, before any call that does not return. */
-#define SWITCHES __attribute__((no_sanitize_address))
-/* Out of line: a function must not __builtin_longjmp to a buffer it saved itself. */
-__attribute__((noinline)) SWITCHES void jump_to(ctx_buf b) { __builtin_longjmp(b, 1); }
-#else
-typedef jmp_buf ctx_buf;
-#define CTX_SAVE(b) _setjmp(b)
-#define SWITCHES
-[[noreturn]] void jump_to(ctx_buf b) { _longjmp(b, 1); }
-#endif
+using namespace ab_emu_fiber;
 
 constexpr size_t STACK_BYTES = 256 * 1024;
 constexpr int MAX_THREADS = 1024;
@@ -202,24 +168,6 @@ size_t limit_bytes() {
 }
 
 /* ---- fibers ---- */
-
-/* AddressSanitizer's view of the switches (nothing without it): `save` keeps the fake
- * stack of the side that leaves; the arriving side learns where it came from. */
-inline void asan_leaving(void **save, const void *to_bottom, size_t to_size) {
-#ifdef AB_EMU_ASAN
-    __sanitizer_start_switch_fiber(save, to_bottom, to_size);
-#else
-    (void)save, (void)to_bottom, (void)to_size;
-#endif
-}
-
-inline void asan_arrived(void *saved, const void **from_bottom, size_t *from_size) {
-#ifdef AB_EMU_ASAN
-    __sanitizer_finish_switch_fiber(saved, from_bottom, from_size);
-#else
-    (void)saved, (void)from_bottom, (void)from_size;
-#endif
-}
 
 SWITCHES void yield_to_scheduler() {
     emu_state &s = S();
