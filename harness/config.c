@@ -50,10 +50,23 @@ int ab_config_set(json_t *root, const char *assignment, bool allow_new) {
         return ab_fail(AB_EINVAL, "--set %.*s: empty key in the dotted path (KEY=VALUE, KEY like a.b.c)", klen,
                        assignment);
     }
+    /* JSON keys and strings are UTF-8: jansson refuses anything else, so a key or
+     * plain-text value that is not would otherwise be dropped silently (or, for a new
+     * object on the way, freed and then used). json_stringn is its check. */
+    json_t *utf8 = json_stringn(path, (size_t)klen);
+    if (!utf8) {
+        free(path);
+        return ab_fail(AB_EINVAL, "--set %.*s: the key is not valid UTF-8", klen, assignment);
+    }
+    json_decref(utf8);
     const char *text = eq + 1;
     json_error_t err;
     json_t *val = json_loads(text, JSON_DECODE_ANY, &err);
     if (!val) val = json_string(text);
+    if (!val) {
+        free(path);
+        return ab_fail(AB_EINVAL, "--set %.*s: the value is neither JSON nor UTF-8 text", klen, assignment);
+    }
     int rc = 0;
     json_t *cur = root;
     char *save = NULL;
@@ -69,7 +82,7 @@ int ab_config_set(json_t *root, const char *assignment, bool allow_new) {
                                  assignment, tok);
                     break;
                 }
-                json_object_set(cur, tok, val);
+                if (json_object_set(cur, tok, val)) rc = ab_fail(AB_ENOMEM, "out of memory");
                 break;
             }
             if (!child) {
@@ -79,7 +92,10 @@ int ab_config_set(json_t *root, const char *assignment, bool allow_new) {
                     break;
                 }
                 child = json_object();
-                json_object_set_new(cur, tok, child);
+                if (json_object_set_new(cur, tok, child)) { /* frees child */
+                    rc = ab_fail(AB_ENOMEM, "out of memory");
+                    break;
+                }
             }
             cur = child;
         } else if (json_is_array(cur) && is_index(tok, &idx)) {
@@ -89,7 +105,7 @@ int ab_config_set(json_t *root, const char *assignment, bool allow_new) {
                 break;
             }
             if (!next) {
-                json_array_set(cur, idx, val);
+                if (json_array_set(cur, idx, val)) rc = ab_fail(AB_ENOMEM, "out of memory");
                 break;
             }
             cur = json_array_get(cur, idx);

@@ -12,7 +12,8 @@ json_t *ab_config_load(const char *path);
 /* Applies "a.b.c=VALUE": VALUE is parsed as JSON when it is valid JSON (numbers,
  * true/false, [lists], {objects}, "strings"), else taken as a plain string. The path
  * must exist in the config unless `allow_new` (so a misspelt key is an error). Array
- * elements are addressed by index ("variants.0.name"). 0 or AB_EINVAL. */
+ * elements are addressed by index ("variants.0.name"). Keys, and a VALUE taken as text,
+ * must be UTF-8 (as JSON's are). 0, AB_EINVAL or AB_ENOMEM. */
 int ab_config_set(json_t *root, const char *assignment, bool allow_new);
 
 /* Checks that object `obj` (at dotted location `where`, "" for the root) has only the

@@ -872,7 +872,7 @@ static int run_limited(long kb, const char *const *args) {
  * op; a 2 GiB checkpoint file for train --resume and generate (its header is read and
  * checked first: the file is what it says, then it cannot be held in memory). */
 Test(cli, out_of_memory_is_exit_status_1_everywhere) {
-    if (TP_SANITIZED) cr_skip_test("needs an address-space limit, which a sanitized binary cannot start under");
+    if (TEST_SANITIZED) cr_skip_test("needs an address-space limit, which a sanitized binary cannot start under");
     const int64_t big[4] = {1, 1, 1 << 27, 4}; /* 2 GiB */
     write_sparse_f32(P("big_q.npy"), 4, big);
     int st = run_limited(1500000, TP_ARGV("--threads", "1", "op", "--variant", "linear", "--q", P("big_q.npy"), "--k",
@@ -997,9 +997,8 @@ Test(cli, plot_names_with_quotes_and_newlines_run_no_shell) {
  * leak checker. Checked with valgrind where it is installed and can run this build
  * (it cannot execute AVX-512 code: such a build skips). */
 Test(cli, no_leak_at_exit) {
-#if defined(__SANITIZE_ADDRESS__)
-    cr_skip_test("an AddressSanitizer build: LeakSanitizer checks every run, and valgrind cannot run it");
-#endif
+    if (TEST_SANITIZED)
+        cr_skip_test("an AddressSanitizer build: LeakSanitizer checks every run, and valgrind cannot run it");
     if (system("command -v valgrind >/dev/null 2>&1") != 0) cr_skip_test("valgrind is not installed");
     const char *args[] = {"-c", "exec valgrind -q --leak-check=full --show-leak-kinds=definite "
                                 "--errors-for-leak-kinds=definite --error-exitcode=99 \"$@\"",

@@ -14,6 +14,7 @@
 #include "cuda_device.h"
 #include "device.h"
 #include "error.h"
+#include "test_sanitized.h"
 #include "test_util.h"
 
 #include <criterion/criterion.h>
@@ -312,7 +313,8 @@ Test(cuda_emulator, shuffle_naming_an_exited_lane_aborts, .signal = SIGABRT) {
     selftest_exited_lane();
 }
 
-Test(cuda_emulator, shared_memory_past_the_end_faults, .signal = SIGSEGV) {
+Test(cuda_emulator, shared_memory_past_the_end_faults, .signal = TEST_SIGSEGV) {
+    TEST_SKIP_FAULT_UNDER_SANITIZER();
     require_device();
     selftest_smem_overflow(64);
 }
@@ -343,13 +345,15 @@ Test(cuda_emulator, strict_mode_shows_a_missing_barrier) {
     cr_assert_eq(stale, T - 1);
 }
 
-Test(cuda_emulator, strict_mode_faults_on_a_global_read_past_the_end, .signal = SIGSEGV) {
+Test(cuda_emulator, strict_mode_faults_on_a_global_read_past_the_end, .signal = TEST_SIGSEGV) {
+    TEST_SKIP_FAULT_UNDER_SANITIZER();
     require_device();
     ab_emu_set_strict(1);
     selftest_global_past_end(5); /* 20 bytes: not a multiple of any alignment above 4 */
 }
 
-Test(cuda_emulator, strict_mode_faults_on_host_access_to_device_memory, .signal = SIGSEGV) {
+Test(cuda_emulator, strict_mode_faults_on_host_access_to_device_memory, .signal = TEST_SIGSEGV) {
+    TEST_SKIP_FAULT_UNDER_SANITIZER();
     require_device();
     ab_emu_set_strict(1);
     void *d;

@@ -906,6 +906,39 @@ Test(config, set_refuses_empty_keys) {
     json_decref(root);
 }
 
+/* Found by the fuzz target tests/fuzz/fuzz_config.c: a key that is not UTF-8 (jansson
+ * refuses such keys) was dropped silently, and with allow_new a new object on the way
+ * to it was freed by jansson and then used (`train --set 'model.attention.set.\xff.x=1'`
+ * reached it). A plain-text value that is not UTF-8 was dropped silently too. Each is
+ * now refused, the config unchanged. */
+Test(config, set_refuses_keys_and_text_that_are_not_utf8) {
+    json_error_t je;
+    json_t *root = json_loads("{\"a\": {\"b\": 1}, \"c\": [1, 2]}", 0, &je);
+    cr_assert_not_null(root);
+    json_t *before = json_deep_copy(root);
+    const char *bad_key[] = {"\xff=1", "a.\xfe\xff=1", "a.\x80.x=1", "new.\xc3.x=1", "a.b\xe2\x82=2"};
+    for (size_t i = 0; i < sizeof bad_key / sizeof *bad_key; i++) {
+        for (int allow_new = 0; allow_new < 2; allow_new++) {
+            ab_clear_error();
+            cr_expect_eq(ab_config_set(root, bad_key[i], allow_new), AB_EINVAL, "key %zu (allow_new %d) accepted", i,
+                         allow_new);
+            cr_expect(strstr(ab_error(), "not valid UTF-8"), "key %zu: %s", i, ab_error());
+            cr_expect(json_equal(root, before), "key %zu (allow_new %d) changed the config", i, allow_new);
+        }
+    }
+    ab_clear_error();
+    cr_expect_eq(ab_config_set(root, "a.b=\xff\xfe", false), AB_EINVAL, "a value that is not UTF-8 accepted");
+    cr_expect(strstr(ab_error(), "neither JSON nor UTF-8"), "%s", ab_error());
+    cr_expect(json_equal(root, before), "a refused value changed the config");
+    /* UTF-8 keys and text are fine, new ones included */
+    cr_assert_eq(ab_config_set(root, "a.\xc3\xa9t\xc3\xa9=\xe2\x82\xac", true), 0, "%s", ab_error());
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(root, "a"), "\xc3\xa9t\xc3\xa9")),
+                     "\xe2\x82\xac");
+    cr_assert_eq(ab_config_set(root, "n.\xc3\xa9.x=1", true), 0, "%s", ab_error());
+    json_decref(before);
+    json_decref(root);
+}
+
 /* Names become file names, labels become TSV fields and legend entries. */
 Test(config, names_and_labels) {
     json_error_t je;

@@ -279,6 +279,24 @@ Test(images, idx_refuses_truncated_foreign_and_mislabelled_files) {
     free(lab);
 }
 
+/* Found by the fuzz target tests/fuzz/fuzz_idx.c: a plain file whose dimensions
+ * multiply to 2^63 bytes or more (size_t holds it) overflowed the signed comparison
+ * with the file's size (undefined behaviour), and the file was reported as having
+ * bytes after its data instead of as truncated. */
+Test(images, idx_header_of_2_63_bytes_or_more_is_truncated) {
+    const uint32_t dims[][3] = {{1024, 1u << 24, 1u << 29}, /* 2^63: the fuzzer's input */
+                                {4294967295u, 4294967295u, 2}}; /* 2^65 - 2^34 + 2: past size_t */
+    const char *needle[] = {"truncated: the IDX header announces 9223372036854775808 bytes of data, the file holds 56",
+                            "multiply past"};
+    unsigned char data[56] = {0};
+    for (int i = 0; i < 2; i++) {
+        const char *p = P("huge-%d", i);
+        write_idx(p, 0x08, 3, dims[i], data, sizeof data, false);
+        img_set s;
+        expect_refused(img_read_idx_images(p, &s), p, needle[i], "dimensions of 2^63 bytes or more");
+    }
+}
+
 /* ---- CIFAR-10 ---- */
 
 /* Record r: label r mod 10; channel c of pixel (y, x) = (r * 7 + c * 50 + y * 3 + x) mod 256. */

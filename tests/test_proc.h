@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "test_sanitized.h"
+
 /* ---- files ---- */
 
 /* Makes `base` (and its parents) and a new empty folder inside it; its path goes into
@@ -29,24 +31,12 @@ void tp_write_bytes(const char *path, const void *data, size_t n);
 
 /* ---- processes ---- */
 
-/* Whether this build runs under AddressSanitizer (then the binaries reserve terabytes
- * of address space, and a `ulimit -v` makes them fail at start). */
-#if defined(__SANITIZE_ADDRESS__)
-#define TP_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TP_SANITIZED 1
-#endif
-#endif
-#ifndef TP_SANITIZED
-#define TP_SANITIZED 0
-#endif
-
 /* The shell script that runs "$2" "$3"... under `ulimit -v "$1"` (KB), for
  * tp_spawn("/bin/sh", TP_ARGV("-c", TP_ULIMIT_SCRIPT, "sh", KB, EXE, ARG..., NULL)).
- * Under a sanitizer the limit is left out (see TP_SANITIZED). */
+ * Under a sanitizer the limit is left out: AddressSanitizer reserves terabytes of
+ * address space and a sanitized binary cannot start under one (test_sanitized.h). */
 #define TP_ULIMIT_SCRIPT                                                                                               \
-    (TP_SANITIZED ? "shift && exec \"$@\"" : "ulimit -v \"$1\" && shift && exec \"$@\"")
+    (TEST_SANITIZED ? "shift && exec \"$@\"" : "ulimit -v \"$1\" && shift && exec \"$@\"")
 
 /* A NULL-terminated argument list in place: TP_ARGV("op", "--help", NULL). */
 #define TP_ARGV(...) ((const char *const[]){__VA_ARGS__})

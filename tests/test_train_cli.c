@@ -386,6 +386,12 @@ Test(train_cli, set_task_option_left_out_of_the_file) {
                        "no key 'nois'");
     expect_usage_error(run("train", SMOKE, "--out", P("o"), "--set", "task.noise=2", NULL), "noise out of range",
                        "'task.noise' = 2 is outside [0, 1]");
+    /* a new key on the way that is not UTF-8: jansson refused it and freed the object
+     * made for it, which was then used (found by tests/fuzz/fuzz_config.c) */
+    expect_usage_error(run("train", SMOKE, "--out", P("o"), "--set", "model.attention.set.\xff.x=1", NULL),
+                       "key not UTF-8", "not valid UTF-8");
+    expect_usage_error(run("train", SMOKE, "--out", P("o"), "--set", "name=\xff", NULL), "name not UTF-8",
+                       "neither JSON nor UTF-8");
     cr_expect(!tp_exists(P("o")), "a refused run left an output folder");
 }
 

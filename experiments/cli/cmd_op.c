@@ -189,15 +189,16 @@ int cmd_op(int argc, char **argv) {
             shape_str(&len, s1, sizeof s1);
             cli_die(AB_EXIT_USAGE, "--lengths (%s) has shape %s, need [B] = [%d]", a.lengths, s1, s.batch);
         }
-        lengths = malloc(sizeof(int) * (size_t)s.batch);
-        if (!lengths) cli_die(AB_EXIT_FAILURE, "out of memory");
-        for (int b = 0; b < s.batch; b++) {
+        for (int b = 0; b < s.batch; b++) { /* checked before the copy is allocated */
             long long x = len.dtype == AB_I32 ? ((const int32_t *)len.data)[b] : ((const int64_t *)len.data)[b];
             if (x < 0 || x > s.len)
                 cli_die(AB_EXIT_USAGE, "--lengths (%s): lengths[%d] = %lld is outside [0, N=%d]", a.lengths, b, x,
                         s.len);
-            lengths[b] = (int)x;
         }
+        lengths = malloc(sizeof(int) * (size_t)s.batch);
+        if (!lengths) cli_die(AB_EXIT_FAILURE, "out of memory");
+        for (int b = 0; b < s.batch; b++)
+            lengths[b] = (int)(len.dtype == AB_I32 ? ((const int32_t *)len.data)[b] : ((const int64_t *)len.data)[b]);
         s.lengths = lengths;
     }
     if ((rc = attn_check_shape(at, &s))) cli_die(cli_status_for(rc), "%s", attn_error());

@@ -110,7 +110,7 @@ static int copy_create(const json_t *obj, train_task **out) {
     t->head = "categorical";
     t->classes = t->vocab;
     t->n_metrics = 1;
-    t->metrics[0] = (task_metric){"accuracy", TASK_METRIC_ACCURACY, NULL, NULL};
+    t->metrics[0] = (task_metric){"accuracy", TASK_METRIC_ACCURACY, NULL, NULL, false};
     t->max_prompt = (int)x + 1;
     t->max_gen = (int)x;
     t->priv = st;

@@ -173,16 +173,17 @@ static int idx_read(const char *path, int want_ndim, const char *what, long long
     }
     if (r.f) {
         /* plain file: its size is known, so a short or long one is refused before
-         * anything is allocated */
-        long long want = (long long)hbytes + (long long)total;
-        if (r.file_size < want) {
-            rc = ab_fail(AB_EINVAL, "%s: truncated: the IDX header announces %zu bytes of data, the file holds %lld",
-                         path, total, r.file_size - (long long)hbytes);
+         * anything is allocated. Unsigned: the dimensions may multiply to 2^63 bytes or
+         * more, past what a signed size holds. */
+        const uint64_t held = (uint64_t)r.file_size - hbytes; /* the header was read from it */
+        if (held < (uint64_t)total) {
+            rc = ab_fail(AB_EINVAL, "%s: truncated: the IDX header announces %zu bytes of data, the file holds %llu",
+                         path, total, (unsigned long long)held);
             goto done;
         }
-        if (r.file_size > want) {
-            rc = ab_fail(AB_EINVAL, "%s: %lld bytes after the %zu bytes of data its IDX header announces", path,
-                         r.file_size - want, total);
+        if (held > (uint64_t)total) {
+            rc = ab_fail(AB_EINVAL, "%s: %llu bytes after the %zu bytes of data its IDX header announces", path,
+                         (unsigned long long)(held - total), total);
             goto done;
         }
     }

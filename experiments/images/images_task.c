@@ -282,8 +282,8 @@ static int img_create(const json_t *obj, train_task **out) {
     t->image_w = st->train.cols;
     t->image_c = st->train.channels;
     t->n_metrics = 0;
-    t->metrics[t->n_metrics++] = (task_metric){"bits_per_dim", TASK_METRIC_BITS, NULL, NULL};
-    if (!mixture) t->metrics[t->n_metrics++] = (task_metric){"accuracy", TASK_METRIC_ACCURACY, NULL, NULL};
+    t->metrics[t->n_metrics++] = (task_metric){"bits_per_dim", TASK_METRIC_BITS, NULL, NULL, false};
+    if (!mixture) t->metrics[t->n_metrics++] = (task_metric){"accuracy", TASK_METRIC_ACCURACY, NULL, NULL, false};
     npy_splits_to_task(&st->s, t);
     t->fill = img_fill;
     t->max_prompt = st->L;

@@ -57,7 +57,7 @@ typedef struct {
 
 /* Parses and validates a sweep config (every variant is created once on the CPU to
  * check its options) for device `dev`. 0 or AB_EINVAL with a one-line message naming
- * the dotted key. */
+ * the dotted key (AB_ENOMEM when out of memory); on failure nothing is left to free. */
 int sweep_config_parse(const json_t *root, ab_device dev, sweep_config *c);
 /* Frees the strings parse made. */
 void sweep_config_free(sweep_config *c);

@@ -56,7 +56,7 @@ static int parse_variants(const json_t *arr, sweep_config *c) {
                 else if (json_is_integer(val)) snprintf(buf, sizeof buf, "%s=%lld", key, (long long)json_integer_value(val));
                 else if (json_is_real(val)) snprintf(buf, sizeof buf, "%s=%.17g", key, json_real_value(val));
                 else return ab_fail(AB_EINVAL, "config: '%s.set.%s' must be a string or a number", where, key);
-                sv->owned[sv->n_settings] = strdup(buf);
+                if (!(sv->owned[sv->n_settings] = strdup(buf))) return ab_fail(AB_ENOMEM, "out of memory");
                 sv->settings[sv->n_settings] = sv->owned[sv->n_settings];
                 sv->n_settings++;
             }
@@ -88,13 +88,12 @@ static int parse_int_list(const json_t *arr, const char *name, long long *out, i
     return 0;
 }
 
-int sweep_config_parse(const json_t *root, ab_device dev, sweep_config *c) {
+static int parse(const json_t *root, ab_device dev, sweep_config *c) {
     static const char *const top[] = {"name", "description", "variants", "lengths", "heads", "qk_dim", "v_dim",
                                       "causal", "batch", "warmup", "repeats", "time_budget_s", "memory_limit_gib",
                                       "seed", "recurrent", "gemm", NULL};
     int rc = ab_config_only_keys(root, "", top);
     if (rc) return rc;
-    memset(c, 0, sizeof *c);
     c->dev = dev;
     long long x;
     double d;
@@ -182,6 +181,13 @@ int sweep_config_parse(const json_t *root, ab_device dev, sweep_config *c) {
         c->gemm_repeats = (int)x;
     }
     return 0;
+}
+
+int sweep_config_parse(const json_t *root, ab_device dev, sweep_config *c) {
+    memset(c, 0, sizeof *c);
+    int rc = parse(root, dev, c);
+    if (rc) sweep_config_free(c); /* the settings of the variants parsed before the error */
+    return rc;
 }
 
 void sweep_config_free(sweep_config *c) {

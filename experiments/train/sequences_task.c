@@ -153,8 +153,8 @@ static int seq_create(const json_t *obj, train_task **out) {
     t->classes = st->vocab;
     t->samplable = true; /* start token st->vocab = classes */
     t->n_metrics = 2;
-    t->metrics[0] = (task_metric){"accuracy", TASK_METRIC_ACCURACY, NULL, NULL};
-    t->metrics[1] = (task_metric){"bits_per_token", TASK_METRIC_BITS, NULL, NULL};
+    t->metrics[0] = (task_metric){"accuracy", TASK_METRIC_ACCURACY, NULL, NULL, false};
+    t->metrics[1] = (task_metric){"bits_per_token", TASK_METRIC_BITS, NULL, NULL, false};
     npy_splits_to_task(&st->s, t);
     t->fill = seq_fill;
     t->max_prompt = st->L;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what attnbench needs to build, test and plot, with apt-get, when missing
 # (python3-numpy: the crosscheck test's independent reference; libsndfile and FFTW:
-# the speech experiment's audio and filterbanks).
+# the speech experiment's audio and filterbanks; clang, its libFuzzer
+# (libclang-rt-14-dev) and its OpenMP (libomp-14-dev): the fuzz targets, fuzz.sh).
 # Idempotent: a second run installs nothing. Needs root or sudo on Debian 12.
 set -euo pipefail
 # A shell started with no PATH in its environment has a default one it does not
@@ -10,7 +11,7 @@ export PATH
 
 pkgs=(meson ninja-build pkg-config gcc g++ libjansson-dev libcriterion-dev
       libopenblas-openmp-dev libopenblas0-openmp zlib1g-dev gnuplot-nox
-      python3-numpy libsndfile1-dev libfftw3-dev)
+      python3-numpy libsndfile1-dev libfftw3-dev clang libclang-rt-14-dev libomp-14-dev)
 
 missing=()
 for p in "${pkgs[@]}"; do

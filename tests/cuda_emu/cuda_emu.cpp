@@ -3,19 +3,19 @@
  * Threads of a block are fibers: each has its own stack (allocated once, reused by
  * every launch, with a guard page below it) and runs a loop "run the kernel body for the
  * thread index the scheduler gave me, then yield". The first entry into a fiber goes
- * through makecontext/setcontext; every switch after that is a _setjmp/_longjmp pair,
- * which saves no signal mask (no system call per switch). A block runs round-robin: the
- * scheduler resumes every ready fiber in thread order; a fiber runs until it waits at a
- * barrier or finishes. The last thread to reach a barrier releases the others and goes
- * on. A round in which no fiber can run while some have not finished is a deadlock.
+ * through makecontext/setcontext; every switch after that is made as fiber_switch.h
+ * says (with and without AddressSanitizer). A block runs round-robin: the scheduler
+ * resumes every ready fiber in thread order; a fiber runs until it waits at a barrier or
+ * finishes. The last thread to reach a barrier releases the others and goes on. A round
+ * in which no fiber can run while some have not finished is a deadlock.
  *
  * This file must be compiled without _FORTIFY_SOURCE (glibc's checked longjmp refuses
  * jumps between stacks); meson passes -U_FORTIFY_SOURCE. */
 #include "cuda_emu.h"
+#include "fiber_switch.h"
 
 #include <chrono>
 #include <climits>
-#include <csetjmp>
 #include <cstdarg>
 #include <cstdlib>
 #include <map>
@@ -35,15 +35,18 @@ namespace {
 
 enum fiber_state { F_READY, F_BLOCK_WAIT, F_WARP_WAIT, F_DONE };
 
+using namespace ab_emu_fiber;
+
 constexpr size_t STACK_BYTES = 256 * 1024;
 constexpr int MAX_THREADS = 1024;
 constexpr size_t DEFAULT_SMEM_LIMIT = 48 * 1024;
 constexpr size_t OPTIN_SMEM_LIMIT = 227 * 1024;
 
 struct fiber {
-    jmp_buf ctx;
+    ctx_buf ctx;
     ucontext_t uc;
     unsigned char *map = nullptr; /* guard page + stack */
+    void *asan_fake = nullptr;    /* AddressSanitizer's fake stack while switched out */
     bool started = false;
     int state = F_DONE;
 };
@@ -61,7 +64,10 @@ struct emu_state {
     /* fibers and the running block */
     fiber *fibers[MAX_THREADS] = {};
     int n_fibers = 0;
-    jmp_buf sched;
+    ctx_buf sched;
+    void *sched_asan_fake = nullptr;   /* the scheduler's fake stack while a fiber runs */
+    const void *sched_bottom = nullptr; /* the scheduler's stack (AddressSanitizer) */
+    size_t sched_size = 0;
     int cur = -1;     /* running fiber (thread index in the block), -1 outside kernels */
     int nthreads = 0; /* threads of the running block */
     void (*body)(void *) = nullptr;
@@ -163,10 +169,15 @@ size_t limit_bytes() {
 
 /* ---- fibers ---- */
 
-void yield_to_scheduler() {
+SWITCHES void yield_to_scheduler() {
     emu_state &s = S();
     fiber *f = s.fibers[s.cur];
-    if (!_setjmp(f->ctx)) _longjmp(s.sched, 1);
+    if (!CTX_SAVE(f->ctx)) {
+        asan_leaving(&f->asan_fake, s.sched_bottom, s.sched_size);
+        jump_to(s.sched);
+    }
+    /* resumed by switch_to, perhaps from another host thread's stack */
+    asan_arrived(f->asan_fake, &s.sched_bottom, &s.sched_size);
 }
 
 /* A thread that exits while others wait for it at a barrier: the barrier can never
@@ -183,6 +194,7 @@ void check_exit(int tid) {
 }
 
 void fiber_main() {
+    asan_arrived(nullptr, &S().sched_bottom, &S().sched_size); /* first entry, from setcontext */
     for (;;) {
         emu_state &s = S();
         s.body(s.body_ctx);
@@ -217,18 +229,20 @@ void set_thread_index(int tid) {
     threadIdx.z = (unsigned)tid / (blockDim.x * blockDim.y);
 }
 
-void switch_to(int tid) {
+SWITCHES void switch_to(int tid) {
     emu_state &s = S();
     fiber *f = s.fibers[tid];
     s.cur = tid;
     set_thread_index(tid);
-    if (!_setjmp(s.sched)) {
+    if (!CTX_SAVE(s.sched)) {
+        asan_leaving(&s.sched_asan_fake, f->uc.uc_stack.ss_sp, f->uc.uc_stack.ss_size);
         if (!f->started) {
             f->started = true;
             setcontext(&f->uc);
         }
-        _longjmp(f->ctx, 1);
+        jump_to(f->ctx);
     }
+    asan_arrived(s.sched_asan_fake, nullptr, nullptr);
 }
 
 void deadlock() {

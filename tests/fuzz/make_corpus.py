@@ -1,0 +1,256 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of the fuzz targets (tests/fuzz/corpus/TARGET/): a handful
+of small valid files of each format and a few near-valid ones (one field wrong).
+
+    python3 tests/fuzz/make_corpus.py [--attnbench build/attnbench]
+
+The files are committed; run this again when a format changes. Everything is made
+here from the formats' definitions, except the training checkpoints, which come from
+short runs of `attnbench train` (two steps of a tiny copy model: a transformer and an
+LSTM) and from the legacy fixture tests/fixtures/copy-legacy-step4.ckpt. Standard
+library only; the same files every time, but for the times the runs record in their
+checkpoints."""
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import zlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+OUT = os.path.join(HERE, "corpus")
+
+
+def put(target, name, data):
+    d = os.path.join(OUT, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+
+
+# ---- .npy (harness/npy.h: float32, int32, int64, little-endian, C order) ----
+
+def npy(descr, shape, payload, version=1, fortran=False):
+    hdr = "{'descr': '%s', 'fortran_order': %s, 'shape': %r, }" % (descr, fortran, tuple(shape))
+    pre = 10 if version == 1 else 12
+    pad = (64 - (pre + len(hdr) + 1) % 64) % 64
+    hdr = hdr + " " * pad + "\n"
+    if version == 1:
+        head = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr))
+    else:
+        head = b"\x93NUMPY" + bytes([version, 0]) + struct.pack("<I", len(hdr))
+    return head + hdr.encode() + payload
+
+
+def npy_corpus():
+    f32 = struct.pack("<6f", 0.5, -1.0, 2.0, 3.25, -0.0, 1e-3)
+    put("npy", "f32_2x3.npy", npy("<f4", (2, 3), f32))
+    put("npy", "i32_4.npy", npy("<i4", (4,), struct.pack("<4i", 1, -2, 3, 2**31 - 1)))
+    put("npy", "i64_scalar.npy", npy("<i8", (), struct.pack("<q", -5)))
+    put("npy", "f32_0x3.npy", npy("<f4", (0, 3), b""))
+    put("npy", "v2_f32_1x1x2.npy", npy("<f4", (1, 1, 2), struct.pack("<2f", 1, 2), version=2))
+    put("npy", "v3_i32_2.npy", npy("<i4", (2,), struct.pack("<2i", 7, 8), version=3))
+    # near-valid: refused
+    put("npy", "bad_fortran.npy", npy("<f4", (2, 3), f32, fortran=True))
+    put("npy", "bad_f8.npy", npy("<f8", (1,), struct.pack("<d", 1.0)))
+    put("npy", "bad_truncated.npy", npy("<f4", (2, 3), f32[:10]))
+    put("npy", "bad_trailing.npy", npy("<f4", (2, 3), f32 + b"\0"))
+
+
+# ---- JSON configs ----
+
+def config_corpus():
+    base = {"name": "x", "steps": 3, "model": {"d_model": 8, "heads": 2, "attention": {"variant": "linear"}},
+            "lengths": [1, 2]}
+    text = json.dumps(base)
+    put("config", "plain.json", text)
+    put("config", "with_sets", text + "\0steps=5\0model.d_model=16\0model.attention.variant=\"softmax\""
+        "\0lengths.1=3\0name=y")
+    put("config", "new_key", text + "\0\0model.extra={\"a\": [1, 2.5, true, null]}\0model.extra.a.0=2")
+    put("config", "bad_keys", text + "\0.=1\0model..x=1\0nosuch=1\0=2\0model")
+    put("config", "bad_top_level.json", "[1, 2, 3]")
+    put("config", "bad_syntax.json", '{"name": "x", "steps": }')
+    put("config", "duplicate_key.json", '{"name": "x", "name": "y"}')
+
+
+def copy_file(target, src, name=None):
+    with open(os.path.join(ROOT, src), "rb") as f:
+        put(target, name or os.path.basename(src), f.read())
+
+
+def bench_config_corpus():
+    for f in ("smoke.json", "figure1-cpu.json", "compare-torch.json"):
+        copy_file("bench_config", os.path.join("experiments", "sweep", f))
+    cfg = {"name": "tiny", "variants": [{"variant": "lsh", "label": "lsh-2", "set": {"rounds": 2, "bits": 4},
+                                         "modes": ["parallel"]},
+                                        {"variant": "polynomial", "set": {"c": 0.5}}],
+           "lengths": [8, 16], "heads": 1, "qk_dim": 4, "v_dim": 4, "causal": False,
+           "batch": {"rule": "scaled", "tokens": 64, "max": 4}, "warmup": 0, "repeats": 1,
+           "time_budget_s": 0.1, "memory_limit_gib": 0.5, "seed": 3,
+           "recurrent": {"contexts": [0, 4], "steps": 2, "batch": 1}, "gemm": {"size": 0, "repeats": 1}}
+    put("bench_config", "tiny.json", json.dumps(cfg))
+    bad = dict(cfg, name="../x")
+    put("bench_config", "bad_name.json", json.dumps(bad))
+    bad = dict(cfg, variants=[{"variant": "linear", "set": {"feature_map": "nope"}}])
+    put("bench_config", "bad_option.json", json.dumps(bad))
+
+
+def train_configs():
+    copy = json.load(open(os.path.join(ROOT, "experiments", "copy", "smoke.json")))
+    tiny = dict(copy, name="tiny", steps=2, batch=2, eval_every=1, eval_batches=1, checkpoint_every=1, log_every=1)
+    tiny["task"] = {"name": "copy", "max_symbols": 3, "symbols": 3}
+    tiny["model"] = {"d_model": 8, "heads": 2, "layers": 1, "d_ff": 8, "dropout": 0.0,
+                     "attention": {"variant": "linear"}}
+    lstm = dict(tiny, name="tiny-lstm")
+    lstm["model"] = {"body": "lstm", "d_model": 4, "layers": 1, "hidden": 4, "bidirectional": False}
+    return copy, tiny, lstm
+
+
+def train_config_corpus():
+    copy, tiny, lstm = train_configs()
+    for f in ("smoke.json", "copy-cpu-lsh-1.json", "copy-cpu-softmax.json"):
+        copy_file("train_config", os.path.join("experiments", "copy", f))
+    put("train_config", "tiny.json", json.dumps(tiny))
+    put("train_config", "tiny_lstm.json", json.dumps(lstm))
+    # dataset tasks: their data is not there when fuzzing (refused after the options)
+    seq = dict(tiny, name="seq", task={"name": "sequences", "path": "seq"}, epochs=2, eval_split="valid",
+               test_split="test")
+    del seq["eval_batches"], seq["steps"]
+    put("train_config", "sequences.json", json.dumps(seq))
+    img = dict(seq, name="img", task={"name": "images", "dataset": "mnist", "path": "mnist", "valid_rows": 4})
+    put("train_config", "images.json", json.dumps(img))
+    put("train_config", "bad_step_key.json", json.dumps(dict(tiny, epochs=2)))
+    put("train_config", "bad_model.json", json.dumps(dict(tiny, model={"d_model": 9, "heads": 2})))
+
+
+# ---- checkpoints (harness/checkpoint.h, version 1) ----
+
+ALIGN = 64
+
+
+def align(x):
+    return (x + ALIGN - 1) // ALIGN * ALIGN
+
+
+def container(blobs, capacity=None):
+    """A checkpoint holding `blobs` [(name, bytes)], as the writer lays it out."""
+    cap = len(blobs) if capacity is None else capacity
+    data_off = align(64 + 64 * cap)
+    table = b""
+    body = b""
+    end = data_off
+    for name, data in blobs:
+        off = align(end)
+        body += b"\0" * (off - end) + data
+        end = off + len(data)
+        table += name.encode().ljust(40, b"\0") + struct.pack("<QQII", off, len(data), zlib.crc32(data), 0)
+    table += b"\0" * (64 * cap - len(table))
+    table += b"\0" * (data_off - 64 - len(table))
+    head = bytearray(b"\x89ABK\r\n\x1a\n" + struct.pack("<IIIIIIII", 1, 0x01020304, 64, 64, len(blobs), cap, ALIGN, 0)
+                     + struct.pack("<QQII", data_off, end, zlib.crc32(table[:64 * cap]), 0))
+    struct.pack_into("<I", head, 36, zlib.crc32(bytes(head)))
+    return bytes(head) + table + body
+
+
+def read_container(data):
+    count, cap = struct.unpack_from("<II", data, 24)
+    blobs = []
+    for i in range(count):
+        t = 64 + 64 * i
+        name = data[t:t + 40].rstrip(b"\0").decode()
+        off, n = struct.unpack_from("<QQ", data, t + 40)
+        blobs.append((name, data[off:off + n]))
+    return blobs
+
+
+def sections(blobs):
+    """fuzz_train_checkpoint's input: "\\0@@NAME\\n" then the bytes, per blob."""
+    return b"".join(b"\0@@" + name.encode() + b"\n" + data for name, data in blobs)
+
+
+def checkpoint_corpora(attnbench):
+    _, tiny, lstm = train_configs()
+    ckpts = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for cfg in (tiny, lstm):
+            path = os.path.join(tmp, cfg["name"] + ".json")
+            with open(path, "w") as f:
+                json.dump(cfg, f)
+            out = os.path.join(tmp, cfg["name"])
+            subprocess.run([attnbench, "--threads", "1", "train", path, "--out", out, "--quiet"], check=True,
+                           stdout=subprocess.DEVNULL)
+            with open(os.path.join(out, "checkpoint.bin"), "rb") as f:
+                ckpts[cfg["name"]] = f.read()
+    with open(os.path.join(ROOT, "tests", "fixtures", "copy-legacy-step4.ckpt"), "rb") as f:
+        ckpts["legacy-v1"] = f.read()
+
+    for name, data in ckpts.items():
+        put("checkpoint", name + ".ckpt", data)
+        put("train_checkpoint", name, sections(read_container(data)))
+    # small containers of every shape the writer makes, and near-valid ones
+    put("checkpoint", "empty.ckpt", container([]))
+    put("checkpoint", "one_blob.ckpt", container([("config", b'{"a": 1}')]))
+    put("checkpoint", "spare_slots.ckpt", container([("a", b"x" * 3), ("b", b""), ("c", b"yz")], capacity=5))
+    bad = bytearray(container([("a", b"x" * 3), ("b", b"y")]))
+    bad[-1] ^= 1  # a blob's CRC no longer matches
+    put("checkpoint", "bad_crc.ckpt", bytes(bad))
+    put("checkpoint", "bad_truncated.ckpt", container([("a", b"x" * 100)])[:-7])
+    # training checkpoints with one blob missing or odd
+    blobs = read_container(ckpts["tiny"])
+    put("train_checkpoint", "no_state", sections([b for b in blobs if b[0] != "state"]))
+    put("train_checkpoint", "short_params", sections([(n, d[:-4] if n == "params" else d) for n, d in blobs]))
+
+
+# ---- images (experiments/images/image_data.h) ----
+
+def idx(dims, payload):
+    return bytes([0, 0, 8, len(dims)]) + b"".join(struct.pack(">I", d) for d in dims) + payload
+
+
+def images_corpora():
+    pix = bytes(range(18))
+    put("idx", "images_2x3x3.idx", idx((2, 3, 3), pix))
+    put("idx", "labels_2.idx", idx((2,), b"\x03\x09"))
+    put("idx", "images_2x3x3.idx.gz", gzip.compress(idx((2, 3, 3), pix), mtime=0))
+    put("idx", "labels_2.idx.gz", gzip.compress(idx((2,), b"\x00\x01"), mtime=0))
+    put("idx", "bad_label_10.idx", idx((2,), b"\x01\x0a"))
+    put("idx", "bad_type_int.idx", bytes([0, 0, 0x0C, 1]) + struct.pack(">I", 1) + b"\0\0\0\1")
+    put("idx", "bad_truncated.idx", idx((2, 3, 3), pix[:-1]))
+    put("idx", "bad_gz_truncated.idx.gz", gzip.compress(idx((2, 3, 3), pix), mtime=0)[:-6])
+
+    def record(label, seed):
+        return bytes([label]) + bytes((seed * 7 + i) % 256 for i in range(3072))
+    put("cifar", "one.bin", record(3, 1))
+    put("cifar", "two.bin", record(0, 2) + record(9, 3))
+    put("cifar", "bad_label.bin", record(10, 4))
+    put("cifar", "bad_truncated.bin", record(1, 5)[:-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--attnbench", default=os.path.join(ROOT, "build", "attnbench"),
+                    help="the attnbench binary that writes the training checkpoints (default build/attnbench)")
+    args = ap.parse_args()
+    if not os.access(args.attnbench, os.X_OK):
+        sys.exit("make_corpus: %s is not an executable (build first: harness/scripts/build.sh)" % args.attnbench)
+    shutil.rmtree(OUT, ignore_errors=True)
+    npy_corpus()
+    config_corpus()
+    bench_config_corpus()
+    train_config_corpus()
+    checkpoint_corpora(args.attnbench)
+    images_corpora()
+    for t in sorted(os.listdir(OUT)):
+        files = os.listdir(os.path.join(OUT, t))
+        size = sum(os.path.getsize(os.path.join(OUT, t, f)) for f in files)
+        print("%-16s %2d files, %6d bytes" % (t, len(files), size))
+
+
+if __name__ == "__main__":
+    main()
