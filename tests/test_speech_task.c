@@ -479,3 +479,47 @@ Test(speech_task, resume_on_changed_data_and_bad_decodes_are_refused) {
     st = run("train", "--resume", "--out", P("a"), "--set", "steps=4");
     tp_usage_error(st, g_err, "changed audio", TP_ARGV("task.crc32.test", "changed", NULL));
 }
+
+/* ---- the experiment's configs ---- */
+
+/* Every config of experiments/speech/ trains a step on the corpus here: the CPU-scale
+ * ones with their task pointed at it, the paper's WSJ ones with their split
+ * directories, lexicon, dropped symbols and cache pointed at it (a lexicon mapping
+ * each phone to itself as a word, and WSJ's silence and noise symbols). The models,
+ * optimisers and schedules are the configs' own. */
+Test(speech_task, the_experiment_configs_train_a_step) {
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s", corpus("c"));
+    put(P("c/lexicon.txt"), "a a\nb b\nc c\nd d\n!SIL SIL\n<SPOKEN_NOISE> SPN\n<NOISE> NSN\n");
+    static const char *const cpu[] = {"bilstm", "softmax", "lsh-4", "linear", "polynomial"};
+    static const char *const wsj[] = {"bilstm", "softmax", "lsh-4", "linear"};
+    char cfg[1200], set1[1500], set2[1500], set3[1500];
+    for (int i = 0; i < 9; i++) {
+        const bool paper = i >= 5;
+        snprintf(cfg, sizeof cfg, "%s/experiments/speech/%s-%s.json", ATTNBENCH_SOURCE_DIR, paper ? "wsj" : "speech-cpu",
+                 paper ? wsj[i - 5] : cpu[i]);
+        if (paper) {
+            snprintf(set1, sizeof set1, "task.dirs={\"train\": \"%s/train\", \"valid\": \"%s/valid\", \"test\": \"%s/test\"}",
+                     dir, dir, dir);
+            snprintf(set2, sizeof set2, "task.features={\"lexicon\": \"%s/lexicon.txt\", \"drop\": \"SIL,SPN,NSN\"}", dir);
+            snprintf(set3, sizeof set3, "task.cache=%s/wsj-cache", dir);
+        } else {
+            snprintf(set1, sizeof set1, "task.path=%s", dir);
+            snprintf(set2, sizeof set2, "task.cache=%s/cache", dir);
+            snprintf(set3, sizeof set3, "batch=2");
+        }
+        const char *out = P("cfg%d", i);
+        int st = run("train", cfg, "--out", out, "--quiet", "--set", set1, "--set", set2, "--set", set3, "--set",
+                     "steps=1", "--set", "eval_rows=1", "--set", "test_split=\"\"");
+        cr_expect_eq(st, 0, "%s: %s", cfg, g_err);
+        if (st) continue;
+        char path[1200];
+        snprintf(path, sizeof path, "%s/train.json", out);
+        json_t *doc = load(path);
+        json_t *task = json_object_get(json_object_get(doc, "config"), "task");
+        cr_expect_eq(json_integer_value(json_object_get(json_object_get(task, "rows"), "train")), 12, "%s", cfg);
+        if (paper) /* words through the lexicon: its phones, less the dropped ones */
+            cr_expect(json_is_string(json_object_get(json_object_get(task, "features"), "lexicon")), "%s", cfg);
+        json_decref(doc);
+    }
+}
