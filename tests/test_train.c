@@ -462,7 +462,9 @@ static void restore_case(const char *variant) {
     for (int s = 0; s < 8; s++) cr_assert_eq(trainer_step(a, &info), 0, "%s", ab_error());
     for (int s = 0; s < 3; s++) cr_assert_eq(trainer_step(b, &info), 0, "%s", ab_error());
     b->step_s = 1.25;
-    cr_assert_eq(trainer_save(b, path, 7.5), 0, "%s", ab_error());
+    b->step_cpu_s = 1.5;
+    cr_assert_eq(b->positions, 3.0 * (double)b->batch.B * b->batch.N, "3 steps of B x N positions");
+    cr_assert_eq(trainer_save(b, path, 7.5, 6.25), 0, "%s", ab_error());
     trainer_destroy(b);
     /* a fresh trainer from the same config continues from the file */
     trainer *c = make_trainer(variant, 0.0);
@@ -477,6 +479,9 @@ static void restore_case(const char *variant) {
     cr_assert_eq(c->step, 3);
     cr_assert_eq(c->elapsed_s, 7.5);
     cr_assert_eq(c->step_s, 1.25);
+    cr_assert_eq(c->cpu_s, 6.25);
+    cr_assert_eq(c->step_cpu_s, 1.5);
+    cr_assert_eq(c->positions, 3.0 * (double)c->batch.B * c->batch.N);
     for (int s = 0; s < 5; s++) cr_assert_eq(trainer_step(c, &info), 0, "%s", ab_error());
     size_t np = tf_param_count(a->model);
     cr_assert(memcmp(tf_params(a->model), tf_params(c->model), sizeof(float) * np) == 0,
@@ -499,7 +504,7 @@ Test(train_restore, refuses_other_model) {
     char path[600];
     scratch(path, sizeof path, "other.bin");
     trainer *a = make_trainer("linear", 0.0);
-    cr_assert_eq(trainer_save(a, path, 0), 0, "%s", ab_error());
+    cr_assert_eq(trainer_save(a, path, 0, 0), 0, "%s", ab_error());
     /* a model of another size: the parameter count differs */
     json_t *j = parse_json("{\"name\": \"x\", \"task\": {\"name\": \"copy\", \"max_symbols\": 3, \"symbols\": 3},"
                            " \"model\": {\"d_model\": 16, \"heads\": 2, \"attention\": {\"variant\": \"linear\"}},"
@@ -662,7 +667,7 @@ Test(train_restore, check_model_before_allocating) {
     char path[600];
     scratch(path, sizeof path, "edited.bin");
     trainer *a = make_trainer("linear", 0.0);
-    cr_assert_eq(trainer_save(a, path, 0), 0, "%s", ab_error());
+    cr_assert_eq(trainer_save(a, path, 0, 0), 0, "%s", ab_error());
     ab_ckpt_reader *r;
     json_t *cfg;
     cr_assert_eq(train_ckpt_open(path, &r, &cfg), 0, "%s", ab_error());

@@ -174,19 +174,25 @@ Test(train_cli, smoke_run_is_complete_and_learns) {
     /* records: train every 5 steps, eval at 0, 20, ..., 100 */
     size_t i, n_train = 0, n_eval = 0;
     json_t *r;
+    double prev_cpu = 0;
     json_array_foreach(json_object_get(doc, "records"), i, r) {
         const char *k = json_string_value(json_object_get(r, "kind"));
         long long s = json_integer_value(json_object_get(r, "step"));
         if (strcmp(k, "train") == 0) {
             cr_expect_eq(s, 5 * (long long)(++n_train));
-            const char *f[] = {"loss", "loss_last", "lr", "grad_norm", "tokens_per_s", "elapsed_s"};
-            for (int j = 0; j < 6; j++)
+            const char *f[] = {"loss", "loss_last", "lr", "grad_norm", "tokens_per_s", "elapsed_s", "cpu_s"};
+            for (int j = 0; j < 7; j++)
                 cr_expect(json_is_number(json_object_get(r, f[j])), "train record at %lld: %s", s, f[j]);
         } else {
             cr_expect_str_eq(k, "eval");
             cr_expect_eq(s, 20 * (long long)(n_eval++));
             cr_expect(json_is_number(json_object_get(r, "eval_accuracy")));
         }
+        /* the process CPU time since training began: a clock, so never going back */
+        double cpu = json_number_value(json_object_get(r, "cpu_s"));
+        cr_expect(json_is_number(json_object_get(r, "cpu_s")) && cpu >= prev_cpu, "record %zu: cpu_s %g after %g", i,
+                  cpu, prev_cpu);
+        prev_cpu = cpu;
     }
     cr_expect_eq(n_train, 20);
     cr_expect_eq(n_eval, 6);
@@ -202,6 +208,12 @@ Test(train_cli, smoke_run_is_complete_and_learns) {
     cr_expect_eq(json_integer_value(json_object_get(sum, "steps_done")), 100);
     cr_expect_eq(json_real_value(json_object_get(sum, "final_eval_loss")), last);
     cr_expect_gt(json_integer_value(json_object_get(sum, "peak_bytes")), 0);
+    /* CPU time: the steps' share of the training's, both positive; the total at the end
+     * no less than the last record's (a clock) */
+    double cpu = json_number_value(json_object_get(sum, "cpu_s")), step_cpu = json_number_value(json_object_get(sum, "step_cpu_s"));
+    cr_expect(step_cpu > 0 && step_cpu <= cpu && cpu >= prev_cpu, "summary cpu_s %g, step_cpu_s %g", cpu, step_cpu);
+    cr_expect_eq(json_number_value(json_object_get(sum, "positions")), 100.0 * 16 * 8,
+                 "positions: 100 steps of 16 rows of N = 2 x 4 (the copy of up to 4 symbols)");
     /* TSV: a header and one row per record */
     char *tsv = tp_slurp(P("run/train.tsv"), NULL);
     cr_assert_not_null(tsv);
@@ -253,6 +265,15 @@ Test(train_cli, resume_equals_uninterrupted_run) {
             cr_expect(json_equal(json_object_get(x, fields[f]), json_object_get(y, fields[f])) ||
                           (!json_object_get(x, fields[f]) && !json_object_get(y, fields[f])),
                       "record %zu: %s differs", i, fields[f]);
+    }
+    /* the CPU time carries over the resume: the resumed process's records go on from the
+     * checkpoint's, never below the first process's */
+    double prev = 0;
+    for (size_t i = 0; i < json_array_size(rb); i++) {
+        json_t *c = json_object_get(json_array_get(rb, i), "cpu_s");
+        cr_expect(json_is_number(c) && json_number_value(c) >= prev, "record %zu: cpu_s %g after %g", i,
+                  json_number_value(c), prev);
+        prev = json_number_value(c);
     }
     cr_expect_eq(json_array_size(json_object_get(db, "resumes")), 1);
     cr_expect_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(db, "resumes"), 0), "time")) ? "x" : "",

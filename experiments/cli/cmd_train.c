@@ -63,8 +63,8 @@ static const char TRAIN_USAGE[] =
     "a terminal; otherwise one line per log point (--quiet: none).\n";
 
 /* The TSV's columns: these, then eval_NAME for each of the task's metrics. */
-static const char *const TSV_BASE[] = {"kind", "step",         "loss",      "loss_last", "lr",
-                                       "grad_norm", "tokens_per_s", "elapsed_s", "eval_loss"};
+static const char *const TSV_BASE[] = {"kind",         "step",      "loss",  "loss_last", "lr",       "grad_norm",
+                                       "tokens_per_s", "elapsed_s", "cpu_s", "eval_loss"};
 #define N_TSV_BASE ((int)(sizeof TSV_BASE / sizeof *TSV_BASE))
 
 static bool file_exists(const char *p) {
@@ -91,9 +91,10 @@ typedef struct {
     char ckpt_path[4200];
     long long ckpt_step;     /* step of the checkpoint on disk (-1: none) */
     uint64_t t0_ns;          /* this process's start of training */
+    uint64_t t0_cpu_ns;      /* the process's CPU time then (ab_cpu_ns) */
     /* the steps of the current log interval run by this process */
     long long int_steps;
-    double int_time_s;
+    double int_time_s, int_positions;
     train_step_info last;
     train_eval_info last_eval, test;
     bool have_eval, have_test;
@@ -102,12 +103,18 @@ typedef struct {
 } run_state;
 
 static double elapsed(const run_state *s) { return s->t->elapsed_s + (double)(ab_now_ns() - s->t0_ns) * 1e-9; }
+/* The run's CPU time so far: earlier processes' (NaN when a checkpoint of an earlier
+ * release did not record it) and this process's since training began (loading the
+ * data and building the model are left out, as they are from elapsed). */
+static double cpu_elapsed(const run_state *s) {
+    return s->t->cpu_s + (double)(ab_cpu_ns() - s->t0_cpu_ns) * 1e-9;
+}
 
 static void die_run(run_state *s, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 static int save_checkpoint(run_state *s) {
     if (s->ckpt_step == s->t->step) return 0;
-    int rc = trainer_save(s->t, s->ckpt_path, elapsed(s));
+    int rc = trainer_save(s->t, s->ckpt_path, elapsed(s), cpu_elapsed(s));
     if (!rc) s->ckpt_step = s->t->step;
     return rc;
 }
@@ -132,10 +139,12 @@ static json_t *summary_json(run_state *s) {
     double mean, sd;
     window_stats(t, w, &mean, &sd);
     double el = elapsed(s);
-    double positions = (double)t->step * (double)t->batch.B * (double)t->batch.N;
     const train_task *task = t->cfg.task;
     char key[96];
     json_object_set_new(o, "steps_done", json_integer(t->step));
+    if (task_is_dataset(task)) /* passes over the training split */
+        json_object_set_new(o, "epochs_done", ab_json_num((double)t->step * (double)t->cfg.batch /
+                                                          (double)task->split_rows[t->train_split]));
     json_object_set_new(o, "final_eval_loss", s->have_eval ? ab_json_num(s->last_eval.loss) : json_null());
     for (int i = 0; i < task->n_metrics; i++) {
         snprintf(key, sizeof key, "final_eval_%s", task->metrics[i].name);
@@ -156,7 +165,12 @@ static json_t *summary_json(run_state *s) {
     json_object_set_new(o, "final_train_loss_rel_std", ab_json_num(sd / mean));
     json_object_set_new(o, "wall_s", ab_json_num(el));
     json_object_set_new(o, "step_s", ab_json_num(s->t->step_s));
-    json_object_set_new(o, "train_tokens_per_s", ab_json_num(s->t->step_s > 0 ? positions / s->t->step_s : NAN));
+    /* CPU time (all threads of the process) beside the wall time: on a shared machine
+     * it is what the run cost; at one thread, about its wall time on an idle core */
+    json_object_set_new(o, "cpu_s", ab_json_num(cpu_elapsed(s)));
+    json_object_set_new(o, "step_cpu_s", ab_json_num(s->t->step_cpu_s));
+    json_object_set_new(o, "positions", ab_json_num(t->positions));
+    json_object_set_new(o, "train_tokens_per_s", ab_json_num(s->t->step_s > 0 ? t->positions / s->t->step_s : NAN));
     json_object_set_new(o, "peak_bytes", json_integer((json_int_t)ab_mem_peak(AB_DEV_CPU)));
     json_object_set_new(o, "peak_rss_bytes", json_integer((json_int_t)ab_process_peak_rss()));
     json_object_set_new(o, "params", json_integer((json_int_t)tf_param_count(t->model)));
@@ -235,6 +249,7 @@ static void do_eval(run_state *s, bool test, bool plateau) {
         json_object_set_new(r, key, json_integer(e.rows));
     }
     json_object_set_new(r, "elapsed_s", ab_json_num(elapsed(s)));
+    json_object_set_new(r, "cpu_s", ab_json_num(cpu_elapsed(s)));
     bool reduced = false;
     ab_optim_plateau_state ps;
     if (plateau) {
@@ -266,7 +281,7 @@ static void do_log(run_state *s) {
     for (long long i = prev; i < t->step; i++) sum += t->losses[i];
     double mean = sum / (double)(t->step - prev);
     json_t *r = json_object();
-    double tps = s->int_time_s > 0 ? (double)s->int_steps * t->batch.B * t->batch.N / s->int_time_s : NAN;
+    double tps = s->int_time_s > 0 ? s->int_positions / s->int_time_s : NAN;
     json_object_set_new(r, "kind", json_string("train"));
     json_object_set_new(r, "step", json_integer(t->step));
     json_object_set_new(r, "loss", ab_json_num(mean));
@@ -285,11 +300,12 @@ static void do_log(run_state *s) {
     json_object_set_new(r, "grad_norm", s->int_steps ? ab_json_num(s->last.grad_norm) : json_null());
     json_object_set_new(r, "tokens_per_s", ab_json_num(tps));
     json_object_set_new(r, "elapsed_s", ab_json_num(elapsed(s)));
+    json_object_set_new(r, "cpu_s", ab_json_num(cpu_elapsed(s)));
     json_array_append_new(ab_run_records(s->run), r);
     log_line(s, "train: step %lld/%lld loss %.6g lr %.3g grad_norm %.3g %.0f tokens/s\n", t->step, t->cfg.steps, mean,
              s->last.lr, s->last.grad_norm, tps);
     s->int_steps = 0;
-    s->int_time_s = 0;
+    s->int_time_s = s->int_positions = 0;
 }
 
 /* Copies the records of an earlier document at DIR/train.json with step <= `upto`
@@ -513,6 +529,7 @@ int cmd_train(int argc, char **argv, const char *command_line) {
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     s.t0_ns = ab_now_ns();
+    s.t0_cpu_ns = ab_cpu_ns();
     const train_config *c = &t->cfg;
     if (!quiet && !resume) {
         char body[128];
@@ -528,7 +545,7 @@ int cmd_train(int argc, char **argv, const char *command_line) {
         if (save_doc(&s)) die_run(&s, AB_EXIT_FAILURE, "%s", ab_error());
     }
     while (t->step < c->steps && !g_stop) {
-        uint64_t t1 = ab_now_ns();
+        uint64_t t1 = ab_now_ns(), c1 = ab_cpu_ns();
         train_step_info info;
         rc = trainer_step(t, &info);
         if (rc) {
@@ -545,8 +562,10 @@ int cmd_train(int argc, char **argv, const char *command_line) {
         }
         double dt = (double)(ab_now_ns() - t1) * 1e-9;
         t->step_s += dt;
+        t->step_cpu_s += (double)(ab_cpu_ns() - c1) * 1e-9;
         s.int_steps++;
         s.int_time_s += dt;
+        s.int_positions += (double)t->batch.rows * (double)t->batch.N;
         s.last = info;
         json_array_append_new(s.step_loss, ab_json_num(info.loss));
         bool last = t->step == c->steps;

@@ -12,5 +12,6 @@ int cmd_bench(int argc, char **argv, const char *command_line);
 int cmd_train(int argc, char **argv, const char *command_line);
 int cmd_generate(int argc, char **argv, const char *command_line);
 int cmd_sample(int argc, char **argv, const char *command_line);
+int cmd_decode(int argc, char **argv, const char *command_line);
 
 #endif

@@ -20,6 +20,8 @@ static const char USAGE[] =
     "  train CONFIG.json    train a model (e.g. the copy task, experiments/copy/) -> results/NAME/\n"
     "  generate CHECKPOINT  greedy generation from a training checkpoint: accuracy and tokens/s\n"
     "  sample CHECKPOINT    ancestral sampling (or completion) of images or rows: images/s\n"
+    "  decode CHECKPOINT    best-path decoding of a CTC model (speech) on rows of a split,\n"
+    "                       against their references, with the phone error rate\n"
     "  features DATA_DIR    load a Kaldi data directory (log-mel features, CMVN, phone\n"
     "                       targets) as the speech task will, and print a summary\n"
     "Run `attnbench COMMAND --help` for a command's arguments.\n"
@@ -44,7 +46,7 @@ static int run_command(const char *cmd, int argc, char **argv, int sub_argc, cha
     if (strcmp(cmd, "plot") == 0) return cmd_plot(sub_argc, sub_argv);
     if (strcmp(cmd, "features") == 0) return cmd_features(sub_argc, sub_argv);
     if (strcmp(cmd, "bench") == 0 || strcmp(cmd, "train") == 0 || strcmp(cmd, "generate") == 0 ||
-        strcmp(cmd, "sample") == 0) {
+        strcmp(cmd, "sample") == 0 || strcmp(cmd, "decode") == 0) {
         /* The command line, recorded in the result so it can be rerun. */
         size_t n = 1;
         for (int j = 0; j < argc; j++) n += strlen(argv[j]) + 1;
@@ -58,6 +60,7 @@ static int run_command(const char *cmd, int argc, char **argv, int sub_argc, cha
         int rc = strcmp(cmd, "bench") == 0   ? cmd_bench(sub_argc, sub_argv, line)
                  : strcmp(cmd, "train") == 0 ? cmd_train(sub_argc, sub_argv, line)
                  : strcmp(cmd, "sample") == 0 ? cmd_sample(sub_argc, sub_argv, line)
+                 : strcmp(cmd, "decode") == 0 ? cmd_decode(sub_argc, sub_argv, line)
                                              : cmd_generate(sub_argc, sub_argv, line);
         free(line);
         return rc;
@@ -66,7 +69,7 @@ static int run_command(const char *cmd, int argc, char **argv, int sub_argc, cha
         fputs(USAGE, stdout);
         return 0;
     }
-    cli_die(AB_EXIT_USAGE, "unknown command '%s' (commands: list, op, inputs, bench, plot, train, generate, sample, features; see attnbench --help)", cmd);
+    cli_die(AB_EXIT_USAGE, "unknown command '%s' (commands: list, op, inputs, bench, plot, train, generate, sample, decode, features; see attnbench --help)", cmd);
 }
 
 int main(int argc, char **argv) {

@@ -9,13 +9,15 @@
 #include "images_task.h"
 #include "memory.h"
 #include "sequences_task.h"
+#include "speech_task.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 /* The one list of tasks: a new task is its own files plus one line here. */
-static const task_kind *const KINDS[] = {&copy_task_kind, &sequences_task_kind, &frames_task_kind, &images_task_kind};
+static const task_kind *const KINDS[] = {&copy_task_kind,   &sequences_task_kind, &frames_task_kind,
+                                         &images_task_kind, &speech_task_kind};
 #define N_KINDS ((int)(sizeof KINDS / sizeof *KINDS))
 
 const task_kind *task_kind_at(int i) { return i >= 0 && i < N_KINDS ? KINDS[i] : NULL; }
@@ -153,6 +155,7 @@ void task_batch_free(task_batch *b) {
 }
 
 void task_batch_fill(const train_task *t, uint64_t run_seed, uint64_t stream, uint64_t index, task_batch *b) {
+    b->N = t->seq_len;
     size_t N = (size_t)b->N, F = (size_t)b->F;
     for (int r = 0; r < b->B; r++) {
         ab_rng rng = task_row_rng(run_seed, stream, index, (uint64_t)r);
@@ -162,14 +165,31 @@ void task_batch_fill(const train_task *t, uint64_t run_seed, uint64_t stream, ui
     b->rows = b->B;
 }
 
+/* pad_to_longest: rows 0..rows-1, filled at stride N, packed at stride M < N (row r
+ * moves down from r N to r M: in place, in increasing r). */
+static void pack_rows(task_batch *b, int M) {
+    const size_t N = (size_t)b->N, F = (size_t)b->F, m = (size_t)M;
+    for (int r = 1; r < b->rows; r++) {
+        if (b->frames) memmove(b->frames + r * m * F, b->frames + r * N * F, sizeof(float) * m * F);
+        if (b->tokens) memmove(b->tokens + r * m, b->tokens + r * N, sizeof(int) * m);
+        memmove(b->targets + r * m, b->targets + r * N, sizeof(int) * m);
+        memmove(b->weights + r * m, b->weights + r * N, sizeof(float) * m);
+    }
+    b->N = M;
+}
+
 void task_batch_fill_rows(const train_task *t, int split, const long long *indices, int rows, task_batch *b) {
+    b->N = t->seq_len;
     size_t N = (size_t)b->N, F = (size_t)b->F;
+    int longest = 1;
     for (int r = 0; r < rows; r++) {
         t->fill(t, split, indices[r], b->tokens ? b->tokens + r * N : NULL, b->frames ? b->frames + r * N * F : NULL,
                 b->targets + r * N, b->weights + r * N, &b->lengths[r]);
         if (b->labels) t->fill_labels(t, split, indices[r], b->labels + (size_t)r * b->S, &b->label_counts[r]);
+        if (b->lengths[r] > longest) longest = b->lengths[r];
     }
     b->rows = rows;
+    if (t->pad_to_longest && longest < b->N) pack_rows(b, longest);
 }
 
 int task_outputs(const train_task *t) {

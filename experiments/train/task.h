@@ -80,7 +80,7 @@ typedef struct train_task train_task;
  * labels (B S) and label_counts (B), and `work` (N + S + 1 ints) of scratch for the
  * metrics (decoding and edit distances); else the three are NULL and S is 0. */
 typedef struct {
-    int B, N, F, S, rows;
+    int B, N, F, S, rows; /* N: the batch's positions per row (the task's seq_len, or less: pad_to_longest) */
     int *tokens;
     float *frames;
     int *targets, *lengths;
@@ -157,6 +157,17 @@ struct train_task {
      * ctc_min_frames: the task checks its data when it loads it). Pure function of its
      * arguments, like fill. */
     void (*fill_labels)(const train_task *t, int split, long long index, int *labels, int *count);
+    /* Dataset tasks: a batch of rows is cut to its longest row (task_batch_fill_rows
+     * sets the batch's N to the largest of its lengths and packs the rows at that
+     * stride), so the model runs over that many positions, not the task's seq_len: a
+     * batch of short utterances costs what its longest one needs. The rows' valid
+     * positions are the same either way; the arithmetic of position-wise layers is too,
+     * but matrix products over another N may round differently. */
+    bool pad_to_longest;
+    /* Optional, for reports (attnbench decode): a row's name (e.g. its utterance id)
+     * and a label's (e.g. its phone); NULL: rows and labels are shown by number. */
+    const char *(*row_name)(const train_task *t, int split, long long index);
+    const char *(*label_name)(const train_task *t, int label);
     /* generation (max_prompt 0: the task does not generate) */
     int max_prompt, max_gen;
     /* A generation prompt from the cursor: prompt (P tokens, P <= max_prompt) and the
@@ -212,7 +223,9 @@ int task_batch_alloc(const train_task *t, int B, task_batch *b);
 void task_batch_free(task_batch *b);
 /* Generator: fills rows 0..B-1 of batch `index` of `stream`. */
 void task_batch_fill(const train_task *t, uint64_t run_seed, uint64_t stream, uint64_t index, task_batch *b);
-/* Dataset: fills the batch with rows `indices[0..rows-1]` of split `split`. */
+/* Dataset: fills the batch with rows `indices[0..rows-1]` of split `split`, at the
+ * task's N; with pad_to_longest, then cut to N = the largest of the rows' lengths (at
+ * least 1): tokens or frames, targets and weights packed at that stride. */
 void task_batch_fill_rows(const train_task *t, int split, const long long *indices, int rows, task_batch *b);
 
 /* The head's outputs per position, the width of the logits: classes (categorical),

@@ -36,7 +36,7 @@ static int read_params(const ab_ckpt_reader *r, tf_model *m, float *host) {
     return rc ? rc : tf_params_upload(m, host);
 }
 
-int trainer_save(trainer *t, const char *path, double elapsed_s) {
+int trainer_save(trainer *t, const char *path, double elapsed_s, double cpu_s) {
     const float *params = host_params(t->model, t->host_params);
     if (!params) return AB_EDEVICE;
     ab_ckpt_writer *w;
@@ -51,6 +51,10 @@ int trainer_save(trainer *t, const char *path, double elapsed_s) {
     json_object_set_new(st, "seed", json_string(seed));
     json_object_set_new(st, "elapsed_s", json_real(elapsed_s));
     json_object_set_new(st, "step_s", json_real(t->step_s));
+    /* unknown CPU times (a run begun by an earlier release) stay unknown: null */
+    json_object_set_new(st, "cpu_s", isfinite(cpu_s) ? json_real(cpu_s) : json_null());
+    json_object_set_new(st, "step_cpu_s", isfinite(t->step_cpu_s) ? json_real(t->step_cpu_s) : json_null());
+    json_object_set_new(st, "positions", json_real(t->positions));
     json_object_set_new(st, "threads", json_integer(ab_threads()));
     ab_ckpt_add(w, "format", TRAIN_CKPT_FORMAT, strlen(TRAIN_CKPT_FORMAT));
     ab_ckpt_add_json(w, AB_CKPT_CONFIG, t->cfg.canon);
@@ -121,6 +125,8 @@ static int get_state_v1(const ab_ckpt_reader *r, train_ckpt_state *st) {
     memcpy(&st->elapsed_s, &elapsed, 8);
     memcpy(&st->step_s, &step_s, 8);
     st->threads = (int)threads;
+    st->cpu_s = st->step_cpu_s = NAN;
+    st->positions = -1;
     return 0;
 }
 
@@ -149,6 +155,17 @@ int train_ckpt_get_state(const ab_ckpt_reader *r, train_ckpt_state *st) {
                      ab_ckpt_path(r), STATE_BLOB);
     if (!rc) rc = state_num(o, "elapsed_s", r, &st->elapsed_s);
     if (!rc) rc = state_num(o, "step_s", r, &st->step_s);
+    /* added later: absent in older checkpoints, null when unknown */
+    json_t *cpu = json_object_get(o, "cpu_s"), *scpu = json_object_get(o, "step_cpu_s"),
+           *pos = json_object_get(o, "positions");
+    st->cpu_s = json_is_number(cpu) ? json_number_value(cpu) : NAN;
+    st->step_cpu_s = json_is_number(scpu) ? json_number_value(scpu) : NAN;
+    st->positions = json_is_number(pos) && json_number_value(pos) >= 0 ? json_number_value(pos) : -1;
+    if (!rc && ((cpu && !json_is_null(cpu) && !json_is_number(cpu)) ||
+                (scpu && !json_is_null(scpu) && !json_is_number(scpu)) ||
+                (pos && !(json_is_number(pos) && json_number_value(pos) >= 0))))
+        rc = ab_fail(AB_EINVAL, "%s: blob '%s' has a cpu_s, step_cpu_s or positions that is not a number",
+                     ab_ckpt_path(r), STATE_BLOB);
     if (!rc) {
         st->step = (long long)json_integer_value(step);
         st->n_params = (size_t)json_integer_value(np);
@@ -217,6 +234,10 @@ int trainer_restore(trainer *t, const ab_ckpt_reader *r) {
     t->elapsed_s = st.elapsed_s;
     t->ckpt_threads = st.threads;
     t->step_s = st.step_s;
+    t->cpu_s = st.cpu_s;
+    t->step_cpu_s = st.step_cpu_s;
+    /* a checkpoint without the count: every batch had N = the task's length then */
+    t->positions = st.positions >= 0 ? st.positions : (double)step * (double)t->cfg.batch * t->cfg.task->seq_len;
     return 0;
 }
 

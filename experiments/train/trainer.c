@@ -170,6 +170,7 @@ int trainer_step(trainer *t, train_step_info *info) {
     }
     t->losses[s - 1] = info->loss;
     t->step = s;
+    t->positions += (double)t->batch.rows * (double)t->batch.N;
     return 0;
 }
 

@@ -68,6 +68,11 @@ typedef struct {
     long long losses_cap;
     double elapsed_s;       /* wall time of earlier processes of this run (from the checkpoint) */
     double step_s;          /* seconds spent inside training steps so far, all processes */
+    double cpu_s;           /* CPU time (ab_cpu_ns) of earlier processes of this run (from the
+                               checkpoint; NaN when a checkpoint of an earlier release lacks it) */
+    double step_cpu_s;      /* CPU seconds inside training steps so far, all processes (NaN: as cpu_s) */
+    double positions;       /* model positions of the training steps so far (rows x the batch's N,
+                               summed over steps; N varies when the task pads to the longest row) */
     int ckpt_threads;       /* threads of the run that wrote the restored checkpoint (0: none) */
     float *host_params;     /* model on CUDA: host copy for checkpoints (tracked); NULL on the CPU */
 } trainer;
@@ -107,7 +112,10 @@ bool trainer_has_eval(const trainer *t);
 /* ---- checkpoints (train_ckpt.c) ----
  * Blobs: "format" ("attnbench-train/2"), "config" (canonical config JSON), "state"
  * (JSON: step, n_params, seed, elapsed_s (wall time of all processes so far), step_s
- * (time inside training steps), threads (of the process that wrote it)), "params",
+ * (time inside training steps), threads (of the process that wrote it); cpu_s,
+ * step_cpu_s (the same as process CPU time) and positions (trainer.positions), which
+ * checkpoints written before them lack: the CPU times are then unknown (NaN), the
+ * positions step x batch x N, which they were), "params",
  * "optim", "losses" (float64 per step done). Written atomically (a crash leaves the
  * previous file). Checkpoints of format "attnbench-train/1" (the release before
  * datasets) load too: their binary "meta" record holds the same facts (and a data
@@ -121,10 +129,14 @@ typedef struct {
     size_t n_params;
     uint64_t seed;
     double elapsed_s, step_s;
+    double cpu_s, step_cpu_s; /* NaN when the checkpoint lacks them */
+    double positions;         /* -1 when the checkpoint lacks it */
     int threads;
 } train_ckpt_state;
 
-int trainer_save(trainer *t, const char *path, double elapsed_s);
+/* Writes the checkpoint; elapsed_s and cpu_s: the run's wall and CPU time so far, all
+ * processes. */
+int trainer_save(trainer *t, const char *path, double elapsed_s, double cpu_s);
 /* Opens and checks a training checkpoint: the container (checkpoint.h), the format
  * blob ("... is not a training checkpoint" otherwise) and the config blob. *config:
  * the canonical config (new reference). */
