@@ -891,18 +891,27 @@ Test(images, sample_takes_a_config_a_stand_in_variant_and_estimates_speed) {
         d = load(P("est%d/sample.json", m));
         cr_expect_str_eq(json_string_value(json_object_get(d, "method")), "estimated");
         json_t *e = json_object_get(d, "estimate"), *pos = json_object_get(e, "positions"),
-               *secs = json_object_get(e, "seconds");
+               *secs = json_object_get(e, "seconds"), *cpus = json_object_get(e, "cpu_seconds");
         cr_assert_eq(json_array_size(pos), 4);
         cr_assert_eq(json_array_size(secs), 4);
+        cr_assert_eq(json_array_size(cpus), 4);
         const int want[4] = {0, 5, 10, 15};
-        double lo = INFINITY, hi = 0;
+        double lo = INFINITY, hi = 0, clo = INFINITY, chi = 0;
         for (int i = 0; i < 4; i++) {
             cr_expect_eq(json_integer_value(json_array_get(pos, i)), want[i]);
-            double s = json_number_value(json_array_get(secs, i));
+            double s = json_number_value(json_array_get(secs, i)), c = json_number_value(json_array_get(cpus, i));
             cr_expect_gt(s, 0);
+            cr_expect_geq(c, 0); /* the clock's tick may exceed a tiny model's step */
             lo = fmin(lo, s);
             hi = fmax(hi, s);
+            clo = fmin(clo, c);
+            chi = fmax(chi, c);
         }
+        /* the CPU time integrated the same way (the same bounds, on its own medians) */
+        const double cpu = num(d, "cpu_s");
+        cr_expect(cpu >= 16 * clo * (1 - 1e-12) && cpu <= 16 * chi * (1 + 1e-12), "cpu %g outside [%g, %g]", cpu,
+                  16 * clo, 16 * chi);
+        cr_expect_eq(num(d, "cpu_s_per_image"), cpu / 2);
         double total = num(d, "wall_s");
         cr_expect(total >= 16 * lo * (1 - 1e-12) && total <= 16 * hi * (1 + 1e-12), "estimate %g outside [%g, %g]",
                   total, 16 * lo, 16 * hi);

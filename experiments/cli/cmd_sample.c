@@ -170,6 +170,18 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* The sum over positions 0..pos[n-1] of a cost measured at pos[0] = 0 < pos[1] < ..,
+ * linear in between. */
+static double integrate(const int *pos, const double *cost, int n) {
+    double total = cost[0];
+    for (int p = 1; p < n; p++) { /* positions pos[p-1]+1 .. pos[p] */
+        const double span = pos[p] - pos[p - 1];
+        for (int j = pos[p - 1] + 1; j <= pos[p]; j++)
+            total += cost[p - 1] + (cost[p] - cost[p - 1]) * (double)(j - pos[p - 1]) / span;
+    }
+    return total;
+}
+
 /* --estimate: the time to produce value j of B rows (logits of position j from the
  * inputs 0..j) at j = 0, every, 2 every, .., and N-1, each the median of 3 repeats;
  * recompute: one forward over the prefix of j + 1 inputs; recurrent: an untimed
@@ -177,14 +189,16 @@ static int cmp_double(const void *a, const void *b) {
  * times there), then one timed step (the repeats are the steps at j, j + 1, j + 2).
  * The inputs are the start token and then value 0: the time does not depend on them.
  * Returns the sum over all N positions, the cost between two measured positions
- * interpolated linearly; `at` and `secs` receive the measurements. */
+ * interpolated linearly; `at` and `secs` receive the measurements. The same for the
+ * process's CPU time (*cpu_total, `cpu_secs`): each repeat's CPU seconds, their median
+ * per position, integrated alike. */
 static double estimate(tf_model *m, tf_gen *g, int B, int N, int start, int every, uint64_t attn_seed, int *tokens,
-                       float *logits, json_t *at, json_t *secs) {
+                       float *logits, json_t *at, json_t *secs, json_t *cpu_secs, double *cpu_total) {
     enum { REPEATS = 3 };
     int n_pts = 0, cap = N / every + 2;
     int *pos = malloc(sizeof(int) * (size_t)cap);
-    double *cost = malloc(sizeof(double) * (size_t)cap);
-    if (!pos || !cost) cli_die(AB_EXIT_FAILURE, "out of memory for the estimate's %d positions", cap);
+    double *cost = malloc(sizeof(double) * (size_t)cap), *cpu_cost = malloc(sizeof(double) * (size_t)cap);
+    if (!pos || !cost || !cpu_cost) cli_die(AB_EXIT_FAILURE, "out of memory for the estimate's %d positions", cap);
     for (int j = 0; j < N; j += every) pos[n_pts++] = j;
     if (pos[n_pts - 1] != N - 1) pos[n_pts++] = N - 1;
     for (int b = 0; b < B; b++) {
@@ -195,18 +209,19 @@ static double estimate(tf_model *m, tf_gen *g, int B, int N, int start, int ever
     if (!prefix || !next) cli_die(AB_EXIT_FAILURE, "out of memory for the estimate's inputs");
     for (int p = 0; p < n_pts; p++) {
         const int j = pos[p];
-        double t[REPEATS];
+        double t[REPEATS], tc[REPEATS];
         int rc = 0;
         if (g) {
             rc = tf_gen_init(g);
             if (!rc) {
                 const int P = j > 0 ? j : 1; /* j = 0: the timed prefill of the start token */
-                uint64_t t0 = ab_now_ns();
+                uint64_t t0 = ab_now_ns(), c0 = ab_cpu_ns();
                 rc = tf_gen_prefill(g, take_prefix(prefix, tokens, B, N, P), P, logits);
-                double prefill_s = (double)(ab_now_ns() - t0) * 1e-9;
+                double prefill_s = (double)(ab_now_ns() - t0) * 1e-9, prefill_cpu = (double)(ab_cpu_ns() - c0) * 1e-9;
                 for (int r = 0; r < REPEATS && !rc; r++) {
                     if (j == 0) {
                         t[r] = prefill_s; /* one measurement: repeat it */
+                        tc[r] = prefill_cpu;
                         continue;
                     }
                     if (tf_gen_position(g) >= N) { /* the last positions: a step from j again */
@@ -214,31 +229,34 @@ static double estimate(tf_model *m, tf_gen *g, int B, int N, int start, int ever
                         if (rc) break;
                     }
                     t0 = ab_now_ns();
+                    c0 = ab_cpu_ns();
                     rc = tf_gen_step(g, next, logits);
                     t[r] = (double)(ab_now_ns() - t0) * 1e-9;
+                    tc[r] = (double)(ab_cpu_ns() - c0) * 1e-9;
                 }
             }
         } else {
             for (int r = 0; r < REPEATS && !rc; r++) {
-                uint64_t t0 = ab_now_ns();
+                uint64_t t0 = ab_now_ns(), c0 = ab_cpu_ns();
                 rc = tf_last_logits(m, take_prefix(prefix, tokens, B, N, j + 1), B, j + 1, attn_seed, logits);
                 t[r] = (double)(ab_now_ns() - t0) * 1e-9;
+                tc[r] = (double)(ab_cpu_ns() - c0) * 1e-9;
             }
         }
         if (rc) cli_die(cli_status_for(rc), "sample --estimate: value %d: %s", j, ab_error());
         qsort(t, REPEATS, sizeof(double), cmp_double);
+        qsort(tc, REPEATS, sizeof(double), cmp_double);
         cost[p] = t[REPEATS / 2];
+        cpu_cost[p] = tc[REPEATS / 2];
         json_array_append_new(at, json_integer(j));
         json_array_append_new(secs, ab_json_num(cost[p]));
+        json_array_append_new(cpu_secs, ab_json_num(cpu_cost[p]));
     }
-    double total = cost[0];
-    for (int p = 1; p < n_pts; p++) { /* positions pos[p-1]+1 .. pos[p], linear in between */
-        const double span = pos[p] - pos[p - 1];
-        for (int j = pos[p - 1] + 1; j <= pos[p]; j++)
-            total += cost[p - 1] + (cost[p] - cost[p - 1]) * (double)(j - pos[p - 1]) / span;
-    }
+    *cpu_total = integrate(pos, cpu_cost, n_pts);
+    const double total = integrate(pos, cost, n_pts);
     free(pos);
     free(cost);
+    free(cpu_cost);
     free(prefix);
     free(next);
     return total;
@@ -348,13 +366,17 @@ int cmd_sample(int argc, char **argv, const char *command_line) {
     if (recurrent && (rc = tf_gen_create(m, Bi, N, &g))) cli_die(cli_status_for(rc), "%s", ab_error());
     const uint64_t attn_seed = tf_step_seed(cfg.seed, TRAIN_EVAL_STEP);
     tf_gen_set_seed(g, attn_seed); /* both modes draw the attention's random choices alike */
-    double sample_s = 0;
-    json_t *est_at = NULL, *est_s = NULL;
+    /* the timed part's wall seconds and the process's CPU seconds (with one thread on a
+     * machine shared with other work, the CPU time is what a quiet core would take) */
+    double sample_s = 0, sample_cpu_s = 0;
+    json_t *est_at = NULL, *est_s = NULL, *est_cpu = NULL;
     if (every) {
         K = B; /* an estimate is for one batch of rows */
         est_at = json_array();
         est_s = json_array();
-        sample_s = estimate(m, g, Bi, N, start, (int)every, attn_seed, tokens, logits, est_at, est_s);
+        est_cpu = json_array();
+        sample_s = estimate(m, g, Bi, N, start, (int)every, attn_seed, tokens, logits, est_at, est_s, est_cpu,
+                            &sample_cpu_s);
     }
 
     for (long long i0 = 0; i0 < K && !every; i0 += B) {
@@ -370,7 +392,7 @@ int cmd_sample(int argc, char **argv, const char *command_line) {
                 for (int j = 1; j <= P && j < N; j++) tokens[(size_t)b * N + j] = x[j - 1];
             }
         }
-        const uint64_t t0 = ab_now_ns();
+        const uint64_t t0 = ab_now_ns(), c0 = ab_cpu_ns();
         for (int j = P; j < N; j++) {
             /* logits (B, V) predicting value j, from the inputs 0..j */
             if (recurrent) {
@@ -398,6 +420,7 @@ int cmd_sample(int argc, char **argv, const char *command_line) {
             }
         }
         sample_s += (double)(ab_now_ns() - t0) * 1e-9;
+        sample_cpu_s += (double)(ab_cpu_ns() - c0) * 1e-9;
     }
 
     /* outputs: the arrays, then the document (each replaced atomically) */
@@ -472,12 +495,15 @@ int cmd_sample(int argc, char **argv, const char *command_line) {
     /* "sampled": whole rows drawn and timed; "estimated": --estimate's sum */
     json_object_set_new(doc, "method", json_string(every ? "estimated" : "sampled"));
     if (every)
-        json_object_set_new(doc, "estimate", json_pack("{s:I, s:i, s:o, s:o}", "every", (json_int_t)every, "repeats", 3,
-                                                       "positions", est_at, "seconds", est_s));
+        json_object_set_new(doc, "estimate",
+                            json_pack("{s:I, s:i, s:o, s:o, s:o}", "every", (json_int_t)every, "repeats", 3, "positions",
+                                      est_at, "seconds", est_s, "cpu_seconds", est_cpu));
     json_object_set_new(doc, "wall_s", ab_json_num(sample_s));
     json_object_set_new(doc, "images_per_s", ab_json_num(sample_s > 0 ? images / sample_s : NAN));
     json_object_set_new(doc, "s_per_image", ab_json_num(sample_s / images));
     json_object_set_new(doc, "values_per_s", ab_json_num(sample_s > 0 ? values / sample_s : NAN));
+    json_object_set_new(doc, "cpu_s", ab_json_num(sample_cpu_s));
+    json_object_set_new(doc, "cpu_s_per_image", ab_json_num(sample_cpu_s / images));
     json_object_set_new(doc, "threads", json_integer(ab_threads()));
     json_object_set_new(doc, "peak_bytes", json_integer((json_int_t)ab_mem_peak(AB_DEV_CPU)));
     if (device == ATTN_DEVICE_CUDA)

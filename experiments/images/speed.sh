@@ -14,6 +14,9 @@
 # batch 1); elsewhere the recompute modes are timed at every E-th position and
 # integrated (`sample --estimate E`, "method": "estimated" in the document). MNIST's
 # softmax at batch 1 is measured both ways, as a check of the estimate.
+# Every sample.json holds the wall-clock and the process's CPU seconds of the timed
+# part; on a machine shared with other work run it with THREADS=1 and print the tables
+# on the CPU clock (table.py speed OUT cpu): what one quiet core would take.
 # Environment: THREADS (default: all cores), ATTNBENCH (default build/attnbench, built
 # by harness/scripts/build.sh when it is the default). Needs data/mnist and
 # data/cifar10 (get-data.sh): the task reads its data even for an initialised model.
@@ -50,4 +53,4 @@ for v in softmax lsh-1 lsh-4; do point mnist $v 1 49; point mnist $v 16 49; done
 # CIFAR-10 (3,072 values, 16 layers): batch 1 and 16 (recompute: batch 4, estimated)
 for v in linear stateful-softmax; do point cifar10 $v 1; point cifar10 $v 16; done
 for v in softmax lsh-1 lsh-4; do point cifar10 $v 1 384; point cifar10 $v 4 384; done
-echo "speed: done; python3 experiments/images/table.py speed $out"
+echo "speed: done; python3 experiments/images/table.py speed $out [cpu]"

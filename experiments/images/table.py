@@ -4,7 +4,10 @@
     python3 experiments/images/table.py bits RUNS      MNIST at CPU scale: test bits/dim
                                                        at equal epochs and equal time
     python3 experiments/images/table.py cifar RUNS     CIFAR-10 at CPU scale
-    python3 experiments/images/table.py speed SPEED    sampling speed (Tables 1, 2, 5)
+    python3 experiments/images/table.py speed SPEED [cpu]   sampling speed (Tables 1, 2,
+                                                       5); cpu: in the process's CPU
+                                                       seconds (runs at 1 thread on a
+                                                       shared machine) instead of wall
     python3 experiments/images/table.py curves RUNS    the validation curves as TSV
                                                        (for plots/images-curves.gp)
 
@@ -155,7 +158,20 @@ def cmd_curves(runs):
             print(f"mnist-{v}\t{step * 16 / IMAGES:.5f}\t{step * STEP_S[v] / 3600:.5f}\t{seen[step]:.6f}")
 
 
-def cmd_speed(speed):
+def per_image(d, cpu):
+    """Seconds per image and images per second on the chosen clock."""
+    if not cpu:
+        return d["s_per_image"], d["images_per_s"]
+    if d.get("cpu_s_per_image") is None:
+        sys.exit(f"table.py: {d['run']} (batch {d['batch']}) has no CPU time (a sample.json of an older attnbench)")
+    c = d["cpu_s_per_image"]
+    return c, (1.0 / c if c > 0 else None)
+
+
+def cmd_speed(speed, clock="wall"):
+    if clock not in ("wall", "cpu"):
+        sys.exit(f"table.py: speed: unknown clock '{clock}' (wall, cpu)")
+    cpu = clock == "cpu"
     pts = {}
     for p in sorted(glob.glob(os.path.join(speed, "*", "sample.json"))):
         d = load(p)
@@ -167,7 +183,8 @@ def cmd_speed(speed):
     m = any_doc["machine"]
     print(f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, {any_doc['threads']} threads; OpenBLAS core "
           f"{m.get('blas_core', '?')} (OPENBLAS_CORETYPE {m.get('openblas_coretype_env') or 'unset'}); models of the "
-          f"paper's shapes with initialised weights (`sample --config`)")
+          f"paper's shapes with initialised weights (`sample --config`); "
+          + ("the process's CPU seconds" if cpu else "wall-clock seconds"))
     for shape, title in (("mnist", "MNIST shape: 8 layers, d_model 256, 784 values (Tables 1 and 5)"),
                          ("cifar10", "CIFAR-10 shape: 16 layers, d_model 256, 3,072 values (Tables 2 and 5)")):
         print()
@@ -183,10 +200,10 @@ def cmd_speed(speed):
             if not one and not big:
                 continue
             mode = (one or big)["mode"]
-            s1 = f"{fmt(one['s_per_image'])}{mark(one)}" if one else "-"
-            ib = f"{fmt(big['images_per_s'])}{mark(big)} ({big['batch']})" if big else "-"
+            s1 = f"{fmt(per_image(one, cpu)[0])}{mark(one)}" if one else "-"
+            ib = f"{fmt(per_image(big, cpu)[1])}{mark(big)} ({big['batch']})" if big else "-"
             pp = PAPER[shape][v]
-            rate[v] = (one["s_per_image"] if one else None, big["images_per_s"] if big else None)
+            rate[v] = (per_image(one, cpu)[0] if one else None, per_image(big, cpu)[1] if big else None)
             print(f"| {v} | {mode} | {s1} | {ib} | {pp[2]} / {pp[3]} | {pp[1]} |")
         print()
         lin = rate.get("linear")
@@ -200,9 +217,9 @@ def cmd_speed(speed):
     chk = [pts.get(("mnist", "softmax", 1, m)) for m in ("sampled", "estimated")]
     if all(chk):
         print()
-        print(f"The estimate's check (MNIST shape, softmax, batch 1): sampled {chk[0]['s_per_image']:.1f} s/image, "
-              f"estimated {chk[1]['s_per_image']:.1f} (every {chk[1]['estimate']['every']}th position), "
-              f"ratio {chk[1]['s_per_image'] / chk[0]['s_per_image']:.3f}")
+        a, b = per_image(chk[0], cpu)[0], per_image(chk[1], cpu)[0]
+        print(f"The estimate's check (MNIST shape, softmax, batch 1): sampled {a:.1f} s/image, "
+              f"estimated {b:.1f} (every {chk[1]['estimate']['every']}th position), ratio {b / a:.3f}")
     print()
     print("(e: estimated from timed positions, `sample --estimate`; otherwise whole images sampled)")
 
@@ -224,9 +241,9 @@ def best_point(pts, shape, v, batch_ok):
 
 
 def main(argv):
-    if len(argv) != 2 or argv[0] not in ("bits", "cifar", "speed", "curves"):
+    if len(argv) < 2 or argv[0] not in ("bits", "cifar", "speed", "curves") or len(argv) > (3 if argv[0] == "speed" else 2):
         sys.exit(__doc__)
-    {"bits": cmd_bits, "cifar": cmd_cifar, "speed": cmd_speed, "curves": cmd_curves}[argv[0]](argv[1])
+    {"bits": cmd_bits, "cifar": cmd_cifar, "speed": cmd_speed, "curves": cmd_curves}[argv[0]](*argv[1:])
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ def train_doc(steps, evals, test_bits, wall_s):
 def sample_doc(run, variant, values, batch, s_per_image, method="sampled", mode="recompute", every=None):
     d = {"schema": "attnbench/sample/1", "run": run, "variant": variant, "values_per_row": values,
          "batch": batch, "method": method, "mode": mode, "s_per_image": s_per_image,
-         "images_per_s": 1.0 / s_per_image, "threads": 2, "machine": MACHINE}
+         "images_per_s": 1.0 / s_per_image, "cpu_s_per_image": s_per_image / 2, "threads": 2, "machine": MACHINE}
     if every:
         d["estimate"] = {"every": every}
     return d
@@ -127,6 +127,16 @@ class Scripts(unittest.TestCase):
                       "40.0x the images/s at the large batch (paper GPU: 317.3x)  ", lines)
         self.assertIn("The estimate's check (MNIST shape, softmax, batch 1): sampled 20.0 s/image, "
                       "estimated 21.0 (every 49th position), ratio 1.050", lines)
+        # on the CPU clock: every point's CPU seconds (half the wall seconds here)
+        r = self.run_script(TABLE, "speed", os.path.join(self.dir, "s"), "cpu")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertTrue(lines[0].endswith("the process's CPU seconds"), lines[0])
+        self.assertIn("| softmax | recompute | 10 | 1 e (16) | 72.6 / 10.2 | 0.45 |", lines)
+        self.assertIn("| linear | recurrent | 0.25 | 40 (16) | 5.5 / 7.3 | 142.8 |", lines)
+        r = self.run_script(TABLE, "speed", os.path.join(self.dir, "s"), "sundial")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("unknown clock 'sundial'", r.stderr)
 
     def test_collect(self):
         res = os.path.join(self.dir, "results")
