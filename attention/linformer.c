@@ -16,9 +16,12 @@
  *   dE[:, :L] += dKp K^T,   dF[:, :L] += dVp V^T   (summed over batch rows and heads).
  *
  * What forward saves, per slice: A (N x k), Kp and Vp; backward recomputes nothing.
- * Every product is one ab_sgemm per slice, OpenMP over the B*H slices
- * (attn_outer_threads); backward keeps each slice's dKp and dVp in the workspace, and
- * the parameter gradient is then a pass over column blocks of dE and dF, one thread a
+ * OpenMP over the B*H slices (attn_outer_threads). Per slice the projections are one
+ * ab_sgemm each; the queries go in blocks of LFM_ROWS rows, so that a block's scores,
+ * their softmax and the product with Vp (backward: dA, dS and the three products that
+ * read it) stay in the cache (k = 256: 256 KiB a block) instead of a pass over N x k
+ * per step. Backward keeps each slice's dKp and dVp in the workspace, and the
+ * parameter gradient is then a pass over column blocks of dE and dF, one thread a
  * block, the slices added in order (no two threads write one column). */
 #include "linformer.h"
 
@@ -84,8 +87,9 @@ static bool lfm_shared_by_layers(const attn *a) { return a->p.share == ATTN_LFM_
 
 /* ---- sizes ---- */
 
-/* Column block of the parameter-gradient pass. */
+/* Column block of the parameter-gradient pass, and query rows per block. */
 #define LFM_COLS 128
+#define LFM_ROWS 256
 
 static int lfm_check_shape(const attn *a, const attn_shape *s) {
     size_t per, all, ws;
@@ -105,12 +109,14 @@ static size_t lfm_saved_bytes(const attn *a, const attn_shape *s) {
     return (size_t)s->batch * s->heads * lfm_saved_slice_floats(a, s) * sizeof(float);
 }
 
-/* Backward's workspace: dKp, dVp of every slice (k (D + M) each), then one N x k block
- * (dA, then dS) per thread slot. Forward needs none. */
+static int rows_of(const attn_shape *s) { return s->len < LFM_ROWS ? s->len : LFM_ROWS; }
+
+/* Backward's workspace: dKp, dVp of every slice (k (D + M) each), then one block of
+ * LFM_ROWS x k (dA, then dS) per thread slot. Forward needs none. */
 static size_t lfm_workspace_bytes(const attn *a, const attn_shape *s) {
     const size_t P = (size_t)a->p.proj_k, BH = (size_t)s->batch * s->heads;
     return attn_align64(BH * P * ((size_t)s->qk_dim + s->v_dim) * sizeof(float)) +
-           (size_t)attn_outer_threads((int)BH) * attn_align64(P * (size_t)s->len * sizeof(float));
+           (size_t)attn_outer_threads((int)BH) * attn_align64(P * (size_t)rows_of(s) * sizeof(float));
 }
 
 typedef struct {
@@ -151,9 +157,13 @@ static int lfm_forward(attn *a, const attn_shape *s, const float *q, const float
         }
         ab_sgemm(false, false, P, D, L, 1.0f, E, ld, ks, D, 0.0f, w.kp, D); /* Kp = E[:, :L] K[:L] */
         ab_sgemm(false, false, P, M, L, 1.0f, F, ld, vs, M, 0.0f, w.vp, M); /* Vp = F[:, :L] V[:L] */
-        ab_sgemm(false, true, L, P, D, scale, qs, D, w.kp, D, 0.0f, w.A, P);
-        for (int i = 0; i < L; i++) smx_softmax_row(w.A + (size_t)i * P, P);
-        ab_sgemm(false, false, L, M, P, 1.0f, w.A, P, w.vp, M, 0.0f, os, M);
+        for (int i0 = 0; i0 < L; i0 += LFM_ROWS) {
+            const int t = L - i0 < LFM_ROWS ? L - i0 : LFM_ROWS;
+            float *A = w.A + (size_t)i0 * P;
+            ab_sgemm(false, true, t, P, D, scale, qs + (size_t)i0 * D, D, w.kp, D, 0.0f, A, P);
+            for (int i = 0; i < t; i++) smx_softmax_row(A + (size_t)i * P, P);
+            ab_sgemm(false, false, t, M, P, 1.0f, A, P, w.vp, M, 0.0f, os + (size_t)i0 * M, M);
+        }
         zero_rows(os, L, N, M);
     }
     return 0;
@@ -183,7 +193,7 @@ static int lfm_backward(attn *a, const attn_shape *s, const float *q, const floa
     const size_t stride = (size_t)P * ((size_t)D + M); /* dKp then dVp of a slice */
     float *dpar = (float *)a->ws;
     char *slots = (char *)a->ws + attn_align64((size_t)BH * stride * sizeof(float));
-    const size_t slot_bytes = attn_align64((size_t)P * N * sizeof(float));
+    const size_t slot_bytes = attn_align64((size_t)P * rows_of(s) * sizeof(float));
     const int nt = attn_outer_threads(BH);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
     for (int bh = 0; bh < BH; bh++) {
@@ -197,16 +207,21 @@ static int lfm_backward(attn *a, const attn_shape *s, const float *q, const floa
         if (L == 0) {
             memset(dkp, 0, sizeof(float) * stride);
         } else {
-            ab_sgemm(false, true, L, P, M, 1.0f, gs, M, w.vp, M, 0.0f, ds, P); /* dA = G Vp^T */
-            for (int i = 0; i < L; i++) {
-                const float *restrict ar = w.A + (size_t)i * P;
-                float *restrict dr = ds + (size_t)i * P;
-                const float rs = (float)attn_dot_d(ar, dr, P);
-                for (int r = 0; r < P; r++) dr[r] = ar[r] * (dr[r] - rs);
+            for (int i0 = 0; i0 < L; i0 += LFM_ROWS) {
+                const int t = L - i0 < LFM_ROWS ? L - i0 : LFM_ROWS;
+                const float *A = w.A + (size_t)i0 * P, *gb = gs + (size_t)i0 * M, *qb = qs + (size_t)i0 * D;
+                const float beta = i0 == 0 ? 0.0f : 1.0f; /* dKp, dVp: the first block sets them */
+                ab_sgemm(false, true, t, P, M, 1.0f, gb, M, w.vp, M, 0.0f, ds, P); /* dA = G Vp^T */
+                for (int i = 0; i < t; i++) {
+                    const float *restrict ar = A + (size_t)i * P;
+                    float *restrict dr = ds + (size_t)i * P;
+                    const float rs = (float)attn_dot_d(ar, dr, P);
+                    for (int r = 0; r < P; r++) dr[r] = ar[r] * (dr[r] - rs);
+                }
+                ab_sgemm(false, false, t, D, P, scale, ds, P, w.kp, D, 0.0f, dqs + (size_t)i0 * D, D); /* dQ */
+                ab_sgemm(true, false, P, D, t, scale, ds, P, qb, D, beta, dkp, D); /* dKp += scale dS^T Q */
+                ab_sgemm(true, false, P, M, t, 1.0f, A, P, gb, M, beta, dvp, M);   /* dVp += A^T G */
             }
-            ab_sgemm(false, false, L, D, P, scale, ds, P, w.kp, D, 0.0f, dqs, D);  /* dQ = scale dS Kp */
-            ab_sgemm(true, false, P, D, L, scale, ds, P, qs, D, 0.0f, dkp, D);     /* dKp = scale dS^T Q */
-            ab_sgemm(true, false, P, M, L, 1.0f, w.A, P, gs, M, 0.0f, dvp, M);     /* dVp = A^T G */
             ab_sgemm(true, false, L, D, P, 1.0f, E, ld, dkp, D, 0.0f, dks, D);     /* dK = E^T dKp */
             ab_sgemm(true, false, L, M, P, 1.0f, F, ld, dvp, M, 0.0f, dvs, M);     /* dV = F^T dVp */
         }
