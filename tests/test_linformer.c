@@ -150,7 +150,7 @@ Test(linformer, against_reference) {
     check_case("kv", 64, 50, 3, 2, 50, 8, 3, lens, 13);           /* k > N */
     check_case("layer", 16, 80, 2, 1, 50, 6, 4, lens, 14);        /* N < max_len */
     int lens2[2] = {300, 157};
-    check_case("none", 32, 300, 2, 1, 300, 16, 9, lens2, 15);     /* two row blocks of 256 and a ragged one */
+    check_case("none", 32, 300, 2, 1, 300, 16, 9, lens2, 15);     /* a row block of 256 and a ragged one of 44 */
     check_case("none", 32, 64, 1, 2, 64, 64, 64, NULL, 16);       /* the sweep's head size */
 }
 
