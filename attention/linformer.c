@@ -94,12 +94,14 @@ static bool lfm_shared_by_layers(const attn *a) { return a->p.share == ATTN_LFM_
 static int lfm_check_shape(const attn *a, const attn_shape *s) {
     size_t per, all, ws;
     const size_t P = (size_t)a->p.proj_k, BH = (size_t)s->batch * (size_t)s->heads;
-    /* saved: B*H slices of k (N + D + M) floats; workspace: a k x N block per thread and
-     * k (D + M) per slice; BLAS takes int sizes and leading dimensions */
+    /* In bytes, must fit size_t: the saved buffer, B*H slices of k (N + D + M) floats
+     * (the CUDA workspace's B H N k floats are less); the CPU workspace, k (D + M) per
+     * slice and a block of k x LFM_ROWS per thread. Every BLAS size is an int already
+     * (N, D, M, k, max_len, a block's rows). */
     if (ab_mul_size(P, (size_t)s->len + (size_t)s->qk_dim + (size_t)s->v_dim, &per) || ab_mul_size(per, BH, &all) ||
-        ab_mul_size(all, sizeof(float), &all) || ab_mul_size(P, (size_t)s->len, &ws) || ws > (size_t)INT_MAX ||
-        ab_mul_size(BH, P * ((size_t)s->qk_dim + s->v_dim) + ws * (size_t)ab_threads(), &ws) ||
-        ab_mul_size(ws, sizeof(float), &ws))
+        ab_mul_size(all, sizeof(float), &all) ||
+        ab_mul_size(BH, P * ((size_t)s->qk_dim + s->v_dim), &ws) ||
+        ab_mul_size(P * LFM_ROWS, (size_t)ab_threads(), &per) || ws + per < ws || ab_mul_size(ws + per, sizeof(float), &ws))
         return ab_fail(AB_EINVAL, "variant 'linformer': B=%d H=%d N=%d k=%d D=%d M=%d gives blocks too large",
                        s->batch, s->heads, s->len, a->p.proj_k, s->qk_dim, s->v_dim);
     return 0;
