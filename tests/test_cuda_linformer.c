@@ -79,8 +79,10 @@ static void lfm_case(const char *k, const char *share, int max_len, int B, int H
             ddownload(again, out, p.nv);
             cr_assert_eq(memcmp(again, g.out, sizeof(float) * p.nv), 0, "a repeated forward differs");
             ddownload(twice, dgrad, np);
-            /* 0.25 + d + d, d = first - 0.25, in float: exact for these magnitudes? not in
-             * general, so within one rounding of the sum */
+            /* the second backward adds the same d again: (0.25 + d) + d in float against
+             * first + (first - 0.25), each a few roundings (6e-8 relative) of values of
+             * size |want| + 0.25: 4e-7 (|want| + 1) is a bound with room; a second call
+             * that overwrote or added something else is off by |d| */
             for (size_t i = 0; i < np; i++) {
                 const float want = first[i] + (first[i] - 0.25f);
                 cr_assert(fabsf(twice[i] - want) <= 4e-7f * (fabsf(want) + 1.0f),

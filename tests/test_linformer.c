@@ -29,14 +29,15 @@ static double note(const char *what, double e) {
 }
 
 /* Forward against the double reference: the worst-case float sums above (2e-5),
- * rounded up; a wrong column, mask or softmax axis is O(1e-1). */
+ * rounded up; measured up to 4.4e-7. A wrong column, mask or softmax axis is O(1e-1). */
 #define FWD_TOL 4e-5
 /* Backward against the reference: a few more products than forward, the parameter
- * gradient summing over every slice (B H <= 6 here) on top. */
+ * gradient summing over every slice (B H <= 6 here) on top; measured up to 5.8e-7
+ * (dq), the parameters' 4.4e-7. */
 #define BWD_TOL 5e-5
 /* The reference's backward against finite differences (h = 1e-4 in double: truncation
  * h^2 |f'''| ~ 1e-8, rounding 1e-16 / h ~ 1e-12): both are double, so anything above
- * 1e-6 is a wrong formula. */
+ * 1e-6 is a wrong formula; measured up to 4.9e-9 (dE). */
 #define FD_TOL 1e-6
 
 static attn *make(const char *share, int k) {
