@@ -1,10 +1,11 @@
-/* attnbench attention library: one interface, seven variants, CPU and CUDA.
+/* attnbench attention library: one interface, eight variants, CPU and CUDA.
  *
  * Tensors are float32, contiguous, row-major:
  *   q, k      [B, H, N, D]
  *   v, out    [B, H, N, M]
  * Variants are chosen by name from a registry ("softmax", "stateful-softmax",
- * "linear", "polynomial", "lsh", "efficient", "local") and configured with "key=value"
+ * "linear", "polynomial", "lsh", "efficient", "local", "linformer") and configured with
+ * "key=value"
  * settings whose names and defaults `attn_variant_option` lists.
  *
  * Contract:
@@ -34,6 +35,13 @@
  *   before reading results on the host. attn_create fails with ATTN_EDEVICE ("no CUDA
  *   device: ...") when the build has no CUDA backend or the machine no usable GPU, and
  *   with ATTN_EUNSUPPORTED when the variant has no CUDA implementation.
+ * - Parameters: a variant may have learned parameters of its own (linformer's
+ *   projections; attn_param_count says how many, 0 for every other variant). They are
+ *   sized for the longest sequence the caller will run (max_len), drawn by
+ *   attn_param_init, owned by the caller (a model keeps them in its parameter block)
+ *   and bound with attn_bind_params before forward; backward ADDS their gradient into
+ *   the bound gradient buffer (as a model's layers do), so several layers bound to one
+ *   block sum their gradients there.
  * - Not thread-safe per object: one attn object is used by one thread at a time
  *   (it parallelises internally with OpenMP on the CPU).
  */
@@ -85,6 +93,8 @@ bool attn_variant_has_step(int i);
 /* Whether variant i computes causal attention too; false for a non-causal-only variant
  * (efficient), which refuses a causal shape with ATTN_EUNSUPPORTED. */
 bool attn_variant_has_causal(int i);
+/* Whether variant i has learned parameters of its own (linformer; attn_param_count). */
+bool attn_variant_has_params(int i);
 /* Whether this build has an implementation of variant i on device d (whether the
  * machine has such a device is attn_create's answer). */
 bool attn_variant_has_device(int i, attn_device d);
@@ -128,6 +138,26 @@ bool attn_has_step(const attn *a);
 const char *attn_option_value(const attn *a, const attn_shape *s, const char *key, char *buf, size_t cap);
 /* Changes the seed (e.g. fresh LSH rotations or FAVOR+ features per training step). */
 void attn_reseed(attn *a, uint64_t seed);
+
+/* ---- parameters of the variant's own ---- */
+
+/* Floats of the variant's learned parameters for sequences of up to max_len positions
+ * (one attention object: a model layer). 0 for variants without parameters (whatever
+ * max_len). AB_EINVAL (message) for max_len < 1 or a count that overflows. */
+int attn_param_count(const attn *a, int max_len, size_t *count);
+/* Whether every layer of a model shares one set of the parameters (linformer's
+ * share=layer): the model then keeps one block and binds it to every layer. */
+bool attn_params_shared_by_layers(const attn *a);
+/* Draws the initial parameters into host memory `params` (attn_param_count floats):
+ * element j from (seed, stream, j) of harness/rng.h, the variant's rule (attention
+ * README). Nothing to do for a variant without parameters. */
+int attn_param_init(const attn *a, int max_len, uint64_t seed, uint64_t stream, float *params);
+/* Binds the parameters (attn_param_count(max_len) floats, memory of the attention's
+ * device) for the next calls, and their gradient buffer of the same size (or NULL:
+ * backward then computes no parameter gradient). The pointers are kept, not copied.
+ * Calls at a length N > max_len are refused. A variant with parameters refuses forward
+ * and backward until they are bound. */
+int attn_bind_params(attn *a, int max_len, const float *params, float *grads);
 
 /* ---- parallel (training) mode ---- */
 

@@ -18,6 +18,7 @@
 static const attn_variant *const g_variants[] = {
     &attn_variant_softmax, &attn_variant_stateful_softmax, &attn_variant_linear,
     &attn_variant_polynomial, &attn_variant_lsh, &attn_variant_efficient, &attn_variant_local,
+    &attn_variant_linformer,
 };
 #define N_VARIANTS ((int)(sizeof g_variants / sizeof g_variants[0]))
 
@@ -26,6 +27,7 @@ const char *attn_variant_name(int i) { return (i >= 0 && i < N_VARIANTS) ? g_var
 const char *attn_variant_summary(int i) { return (i >= 0 && i < N_VARIANTS) ? g_variants[i]->summary : NULL; }
 bool attn_variant_has_step(int i) { return i >= 0 && i < N_VARIANTS && g_variants[i]->cpu->step != NULL; }
 bool attn_variant_has_causal(int i) { return i >= 0 && i < N_VARIANTS && !g_variants[i]->noncausal_only; }
+bool attn_variant_has_params(int i) { return i >= 0 && i < N_VARIANTS && g_variants[i]->param_count != NULL; }
 bool attn_variant_has_device(int i, attn_device d) {
     if (i < 0 || i >= N_VARIANTS) return false;
     return d == ATTN_DEVICE_CPU ? true : d == ATTN_DEVICE_CUDA ? g_variants[i]->cuda != NULL : false;
@@ -265,6 +267,54 @@ const char *attn_option_value(const attn *a, const attn_shape *s, const char *ke
     return NULL;
 }
 
+/* ---- parameters of the variant's own ---- */
+
+int attn_param_count(const attn *a, int max_len, size_t *count) {
+    if (!a || !count) return ab_fail(AB_EINVAL, "attn_param_count: NULL argument");
+    *count = 0;
+    if (!a->v->param_count) return 0;
+    if (max_len < 1) return ab_fail(AB_EINVAL, "variant '%s': max_len %d must be >= 1", a->v->name, max_len);
+    return a->v->param_count(a, max_len, count);
+}
+
+bool attn_params_shared_by_layers(const attn *a) {
+    return a && a->v->params_shared_by_layers && a->v->params_shared_by_layers(a);
+}
+
+int attn_param_init(const attn *a, int max_len, uint64_t seed, uint64_t stream, float *params) {
+    size_t n;
+    int rc = attn_param_count(a, max_len, &n);
+    if (rc || n == 0) return rc;
+    if (!params) return ab_fail(AB_EINVAL, "attn_param_init: NULL parameters");
+    a->v->param_init(a, max_len, seed, stream, params);
+    return 0;
+}
+
+int attn_bind_params(attn *a, int max_len, const float *params, float *grads) {
+    size_t n;
+    int rc = attn_param_count(a, max_len, &n);
+    if (rc) return rc;
+    if (n == 0) return ab_fail(AB_EINVAL, "variant '%s' has no parameters to bind", a->v->name);
+    if (!params) return ab_fail(AB_EINVAL, "attn_bind_params: NULL parameters");
+    a->params = params;
+    a->param_grads = grads;
+    a->param_len = max_len;
+    return 0;
+}
+
+/* A call at shape s has what it needs of the parameters: bound, for a length that fits. */
+static int check_params(const attn *a, const attn_shape *s) {
+    if (!a->v->param_count) return 0;
+    if (a->param_len == 0)
+        return ab_fail(AB_EINVAL, "variant '%s' has learned parameters: bind them first (attn_bind_params)",
+                       a->v->name);
+    if (s->len > a->param_len)
+        return ab_fail(AB_EINVAL, "variant '%s': sequence length N=%d exceeds the max_len %d its parameters were "
+                                  "built for",
+                       a->v->name, s->len, a->param_len);
+    return 0;
+}
+
 /* ---- workspace ---- */
 
 int attn_ws_ensure(attn *a, size_t bytes) {
@@ -352,6 +402,7 @@ int attn_forward(attn *a, const attn_shape *s, const float *q, const float *k, c
     int rc = attn_reserve(a, s);
     if (rc) return rc;
     if (!q || !k || !v || !out) return ab_fail(AB_EINVAL, "attn_forward: NULL tensor");
+    if ((rc = check_params(a, s))) return rc;
     if (!saved && !a->be->forward_unsaved && a->be->saved_bytes(a, s) > 0)
         return ab_fail(AB_EINVAL, "attn_forward: NULL saved buffer (%s on this device keeps its saved state)", a->v->name);
     return a->be->forward(a, s, q, k, v, out, saved);
@@ -370,6 +421,7 @@ int attn_backward(attn *a, const attn_shape *s, const float *q, const float *k, 
     int rc = attn_reserve(a, s);
     if (rc) return rc;
     if (!q || !k || !v || !dout || !dq || !dk || !dv) return ab_fail(AB_EINVAL, "attn_backward: NULL tensor");
+    if ((rc = check_params(a, s))) return rc;
     if (!saved && a->be->saved_bytes(a, s) > 0) return ab_fail(AB_EINVAL, "attn_backward: NULL saved buffer");
     return a->be->backward(a, s, q, k, v, dout, saved, dq, dk, dv);
 }

@@ -25,7 +25,13 @@ typedef struct {
     int combine;     /* attn_combine (lsh) */
     int features;    /* linear with feature_map=favor: random features; 0: automatic (2 D) */
     int window;      /* local: window length w */
+    int proj_k;      /* linformer: rows k of the projections E, F */
+    int share;       /* linformer: attn_lfm_share */
 } attn_params;
+
+/* linformer's sharing of E and F (the Linformer paper's options): none (E and F per
+ * layer, shared by the heads), kv (E = F per layer), layer (one E = F for every layer). */
+typedef enum { ATTN_LFM_SHARE_NONE = 0, ATTN_LFM_SHARE_KV = 1, ATTN_LFM_SHARE_LAYER = 2 } attn_lfm_share;
 
 /* The allowed names of a choice option that come from another table (linear's
  * feature_map: from the feature maps' table), so that they are listed in one place. */
@@ -86,6 +92,13 @@ typedef struct {
     /* Non-causal only (efficient): attn_check_shape refuses a causal shape for it with
      * ATTN_EUNSUPPORTED, before the backend sees it. */
     bool noncausal_only;
+    /* Learned parameters of the variant's own (linformer), all NULL for the others:
+     * their count for sequences of up to max_len (0, or AB_EINVAL with a message when
+     * it overflows), their initial values drawn into host memory (element j from
+     * (seed, stream, j)), and whether one set serves every layer of a model. */
+    int (*param_count)(const attn *a, int max_len, size_t *count);
+    void (*param_init)(const attn *a, int max_len, uint64_t seed, uint64_t stream, float *params);
+    bool (*params_shared_by_layers)(const attn *a);
     const attn_backend *cpu;
     const attn_backend *cuda; /* NULL until the CUDA backend provides it */
 } attn_variant;
@@ -102,6 +115,11 @@ struct attn {
      * uploading it (favor's random projection); tracked CPU memory, grown like ws. */
     void *host_ws;
     size_t host_ws_bytes;
+    /* attn_bind_params: the variant's parameters and their gradient (NULL: none
+     * computed), memory of the object's device, for sequences of up to param_len. */
+    const float *params;
+    float *param_grads;
+    int param_len; /* 0 until bound */
 };
 
 /* Ensures a->ws holds at least `bytes`; allocates (tracked) only when it must grow. */
@@ -120,6 +138,7 @@ extern const attn_variant attn_variant_polynomial;
 extern const attn_variant attn_variant_lsh;
 extern const attn_variant attn_variant_efficient;
 extern const attn_variant attn_variant_local;
+extern const attn_variant attn_variant_linformer;
 
 #ifdef __cplusplus
 }

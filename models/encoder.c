@@ -19,7 +19,7 @@ void enc_carve_params(tf_table *t, enc_params *p, const enc_config *c) {
     p->ln1_g = tf_carve_f(t, "ln1.g", false, 1, c->C, 0, 0, 0);
     p->ln1_b = tf_carve_f(t, "ln1.b", false, 1, c->C, 0, 0, 0);
     tf_table_prefix(t, "%sattn.", base);
-    mha_carve_params(t, &p->attn, c->C);
+    mha_carve_params(t, &p->attn, c->C, c->attn_params, c->attn_len);
     tf_table_prefix(t, "%s", base);
     p->ln2_g = tf_carve_f(t, "ln2.g", false, 1, c->C, 0, 0, 0);
     p->ln2_b = tf_carve_f(t, "ln2.b", false, 1, c->C, 0, 0, 0);

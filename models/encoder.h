@@ -26,6 +26,10 @@ typedef struct {
     float dropout;   /* rate of the three sites */
     bool pre_norm;
     bool causal;
+    /* The attention's own parameters per layer (mha_carve_params): count (0: none, or
+     * one block shared by the layers, carved by the model) and their max_len. */
+    size_t attn_params;
+    int attn_len;
 } enc_config;
 
 typedef struct {

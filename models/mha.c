@@ -4,11 +4,22 @@
 
 #include "../harness/error.h"
 
-void mha_carve_params(tf_table *t, mha_params *p, int C) {
+void mha_carve_params(tf_table *t, mha_params *p, int C, size_t proj_count, int proj_len) {
     p->wqkv = tf_carve_f(t, "wqkv", true, 2, 3 * (int64_t)C, C, 0, 0);
     p->bqkv = tf_carve_f(t, "bqkv", false, 1, 3 * (int64_t)C, 0, 0, 0);
     p->wo = tf_carve_f(t, "wo", true, 2, C, C, 0, 0);
     p->bo = tf_carve_f(t, "bo", false, 1, C, 0, 0, 0);
+    /* a variant without parameters adds no entry (the table, and so every tensor's
+     * initialisation stream, stays what it was before variants could have any) */
+    p->proj = proj_count ? tf_carve_f(t, "proj", true, 1, (int64_t)proj_count, 0, 0, 0) : NULL;
+    p->proj_len = proj_len;
+}
+
+/* The layer's attention parameters bound to the (shared) attention object, with their
+ * gradient for backward (g NULL: forward). */
+static int bind(attn *a, const mha_params *p, const mha_params *g) {
+    if (!p->proj) return 0;
+    return attn_bind_params(a, p->proj_len, p->proj, g ? g->proj : NULL);
 }
 
 void mha_carve_acts(tf_table *t, mha_acts *a, int B, int N, int C, size_t saved_bytes) {
@@ -41,6 +52,7 @@ int mha_forward(attn *a, const mha_dims *d, const mha_run *run, float *out, cons
     if ((rc = ld_dense_forward(dev, ws->qkv, x, p->wqkv, p->bqkv, BT, C, 3 * C))) return rc; /* (B, N, 3C) */
     if ((rc = ld_heads_split(dev, act->q, act->k, act->v, ws->qkv, d->B, d->N, C, d->H))) return rc;
     attn_shape s = mha_shape(d);
+    if ((rc = bind(a, p, NULL))) return rc;
     if (!run || run->mode == MHA_PARALLEL) {
         rc = attn_forward(a, &s, act->q, act->k, act->v, ws->att, act->saved);
     } else if (run->mode == MHA_INFER) {
@@ -66,7 +78,8 @@ int mha_backward(attn *a, const mha_dims *d, float *dx, const mha_params *g, con
     if ((rc = ld_dense_backward(dev, ws->dmerged, g->wo, g->bo, dout, act->merged, p->wo, BT, C, C))) return rc;
     if ((rc = ld_heads_unmerge(dev, ws->att, ws->dmerged, d->B, d->N, C, d->H))) return rc; /* datt (B, H, N, D) */
     attn_shape s = mha_shape(d);
-    /* attn_backward overwrites dq, dk, dv */
+    /* attn_backward overwrites dq, dk, dv (and adds into g->proj) */
+    if ((rc = bind(a, p, g))) return rc;
     rc = attn_backward(a, &s, act->q, act->k, act->v, ws->att, act->saved, ws->dq, ws->dk, ws->dv);
     if (rc) return rc;
     if ((rc = ld_heads_join(dev, ws->qkv, ws->dq, ws->dk, ws->dv, d->B, d->N, C, d->H))) return rc; /* dqkv */

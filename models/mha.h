@@ -26,6 +26,11 @@ typedef struct {
 typedef struct {
     float *wqkv, *bqkv; /* (3C, C), (3C): rows [0,C) make q, [C,2C) k, [2C,3C) v */
     float *wo, *bo;     /* (C, C), (C) */
+    /* The attention's own parameters (attention.h: attn_param_count for max_len
+     * proj_len; linformer's projections), or NULL for a variant without any. Bound to
+     * the attention by forward (and, with the gradient's, by backward). */
+    float *proj;
+    int proj_len;
 } mha_params;           /* also used for their gradients */
 
 /* Kept from forward for backward (per layer). */
@@ -55,8 +60,10 @@ typedef struct {
     int t;             /* MHA_STEP: the position */
 } mha_run;
 
-/* Parameters into a parameter table (names wqkv, bqkv, wo, bo under the prefix). */
-void mha_carve_params(tf_table *t, mha_params *p, int C);
+/* Parameters into a parameter table (names wqkv, bqkv, wo, bo under the prefix, then
+ * proj of proj_count floats when proj_count > 0: the attention's own, for sequences of
+ * up to proj_len positions). */
+void mha_carve_params(tf_table *t, mha_params *p, int C, size_t proj_count, int proj_len);
 /* Per-layer activations for (B, N) with `saved_bytes` for the attention. */
 void mha_carve_acts(tf_table *t, mha_acts *a, int B, int N, int C, size_t saved_bytes);
 /* Shared scratch for (B, N). */

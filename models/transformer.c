@@ -216,6 +216,15 @@ static void body_carve_params(tf_model *m, tf_table *t, bool grads) {
             enc_carve_params(t, &lp[l], &m->enc);
         }
         tf_table_prefix(t, "%s", "");
+        if (m->attn_shared) {
+            /* one block of the attention's parameters, bound to every layer */
+            float *p = tf_carve_f(t, "attn.proj", true, 1, (int64_t)m->attn_shared, 0, 0, 0);
+            *(grads ? &m->g_attn_proj : &m->attn_proj) = p;
+            for (int l = 0; l < c->layers; l++) {
+                lp[l].attn.proj = p;
+                lp[l].attn.proj_len = m->enc.attn_len;
+            }
+        }
         if (c->final_norm) {
             *(grads ? &m->g_lnf_g : &m->lnf_g) = tf_carve_f(t, "final_ln.g", false, 1, c->d_model, 0, 0, 0);
             *(grads ? &m->g_lnf_b : &m->lnf_b) = tf_carve_f(t, "final_ln.b", false, 1, c->d_model, 0, 0, 0);
@@ -372,16 +381,22 @@ static void input_init(const init_ctx *x) {
     else init_dense(x, x->m->in_w, x->m->in_b, c->d_model, c->features);
 }
 
-static void body_init(const init_ctx *x) {
+/* The attention's own parameters at p (the variant's rule: attn_param_init), element j
+ * from the tensor's stream as every other tensor. */
+static int fill_attn(const init_ctx *x, const float *p) {
+    return attn_param_init(x->m->att, x->m->enc.attn_len, x->seed, init_stream(x->m, p), host_of(x, p));
+}
+
+static int body_init(const init_ctx *x) {
     tf_model *m = x->m;
     const tf_config *c = &m->cfg;
-    int C = c->d_model, F = c->d_ff;
+    int C = c->d_model, F = c->d_ff, rc;
     if (c->body == TF_BODY_LSTM) {
         /* PyTorch's nn.LSTM: every tensor uniform(+-1/sqrt(H)), each from its table stream */
         lstm_init_tensor list[LSTM_MAX_TENSORS];
         int n = lstm_init_list(&m->lc, &m->lsp, list);
         for (int i = 0; i < n; i++) fill_uniform(x, list[i].p, list[i].count, list[i].bound);
-        return;
+        return 0;
     }
     for (int l = 0; l < c->layers; l++) {
         enc_params *p = &m->lp[l];
@@ -393,11 +408,14 @@ static void body_init(const init_ctx *x) {
         fill_const(x, p->ln2_b, (size_t)C, 0.0f);
         init_dense(x, p->w1, p->b1, F, C);
         init_dense(x, p->w2, p->b2, C, F);
+        if (p->attn.proj && !m->attn_shared && (rc = fill_attn(x, p->attn.proj))) return rc;
     }
+    if (m->attn_shared && (rc = fill_attn(x, m->attn_proj))) return rc;
     if (c->final_norm) {
         fill_const(x, m->lnf_g, (size_t)C, 1.0f);
         fill_const(x, m->lnf_b, (size_t)C, 0.0f);
     }
+    return 0;
 }
 
 int tf_init_params(tf_model *m, uint64_t seed) {
@@ -406,10 +424,10 @@ int tf_init_params(tf_model *m, uint64_t seed) {
     init_ctx x = {m, cuda ? ab_alloc(bytes) : m->params, seed};
     if (!x.h) return AB_ENOMEM;
     input_init(&x);
-    body_init(&x);
+    int rc = body_init(&x);
     init_dense(&x, m->head_w, m->head_b, m->classes, m->width);
-    if (!cuda) return 0;
-    int rc = ab_dev_upload(AB_DEV_CUDA, m->params, x.h, bytes);
+    if (!cuda) return rc;
+    if (!rc) rc = ab_dev_upload(AB_DEV_CUDA, m->params, x.h, bytes);
     ab_free(x.h);
     return rc;
 }
@@ -433,11 +451,26 @@ static int init_tables(tf_model *m) {
 
 /* ---- lifetime ---- */
 
+/* The layout of the attention's own parameters (a transformer body's attention a):
+ * per layer in each layer's table (enc.attn_params), or one block for all
+ * (attn_shared), sized for the model's max_len. */
+static int set_attn_params(tf_model *m, const attn *a) {
+    size_t n;
+    int rc = attn_param_count(a, m->cfg.max_len, &n);
+    if (rc) return rc;
+    const bool shared = attn_params_shared_by_layers(a);
+    m->enc.attn_params = shared ? 0 : n;
+    m->enc.attn_len = m->cfg.max_len;
+    m->attn_shared = shared ? n : 0;
+    return 0;
+}
+
 /* The sizes the carving passes read, from the config. */
 static void set_dims(tf_model *m, const tf_config *cfg) {
     m->classes = classes_of(cfg);
     m->width = width_of(cfg);
-    m->enc = (enc_config){cfg->d_model, cfg->heads, cfg->d_ff, cfg->dropout, cfg->pre_norm, cfg->causal};
+    m->enc = (enc_config){cfg->d_model, cfg->heads, cfg->d_ff, cfg->dropout, cfg->pre_norm, cfg->causal, 0, 0};
+    /* the attention's own parameters: set_attn_params, once the attention exists */
     m->lc = (lstm_config){cfg->d_model, cfg->lstm_hidden, cfg->layers, cfg->bidirectional, cfg->dropout};
 }
 
@@ -455,6 +488,20 @@ int tf_param_count_for(const tf_config *cfg, size_t *count) {
     }
     m->cfg = *cfg;
     set_dims(m, cfg);
+    if (cfg->body == TF_BODY_TRANSFORMER) {
+        /* the attention's own parameters: a CPU object of the variant says how many
+         * (the count does not depend on the device; nothing is allocated for it) */
+        attn_options ao = {.variant = cfg->attention, .device = ATTN_DEVICE_CPU,
+                           .n_settings = cfg->n_attn_settings, .settings = cfg->attn_settings};
+        attn *a = NULL;
+        if (!(rc = attn_create(&ao, &a))) rc = set_attn_params(m, a);
+        attn_destroy(a);
+        if (rc) {
+            free(m->lp);
+            free(m);
+            return rc;
+        }
+    }
     tf_table t;
     tf_table_init(&t, sizeof(float), 1);
     tf_table_begin(&t, NULL);
@@ -535,6 +582,10 @@ int tf_create(const tf_config *cfg, int max_batch, tf_model **out) {
             return ab_fail(rc, "model attention at batch %d, length %d: %s", max_batch, cfg->max_len, msg);
         }
         m->attn_saved = attn_saved_bytes(m->att, &as);
+        if ((rc = set_attn_params(m, m->att))) {
+            tf_destroy(m);
+            return rc;
+        }
     } else if (m->dev != ATTN_DEVICE_CPU && (rc = ab_cuda_init())) {
         tf_destroy(m);
         return rc;

@@ -40,7 +40,13 @@
  *     dense biases       uniform(-1/sqrt(fan_in), +1/sqrt(fan_in))  (nn.Linear)
  *     LN gain 1, bias 0
  *     LSTM weights and biases uniform(-1/sqrt(H), +1/sqrt(H))      (nn.LSTM)
+ *     the attention's own     the variant's rule (attn_param_init; linformer's E, F:
+ *     parameters              uniform(+-1/sqrt(max_len)))
  *   with normal = ab_rng_normal and uniform = (2 ab_rng_uniform - 1) * bound.
+ *   The attention's own parameters (attention.h; only linformer has any) are sized for
+ *   cfg.max_len: "layers.L.attn.proj" after each layer's attention tensors, or, when the
+ *   variant shares one set by all layers, one "attn.proj" after the last layer (every
+ *   layer binds it and adds its gradient there). A variant without any adds no entry.
  * - Dropout: tf_forward takes a seed from the caller (per training step, e.g.
  *   tf_step_seed(run_seed, step)); dropout site k (0 attention output, 1 FFN hidden,
  *   2 FFN output; the LSTM's one site: its output) of layer l draws its mask from
@@ -161,7 +167,8 @@ size_t tf_param_count(const tf_model *m); /* floats */
 /* The parameter count (floats) tf_create would give for cfg, computed without
  * allocating the model (its size tables only): a checkpoint's parameters can be
  * checked against a config before gigabytes are allocated for it. 0, or the code and
- * message of tf_create's config checks (the attention variant is not created). */
+ * message of tf_create's config checks (the attention variant is created on the CPU,
+ * which allocates nothing, for the count of its own parameters). */
 int tf_param_count_for(const tf_config *cfg, size_t *count);
 float *tf_params(tf_model *m);            /* tf_param_count() floats, memory of tf_device() */
 float *tf_grads(tf_model *m);             /* same layout and device */

@@ -31,6 +31,10 @@ struct tf_model {
     float *tok_emb, *in_w, *in_b, *head_w, *head_b, *lnf_g, *lnf_b;
     float *g_tok_emb, *g_in_w, *g_in_b, *g_head_w, *g_head_b, *g_lnf_g, *g_lnf_b;
     enc_params *lp, *lg; /* per layer */
+    /* the attention's own parameters when one block serves every layer
+     * (attn_params_shared_by_layers; NULL otherwise), and their gradient */
+    float *attn_proj, *g_attn_proj;
+    size_t attn_shared; /* floats of that block (0: per layer, in enc.attn_params, or none) */
     lstm_config lc;      /* LSTM body: I = d_model, H = lstm_hidden, cfg.layers layers */
     lstm_params lsp, lsg; /* LSTM body: parameters and their gradients */
 

@@ -212,10 +212,13 @@ Test(cli, list_json_is_the_registry) {
     for (int i = 0; i < attn_variant_count(); i++) {
         json_t *v = json_array_get(vars, (size_t)i);
         const char *vn = attn_variant_name(i);
-        cr_assert_eq(json_object_size(v), 6u, "%s: name, summary, options, modes, causal, devices", vn);
+        cr_assert_eq(json_object_size(v), 7u, "%s: name, summary, options, modes, causal, params, devices", vn);
         cr_assert_str_eq(jstr(v, "name"), vn);
         cr_assert(json_is_boolean(json_object_get(v, "causal")), "%s: causal", vn);
         cr_assert_eq(json_is_true(json_object_get(v, "causal")), attn_variant_has_causal(i), "%s: causal", vn);
+        cr_assert(json_is_boolean(json_object_get(v, "params")), "%s: params", vn);
+        cr_assert_eq(json_is_true(json_object_get(v, "params")), attn_variant_has_params(i), "%s: params", vn);
+        cr_assert_eq(attn_variant_has_params(i), strcmp(vn, "linformer") == 0, "%s: params", vn);
         cr_assert_str_eq(jstr(v, "summary"), attn_variant_summary(i));
         const char *modes[2] = {"parallel", "recurrent"}, *devices[2] = {"cpu", "cuda"};
         expect_strings(json_object_get(v, "modes"), modes, attn_variant_has_step(i) ? 2 : 1, vn);

@@ -52,7 +52,17 @@ static const tf_tensor *find_param(const tf_model *m, const char *name) {
 
 static ref_model_cfg ref_cfg(const tf_config *c) {
     ref_model_cfg r = {c->vocab, c->d_model, c->heads, c->layers, c->d_ff, c->pre_norm, c->final_norm, c->causal,
-                       strstr(c->attention, "softmax") ? REF_ATTN_SOFTMAX : REF_ATTN_LINEAR_ELU};
+                       strstr(c->attention, "softmax") ? REF_ATTN_SOFTMAX : REF_ATTN_LINEAR_ELU, 0, 0, false};
+    if (strcmp(c->attention, "linformer") == 0) {
+        /* its settings here: k=K and share=NAME */
+        r.attn = REF_ATTN_LINFORMER;
+        r.lin_k = 256;
+        r.lin_len = c->max_len;
+        for (int i = 0; i < c->n_attn_settings; i++) {
+            sscanf(c->attn_settings[i], "k=%d", &r.lin_k);
+            if (strncmp(c->attn_settings[i], "share=", 6) == 0) r.lin_one = strcmp(c->attn_settings[i] + 6, "none") != 0;
+        }
+    }
     return r;
 }
 
@@ -206,6 +216,55 @@ Test(model, tiny_frames_softmax_post_norm_padded) {
     frames_transformer_case("softmax", false, lens, 16);
 }
 Test(model, tiny_frames_linear_pre_norm) { frames_transformer_case("linear", true, NULL, 17); }
+
+/* linformer (non-causal, k = 3 projections of the model's max_len 9 columns, run at
+ * N = 6: the first 6 columns): its projections are parameters of the model, so the
+ * finite differences above check their gradient too, per layer (none, kv: one matrix)
+ * or one block summed over both layers (layer). The parameter table holds them as
+ * layers.L.attn.proj or attn.proj, decayed as the other weight matrices. */
+static void linformer_case(const char *share, bool pre_norm, const int *lengths, uint64_t seed) {
+    tf_config c = tm_tiny_config("linformer");
+    char sh[32];
+    snprintf(sh, sizeof sh, "share=%s", share);
+    const char *set[] = {"k=3", sh};
+    c.attn_settings = set;
+    c.n_attn_settings = 2;
+    c.causal = false;
+    c.pre_norm = pre_norm;
+    c.max_len = 9;
+    tf_model *m = make(&c, 2);
+    const bool layer = strcmp(share, "layer") == 0;
+    const size_t per = strcmp(share, "none") == 0 ? 2 * 3 * 9 : 3 * 9;
+    const tf_tensor *l0 = find_param(m, "layers.0.attn.proj"), *l1 = find_param(m, "layers.1.attn.proj");
+    const tf_tensor *all = find_param(m, "attn.proj");
+    if (layer) {
+        cr_assert(!l0 && !l1 && all && all->count == per && all->decay, "share=layer: one attn.proj of %zu", per);
+    } else {
+        cr_assert(l0 && l1 && !all && l0->count == per && l1->count == per && l0->decay, "per layer: %zu each", per);
+    }
+    size_t plain;
+    tf_config cl = tm_tiny_config("linear");
+    cl.max_len = 9;
+    cr_assert_eq(tf_param_count_for(&cl, &plain), 0);
+    cr_assert_eq(tf_param_count(m), plain + (layer ? per : 2 * per), "the projections and nothing else added");
+    size_t counted;
+    cr_assert_eq(tf_param_count_for(&c, &counted), 0, "%s", ab_error());
+    cr_assert_eq(counted, tf_param_count(m));
+    tf_destroy(m);
+    char what[96];
+    snprintf(what, sizeof what, "linformer share=%s pre_norm=%d lengths=%d", share, pre_norm, lengths != NULL);
+    tiny_check(&c, lengths, false, seed, what);
+}
+
+Test(model, tiny_linformer_none_padded) {
+    int lengths[2] = {6, 4};
+    linformer_case("none", false, lengths, 18);
+}
+Test(model, tiny_linformer_kv_pre_norm) { linformer_case("kv", true, NULL, 19); }
+Test(model, tiny_linformer_layer_padded) {
+    int lengths[2] = {3, 6};
+    linformer_case("layer", false, lengths, 20);
+}
 
 /* ---- frame input and the LSTM body against the reference ---- */
 

@@ -625,7 +625,8 @@ static ab_optim_range *param_ranges(const tf_model *m) {
  * Measured on the emulator: logits <= 2.5e-7, loss <= 3.7e-8 relative, gradients
  * <= 1.1e-6 per tensor (stateful-softmax; the others <= 6.9e-7). After one RAdam step
  * (its first is a momentum step, linear in the gradient, lr 1e-2) the parameters agree
- * to <= 9.1e-8 per tensor (a rounding of p): 1e-6 leaves 10x. */
+ * to <= 9.1e-8 per tensor (a rounding of p): 1e-6 leaves 10x. linformer measures within
+ * those figures (logits 1.8e-7, gradients 5.5e-7, a step 8e-8). */
 #define MODEL_FWD_TOL 1e-5
 #define MODEL_GRAD_TOL 5e-5
 #define MODEL_STEP_TOL 1e-6
@@ -636,6 +637,9 @@ typedef struct {
     float dropout;
     int lengths[2];
     bool has_lengths;
+    const char *set[2]; /* the variant's options (n_set of them) */
+    int n_set;
+    int max_len; /* 0: the tiny config's */
 } model_case;
 
 static void model_vs_cpu(const model_case *mc, uint64_t seed) {
@@ -644,6 +648,9 @@ static void model_vs_cpu(const model_case *mc, uint64_t seed) {
     cc.final_norm = mc->final_norm;
     cc.causal = mc->causal;
     cc.dropout = mc->dropout;
+    cc.attn_settings = mc->set;
+    cc.n_attn_settings = mc->n_set;
+    if (mc->max_len) cc.max_len = mc->max_len;
     tf_config gc = cc;
     gc.device = ATTN_DEVICE_CUDA;
     const int B = 2, N = 6, V = cc.vocab;
@@ -760,30 +767,40 @@ static void model_vs_cpu(const model_case *mc, uint64_t seed) {
 }
 
 Test(model_cuda, softmax_post_norm) {
-    model_case c = {"softmax", false, true, true, false, 0.0f, {0, 0}, false};
+    model_case c = {"softmax", false, true, true, false, 0.0f, {0, 0}, false, {NULL, NULL}, 0, 0};
     model_vs_cpu(&c, 11);
 }
 
 Test(model_cuda, linear_post_norm_padded_dropout) {
-    model_case c = {"linear", false, true, true, true, 0.2f, {6, 4}, true};
+    model_case c = {"linear", false, true, true, true, 0.2f, {6, 4}, true, {NULL, NULL}, 0, 0};
     model_vs_cpu(&c, 12);
 }
 
 Test(model_cuda, softmax_pre_norm_bidirectional_padded_dropout) {
-    model_case c = {"softmax", true, true, false, true, 0.2f, {3, 6}, true};
+    model_case c = {"softmax", true, true, false, true, 0.2f, {3, 6}, true, {NULL, NULL}, 0, 0};
     model_vs_cpu(&c, 13);
 }
 
 Test(model_cuda, linear_pre_norm_no_final_norm) {
-    model_case c = {"linear", true, false, true, true, 0.0f, {0, 0}, false};
+    model_case c = {"linear", true, false, true, true, 0.0f, {0, 0}, false, {NULL, NULL}, 0, 0};
     model_vs_cpu(&c, 14);
 }
 
 Test(model_cuda, stateful_softmax_and_lsh) {
-    model_case c = {"stateful-softmax", false, false, true, false, 0.1f, {0, 0}, false};
+    model_case c = {"stateful-softmax", false, false, true, false, 0.1f, {0, 0}, false, {NULL, NULL}, 0, 0};
     model_vs_cpu(&c, 15);
-    model_case l = {"lsh", false, true, true, true, 0.0f, {5, 6}, true};
+    model_case l = {"lsh", false, true, true, true, 0.0f, {5, 6}, true, {NULL, NULL}, 0, 0};
     model_vs_cpu(&l, 16);
+}
+
+/* linformer: its projections are model parameters on the device, bound to the device's
+ * attention per layer (share none) or one block for both layers (share layer), sized
+ * for max_len 9 and run at N = 6 (their first columns). */
+Test(model_cuda, linformer_none_and_layer) {
+    model_case c = {"linformer", false, true, false, true, 0.2f, {6, 4}, true, {"k=3", "share=none"}, 2, 9};
+    model_vs_cpu(&c, 17);
+    model_case l = {"linformer", true, true, false, false, 0.0f, {0, 0}, false, {"k=4", "share=layer"}, 2, 9};
+    model_vs_cpu(&l, 18);
 }
 
 /* Two training steps (of two shapes) with the optimiser on the device: no memory is

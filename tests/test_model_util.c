@@ -38,13 +38,21 @@ ref_params tm_ref_params(const tf_model *m, const double *pd) {
         else if (strcmp(t->name, "final_ln.b") == 0) slot = &r.lnf_b;
         else if (strcmp(t->name, "head.w") == 0) slot = &r.head_w;
         else if (strcmp(t->name, "head.b") == 0) slot = &r.head_b;
+        else if (strcmp(t->name, "attn.proj") == 0) {
+            /* the attention's parameters shared by every layer (linformer share=layer) */
+            for (int k = 0; k < REF_MAX_LAYERS; k++) {
+                cr_assert_null(r.layer[k].proj, "attn.proj and a layer's own");
+                r.layer[k].proj = p;
+            }
+            continue;
+        }
         else if (sscanf(t->name, "layers.%d.%63s", &l, suffix) == 2 && l >= 0 && l < REF_MAX_LAYERS) {
             ref_layer_params *lp = &r.layer[l];
-            const char *names[12] = {"ln1.g", "ln1.b", "attn.wqkv", "attn.bqkv", "attn.wo", "attn.bo",
-                                     "ln2.g", "ln2.b", "ffn.w1",    "ffn.b1",    "ffn.w2",  "ffn.b2"};
-            const double **slots[12] = {&lp->ln1_g, &lp->ln1_b, &lp->wqkv, &lp->bqkv, &lp->wo, &lp->bo,
-                                        &lp->ln2_g, &lp->ln2_b, &lp->w1,   &lp->b1,   &lp->w2, &lp->b2};
-            for (int k = 0; k < 12; k++)
+            const char *names[13] = {"ln1.g", "ln1.b", "attn.wqkv", "attn.bqkv", "attn.wo", "attn.bo",
+                                     "ln2.g", "ln2.b", "ffn.w1",    "ffn.b1",    "ffn.w2",  "ffn.b2", "attn.proj"};
+            const double **slots[13] = {&lp->ln1_g, &lp->ln1_b, &lp->wqkv, &lp->bqkv, &lp->wo, &lp->bo,
+                                        &lp->ln2_g, &lp->ln2_b, &lp->w1,   &lp->b1,   &lp->w2, &lp->b2, &lp->proj};
+            for (int k = 0; k < 13; k++)
                 if (strcmp(suffix, names[k]) == 0) slot = slots[k];
         }
         cr_assert_not_null(slot, "parameter %s has no place in the reference", t->name);

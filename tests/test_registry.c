@@ -22,14 +22,15 @@
 
 /* The variants these tests know by name, whether each has a recurrent step
  * (stateful-softmax's key/value cache, the two linear variants and local's ring are
- * RNNs; softmax, lsh and efficient are not) and whether it takes causal shapes (all
- * but efficient). The registry may hold more. */
+ * RNNs; softmax, lsh, efficient and linformer are not) and whether it takes causal
+ * shapes (all but efficient and linformer). The registry may hold more. */
 static const struct {
     const char *name;
     bool step, causal;
 } KNOWN[] = {
     {"softmax", false, true}, {"stateful-softmax", true, true}, {"linear", true, true}, {"polynomial", true, true},
     {"lsh", false, true},     {"efficient", false, false},      {"local", true, true},
+    {"linformer", false, false},
 };
 #define N_KNOWN ((int)(sizeof KNOWN / sizeof KNOWN[0]))
 
@@ -44,12 +45,30 @@ static const char *val(const attn *a, const attn_shape *s, const char *key) {
     return r;
 }
 
+/* The longest sequence of these tests: a variant with parameters of its own
+ * (linformer) gets them for it from make(), zeros with no gradient (host memory that
+ * the tracked allocator does not count, kept for the process). */
+#define MAX_LEN 64
+
 static attn *make(const char *variant, int n, const char *const *settings) {
+    static float *pool;
+    static size_t pool_n;
     attn_options o = {variant, ATTN_DEVICE_CPU, 1, n, settings};
     attn *a = NULL;
     int rc = attn_create(&o, &a);
     cr_assert_eq(rc, 0, "attn_create(%s): %s", variant, attn_error());
     cr_assert_not_null(a);
+    size_t np;
+    cr_assert_eq(attn_param_count(a, MAX_LEN, &np), 0, "%s", attn_error());
+    if (np > 0) {
+        if (np > pool_n) {
+            free(pool);
+            pool = calloc(np, sizeof(float));
+            pool_n = np;
+            cr_assert_not_null(pool);
+        }
+        cr_assert_eq(attn_bind_params(a, MAX_LEN, pool, NULL), 0, "%s", attn_error());
+    }
     return a;
 }
 
@@ -158,6 +177,9 @@ static const opt_expect OPTIONS[] = {
     {"linear", "features", "auto", false, "favor"},
     {"local", "window", "256", true, NULL},
     {"local", "scale", "1/sqrt(D)", false, NULL},
+    {"linformer", "k", "256", true, NULL},
+    {"linformer", "share", "none", false, "layer"},
+    {"linformer", "scale", "1/sqrt(D)", false, NULL},
 };
 
 /* Defaults written as "1/sqrt(D)" may be spelt with spaces or another case. */
@@ -216,6 +238,7 @@ Test(registry, every_documented_value_accepted) {
         {"lsh", "combine=mean"},          {"lsh", "combine=logsumexp"},     {"lsh", "scale=0.5"},
         {"linear", "feature_map=favor"},  {"linear", "features=7"},         {"linear", "features=auto"},
         {"local", "window=1"},            {"local", "window=4096"},         {"local", "scale=-0.5"},
+        {"linformer", "k=1"},             {"linformer", "share=kv"},        {"linformer", "share=layer"},
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         const char *s[1] = {ok[i].setting};
@@ -283,6 +306,7 @@ Test(registry, create_errors) {
         {"linear", "eps=-1", "eps"},    {"polynomial", "eps=-1e-3", "eps"}, {"linear", "chunk=-4", "chunk"},
         {"lsh", "rounds=99999999999", "rounds"},
         {"local", "window=0", "window"}, {"linear", "features=0", "features"}, {"linear", "features=65537", "features"},
+        {"linformer", "k=0", "k"},       {"linformer", "k=1048577", "k"},
     };
     for (size_t i = 0; i < sizeof out_of_range / sizeof out_of_range[0]; i++) {
         const char *must[] = {out_of_range[i].name, NULL};
@@ -926,6 +950,10 @@ Test(registry, flops_known_shapes) {
     cr_assert_eq(flops_of("local", "window=3", ca, true), 3 * 3240.0);
     cr_assert_eq(flops_of("local", "window=10", ca, false), 6600.0);
     cr_assert_eq(flops_of("local", NULL, nc, false), 12000.0);
+    /* linformer, k = 3: E K, F V, Q Kp^T, A Vp, 2 N k D or 2 N k M each: per slice
+     * 2 * 10 * 3 * (2 * 4 + 2 * 6) = 1200, times B H = 6: 7200; backward twice that. */
+    cr_assert_eq(flops_of("linformer", "k=3", nc, false), 7200.0);
+    cr_assert_eq(flops_of("linformer", "k=3", nc, true), 21600.0);
     /* lsh: not counted. */
     cr_assert(isnan(flops_of("lsh", NULL, nc, false)));
     cr_assert(isnan(flops_of("lsh", NULL, ca, true)));

@@ -428,6 +428,38 @@ static void frames_case(const char *body, const char *what) {
 
 Test(train_data, frames_with_a_transformer) { frames_case(TF_BODY, "frames, transformer"); }
 
+/* linformer, the variant with parameters of its own (its projections E = F, k = 4,
+ * one block shared by the layers): it learns the frames task, a resumed run's
+ * checkpoint (parameters with the projections, optimiser moments, losses) equals the
+ * uninterrupted run's bit for bit, on the CPU and on the CUDA backend (emulated). */
+#define LINFORMER_BODY                                                                                               \
+    "{\"d_model\": 16, \"heads\": 2, \"layers\": 2, \"d_ff\": 16, \"dropout\": 0.0, \"attention\": {\"variant\": " \
+    "\"linformer\", \"set\": {\"k\": 4, \"share\": \"layer\"}}}"
+Test(train_data, frames_with_linformer) { frames_case(LINFORMER_BODY, "frames, linformer"); }
+
+/* The CTC frames task (the speech experiment's form) switched to linformer from the
+ * command line (--set of the variant and its options), trained for a few steps; the
+ * run's config says so, and the projections are in its parameters (more than the
+ * softmax model's). */
+Test(train_data, ctc_frames_set_to_linformer) {
+    const char *cfg = ctc_config(TF_BODY, "{\"kind\": \"adam\", \"lr\": 0.02}");
+    cr_assert_eq(run("train", cfg, "--out", P("s"), "--quiet", "--set", "epochs=1"), 0, "%s", g_err);
+    cr_assert_eq(run("train", cfg, "--out", P("l"), "--quiet", "--set", "epochs=1", "--set",
+                     "model.attention.variant=linformer", "--set", "model.attention.set.k=3", "--set",
+                     "model.attention.set.share=kv"),
+                 0, "%s", g_err);
+    json_t *doc = load(P("l/train.json"));
+    json_t *att = json_object_get(json_object_get(json_object_get(doc, "config"), "model"), "attention");
+    cr_expect_str_eq(json_string_value(json_object_get(att, "variant")), "linformer");
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(att, "set"), "k")), 3);
+    json_decref(doc);
+    size_t ns, nl;
+    void *ps = blob(P("s/checkpoint.bin"), AB_CKPT_PARAMS, &ns), *pl = blob(P("l/checkpoint.bin"), AB_CKPT_PARAMS, &nl);
+    cr_expect_gt(nl, ns, "linformer's projections are parameters of the model: %zu vs %zu bytes", nl, ns);
+    free(ps);
+    free(pl);
+}
+
 Test(train_data, frames_with_a_bidirectional_lstm) {
     frames_case(LSTM_BODY, "frames, bidirectional LSTM");
     /* the LSTM's parameters are in the checkpoint under PyTorch's names */

@@ -13,6 +13,8 @@
  *                               "auto": whether "auto" is accepted}],
  *                  "modes": ["parallel"] or ["parallel", "recurrent"],
  *                  "causal": whether it takes causal shapes (false: non-causal only),
+ *                  "params": whether it has learned parameters of its own (sized for a
+ *                            max_len; `op` draws them from --seed),
  *                  "devices": the devices this build runs it on, "cpu" first}],
  *    "feature_maps": [{"name", "features" (feature count for input size D, a formula),
  *                      "help", "choice_of": [{"variant", "option"}: the choice options
@@ -77,6 +79,7 @@ static json_t *variant_json(int i) {
     if (attn_variant_has_step(i)) json_array_append_new(modes, json_string("recurrent"));
     json_object_set_new(v, "modes", modes);
     json_object_set_new(v, "causal", json_boolean(attn_variant_has_causal(i)));
+    json_object_set_new(v, "params", json_boolean(attn_variant_has_params(i)));
     json_t *devs = json_array();
     json_array_append_new(devs, json_string("cpu"));
     if (attn_variant_has_device(i, ATTN_DEVICE_CUDA)) json_array_append_new(devs, json_string("cuda"));
@@ -164,6 +167,9 @@ int cmd_list(int argc, char **argv) {
                attn_variant_summary(i), attn_variant_has_step(i) ? ", recurrent (step, prefill)" : "",
                attn_variant_has_causal(i) ? "" : "; non-causal only",
                attn_variant_has_device(i, ATTN_DEVICE_CUDA) ? ", cuda" : "");
+        if (attn_variant_has_params(i))
+            printf("    learned parameters: sized for a max_len (the model's; op: --max-len, default N); a "
+                   "shorter sequence uses their first columns\n");
         const char *name, *def, *help;
         for (int j = 0; attn_variant_option(i, j, &name, &def, &help); j++)
             printf("    --set %s=VALUE   default %s: %s\n", name, def, help);

@@ -18,19 +18,24 @@ static const char OP_USAGE[] =
     "usage: attnbench op --variant NAME [--causal] [--set KEY=VALUE]... [--seed S]\n"
     "                    [--device cpu|cuda] [--mode parallel|recurrent]\n"
     "                    --q q.npy --k k.npy --v v.npy [--dout dout.npy] [--lengths lengths.npy]\n"
-    "                    --out DIR [--threads N]\n"
+    "                    [--max-len L] --out DIR [--threads N]\n"
     "\n"
     "Runs one attention call. q and k are float32 [B, H, N, D], v (and dout) float32\n"
     "[B, H, N, M], lengths int32 or int64 [B] (positions >= lengths[b] are padding).\n"
     "Writes DIR/out.npy; with --dout also DIR/dq.npy, DIR/dk.npy, DIR/dv.npy.\n"
     "--mode recurrent runs the recurrent step over t = 0..N-1 (variants that have one;\n"
-    "needs --causal) and writes DIR/out.npy. `attnbench list` shows variants and options.\n";
+    "needs --causal) and writes DIR/out.npy. `attnbench list` shows variants and options.\n"
+    "A variant with learned parameters (linformer) gets them drawn from --seed (stream 0)\n"
+    "for sequences of up to --max-len L positions (default N; N <= L) and writes them to\n"
+    "DIR/params.npy (float32, flat, the variant's layout), with --dout their gradient to\n"
+    "DIR/dparams.npy.\n";
 
 #define MAX_SETTINGS 64
 
 typedef struct {
     const char *variant, *q, *k, *v, *dout, *lengths, *out;
     bool causal, recurrent;
+    int max_len; /* 0: N */
     attn_device device;
     uint64_t seed;
     const char *settings[MAX_SETTINGS];
@@ -66,6 +71,11 @@ static void parse_args(int argc, char **argv, op_args *a) {
         else if (strcmp(o, "--v") == 0) a->v = cli_value(argc, argv, &i);
         else if (strcmp(o, "--dout") == 0) a->dout = cli_value(argc, argv, &i);
         else if (strcmp(o, "--lengths") == 0) a->lengths = cli_value(argc, argv, &i);
+        else if (strcmp(o, "--max-len") == 0) {
+            unsigned long long x = cli_parse_u64("--max-len", cli_value(argc, argv, &i));
+            if (x < 1 || x > INT_MAX) cli_die(AB_EXIT_USAGE, "--max-len %llu: must be 1..%d", x, INT_MAX);
+            a->max_len = (int)x;
+        }
         else if (strcmp(o, "--out") == 0) a->out = cli_path_value(argc, argv, &i);
         else cli_die(AB_EXIT_USAGE, "op: unknown argument '%s' (see attnbench op --help)", o);
     }
@@ -105,6 +115,16 @@ static void write_out(const char *dir, const char *name, const ab_array *like, c
     if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
         cli_die(AB_EXIT_USAGE, "--out %s: path too long", dir);
     int rc = ab_npy_write(path, AB_F32, 4, like->shape, data);
+    if (rc) cli_die(cli_status_for(rc), "%s", ab_error());
+}
+
+/* A flat float32 array of n values (the variant's parameters or their gradient). */
+static void write_flat(const char *dir, const char *name, const float *data, size_t n) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+        cli_die(AB_EXIT_USAGE, "--out %s: path too long", dir);
+    int64_t shape[1] = {(int64_t)n};
+    int rc = ab_npy_write(path, AB_F32, 1, shape, data);
     if (rc) cli_die(cli_status_for(rc), "%s", ab_error());
 }
 
@@ -202,6 +222,23 @@ int cmd_op(int argc, char **argv) {
         s.lengths = lengths;
     }
     if ((rc = attn_check_shape(at, &s))) cli_die(cli_status_for(rc), "%s", attn_error());
+    /* the variant's own parameters, drawn from the seed, and their gradient */
+    const int max_len = a.max_len ? a.max_len : s.len;
+    size_t np = 0;
+    if ((rc = attn_param_count(at, max_len, &np))) cli_die(cli_status_for(rc), "%s", attn_error());
+    if (a.max_len && np == 0) cli_die(AB_EXIT_USAGE, "--max-len: variant '%s' has no parameters", a.variant);
+    if (max_len < s.len) cli_die(AB_EXIT_USAGE, "--max-len %d is shorter than the sequences (N=%d)", max_len, s.len);
+    float *params = NULL, *dparams = NULL, *params_dev = NULL, *dparams_dev = NULL;
+    if (np) {
+        params = alloc_or_die(np * sizeof(float));
+        dparams = alloc_or_die(np * sizeof(float));
+        if ((rc = attn_param_init(at, max_len, a.seed, 0, params))) cli_die(cli_status_for(rc), "%s", attn_error());
+        params_dev = (float *)dev_input(a.device, params, np);
+        dparams_dev = dev_alloc(a.device, np * sizeof(float));
+        if ((rc = ab_dev_memset((ab_device)a.device, dparams_dev, 0, np * sizeof(float))))
+            cli_die(AB_EXIT_FAILURE, "%s", ab_error());
+        if ((rc = attn_bind_params(at, max_len, params_dev, dparams_dev))) cli_die(cli_status_for(rc), "%s", attn_error());
+    }
     if (a.recurrent && !attn_has_step(at))
         cli_die(AB_EXIT_USAGE, "variant '%s' has no recurrent mode (use --mode parallel)", a.variant);
     if ((rc = ab_mkdir_p(a.out))) cli_die(cli_status_for(rc), "--out: %s", ab_error());
@@ -234,6 +271,10 @@ int cmd_op(int argc, char **argv) {
             write_out(a.out, "dq.npy", &q, dq);
             write_out(a.out, "dk.npy", &k, dk);
             write_out(a.out, "dv.npy", &v, dv);
+            if (np) {
+                dev_download(dev, dparams, dparams_dev, np);
+                write_flat(a.out, "dparams.npy", dparams, np);
+            }
             dev_input_free(dev, ddo);
             dev_free(dev, ddq);
             dev_free(dev, ddk);
@@ -244,6 +285,7 @@ int cmd_op(int argc, char **argv) {
         } else {
             write_out(a.out, "out.npy", &v, out);
         }
+        if (np) write_flat(a.out, "params.npy", params, np);
         if (saved) dev_free(dev, saved);
         dev_free(dev, out_dev);
         dev_input_free(dev, dq_in);
@@ -284,6 +326,12 @@ int cmd_op(int argc, char **argv) {
         ab_free(vt);
         ab_free(ot);
         attn_state_destroy(state);
+    }
+    if (np) {
+        dev_input_free(dev, params_dev);
+        dev_free(dev, dparams_dev);
+        ab_free(params);
+        ab_free(dparams);
     }
     ab_free(out);
     free(lengths);

@@ -217,7 +217,10 @@ json_t *sweep_run_point(const sweep_config *c, const sweep_variant *sv, attn *a,
     size_t nq = bh * s->len * s->qk_dim, nv = bh * s->len * s->v_dim;
     size_t saved_bytes = attn_saved_bytes(a, s);
     size_t ws_bytes = attn_workspace_need(a, s);
-    double need = (double)sizeof(float) * (3.0 * nq + 5.0 * nv) + (double)saved_bytes + (double)ws_bytes;
+    /* a variant's own parameters (linformer), for this length, and their gradient */
+    size_t np = 0;
+    if (attn_param_count(a, s->len, &np)) np = 0; /* the shape check above would have failed first */
+    double need = (double)sizeof(float) * (3.0 * nq + 5.0 * nv + 2.0 * np) + (double)saved_bytes + (double)ws_bytes;
     json_object_set_new(rec, "estimated_bytes", json_real(need));
     if (need > c->memory_limit_bytes) {
         json_object_set_new(rec, "status", json_string("oom"));
@@ -232,10 +235,22 @@ json_t *sweep_run_point(const sweep_config *c, const sweep_variant *sv, attn *a,
     size_t base = ab_mem_current(dev);
     ab_mem_reset_peak(dev);
     float *q = NULL, *k = NULL, *v = NULL, *out = NULL, *dout = NULL, *dq = NULL, *dk = NULL, *dv = NULL;
+    float *par = NULL, *dpar = NULL, *hpar = NULL;
     void *saved = NULL;
     float *stage = NULL;
     int rc = 0;
     if (dev != AB_DEV_CPU && !(stage = ab_alloc((nq > nv ? nq : nv) * 4))) rc = AB_ENOMEM;
+    if (!rc && np) {
+        /* drawn from the sweep's seed on the host (stream 4), uploaded, bound */
+        rc = ab_dev_malloc(dev, (void **)&par, np * 4);
+        if (!rc) rc = ab_dev_malloc(dev, (void **)&dpar, np * 4);
+        if (!rc && !(hpar = dev == AB_DEV_CPU ? par : ab_alloc(np * 4))) rc = AB_ENOMEM;
+        if (!rc) rc = attn_param_init(a, s->len, c->seed, 4, hpar);
+        if (!rc && dev != AB_DEV_CPU) rc = ab_dev_upload(dev, par, hpar, np * 4);
+        if (!rc) rc = ab_dev_memset(dev, dpar, 0, np * 4);
+        if (!rc) rc = attn_bind_params(a, s->len, par, dpar);
+        if (hpar != par) ab_free(hpar);
+    }
     if (!rc) rc = ab_dev_malloc(dev, (void **)&q, nq * 4);
     if (!rc) rc = ab_dev_malloc(dev, (void **)&k, nq * 4);
     if (!rc) rc = ab_dev_malloc(dev, (void **)&v, nv * 4);
@@ -349,6 +364,8 @@ json_t *sweep_run_point(const sweep_config *c, const sweep_variant *sv, attn *a,
     ab_dev_free(dev, dk);
     ab_dev_free(dev, dv);
     ab_dev_free(dev, saved);
+    ab_dev_free(dev, par);
+    ab_dev_free(dev, dpar);
     return rec;
 }
 

@@ -23,6 +23,7 @@ of the config is mapped to PyTorch methods (--list prints them):
                                 (non-causal): the same linear paths on FAVOR+ features
   efficient                  -> parallel: efficient
   local                      -> parallel: local_blocked
+  linformer                  -> parallel: linformer
   anything else              -> no peer: its points are recorded as skipped
 
 --map LABEL=METHOD[,METHOD..] (or LABEL=none) replaces a label's methods. Records
@@ -78,6 +79,7 @@ VARIANT_OPTIONS = {
     "lsh": ["rounds", "bits", "chunk", "combine", "scale"],
     "efficient": [],
     "local": ["window", "scale"],
+    "linformer": ["k", "share", "scale"],
 }
 TSV_COLUMNS = ["kind", "variant", "len", "context", "batch", "heads", "qk_dim", "v_dim", "causal", "status",
                "fwd_ms.median", "fwd_ms.p20", "fwd_ms.p80", "fwd_bwd_ms.median", "fwd_bwd_ms.p20", "fwd_bwd_ms.p80",
@@ -317,6 +319,10 @@ METHODS = {
                                   "overlapping spans of 64 + w - 1 (causal) or 64 + 2(w - 1) columns (a view), "
                                   "scores by one batched matmul, the band masked (a precomputed mask), softmax, "
                                   "@ the values' spans"),
+    "linformer": ("parallel", "Linformer: E, F (k x N parameters with requires_grad, uniform(+-1/sqrt(N)); F = E "
+                              "for share kv or layer) project keys and values along the sequence, Kp = E @ k, "
+                              "Vp = F @ v (matmul broadcast over B, H), then softmax(q Kp^T * scale) @ Vp; "
+                              "backward gives dE, dF as attnbench's does"),
     "kv_cache_step": ("recurrent", "softmax decoding step: k, v copied into a preallocated cache at position t, "
                                    "softmax(q K[:t+1]^T * scale) V[:t+1]"),
     "linear_rnn_step": ("recurrent", "linear attention RNN step (elu+1): S += phi(k) v^T, Z += phi(k), "
@@ -340,6 +346,8 @@ def default_methods(v, causal):
         return ["efficient"], [], None
     if name == "local":
         return ["local_blocked"], [], None
+    if name == "linformer":
+        return ["linformer"], [], None
     what = f"{name} with feature_map={s['feature_map']}" if name == "linear" else name
     return [], [], f"no PyTorch peer for {what} in torch_bench.py"
 
@@ -354,6 +362,13 @@ def method_options(method, v, device):
     elif method == "efficient":
         if v["variant"] != "efficient":
             raise BadInput(f"--map {v['label']}={method}: efficient stands against the efficient variant only")
+    elif method == "linformer":
+        if v["variant"] != "linformer":
+            raise BadInput(f"--map {v['label']}={method}: linformer stands against the linformer variant only")
+        o["k"] = int(s.get("k", 256))
+        o["share"] = str(s.get("share", "none"))
+        if "scale" in s:
+            o["scale"] = float(s["scale"])
     elif method == "local_blocked":
         if v["variant"] != "local":
             raise BadInput(f"--map {v['label']}={method}: local_blocked stands against the local variant only")
@@ -515,6 +530,24 @@ def make_parallel(torch, method, causal, options, n, device):
         def efficient(q, k, v):
             return torch.matmul(torch.softmax(q, dim=-1), torch.matmul(torch.softmax(k, dim=-2).transpose(-1, -2), v))
         return efficient, 0, None
+    if method == "linformer":
+        if causal:
+            return None, 0, "Linformer is non-causal only"
+        P, scale = options["k"], options.get("scale")
+        gen = torch.Generator(device="cpu")
+        gen.manual_seed(12345)
+        bound = 1.0 / math.sqrt(n)
+        E = ((torch.rand(P, n, generator=gen) * 2 - 1) * bound).to(device).requires_grad_(True)
+        Fm = E if options["share"] != "none" else \
+            ((torch.rand(P, n, generator=gen) * 2 - 1) * bound).to(device).requires_grad_(True)
+
+        def linformer(q, k, v):
+            sc = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+            kp, vp = torch.matmul(E, k), torch.matmul(Fm, v)                  # B,H,k,D and B,H,k,M
+            p = torch.softmax(torch.matmul(q, kp.transpose(-1, -2)) * sc, dim=-1)
+            return torch.matmul(p, vp)
+        linformer.params = (E, Fm)  # the tests read them
+        return linformer, 4 * P * n * (1 if Fm is E else 2), None
     if method == "local_blocked":
         w, Tb = options["window"], 64
         nb = min(-(-(w - 1) // Tb), -(-n // Tb) - 1) if w > 1 else 0
@@ -678,6 +711,11 @@ def estimated_extra_bytes(method, device, B, H, N, D, M, options):
         return 4.0 * 6 * bh * N * span + 4.0 * 4 * bh * N * span * (D + M) / 64
     if method == "efficient":
         return 4.0 * 6 * bh * N * (D + M)
+    if method == "linformer":
+        P = options["k"]
+        # scores, probabilities and their gradients (N x k per slice), the projections
+        # and their gradients, E, F and their gradients
+        return 4.0 * (4 * bh * N * P + 4 * bh * P * (D + M) + 4 * P * N)
     return 4.0 * 2 * (4 * bh * N * (D + M + 1) + 2 * bh * D * (M + 1))
 
 # ------------------------------------------------------------- measurement ----
@@ -792,6 +830,8 @@ class Bench:
             f = 4 * N * (options.get("features") or 2 * D) * (M + 1) * bh
         elif method == "efficient":
             f = 4 * N * D * M * bh
+        elif method == "linformer":
+            f = 4 * N * options["k"] * (D + M) * bh
         elif method == "local_blocked":
             K = min(options["window"], N) - 1
             below = K * N - K * (K + 1) / 2

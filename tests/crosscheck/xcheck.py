@@ -386,6 +386,53 @@ def ref_efficient(q, k, v, g, lengths):
                 mag_dv=np.where(valid, kmg @ dctx_m, 0.0))
 
 
+@functools.lru_cache(maxsize=64)
+def linformer_params(seed, count, max_len):
+    """attention/README.md (linformer): `op` draws its parameters from --seed, stream 0:
+    element j = (2 uniform(seed, 0, j) - 1) / sqrt(max_len), rounded to float32."""
+    bound = 1.0 / math.sqrt(max_len)
+    vals = [(2.0 * _unit(philox_block(seed, 0, j)[0]) - 1.0) * bound for j in range(count)]
+    return _readonly(np.array(vals, dtype=np.float32).astype(np.float64))
+
+
+def ref_linformer(q, k, v, g, lengths, E, F, scale):
+    """Linformer (README): per slice Kp = E[:, :L] K[:L], Vp = F[:, :L] V[:L] (E, F: k x
+    max_len, shared by the heads), out_i = softmax_r(scale q_i . Kp_r) Vp for i < L,
+    padded rows zero. Also dE, dF (summed over batch rows and heads). Magnitudes: the
+    products' |terms|, each softmax weight counted (1 + |scale| |q_i|.|Kp_r|mag) times."""
+    B, H, N, D = q.shape
+    L = np.full(B, N) if lengths is None else np.asarray(lengths)
+    valid = (np.arange(N)[None, :] < L[:, None])[:, None, :, None]      # (B, 1, N, 1)
+    E, F = E[:, :N], F[:, :N]
+    km, vm = np.where(valid, k, 0.0), np.where(valid, v, 0.0)
+    kp, vp = E @ km, F @ vm                                             # (B, H, P, D|M)
+    P = E.shape[0]
+    mask = np.broadcast_to(valid, (B, 1, N, P))
+    a, _ = masked_softmax(scale * (q @ _T(kp)), mask)                  # (B, H, N, P)
+    out = a @ vp
+    gm = np.where(valid, g, 0.0)
+    ds = a * (gm @ _T(vp) - (gm * out).sum(-1, keepdims=True))
+    dkp = scale * (_T(ds) @ q)
+    dvp = _T(a) @ gm
+    dq = scale * (ds @ kp)
+    dk = np.where(valid, _T(E) @ dkp, 0.0)
+    dv = np.where(valid, _T(F) @ dvp, 0.0)
+    dE = (dkp @ _T(km)).sum((0, 1))                                    # (P, N)
+    dF = (dvp @ _T(vm)).sum((0, 1))
+    # magnitudes
+    aE, aF, aq, ag = np.abs(E), np.abs(F), np.abs(q), np.abs(gm)
+    kp_m, vp_m = aE @ np.abs(km), aF @ np.abs(vm)
+    pm = a * (1.0 + abs(scale) * (aq @ _T(kp_m)))
+    mag_out = pm @ vp_m
+    ds_m = pm * (ag @ _T(vp_m) + (ag * mag_out).sum(-1, keepdims=True))
+    dkp_m = abs(scale) * (_T(ds_m) @ aq)
+    dvp_m = _T(pm) @ ag
+    return dict(out=out, dq=dq, dk=dk, dv=dv, dE=dE, dF=dF,
+                mag_out=mag_out, mag_dq=abs(scale) * (ds_m @ kp_m),
+                mag_dk=np.where(valid, _T(aE) @ dkp_m, 0.0), mag_dv=np.where(valid, _T(aF) @ dvp_m, 0.0),
+                mag_dE=(dkp_m @ _T(np.abs(km))).sum((0, 1)), mag_dF=(dvp_m @ _T(np.abs(vm))).sum((0, 1)))
+
+
 def ref_polynomial(q, k, v, g, lengths, causal, c, scale, eps):
     """sim = (c + scale q.k)^2, computed directly (no feature map). The magnitudes are
     those of the exact features [c, sqrt(2 c scale) x, scale x_a x_b]: their products
@@ -501,9 +548,13 @@ def ref_lsh(q, k, v, g, lengths, causal, rounds, bits, chunk, combine, scale, se
                 mag_dk=np.zeros_like(q), mag_dv=mag_dv)
 
 
-def reference(variant, q, k, v, g, lengths, causal, o, seed, masks=None):
-    """o: the options as given to `--set` (absent or "auto": the README's default)."""
+def reference(variant, q, k, v, g, lengths, causal, o, seed, masks=None, max_len=None, params=None):
+    """o: the options as given to `--set` (absent or "auto": the README's default).
+    A variant with parameters (linformer) takes them for max_len (default N), drawn from
+    the seed as `op` does, or given (params: the flat array, the self-test's)."""
     o = {key: val for key, val in o.items() if val != "auto"}
+    if variant == "linformer":
+        return _linformer(q, k, v, g, lengths, causal, o, seed, max_len or q.shape[2], params)
     return REFERENCES[variant].fn(q, k, v, g, lengths, causal, o, seed, masks)
 
 
@@ -531,6 +582,37 @@ def _local(q, k, v, g, lengths, causal, o, seed, masks):
 def _polynomial(q, k, v, g, lengths, causal, o, seed, masks):
     return ref_polynomial(q, k, v, g, lengths, causal, o.get("c", 1.0), o.get("scale", _auto_scale(q)),
                           o.get("eps", 1e-6))
+
+
+def linformer_split(params, o, max_len):
+    """E and F (k x max_len) of the flat parameters: E then F (share=none), or E = F."""
+    P = o.get("k", 256)
+    E = params[:P * max_len].reshape(P, max_len)
+    F = params[P * max_len:].reshape(P, max_len) if o.get("share", "none") == "none" else E
+    return E, F
+
+
+def linformer_count(o, max_len):
+    return o.get("k", 256) * max_len * (2 if o.get("share", "none") == "none" else 1)
+
+
+def _linformer(q, k, v, g, lengths, causal, o, seed, max_len, params=None):
+    assert not causal, "linformer is non-causal only"
+    if params is None:
+        params = linformer_params(seed, linformer_count(o, max_len), max_len)
+    E, F = linformer_split(params, o, max_len)
+    r = ref_linformer(q, k, v, g, lengths, E, F, o.get("scale", _auto_scale(q)))
+    # the gradient of the flat parameters: dE then dF, or dE + dF when E = F
+    dE, dF = np.zeros((E.shape[0], max_len)), np.zeros((E.shape[0], max_len))
+    mE, mF = np.zeros_like(dE), np.zeros_like(dF)
+    N = q.shape[2]
+    dE[:, :N], dF[:, :N], mE[:, :N], mF[:, :N] = r.pop("dE"), r.pop("dF"), r.pop("mag_dE"), r.pop("mag_dF")
+    if o.get("share", "none") == "none":
+        r["dparams"], r["mag_dparams"] = np.concatenate([dE.ravel(), dF.ravel()]), np.concatenate([mE.ravel(), mF.ravel()])
+    else:
+        r["dparams"], r["mag_dparams"] = (dE + dF).ravel(), (mE + mF).ravel()
+    r["params"] = params
+    return r
 
 
 def _lsh(q, k, v, g, lengths, causal, o, seed, masks):
@@ -602,6 +684,17 @@ def _draw_local(rng, D, choices):
     return o
 
 
+def _draw_linformer(rng, D, choices):
+    o = {"k": int(rng.choice([1, 2, 3, 5, 8, 17, 40]))}
+    if rng.random() < 0.85:
+        o["share"] = str(rng.choice(choices["share"]))
+    if rng.random() < 0.5:
+        o["scale"] = float(np.float32(rng.choice([0.0, rng.uniform(-2, 2), 1.0])))
+    elif rng.random() < 0.5:
+        o["scale"] = "auto"
+    return o
+
+
 def _draw_lsh(rng, D, choices):
     # defaults: rounds 1, bits 8, chunk 32, mean
     o = {}
@@ -642,6 +735,7 @@ REFERENCES = {
                       "scale": None}, _draw_lsh),
     "efficient": Ref(_efficient, {}, _draw_efficient),
     "local": Ref(_local, {"window": None, "scale": None}, _draw_local),
+    "linformer": Ref(_linformer, {"k": None, "share": {"none", "kv", "layer"}, "scale": None}, _draw_linformer),
 }
 
 # The modes run_op knows: "parallel" (forward and backward) and "recurrent" (steps over
@@ -655,7 +749,9 @@ MODES = {"parallel", "recurrent"}
 def check_magnitudes(ref, what):
     """The magnitude bounds must bound the values (a bound below |value| would excuse
     nothing but points at a mistake in the reference)."""
-    for n in ("out", "dq", "dk", "dv"):
+    for n in ("out", "dq", "dk", "dv", "dparams"):
+        if n not in ref:
+            continue
         if not np.all(np.abs(ref[n]) <= ref["mag_" + n] * (1 + 1e-9) + 1e-300):
             raise AssertionError("%s: |%s| exceeds its magnitude bound" % (what, n))
 
@@ -686,6 +782,8 @@ def selftest_gradients():
         ("efficient", False, [3, 1], {}),
         ("local", True, [4, 3], {"window": 2, "scale": 0.9}),
         ("local", False, None, {"window": 2}),
+        ("linformer", False, [3, 1], {"k": 3, "share": "none", "scale": 0.7}),
+        ("linformer", False, None, {"k": 5, "share": "kv"}),
     ]
     B, H, N, D, M = 2, 1, 4, 3, 2
     h = 1e-5
@@ -698,17 +796,24 @@ def selftest_gradients():
         masks = None
         if variant == "lsh":
             masks = lsh_masks(q, L, causal, o["rounds"], o["bits"], o["chunk"], 7)
-        ref = reference(variant, q, k, v, g, L, causal, o, 7, masks=masks)
+        params, pmax = None, None
+        if variant == "linformer":
+            pmax = N + 2      # columns past N: never read, zero gradient
+            params = rng.standard_normal(linformer_count(o, pmax))
+        ref = reference(variant, q, k, v, g, L, causal, o, 7, masks=masks, max_len=pmax, params=params)
         check_magnitudes(ref, "self-test %s %s" % (variant, o))
-        for name, x in (("q", q), ("k", k), ("v", v)):
+        xs = (("q", q), ("k", k), ("v", v)) + ((("params", params),) if params is not None else ())
+        for name, x in xs:
             dx = ref["d" + name]
             fd = np.zeros_like(x)
             for idx in np.ndindex(x.shape):
                 old = x[idx]
                 x[idx] = old + h
-                fp = (reference(variant, q, k, v, g, L, causal, o, 7, masks=masks)["out"] * g).sum()
+                fp = (reference(variant, q, k, v, g, L, causal, o, 7, masks=masks, max_len=pmax,
+                                params=params)["out"] * g).sum()
                 x[idx] = old - h
-                fm = (reference(variant, q, k, v, g, L, causal, o, 7, masks=masks)["out"] * g).sum()
+                fm = (reference(variant, q, k, v, g, L, causal, o, 7, masks=masks, max_len=pmax,
+                                params=params)["out"] * g).sum()
                 x[idx] = old
                 fd[idx] = (fp - fm) / (2 * h)
             err = np.abs(fd - dx).max() / max(np.abs(fd).max(), 1e-300)
@@ -829,7 +934,11 @@ def make_case(seed, idx, variants, only=None, max_n=70, max_d=12):
         lengths = lengths.astype(len_dtype)
     case = dict(idx=idx, variant=variant, B=B, H=H, N=N, D=D, M=M, causal=causal,
                 lengths=lengths, opts=o, seed=lsh_seed, q=q, k=k, v=v, dout=dout, redrawn=0,
-                threads=1 + idx % 3)
+                threads=1 + idx % 3, max_len=None)
+    if variant == "linformer":
+        # parameters for sequences of up to max_len: often N, else longer (the first
+        # N columns are used)
+        case["max_len"] = N + int(rng.choice([0, 0, 1, 9]))
     if variant == "lsh":
         # Keep every hash away from a tie (see LSH_MIN_GAP): redraw the rows of q that
         # come too close, deterministically; with D = 1 (or no luck) the rotations are
@@ -858,8 +967,10 @@ def describe(c):
     s = "case %d: %s B=%d H=%d N=%d D=%d M=%d causal=%s lengths=%s opts=%s" % (
         c["idx"], c["variant"], c["B"], c["H"], c["N"], c["D"], c["M"], c["causal"], L,
         c["opts"] or "{}")
-    if c["variant"] == "lsh":
+    if c["variant"] in ("lsh", "linformer"):
         s += " seed=%d" % c["seed"]
+    if c.get("max_len") is not None:
+        s += " max_len=%d" % c["max_len"]
     return s
 
 
@@ -882,6 +993,8 @@ def run_op(exe, c, folder, mode, device):
         cmd += ["--mode", "recurrent"]
     if c["causal"]:
         cmd.append("--causal")
+    if c.get("max_len") is not None:
+        cmd += ["--max-len", str(c["max_len"])]
     if c["lengths"] is not None and mode == "parallel":   # recurrent mode takes no lengths
         lp = os.path.join(folder, "lengths.npy")
         np.save(lp, c["lengths"])
@@ -893,10 +1006,14 @@ def run_op(exe, c, folder, mode, device):
         raise RuntimeError("attnbench op exited %d: %s\n  command: %s" %
                            (p.returncode, (p.stderr or p.stdout).strip(), " ".join(cmd)))
     names = ["out"] + (["dq", "dk", "dv"] if mode == "parallel" else [])
+    n_par = None
+    if c.get("max_len") is not None:
+        n_par = linformer_count({k: v for k, v in c["opts"].items() if v != "auto"}, c["max_len"])
+        names += ["params"] + (["dparams"] if mode == "parallel" else [])
     res = {}
     for n in names:
         a = np.load(os.path.join(folder, "out", n + ".npy"))
-        want = c["v"].shape if n in ("out", "dv") else c["q"].shape
+        want = (n_par,) if n in ("params", "dparams") else c["v"].shape if n in ("out", "dv") else c["q"].shape
         if a.dtype != np.float32 or a.shape != want:
             raise RuntimeError("%s.npy: dtype %s shape %s, expected float32 %s" %
                                (n, a.dtype, a.shape, want))
@@ -963,7 +1080,7 @@ def check_case(exe, c, folder, stats, failures, verbose, device, modes_of):
 
     def ref_for(lengths):
         r = reference(c["variant"], f64["q"], f64["k"], f64["v"], f64["dout"], lengths,
-                      c["causal"], c["opts"], c["seed"])
+                      c["causal"], c["opts"], c["seed"], max_len=c.get("max_len"))
         check_magnitudes(r, describe(c))
         return r
 
@@ -985,6 +1102,13 @@ def check_case(exe, c, folder, stats, failures, verbose, device, modes_of):
             continue
         st = stats.setdefault(key, {"cases": 0, "fig": {}, "bound": {}, "degenerate": 0})
         st["cases"] += 1
+        if "params" in got:
+            # the parameters drawn from the seed: exactly the README's rule
+            p = got.pop("params")
+            if not np.array_equal(p, r["params"]):
+                i = int(np.argwhere(p != r["params"])[0][0])
+                failures.append((c, key, "params.npy differs from the seed's draw, first at %d: %.9g vs %.9g" %
+                                 (i, p[i], r["params"][i])))
         for n, a in got.items():
             fig, bound, msg = compare(a, r[n], r["mag_" + n])
             tol = TOL
@@ -1074,10 +1198,10 @@ def main():
     worst = (-1.0, None, None, None)
     for key in sorted(stats):
         st = stats[key]
-        figs = ", ".join("%s %.1e" % (n, st["fig"][n][0]) for n in ("out", "dq", "dk", "dv")
+        figs = ", ".join("%s %.1e" % (n, st["fig"][n][0]) for n in ("out", "dq", "dk", "dv", "dparams")
                          if n in st["fig"])
         bounds = []
-        for n in ("out", "dq", "dk", "dv"):
+        for n in ("out", "dq", "dk", "dv", "dparams"):
             if n in st["bound"]:
                 e, ci = st["bound"][n]
                 bounds.append("%s %.1e (case %d)" % (n, e, ci))

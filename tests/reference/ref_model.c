@@ -64,6 +64,9 @@ void ref_mha(const ref_model_cfg *c, const ref_layer_params *p, const double *x,
                 }
     ref_shape s = {B, H, N, D, D, c->causal, lengths};
     if (c->attn == REF_ATTN_SOFTMAX) ref_softmax(&s, 1.0 / sqrt((double)D), q, k, v, att);
+    else if (c->attn == REF_ATTN_LINFORMER)
+        ref_linformer(&s, c->lin_k, c->lin_len, p->proj, c->lin_one ? p->proj : p->proj + (long)c->lin_k * c->lin_len,
+                      1.0 / sqrt((double)D), q, k, v, att);
     else ref_linear(&s, REF_SIM_ELU, 0, 0, 1e-6, q, k, v, att);
     for (int b = 0; b < B; b++)
         for (int i = 0; i < N; i++)

@@ -10,16 +10,20 @@
 
 #define REF_MAX_LAYERS 8
 
-typedef enum { REF_ATTN_SOFTMAX = 0, REF_ATTN_LINEAR_ELU = 1 } ref_attn;
+typedef enum { REF_ATTN_SOFTMAX = 0, REF_ATTN_LINEAR_ELU = 1, REF_ATTN_LINFORMER = 2 } ref_attn;
 
 typedef struct {
     int V, C, H, L, F;
     bool pre_norm, final_norm, causal;
-    ref_attn attn; /* softmax with scale 1/sqrt(D), or linear elu+1 with eps 1e-6 */
+    ref_attn attn; /* softmax with scale 1/sqrt(D), linear elu+1 with eps 1e-6, or
+                      linformer (ref_linformer, scale 1/sqrt(D)) */
+    int lin_k, lin_len; /* linformer: rows k of E and F, and their columns (max_len) */
+    bool lin_one;       /* linformer: F = E (share kv or layer) */
 } ref_model_cfg;
 
 typedef struct {
     const double *ln1_g, *ln1_b, *wqkv, *bqkv, *wo, *bo, *ln2_g, *ln2_b, *w1, *b1, *w2, *b2;
+    const double *proj; /* linformer: E (k x lin_len), then F unless lin_one */
 } ref_layer_params;
 
 typedef struct {

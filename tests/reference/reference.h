@@ -26,6 +26,18 @@ void ref_local(const ref_shape *s, long long window, double scale, const double 
  * zero (s->causal is ignored). */
 void ref_efficient(const ref_shape *s, const double *q, const double *k, const double *v, double *out);
 
+/* Linformer (the linformer variant), non-causal (s->causal is ignored): per slice
+ * Kp = E[:, :L] k[:L], Vp = F[:, :L] v[:L] (E, F: P rows of ld >= N columns, the heads
+ * sharing them), out_i = softmax_r(scale q_i . Kp_r) Vp for i < L, padded rows zero.
+ * Backward (overwrites dq, dk, dv, dE, dF; dE and dF are P x ld, the columns >= every
+ * L zero): the gradients of sum(dout . out). With E = F (share kv) the parameter's
+ * gradient is dE + dF. */
+void ref_linformer(const ref_shape *s, int P, int ld, const double *E, const double *F, double scale, const double *q,
+                   const double *k, const double *v, double *out);
+void ref_linformer_backward(const ref_shape *s, int P, int ld, const double *E, const double *F, double scale,
+                            const double *q, const double *k, const double *v, const double *dout, double *dq,
+                            double *dk, double *dv, double *dE, double *dF);
+
 /* FAVOR+ (attention/favor.h): W [m x D] from seed (Gram-Schmidt of Philox Gaussian
  * blocks, rows scaled by chi norms, each entry rounded to float as the library does);
  * phi(x) = m^-1/2 exp(W x' - |x'|^2/2), x' = D^-1/4 x (unshifted, in double); and linear

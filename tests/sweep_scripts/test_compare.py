@@ -493,6 +493,26 @@ class TorchImplementations(unittest.TestCase):
         else:
             self.assertLess((fn(q, k, v) - quadratic_softmax(q, k, v, True)).abs().max().item(), 1e-10)
 
+    def test_linformer_equals_its_definition(self):
+        # out = softmax(q (E k)^T / sqrt(D)) (F v), E and F the method's own parameters
+        # (k x N, uniform(+-1/sqrt(N)); F = E when shared); the backward reaches them
+        q, k, v = (self.rand(2, 2, 19, 6).float() for _ in range(3))
+        for share in ("none", "kv"):
+            fn, kept, why = self.tb.make_parallel(torch, "linformer", False, {"k": 5, "share": share}, 19, "cpu")
+            self.assertIsNone(why)
+            self.assertEqual(kept, 4 * 5 * 19 * (2 if share == "none" else 1))
+            E, Fm = fn.params
+            self.assertEqual((E.shape, Fm.shape), ((5, 19), (5, 19)))
+            self.assertEqual(share == "none", Fm is not E)
+            self.assertLessEqual(E.abs().max().item(), 1 / 19 ** 0.5)
+            qd, kd, vd, Ed, Fd = q.double(), k.double(), v.double(), E.detach().double(), Fm.detach().double()
+            ref = torch.softmax(qd @ (Ed @ kd).transpose(-1, -2) / 6 ** 0.5, -1) @ (Fd @ vd)
+            out = fn(q, k, v)
+            self.assertLess((out.double() - ref).abs().max().item(), 1e-5, share)
+            out.sum().backward()
+            self.assertIsNotNone(E.grad)
+        self.assertIsNotNone(self.tb.make_parallel(torch, "linformer", True, {"k": 5, "share": "none"}, 19, "cpu")[2])
+
     def test_steps_equal_causal_forms(self):
         B, H, T, N, D, M = 2, 3, 5, 17, 6, 4
         q, k, v = self.rand(B, H, N, D).float(), self.rand(B, H, N, D).float(), self.rand(B, H, N, M).float()
