@@ -7,7 +7,8 @@
  *      for bit;
  *   3. the object at offset 0 (ka_read_at, a file holding one matrix).
  *
- * An accepted matrix has a known format, rows and columns >= 1 and finite values; a
+ * A refusal is never out of memory (a size announced is checked against the file before
+ * it is allocated). An accepted matrix has a known format, rows and columns >= 1 and finite values; a
  * float matrix ("FM") holds exactly the object's bytes and a double one ("DM") their
  * conversion; a compressed one ("CM", "CM2", "CM3") values within its header's range
  * [min, min + range] (up to the rounding of the decoding). The matrices read in (1)
@@ -82,6 +83,14 @@ static void check_matrix(const ka_matrix *m, const uint8_t *data, size_t size, l
     }
 }
 
+/* A refusal: besides fuzz_refused's checks, never out of memory (the input is small,
+ * and every size a header announces is checked against the file before it is
+ * allocated). */
+static void refused(int rc, const char *what) {
+    fuzz_refused(rc, what);
+    if (rc == AB_ENOMEM) fuzz_fail(what, "out of memory on a small input: %s", ab_error());
+}
+
 static bool same_matrix(const ka_matrix *a, const ka_matrix *b) {
     return a->rows == b->rows && a->cols == b->cols && strcmp(a->format, b->format) == 0 &&
            memcmp(a->data, b->data, sizeof(float) * (size_t)a->rows * (size_t)a->cols) == 0;
@@ -135,7 +144,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         rc = ka_reader_next(r, &key, &m, &off);
         if (rc == 0) break;
         if (rc < 0) {
-            fuzz_refused(rc, "ka_reader_next");
+            refused(rc, "ka_reader_next");
             break;
         }
         if (rc != 1) fuzz_fail("ka_reader_next", "returned %d", rc);
@@ -171,7 +180,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* 3. the object at offset 0 */
     ka_matrix m;
     if ((rc = ka_read_at(path, 0, NULL, &m))) {
-        fuzz_refused(rc, "ka_read_at");
+        refused(rc, "ka_read_at");
     } else {
         check_matrix(&m, data, size, 0, "ka_read_at");
         ka_matrix_free(&m);
