@@ -7,7 +7,8 @@ of small valid files of each format and a few near-valid ones (one field wrong).
 The files are committed; run this again when a format changes. Everything is made
 here from the formats' definitions, except the training checkpoints, which come from
 short runs of `attnbench train` (two steps of a tiny copy model: a transformer and an
-LSTM) and from the legacy fixture tests/fixtures/copy-legacy-step4.ckpt. Standard
+LSTM) and from the legacy fixture tests/fixtures/copy-legacy-step4.ckpt, and the
+Kaldi archive tests/fixtures/speech/matrices.ark (every matrix type). Standard
 library only; the same files every time, but for the times the runs record in their
 checkpoints."""
 
