@@ -23,6 +23,7 @@
 #include <math.h>
 #include <sndfile.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -341,6 +342,36 @@ Test(speech_data, bad_audio_is_refused) {
     tp_write_bytes(P("a/u4.wav"), b, n / 2);
     free(b);
     expect_fail(sd_load(dir, &o, NULL, &d), AB_EINVAL, "a truncated WAV", "wav.scp:4", "truncated", NULL);
+    /* a float WAV holding a NaN, and a value that the 16-bit scale takes past the float
+     * range (the fuzz target wav found the second at once: each was accepted, and made
+     * the features, and through CMVN its speaker's, non-finite) */
+    const float bad[2] = {NAN, 3e38f};
+    for (int k = 0; k < 2; k++) {
+        SF_INFO info = {.samplerate = 16000, .channels = 1, .format = SF_FORMAT_WAV | SF_FORMAT_FLOAT};
+        SNDFILE *sf = sf_open(P("a/u4.wav"), SFM_WRITE, &info);
+        cr_assert_not_null(sf, "%s", sf_strerror(NULL));
+        float x[800];
+        for (int i = 0; i < 800; i++) x[i] = i == 700 ? bad[k] : 0.1f * sinf(0.05f * i);
+        sf_command(sf, SFC_SET_NORM_FLOAT, NULL, SF_FALSE);
+        cr_assert_eq(sf_writef_float(sf, x, 800), 800);
+        sf_close(sf);
+        expect_fail(sd_load(dir, &o, NULL, &d), AB_EINVAL, "a float sample that is not finite", "wav.scp:4",
+                    "sample 700 (at ", k ? "3e+38" : "nan", "not a finite number", NULL);
+    }
+    /* a 42-byte FLAC whose STREAMINFO announces 2^35 samples (found by reading the
+     * reader while writing the fuzz target wav): refused as truncated without asking
+     * for the 128 GiB the count would take */
+    unsigned char flac[42] = {'f', 'L', 'a', 'C', 0x80, 0, 0, 34, 0x10, 0, 0x10, 0};
+    const uint64_t info = (uint64_t)16000 << 44 | (uint64_t)0 << 41 | (uint64_t)15 << 36 | (uint64_t)1 << 35;
+    for (int i = 0; i < 8; i++) flac[18 + i] = (unsigned char)(info >> (56 - 8 * i));
+    tp_write_bytes(P("a/u4.wav"), flac, sizeof flac);
+    ab_mem_reset_peak(AB_DEV_CPU);
+    const size_t before = ab_mem_peak(AB_DEV_CPU);
+    expect_fail(sd_load(dir, &o, NULL, &d), AB_EINVAL, "a FLAC announcing 2^35 samples", "wav.scp:4",
+                "ends after 0 of its 34359738368 samples", NULL);
+    /* at most the first 2^20 samples' buffer (4 MiB) besides the other utterances */
+    cr_expect_leq(ab_mem_peak(AB_DEV_CPU), before + ((size_t)5 << 20), "peak %zu -> %zu", before,
+                  ab_mem_peak(AB_DEV_CPU));
 }
 
 /* ---- features from archives ---- */

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sndfile.h>
@@ -57,11 +58,28 @@ static int decode(SNDFILE *sf, const SF_INFO *info, const char *where, au_signal
     if ((unsigned long long)info->frames > ((size_t)1 << 40) / sizeof(float))
         return ab_fail(AB_EINVAL, "%s: the audio claims %lld samples, more than is plausible", where,
                        (long long)info->frames);
-    float *x = ab_alloc((size_t)info->frames * sizeof(float));
-    if (!x) return ab_fail(AB_ENOMEM, "%s: out of memory for %lld samples", where, (long long)info->frames);
+    /* The count is the header's claim (a 42-byte FLAC's STREAMINFO may announce 2^35
+     * samples): the buffer grows with what is decoded, from at most 2^20 samples,
+     * doubling up to the count, so a file holding few samples costs little. */
+    const sf_count_t first = (sf_count_t)1 << 20;
+    sf_count_t cap = info->frames < first ? info->frames : first;
+    float *x = ab_alloc((size_t)cap * sizeof(float));
+    if (!x) return ab_fail(AB_ENOMEM, "%s: out of memory for %lld samples", where, (long long)cap);
     sf_count_t got = 0;
     while (got < info->frames) {
-        sf_count_t k = sf_readf_float(sf, x + got, info->frames - got);
+        if (got == cap) {
+            const sf_count_t bigger = cap > info->frames / 2 ? info->frames : 2 * cap;
+            float *y = ab_alloc((size_t)bigger * sizeof(float));
+            if (!y) {
+                ab_free(x);
+                return ab_fail(AB_ENOMEM, "%s: out of memory for %lld samples", where, (long long)bigger);
+            }
+            memcpy(y, x, (size_t)got * sizeof(float));
+            ab_free(x);
+            x = y;
+            cap = bigger;
+        }
+        sf_count_t k = sf_readf_float(sf, x + got, cap - got);
         if (k <= 0) break;
         got += k;
     }
@@ -72,8 +90,19 @@ static int decode(SNDFILE *sf, const SF_INFO *info, const char *where, au_signal
                        (long long)info->frames, sf_error(sf) ? ": " : " (truncated)", sf_error(sf) ? why : "");
     }
     /* libsndfile's normalised floats (a 16-bit sample s reads as s / 32768) back at
-     * the 16-bit integer scale Kaldi computes features on */
-    for (sf_count_t i = 0; i < got; i++) x[i] *= 32768.0f;
+     * the 16-bit integer scale Kaldi computes features on. A float file may hold NaN
+     * or infinity, or a value that the scaling takes past the float range: refused, as
+     * the archives' non-finite values are (one would make every feature of its
+     * speaker NaN through CMVN). */
+    for (sf_count_t i = 0; i < got; i++) {
+        const float v = x[i];
+        x[i] = v * 32768.0f;
+        if (!isfinite(x[i])) {
+            ab_free(x);
+            return ab_fail(AB_EINVAL, "%s: sample %lld (at %.4f s) is %g: not a finite number at the 16-bit scale",
+                           where, (long long)i, (double)i / info->samplerate, (double)v);
+        }
+    }
     out->samples = x;
     out->n = (long long)got;
     out->rate = info->samplerate;

@@ -14,7 +14,10 @@
  * Every failure is one line naming the entry (`where`, e.g. "data/train/wav.scp:12
  * (utterance X)"): AB_EINVAL for a missing or unreadable file, a command that fails
  * (its exit status and the last line it wrote to stderr) or writes nothing, data
- * libsndfile does not decode, several channels, no samples; AB_ENOMEM, AB_EIO.
+ * libsndfile does not decode, several channels, no samples, fewer samples than the header
+ * announces, a sample that is not finite at the 16-bit scale (a float file's NaN,
+ * infinity or value past 1e34); AB_ENOMEM, AB_EIO. A header's sample count is not
+ * trusted for memory: the samples are stored as they decode.
  * Thread-safe (several utterances may be read at once). */
 #ifndef AB_SPEECH_AUDIO_H
 #define AB_SPEECH_AUDIO_H

@@ -148,17 +148,20 @@ static int read_object(FILE *f, long long file_size, const place *p, ka_matrix *
         return fail_at(AB_EINVAL, p, "a matrix of %lld x %lld (a negative size)", rows, cols);
     if (rows == 0 || cols == 0) return fail_at(AB_EINVAL, p, "an empty matrix (%lld x %lld)", rows, cols);
     /* The bytes the header announces, checked against what the file holds from here
-     * before anything of that size is allocated. */
-    size_t count = (size_t)rows * (size_t)cols, bytes = 0; /* each < 2^31: no overflow in 64 bits */
-    switch (fmt) {
-    case FMT_FM: bytes = 4 * count; break;
-    case FMT_DM: bytes = 8 * count; break;
-    case FMT_CM: bytes = (size_t)cols * 8 + count; break;
-    case FMT_CM2: bytes = 2 * count; break;
-    case FMT_CM3: bytes = count; break;
-    }
+     * before anything of that size is allocated. rows x cols (each < 2^31) fits in 64
+     * bits, but not always times the bytes of a value: a DM header of 1073807362 x
+     * 2147352580 announced 2^64 + 64 bytes, 64 once wrapped, and the matrix's 2^63
+     * bytes were asked for. */
+    const size_t count = (size_t)rows * (size_t)cols;
+    const size_t width = fmt == FMT_FM ? 4 : fmt == FMT_DM ? 8 : fmt == FMT_CM2 ? 2 : 1;
+    const size_t extra = fmt == FMT_CM ? (size_t)cols * 8 : 0; /* CM's column headers */
+    const bool fits = count <= (SIZE_MAX - extra) / width;
+    const size_t bytes = fits ? extra + width * count : SIZE_MAX;
     long long here = ftello(f);
     if (here < 0) return fail_at(AB_EIO, p, "cannot tell the position: %s", strerror(errno));
+    if (!fits)
+        return fail_at(AB_EINVAL, p, "truncated: the %s matrix of %lld x %lld needs more than 2^64 bytes, the file "
+                                     "holds %lld", FMT_NAME[fmt], rows, cols, file_size - here);
     if ((unsigned long long)(file_size - here) < (unsigned long long)bytes)
         return fail_at(AB_EINVAL, p, "truncated: the %s matrix of %lld x %lld needs %zu bytes, the file holds %lld",
                        FMT_NAME[fmt], rows, cols, bytes, file_size - here);

@@ -7,19 +7,23 @@ of small valid files of each format and a few near-valid ones (one field wrong).
 The files are committed; run this again when a format changes. Everything is made
 here from the formats' definitions, except the training checkpoints, which come from
 short runs of `attnbench train` (two steps of a tiny copy model: a transformer and an
-LSTM) and from the legacy fixture tests/fixtures/copy-legacy-step4.ckpt. Standard
+LSTM) and from the legacy fixture tests/fixtures/copy-legacy-step4.ckpt, and the
+Kaldi archive tests/fixtures/speech/matrices.ark (every matrix type). Standard
 library only; the same files every time, but for the times the runs record in their
 checkpoints."""
 
 import argparse
 import gzip
+import io
 import json
+import math
 import os
 import shutil
 import struct
 import subprocess
 import sys
 import tempfile
+import wave
 import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -232,6 +236,121 @@ def images_corpora():
     put("cifar", "bad_truncated.bin", record(1, 5)[:-1])
 
 
+# ---- speech (experiments/speech/kaldi_ark.h, kaldi_dir.h, audio.h) ----
+
+def kaldi_fm(rows, cols, seed, double=False):
+    """A Kaldi binary float (or double) matrix object: "\\0BFM " 4 rows 4 cols values."""
+    vals = [math.sin(seed + 0.7 * i) * (3 + i % 5) for i in range(rows * cols)]
+    tok, fmt = (b"DM ", "<%dd") if double else (b"FM ", "<%df")
+    return b"\0B" + tok + b"\x04" + struct.pack("<i", rows) + b"\x04" + struct.pack("<i", cols) + \
+        struct.pack(fmt % (rows * cols), *vals)
+
+
+def kaldi_cm(rows, cols, seed, kind="CM"):
+    """A compressed matrix: the global header (min, range, rows, cols), then for CM per
+    column four uint16 percentiles and the bytes column by column, for CM2 uint16 and for
+    CM3 uint8 values row by row."""
+    head = struct.pack("<ffii", -2.0 - seed, 5.0, rows, cols)
+    if kind == "CM":
+        cols_hdr = b"".join(struct.pack("<4H", 0, 16000 + 100 * c, 50000 - 100 * c, 65535) for c in range(cols))
+        body = bytes((seed * 31 + 7 * i) % 256 for i in range(rows * cols))
+        return b"\0BCM " + head + cols_hdr + body
+    if kind == "CM2":
+        return b"\0BCM2 " + head + struct.pack("<%dH" % (rows * cols), *((seed * 9973 + 4099 * i) % 65536
+                                                                        for i in range(rows * cols)))
+    return b"\0BCM3 " + head + bytes((seed * 37 + 11 * i) % 256 for i in range(rows * cols))
+
+
+def archive(records):
+    """An archive of (key, object) records, and each object's offset."""
+    out, offsets = b"", {}
+    for key, obj in records:
+        out += key.encode() + b" "
+        offsets[key] = len(out)
+        out += obj
+    return out, offsets
+
+
+def wav_bytes(samples, rate=16000, width=2, channels=1):
+    """A PCM WAV written by Python's wave module (integer samples, interleaved)."""
+    f = io.BytesIO()
+    with wave.open(f, "wb") as w:
+        w.setnchannels(channels)
+        w.setsampwidth(width)
+        w.setframerate(rate)
+        if width == 1:
+            w.writeframes(bytes((s // 256 + 128) & 255 for s in samples))
+        else:
+            w.writeframes(struct.pack("<%dh" % len(samples), *samples))
+    return f.getvalue()
+
+
+def wav_float(samples, rate=16000):
+    """A WAV of IEEE floats (format 3, which the wave module does not write)."""
+    data = struct.pack("<%df" % len(samples), *samples)
+    fmt = struct.pack("<HHIIHH", 3, 1, rate, rate * 4, 4, 32)
+    body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(data)) + data
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+def tone(n, seed):
+    return [int(8000 * math.sin(0.05 * (i + 1) * (1 + seed)) + 3000 * math.sin(0.31 * i)) for i in range(n)]
+
+
+def speech_corpora():
+    # kaldi_ark: archives of each matrix type, and near-valid ones
+    put("kaldi_ark", "fm.ark", archive([("u1", kaldi_fm(3, 4, 1)), ("u2", kaldi_fm(2, 4, 2))])[0])
+    put("kaldi_ark", "one_fm_object", kaldi_fm(2, 3, 3))  # a file holding one matrix (read at offset 0)
+    put("kaldi_ark", "dm.ark", archive([("d", kaldi_fm(2, 2, 4, double=True))])[0])
+    put("kaldi_ark", "cm.ark", archive([("c", kaldi_cm(5, 3, 5)), ("f", kaldi_fm(1, 3, 6))])[0])
+    put("kaldi_ark", "cm2_cm3.ark", archive([("c2", kaldi_cm(2, 3, 7, "CM2")), ("c3", kaldi_cm(3, 2, 8, "CM3"))])[0])
+    copy_file("kaldi_ark", os.path.join("tests", "fixtures", "speech", "matrices.ark"))
+    put("kaldi_ark", "bad_truncated.ark", archive([("u", kaldi_fm(3, 4, 9))])[0][:-3])
+    put("kaldi_ark", "bad_text_mode.ark", b"u  [\n  1 2 3\n  4 5 6 ]\n")
+    put("kaldi_ark", "bad_vector.ark", b"v \0BFV \x04" + struct.pack("<i", 2) + struct.pack("<2f", 1, 2))
+    bad = bytearray(archive([("u", kaldi_fm(1, 2, 10))])[0])
+    bad[-4:] = struct.pack("<f", float("nan"))
+    put("kaldi_ark", "bad_nan.ark", bytes(bad))
+
+    # kaldi_dir: data directories as sections (fuzz_kaldi_dir.c)
+    def sections_of(files):
+        return b"".join(b"\0@@" + n.encode() + b"\n" + (d.encode() if isinstance(d, str) else d) for n, d in files)
+    ark, off = archive([("u1", kaldi_fm(4, 3, 1)), ("u2", kaldi_fm(3, 3, 2)), ("u3", kaldi_fm(2, 3, 3))])
+    text = "u1 a b c\nu2 b a\nu3 c\n"
+    feats = "".join("%s a.ark:%d\n" % (k, off[k]) for k in ("u1", "u2", "u3"))
+    put("kaldi_dir", "feats", sections_of([("text", text), ("utt2spk", "u1 s1\nu2 s1\nu3 s2\n"),
+                                           ("feats.scp", feats), ("a.ark", ark)]))
+    cm, coff = archive([("x", kaldi_cm(4, 2, 4)), ("y", kaldi_cm(3, 2, 5, "CM2"))])
+    put("kaldi_dir", "feats_compressed_phones_txt_drop",
+        sections_of([("text", "x sil a b sil\ny b b\n"), ("feats.scp", "x b.ark:%d\ny b.ark:%d\n" % (coff["x"], coff["y"])),
+                     ("b.ark", cm), ("phones.txt", "<eps> 0\nsil 1\na 2\nb 3\n#0 4\n"), ("drop", "sil")]))
+    put("kaldi_dir", "feats_lexicon",
+        sections_of([("text", "u1 hello world\nu2 world\n"), ("feats.scp", feats),
+                     ("lexicon", "hello h e l ou\nworld w er l d\nworld w o l d\n"), ("a.ark", ark)]))
+    one = kaldi_fm(3, 2, 6)
+    put("kaldi_dir", "feats_single_matrix_file",
+        sections_of([("text", "u a\n"), ("feats.scp", "u a.ark\n"), ("a.ark", one)]))
+    put("kaldi_dir", "wav", sections_of([("text", "w1 a b\nw2 b\n"), ("wav.scp", "w1 a.wav\nw2 b.wav\n"),
+                                         ("utt2spk", "w1 s\nw2 s\n"), ("a.wav", wav_bytes(tone(600, 1))),
+                                         ("b.wav", wav_bytes(tone(420, 2)))]))
+    # near-valid: refused, or (a command, a path outside the folder) read but not loaded
+    put("kaldi_dir", "bad_no_features", sections_of([("text", text), ("feats.scp", feats.split("\n")[0] + "\n"),
+                                                     ("a.ark", ark)]))
+    put("kaldi_dir", "bad_segments", sections_of([("text", text), ("feats.scp", feats), ("a.ark", ark),
+                                                  ("segments", "u1 r 0 1\n")]))
+    put("kaldi_dir", "bad_offset", sections_of([("text", "u1 a\n"), ("feats.scp", "u1 a.ark:5\n"), ("a.ark", ark)]))
+    put("kaldi_dir", "command_not_run", sections_of([("text", "w1 a\n"), ("wav.scp", "w1 cat a.wav |\n"),
+                                                     ("a.wav", wav_bytes(tone(600, 3)))]))
+
+    # wav: files libsndfile reads, and near-valid ones
+    put("wav", "pcm16_16k.wav", wav_bytes(tone(600, 1)))
+    put("wav", "pcm8_8k.wav", wav_bytes(tone(300, 2), rate=8000, width=1))
+    put("wav", "float32_16k.wav", wav_float([s / 32768.0 for s in tone(450, 3)]))
+    put("wav", "bad_stereo.wav", wav_bytes(tone(200, 4), channels=2))
+    put("wav", "bad_truncated.wav", wav_bytes(tone(600, 5))[:-100])
+    put("wav", "bad_empty.wav", wav_bytes([]))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--attnbench", default=os.path.join(ROOT, "build", "attnbench"),
@@ -246,6 +365,7 @@ def main():
     train_config_corpus()
     checkpoint_corpora(args.attnbench)
     images_corpora()
+    speech_corpora()
     for t in sorted(os.listdir(OUT)):
         files = os.listdir(os.path.join(OUT, t))
         size = sum(os.path.getsize(os.path.join(OUT, t, f)) for f in files)
