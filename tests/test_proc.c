@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,19 @@
 extern char **environ;
 
 /* ---- files ---- */
+
+const char *tp_path(const char *dir, const char *fmt, ...) {
+    static char bufs[16][1100];
+    static int k;
+    char name[300];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    char *b = bufs[k++ % 16];
+    snprintf(b, sizeof bufs[0], "%s/%s", dir, name);
+    return b;
+}
 
 void tp_scratch_make(char *dir, size_t cap, const char *base) {
     cr_assert_eq(ab_mkdir_p(base), 0, "cannot create %s: %s", base, ab_error());

@@ -16,6 +16,10 @@
  * dir (cap bytes). */
 void tp_scratch_make(char *dir, size_t cap, const char *base);
 
+/* dir/NAME with NAME formatted from fmt (up to 300 bytes), in a ring of 16 static
+ * buffers: a test can hold 16 such paths at once. */
+const char *tp_path(const char *dir, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Removes a folder and everything in it (only ever the tests' own scratch folders). */
 void tp_rm_tree(const char *dir);
 

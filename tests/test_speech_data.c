@@ -45,19 +45,8 @@ static void teardown(void) {
 
 TestSuite(speech_data, .init = setup, .fini = teardown, .timeout = 120);
 
-static const char *P(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static const char *P(const char *fmt, ...) {
-    static char bufs[16][900];
-    static int k;
-    char name[300];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
-    char *b = bufs[k++ % 16];
-    snprintf(b, 900, "%s/%s", g_dir, name);
-    return b;
-}
+/* A path in the scratch folder (tp_path). */
+#define P(...) tp_path(g_dir, __VA_ARGS__)
 
 static void put(const char *path, const char *text) { tp_write_bytes(path, text, strlen(text)); }
 

@@ -47,19 +47,8 @@ static void teardown(void) {
 
 TestSuite(speech_task, .init = setup, .fini = teardown, .timeout = 300);
 
-static const char *P(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static const char *P(const char *fmt, ...) {
-    static char bufs[16][1100];
-    static int k;
-    char name[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
-    char *b = bufs[k++ % 16];
-    snprintf(b, 1100, "%s/%s", g_dir, name);
-    return b;
-}
+/* A path in the scratch folder (tp_path). */
+#define P(...) tp_path(g_dir, __VA_ARGS__)
 
 #define run(...) tp_wait(g_dir, tp_spawn(g_dir, g_exe, NULL, TP_ARGV("--threads", "1", __VA_ARGS__, NULL)), &g_out, &g_err)
 

@@ -45,20 +45,8 @@ static void teardown(void) {
 
 TestSuite(train_cli, .init = setup, .fini = teardown, .timeout = 300);
 
-/* A path in the scratch folder (static ring of buffers). */
-static const char *P(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static const char *P(const char *fmt, ...) {
-    static char bufs[16][1100];
-    static int k;
-    char name[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
-    char *b = bufs[k++ % 16];
-    snprintf(b, 1100, "%s/%s", g_dir, name);
-    return b;
-}
+/* A path in the scratch folder (tp_path). */
+#define P(...) tp_path(g_dir, __VA_ARGS__)
 
 /* The binary the helpers below run: attnbench, or attnbench-emu (its CUDA device
  * emulated on the CPU) for the --device cuda tests. */
