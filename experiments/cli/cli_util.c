@@ -1,6 +1,7 @@
 #include "cli_util.h"
 
 #include "error.h"
+#include "fileio.h"
 
 #include <errno.h>
 #include <sys/stat.h>
@@ -33,6 +34,18 @@ _Noreturn void cli_die(int status, const char *fmt, ...) {
     fputc('\n', stderr);
     if (buf != small) free(buf);
     exit(status);
+}
+
+void cli_write_json(const char *path, const json_t *doc) {
+    ab_atomic_file af;
+    int rc = ab_atomic_open(&af, path);
+    if (rc) cli_die(cli_status_for(rc), "%s", ab_error());
+    if (json_dumpf(doc, af.f, CLI_JSON_FLAGS) != 0) {
+        ab_atomic_abort(&af);
+        cli_die(AB_EXIT_FAILURE, "cannot write %s", path);
+    }
+    fputc('\n', af.f);
+    if ((rc = ab_atomic_commit(&af))) cli_die(cli_status_for(rc), "%s", ab_error());
 }
 
 int cli_status_for(int code) {

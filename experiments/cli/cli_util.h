@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 /* Exit statuses, the same in every command (main.c's usage text lists them):
  *   0    done
  *   1    the run itself failed on a valid request: out of memory (host or device,
@@ -28,6 +30,13 @@ _Noreturn void cli_die(int status, const char *fmt, ...) __attribute__((format(p
 /* Exit status for a library error code: AB_EXIT_USAGE for bad input (AB_EINVAL,
  * AB_EUNSUPPORTED, AB_EIO), AB_EXIT_FAILURE for everything else (AB_ENOMEM, AB_EDEVICE). */
 int cli_status_for(int code);
+
+/* How the commands' JSON documents are dumped (indented, in insertion order, 9 digits). */
+#define CLI_JSON_FLAGS (JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9))
+
+/* Writes doc as the whole file path (replaced only by a complete new file: written
+ * beside it and renamed), a newline after it; dies with one line on failure. */
+void cli_write_json(const char *path, const json_t *doc);
 
 /* Parsers that die with a one-line message naming the option on bad input. */
 long long cli_parse_int(const char *opt, const char *s, long long min, long long max);

@@ -185,18 +185,8 @@ int cmd_decode(int argc, char **argv, const char *command_line) {
     json_object_set_new(doc, "device", json_string(device == ATTN_DEVICE_CUDA ? "cuda" : "cpu"));
     json_object_set_new(doc, "threads", json_integer(ab_threads()));
     json_object_set_new(doc, "utterances", utts);
-    const size_t flags = JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9);
-    if (out) {
-        ab_atomic_file af;
-        if ((rc = ab_atomic_open(&af, out))) cli_die(cli_status_for(rc), "%s", ab_error());
-        if (json_dumpf(doc, af.f, flags) != 0) {
-            ab_atomic_abort(&af);
-            cli_die(AB_EXIT_FAILURE, "cannot write %s", out);
-        }
-        fputc('\n', af.f);
-        if ((rc = ab_atomic_commit(&af))) cli_die(cli_status_for(rc), "%s", ab_error());
-    }
-    json_dumpf(doc, stdout, flags);
+    if (out) cli_write_json(out, doc);
+    json_dumpf(doc, stdout, CLI_JSON_FLAGS);
     fputc('\n', stdout);
     json_decref(doc);
     task_batch_free(&b);

@@ -197,18 +197,8 @@ int cmd_generate(int argc, char **argv, const char *command_line) {
         json_object_set_new(doc, "device_peak_bytes", json_integer((json_int_t)ab_mem_peak(AB_DEV_CUDA)));
     json_object_set_new(doc, "machine", ab_machine_info());
     if (gen_tokens) json_object_set_new(doc, "generated", gen_tokens);
-    const size_t flags = JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9);
-    if (out) {
-        ab_atomic_file af;
-        if ((rc = ab_atomic_open(&af, out))) cli_die(cli_status_for(rc), "%s", ab_error());
-        if (json_dumpf(doc, af.f, flags) != 0) {
-            ab_atomic_abort(&af);
-            cli_die(AB_EXIT_FAILURE, "cannot write %s", out);
-        }
-        fputc('\n', af.f);
-        if ((rc = ab_atomic_commit(&af))) cli_die(cli_status_for(rc), "%s", ab_error());
-    }
-    json_dumpf(doc, stdout, flags);
+    if (out) cli_write_json(out, doc);
+    json_dumpf(doc, stdout, CLI_JSON_FLAGS);
     fputc('\n', stdout);
     json_decref(doc);
     tf_gen_destroy(g);

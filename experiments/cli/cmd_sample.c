@@ -510,15 +510,7 @@ int cmd_sample(int argc, char **argv, const char *command_line) {
         json_object_set_new(doc, "device_peak_bytes", json_integer((json_int_t)ab_mem_peak(AB_DEV_CUDA)));
     json_object_set_new(doc, "machine", ab_machine_info());
     snprintf(path, sizeof path, "%s/sample.json", dir);
-    ab_atomic_file af;
-    if ((rc = ab_atomic_open(&af, path))) cli_die(cli_status_for(rc), "%s", ab_error());
-    const size_t flags = JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9);
-    if (json_dumpf(doc, af.f, flags) != 0) {
-        ab_atomic_abort(&af);
-        cli_die(AB_EXIT_FAILURE, "cannot write %s", path);
-    }
-    fputc('\n', af.f);
-    if ((rc = ab_atomic_commit(&af))) cli_die(cli_status_for(rc), "%s", ab_error());
+    cli_write_json(path, doc);
     fprintf(stderr, "sample: %lld rows of %d values (%d kept), %s, %s%.3g s/image, %.3g images/s at batch %lld -> %s\n",
             K, N, P, recurrent ? "recurrent" : "recompute", every ? "estimated " : "", sample_s / images,
             sample_s > 0 ? images / sample_s : NAN, B, dir);
