@@ -194,7 +194,7 @@ Test(efficient_backward, finite_differences) {
     check_backward(1, 2, 13, 1, 4, NULL, 33); /* D = 1: Q' = 1, dq = 0 */
 }
 
-/* Sequences longer than a chunk (lowered to 4 rows here, 16384 by default): the
+/* Sequences longer than a chunk (lowered to 4 and 100 rows here, 16384 by default): the
  * context, the column sums of K' .* dK' and both key passes run over every chunk, K'
  * recomputed for the second; a ragged last chunk; lengths cutting a chunk. */
 Test(efficient_backward, several_chunks) {
@@ -203,6 +203,12 @@ Test(efficient_backward, several_chunks) {
     int lens[2] = {11, 6};
     check_backward(2, 2, 11, 3, 2, lens, 34);
     check_forward(1, 3, 13, 5, 4, NULL, 35);
+    /* chunks of 100 rows: the column sums go in blocks of 64 rows (float, then double),
+     * so a chunk is a full block and a ragged one, and the lengths end inside a block */
+    eff_chunk_rows = 100;
+    int lens3[2] = {300, 229};
+    check_backward(2, 1, 300, 16, 8, lens3, 36);
+    check_forward(2, 1, 300, 16, 8, lens3, 37);
     eff_chunk_rows = saved;
 }
 
