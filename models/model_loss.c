@@ -180,6 +180,9 @@ int tf_backward(tf_model *m) {
     if (!m) return ab_fail(AB_EINVAL, "tf_backward: NULL model");
     if (!m->have_forward || !m->have_loss)
         return ab_fail(AB_EINVAL, "tf_backward: needs tf_forward then tf_loss first");
+    if (m->forward_only)
+        return ab_fail(AB_EINVAL, "tf_backward: the model was made for inference only (tf_create_inference): it "
+                                  "keeps nothing for backward");
     if (m->infer_forward)
         return ab_fail(AB_EINVAL, "tf_backward: the last forward ran for inference (tf_set_inference, or generation) "
                                   "and kept nothing for backward");

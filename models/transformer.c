@@ -268,10 +268,14 @@ static void carve_acts(tf_model *m, tf_table *t) {
     m->pos_table = tf_carve_f(t, "positions", false, 2, N, transformer ? C : 0, 0, 0);
     m->emb = tf_carve_f(t, "emb", false, 3, B, N, C, 0);
     if (transformer) {
-        for (int l = 0; l < c->layers; l++) {
+        /* forward only: layer l reads layer l-1's output and writes its own, so two
+         * sets used in turn hold everything (layer l uses set l % 2) */
+        const int sets = m->forward_only && c->layers > 2 ? 2 : c->layers;
+        for (int l = 0; l < sets; l++) {
             tf_table_prefix(t, "layers.%d.", l);
             enc_carve_acts(t, &m->la[l], &m->enc, B, N, m->attn_saved, c->dropout > 0.0f);
         }
+        for (int l = sets; l < c->layers; l++) m->la[l] = m->la[l % 2];
         tf_table_prefix(t, "%s", "");
         if (c->final_norm) {
             m->lnf_mean = tf_carve_f(t, "final_ln.mean", false, 2, B, N, 0, 0);
@@ -533,7 +537,7 @@ void tf_destroy(tf_model *m) {
     free(m);
 }
 
-int tf_create(const tf_config *cfg, int max_batch, tf_model **out) {
+static int create(const tf_config *cfg, int max_batch, bool forward_only, tf_model **out) {
     if (!out) return ab_fail(AB_EINVAL, "tf_create: NULL output");
     *out = NULL;
     int rc = check_config(cfg, max_batch);
@@ -543,6 +547,7 @@ int tf_create(const tf_config *cfg, int max_batch, tf_model **out) {
     m->cfg = *cfg;
     m->max_batch = max_batch;
     m->max_len = cfg->max_len;
+    m->forward_only = m->inference = forward_only;
     m->dev = cfg->device;
     m->variant = dup_str(cfg->attention ? cfg->attention : "");
     m->settings = cfg->n_attn_settings ? calloc((size_t)cfg->n_attn_settings, sizeof(char *)) : NULL;
@@ -581,7 +586,7 @@ int tf_create(const tf_config *cfg, int max_batch, tf_model **out) {
             tf_destroy(m);
             return ab_fail(rc, "model attention at batch %d, length %d: %s", max_batch, cfg->max_len, msg);
         }
-        m->attn_saved = attn_saved_bytes(m->att, &as);
+        m->attn_saved = forward_only && attn_can_forward_unsaved(m->att) ? 0 : attn_saved_bytes(m->att, &as);
         if ((rc = set_attn_params(m, m->att))) {
             tf_destroy(m);
             return rc;
@@ -700,6 +705,12 @@ static int input_forward(tf_model *m, int B, int N, int pos0) {
     return ld_positions_add(m->dev, m->emb, m->pos_table, B, N, C, pos0);
 }
 
+int tf_create(const tf_config *cfg, int max_batch, tf_model **out) { return create(cfg, max_batch, false, out); }
+
+int tf_create_inference(const tf_config *cfg, int max_batch, tf_model **out) {
+    return create(cfg, max_batch, true, out);
+}
+
 const float *tf_layer_input(const tf_model *m, int l) {
     return l == 0 ? m->emb : enc_output(&m->enc, &m->la[l - 1]);
 }
@@ -803,7 +814,7 @@ static int forward(tf_model *m, const tf_in *in, bool frames, int B, int N, cons
                 return ab_fail(AB_EINVAL, "tf_forward: lengths[%d] = %d is outside [0, N=%d]", b, lengths[b], N);
         memcpy(m->lengths, lengths, sizeof(int) * (size_t)B);
     }
-    if (m->att) {
+    if (m->att && !(m->forward_only && attn_can_forward_unsaved(m->att))) {
         mha_dims d = {B, N, m->cfg.d_model, m->cfg.heads, m->cfg.causal, NULL, m->dev};
         attn_shape s = mha_shape(&d);
         if (attn_saved_bytes(m->att, &s) > m->attn_saved)
@@ -834,6 +845,6 @@ int tf_forward_frames(tf_model *m, const float *frames, int B, int N, const int 
 int tf_classes(const tf_model *m) { return m->classes; }
 
 void tf_set_inference(tf_model *m, bool on) {
-    if (m) m->inference = on;
+    if (m) m->inference = on || m->forward_only;
 }
 int tf_target_classes(const tf_model *m) { return tf_targets_of(&m->cfg); }

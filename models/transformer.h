@@ -155,6 +155,13 @@ void tf_config_default(tf_config *c);
  * copied. CUDA without a usable device or in a build without CUDA: AB_EDEVICE with
  * the attention's message ("no CUDA device: ..."); a device too small: AB_ENOMEM. */
 int tf_create(const tf_config *cfg, int max_batch, tf_model **out);
+/* The same model for inference only (evaluation, generation, sampling): always in
+ * inference mode (tf_set_inference cannot turn it off; tf_backward refuses), the
+ * activations of two layers used in turn instead of one set per layer, and no saved
+ * buffer for an attention that forwards without one (softmax's N x N scores per layer
+ * at training would be 77 GB at the paper's CIFAR-10 shape, 16 layers x 8 heads x
+ * 3,072^2 x batch 16). Same parameters, same results as tf_create's model. */
+int tf_create_inference(const tf_config *cfg, int max_batch, tf_model **out);
 void tf_destroy(tf_model *m);
 /* The model's config (its strings owned by the model). */
 const tf_config *tf_get_config(const tf_model *m);
@@ -249,7 +256,7 @@ int tf_backward(tf_model *m);
  * skips it where it can (attn_can_forward_unsaved: softmax on the CPU computes its
  * N x N scores a row block at a time instead of writing them all). Results are the
  * same. Evaluation and generation by recomputation run in it. */
-void tf_set_inference(tf_model *m, bool on);
+void tf_set_inference(tf_model *m, bool on); /* a tf_create_inference model stays on */
 
 /* ---- generation ---- */
 

@@ -70,6 +70,9 @@ struct tf_model {
     int B, N;
     bool has_lengths, train, have_forward, have_loss;
     bool inference;     /* tf_set_inference: forwards keep nothing for backward */
+    bool forward_only;  /* tf_create_inference: always inference; layer activations in
+                           two sets used in turn, no saved buffer where the attention
+                           can forward without one */
     bool infer_forward; /* the last forward ran in inference mode */
     uint64_t seed;
     double weight_sum;

@@ -832,6 +832,72 @@ Test(model, inference_mode_same_logits_keeps_nothing) {
     }
 }
 
+Test(model, inference_model_same_logits_less_memory) {
+    /* tf_create_inference: the same parameters and logits bit for bit as a training
+     * model in inference mode (5 layers, so the two activation sets are used in turn
+     * with layers left over, post- and pre-norm), fewer activation bytes (softmax: not
+     * one N x N score block per layer), no backward ever, and recurrent generation on
+     * it the same as on the training model. */
+    const char *variants[4] = {"softmax", "linear", "lsh", "stateful-softmax"};
+    for (int v = 0; v < 4; v++)
+        for (int pre = 0; pre < 2; pre++) {
+            tf_config c = mid_config(variants[v], 0.1f);
+            c.layers = 5;
+            c.pre_norm = pre;
+            const int B = 3, N = 33;
+            tf_model *m = make(&c, 4), *mi = NULL;
+            cr_assert_eq(tf_create_inference(&c, 4, &mi), 0, "%s", ab_error());
+            cr_assert_eq(tf_param_count(mi), tf_param_count(m));
+            cr_assert(memcmp(tf_params(mi), tf_params(m), sizeof(float) * tf_param_count(m)) == 0);
+            if (v == 0) /* softmax trains with B H N^2 saved scores per layer at (4, 40) */
+                cr_expect_geq(tf_act_bytes(m) - tf_act_bytes(mi), (size_t)5 * 4 * 4 * 40 * 40 * sizeof(float),
+                              "%zu vs %zu", tf_act_bytes(m), tf_act_bytes(mi));
+            else
+                cr_expect_lt(tf_act_bytes(mi), tf_act_bytes(m), "%s", variants[v]);
+            batch b = make_batch(B, N, c.vocab, 29);
+            const size_t nl = (size_t)B * N * c.vocab;
+            tf_set_inference(m, true);
+            cr_assert_eq(tf_forward(m, b.tokens, B, N, b.lengths, false, 7), 0, "%s", ab_error());
+            float *want = malloc(sizeof(float) * nl);
+            memcpy(want, tf_logits(m), sizeof(float) * nl);
+            tf_set_inference(mi, false); /* stays on */
+            cr_assert_eq(tf_forward(mi, b.tokens, B, N, b.lengths, false, 7), 0, "%s", ab_error());
+            cr_assert(memcmp(want, tf_logits(mi), sizeof(float) * nl) == 0, "%s pre_norm=%d: logits differ",
+                      variants[v], pre);
+            ce_stats st;
+            cr_assert_eq(tf_loss(mi, b.targets, b.weights, &st), 0, "%s", ab_error());
+            cr_expect_neq(tf_backward(mi), 0, "%s: backward on an inference model", variants[v]);
+            cr_expect(strstr(ab_error(), "inference only") != NULL, "%s", ab_error());
+            if (tf_has_recurrent(m)) { /* prefill 5 positions, then 4 steps: bit for bit */
+                tf_gen *g = NULL, *gi = NULL;
+                float *a = malloc(sizeof(float) * B * c.vocab), *bb = malloc(sizeof(float) * B * c.vocab);
+                int *prompt = malloc(sizeof(int) * B * 5);
+                for (int r = 0; r < B; r++) memcpy(prompt + r * 5, b.tokens + r * N, sizeof(int) * 5);
+                cr_assert_eq(tf_gen_create(m, B, 12, &g), 0, "%s", ab_error());
+                cr_assert_eq(tf_gen_create(mi, B, 12, &gi), 0, "%s", ab_error());
+                cr_assert_eq(tf_gen_prefill(g, prompt, 5, a), 0, "%s", ab_error());
+                cr_assert_eq(tf_gen_prefill(gi, prompt, 5, bb), 0, "%s", ab_error());
+                for (int t = 0; t < 5; t++) {
+                    cr_assert(memcmp(a, bb, sizeof(float) * B * c.vocab) == 0, "%s: generation differs at step %d",
+                              variants[v], t);
+                    int tok[3] = {tu_argmax(a, c.vocab), tu_argmax(a + c.vocab, c.vocab),
+                                  tu_argmax(a + 2 * c.vocab, c.vocab)};
+                    cr_assert_eq(tf_gen_step(g, tok, a), 0, "%s", ab_error());
+                    cr_assert_eq(tf_gen_step(gi, tok, bb), 0, "%s", ab_error());
+                }
+                tf_gen_destroy(g);
+                tf_gen_destroy(gi);
+                free(a);
+                free(bb);
+                free(prompt);
+            }
+            free(want);
+            free_batch(&b);
+            tf_destroy(mi);
+            tf_destroy(m);
+        }
+}
+
 /* ---- dropout at model level ---- */
 
 Test(model, dropout_train_and_eval) {

@@ -793,6 +793,32 @@ Test(model_cuda, stateful_softmax_and_lsh) {
     model_vs_cpu(&l, 16);
 }
 
+/* tf_create_inference on the device: the same logits bit for bit as the training
+ * model in inference mode (4 layers: the two activation sets in turn), fewer bytes. */
+Test(model_cuda, inference_model_same_logits) {
+    const char *variants[3] = {"softmax", "linear", "lsh"};
+    for (int v = 0; v < 3; v++) {
+        tf_config c = tiny_config(variants[v], ATTN_DEVICE_CUDA);
+        c.layers = 4;
+        tf_model *m = make(&c, 2), *mi = NULL;
+        cr_assert_eq(tf_create_inference(&c, 2, &mi), 0, "%s", ab_error());
+        cr_expect_lt(tf_act_bytes(mi), tf_act_bytes(m), "%s", variants[v]);
+        const int B = 2, N = 6, tokens[12] = {1, 4, 0, 2, 3, 3, 0, 1, 1, 4, 2, 0}, lengths[2] = {6, 4};
+        const size_t nl = (size_t)B * N * c.vocab;
+        float *a = malloc(sizeof(float) * nl), *b = malloc(sizeof(float) * nl);
+        tf_set_inference(m, true);
+        cr_assert_eq(tf_forward(m, tokens, B, N, lengths, false, 9), 0, "%s", ab_error());
+        cr_assert_eq(tf_logits_download(m, a), 0, "%s", ab_error());
+        cr_assert_eq(tf_forward(mi, tokens, B, N, lengths, false, 9), 0, "%s", ab_error());
+        cr_assert_eq(tf_logits_download(mi, b), 0, "%s", ab_error());
+        cr_expect(memcmp(a, b, sizeof(float) * nl) == 0, "%s: logits differ", variants[v]);
+        free(a);
+        free(b);
+        tf_destroy(mi);
+        tf_destroy(m);
+    }
+}
+
 /* linformer: its projections are model parameters on the device, bound to the device's
  * attention per layer (share none) or one block for both layers (share layer), sized
  * for max_len 9 and run at N = 6 (their first columns). */

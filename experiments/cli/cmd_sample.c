@@ -160,7 +160,7 @@ static int config_model(const char *path, const char *const *sets, int n, const 
         else cfg->model.attention = variant;
     }
     cfg->model.device = device;
-    if (!rc) rc = tf_create(&cfg->model, B, m);
+    if (!rc) rc = tf_create_inference(&cfg->model, B, m);
     if (rc) train_config_free(cfg);
     return rc;
 }

@@ -290,7 +290,7 @@ int train_ckpt_load_model(const char *path, int max_batch, attn_device device, c
     cfg->model.device = device;
     float *host = NULL;
     /* the sizes first: the model is only allocated for parameters that fit it */
-    if (!(rc = train_ckpt_check_model(r, &cfg->model, &st)) && !(rc = tf_create(&cfg->model, max_batch, model)) &&
+    if (!(rc = train_ckpt_check_model(r, &cfg->model, &st)) && !(rc = tf_create_inference(&cfg->model, max_batch, model)) &&
         !(rc = get_state(r, *model, &st))) {
         if (device != ATTN_DEVICE_CPU && !(host = ab_alloc(sizeof(float) * tf_param_count(*model))))
             rc = ab_fail(AB_ENOMEM, "out of memory for a host copy of the parameters");

@@ -153,7 +153,8 @@ int train_ckpt_get_state(const ab_ckpt_reader *r, train_ckpt_state *st);
  * state record. */
 int train_ckpt_check_model(const ab_ckpt_reader *r, const tf_config *model, train_ckpt_state *st);
 /* For generation: the config, the task and a model of max batch `max_batch` on
- * `device` with the checkpoint's parameters; state (may be NULL) receives the state
+ * `device` with the checkpoint's parameters, made for inference only
+ * (tf_create_inference); state (may be NULL) receives the state
  * record. `variant` (NULL: the checkpoint's) runs the model with another attention
  * variant that computes the same function with the same parameters: softmax and
  * stateful-softmax stand in for each other (stateful-softmax trains as softmax and
