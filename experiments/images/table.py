@@ -8,8 +8,9 @@
                                                        5); cpu: in the process's CPU
                                                        seconds (runs at 1 thread on a
                                                        shared machine) instead of wall
-    python3 experiments/images/table.py curves RUNS    the validation curves as TSV
-                                                       (for plots/images-curves.gp)
+    python3 experiments/images/table.py curves RUNS [mnist|cifar10]   the validation
+                                                       curves as TSV (for
+                                                       plots/images-curves.gp)
 
 RUNS holds the training run documents that experiments/images/collect.py copied:
 mnist-cpu-VARIANT-epochs.json and -time.json (the document at the end of each budget
@@ -44,6 +45,10 @@ PAPER = {
 # CPU seconds per training step at 1 thread (PROTOCOL.md, log entry 1): the time axis
 STEP_S = {"softmax": 0.6238, "linear": 0.4198, "lsh-1": 0.4410, "lsh-4": 0.7248}
 IMAGES = 59000  # training images (the last 1,000 of the 60,000 are the validation split)
+# CIFAR-10 at CPU scale (PROTOCOL.md, "CIFAR-10 at CPU scale"): CPU s per step at 1 thread,
+# batch 4, 49,000 training images (the last 1,000 of 50,000 are the validation split)
+CIFAR_STEP_S = {"softmax": 1.39, "linear": 0.455}
+CIFAR_IMAGES, CIFAR_BATCH = 49000, 4
 
 
 def fmt(x, digits=4):
@@ -130,23 +135,45 @@ def cmd_cifar(runs):
     if not docs:
         sys.exit(f"table.py: no CIFAR-10 runs in {runs}")
     print(machine_line(docs[0][1]) + "  ")
-    print("Data: CIFAR-10 (JPEG q75 re-encoding); equal training time, 1.5 CPU-hours at 1 thread (PROTOCOL.md)")
+    budget = {v: d["summary"]["steps_done"] * CIFAR_STEP_S[v] / 3600 for v, d in docs}
+    print("Data: CIFAR-10 (JPEG q75 re-encoding: its bits/dim is not the paper's data); equal training time, "
+          + ", ".join(f"{v} {h:.2f}" for v, h in budget.items())
+          + " CPU-hours at 1 thread (steps x the protocol's CPU s/step; PROTOCOL.md log entry 5)")
     print()
     print("| variant | steps | images seen (epochs) | test bits/dim | best validation bits/dim (step) "
           "| wall time, h | paper (7 days on a P40, 16 layers) |")
     print("|---|---|---|---|---|---|---|")
+    res = {}
     for v, d in docs:
         s = d["summary"]["steps_done"]
         te = last_test(d)
         best = min(records(d, "eval"), key=lambda r: r["eval_bits_per_dim"])
         tb = f"{te['test_bits_per_dim']:.4f}" if te else "-"
-        print(f"| {v} | {s} | {s * 4} ({s * 4 / 49000:.2f}) | {tb} | {best['eval_bits_per_dim']:.4f} ({best['step']}) "
+        if te:
+            res[v] = te["test_bits_per_dim"]
+        n = s * CIFAR_BATCH
+        print(f"| {v} | {s} | {n} ({n / CIFAR_IMAGES:.2f}) | {tb} | {best['eval_bits_per_dim']:.4f} ({best['step']}) "
               f"| {d['summary']['wall_s'] / 3600:.2f} | {PAPER['cifar10'][v][0]} |")
+    if "softmax" in res and "linear" in res:
+        print()
+        print(f"linear - softmax at equal time: {res['linear'] - res['softmax']:+.4f} bits/dim "
+              f"(paper, 7 days each: {PAPER['cifar10']['linear'][0] - PAPER['cifar10']['softmax'][0]:+.2f})")
 
 
-def cmd_curves(runs):
+def cmd_curves(runs, dataset="mnist"):
     """TSV: run, x (epochs), cpu_h (step x the protocol's CPU s/step), valid bits/dim."""
+    if dataset not in ("mnist", "cifar10"):
+        sys.exit(f"table.py: curves: unknown dataset '{dataset}' (mnist, cifar10)")
     print("run\tepochs\tcpu_h\tbits_per_dim")
+    if dataset == "cifar10":
+        for v in CIFAR_STEP_S:
+            p = os.path.join(runs, f"cifar10-cpu-{v}.json")
+            if os.path.exists(p):
+                for r in records(load(p), "eval"):
+                    step = r["step"]
+                    print(f"cifar10-{v}\t{step * CIFAR_BATCH / CIFAR_IMAGES:.5f}\t"
+                          f"{step * CIFAR_STEP_S[v] / 3600:.5f}\t{r['eval_bits_per_dim']:.6f}")
+        return
     for v in VARIANTS:
         docs = [os.path.join(runs, f"mnist-cpu-{v}-{b}.json") for b in ("epochs", "time")]
         seen = {}
@@ -241,7 +268,7 @@ def best_point(pts, shape, v, batch_ok):
 
 
 def main(argv):
-    if len(argv) < 2 or argv[0] not in ("bits", "cifar", "speed", "curves") or len(argv) > (3 if argv[0] == "speed" else 2):
+    if len(argv) < 2 or argv[0] not in ("bits", "cifar", "speed", "curves") or len(argv) > (3 if argv[0] in ("speed", "curves") else 2):
         sys.exit(__doc__)
     {"bits": cmd_bits, "cifar": cmd_cifar, "speed": cmd_speed, "curves": cmd_curves}[argv[0]](*argv[1:])
 

@@ -104,6 +104,26 @@ class Scripts(unittest.TestCase):
         # a step in both documents once
         self.assertEqual(sum(1 for l in lines if l.startswith("mnist-softmax\t")), 2)
 
+    def test_cifar_table_and_curves(self):
+        # softmax 1942 steps x 1.39 s = 0.75 h, linear 5934 x 0.455 s = 0.75 h
+        self.write("cifar10-cpu-softmax.json", train_doc(1942, [(500, 5.1), (1942, 4.60)], 4.55, 3600))
+        self.write("cifar10-cpu-linear.json", train_doc(5934, [(500, 5.2), (5000, 4.41), (5934, 4.43)], 4.40, 5400))
+        r = self.run_script(TABLE, "cifar", self.dir)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertIn("equal training time, softmax 0.75, linear 0.75 CPU-hours at 1 thread", lines[1])
+        self.assertIn("| softmax | 1942 | 7768 (0.16) | 4.5500 | 4.6000 (1942) | 1.00 | 3.47 |", lines)
+        self.assertIn("| linear | 5934 | 23736 (0.48) | 4.4000 | 4.4100 (5000) | 1.50 | 3.4 |", lines)
+        self.assertIn("linear - softmax at equal time: -0.1500 bits/dim (paper, 7 days each: -0.07)", lines)
+        r = self.run_script(TABLE, "curves", self.dir, "cifar10")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertIn(f"cifar10-linear\t{5000 * 4 / 49000:.5f}\t{5000 * 0.455 / 3600:.5f}\t4.410000", lines)
+        self.assertEqual(sum(1 for l in lines if l.startswith("cifar10-softmax\t")), 2)
+        r = self.run_script(TABLE, "curves", self.dir, "svhn")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("unknown dataset 'svhn'", r.stderr)
+
     def test_speed_table(self):
         self.write("s/mnist-linear-b1/sample.json", sample_doc("mnist-linear", "linear", 784, 1, 0.5, mode="recurrent"))
         self.write("s/mnist-linear-b16/sample.json", sample_doc("mnist-linear", "linear", 784, 16, 0.05, mode="recurrent"))
