@@ -13,6 +13,8 @@
  * Backward, with G = dout:
  *   dC    = sum_{i < L} Q'_i^T G_i;   dQ'_i = G_i C^T;   dq_i = Q'_i .* (dQ'_i - Q'_i . dQ'_i)
  *   dK'_j = v_j dC^T;   dV_j = K'_j dC;   dk_jd = K'_jd (dK'_jd - sum_{j' < L} K'_j'd dK'_j'd)
+ * where sum_{j' < L} K'_j'd dK'_j'd = sum_m dC_dm C_dm (C = K'^T V): no pass over the
+ * sequence for it, so backward makes one pass over the keys.
  *
  * What forward saves: per slice the context C (D x M floats) and the key columns' maxima
  * and 1/sums (2 D floats), O(D M), not O(N): backward recomputes only K' and Q' from
@@ -21,7 +23,8 @@
  * Everything goes in chunks of eff_chunk_rows rows through per-thread workspace (K' and
  * Q' of a chunk), every product an ab_sgemm; OpenMP over the B*H
  * slices (attn_outer_threads). The column sums over the sequence and the row dots of
- * backward are in double; the row softmax's sum over D in float (query_softmax). */
+ * backward are in double (the former from float blocks of 64 rows); the row softmax's
+ * sum over D in float (query_softmax). */
 #include "cpu_util.h"
 #include "efficient.h"
 #include "variant.h"
@@ -52,8 +55,9 @@ static void eff_defaults(attn_params *p) { (void)p; }
 typedef struct {
     float *xp, *dxp;        /* chunk x D: Q' or K', and dQ' */
     float *dctx;            /* D x M */
-    double *csum, *cacc;    /* D: the column sums of exp(K - max), and of K' .* dK' */
-    float *fcol;            /* D: a block's column sums in float, added into csum or cacc */
+    double *csum;           /* D: the column sums of exp(K - max) */
+    float *fcol;            /* D: forward: a block's column sums in float, added into csum;
+                               backward: r = the column sums of K' .* dK' */
     /* the slice's part of what forward saves (eff_saved) */
     float *ctx;             /* D x M: the context K'^T V */
     float *kmax, *kinv;     /* D: column maxima of K and 1 / the column sums of exp(K - max) */
@@ -77,7 +81,7 @@ static int chunk_of(const attn_shape *s) { return s->len < eff_chunk_rows ? s->l
 static size_t slot_bytes(const attn_shape *s) {
     size_t T = (size_t)chunk_of(s), D = (size_t)s->qk_dim, M = (size_t)s->v_dim;
     return 2 * attn_align64(T * D * sizeof(float)) + attn_align64(D * M * sizeof(float)) +
-           2 * attn_align64(D * sizeof(double)) + attn_align64(D * sizeof(float));
+           attn_align64(D * sizeof(double)) + attn_align64(D * sizeof(float));
 }
 
 /* Thread slot `slot`'s workspace, and slice bh's part of the saved buffer. */
@@ -89,7 +93,6 @@ static eff_slot slot_carve(const attn_shape *s, void *ws, int slot, const void *
     w.dxp = (float *)p, p += attn_align64(T * D * sizeof(float));
     w.dctx = (float *)p, p += attn_align64(D * M * sizeof(float));
     w.csum = (double *)p, p += attn_align64(D * sizeof(double));
-    w.cacc = (double *)p, p += attn_align64(D * sizeof(double));
     w.fcol = (float *)p;
     saved_slice(s, saved, bh, &w);
     return w;
@@ -162,33 +165,26 @@ static void query_softmax(int t, int D, const float *q, float *xp) {
     }
 }
 
-/* Column sums of a t x D block (or of a .* b) added into acc (double): rows in blocks of
- * COL_BLOCK summed in float (column-wise, so the loops run along rows of D and vectorise),
- * each block's sums then added in double. Float over at most 64 terms loses no more than
- * the float rounding of the terms does; the sum over the N rows stays in double. */
+/* E = exp(K - max) of t key rows into e (t x D), and E's column sums added into acc
+ * (double): the rows in blocks of COL_BLOCK summed in float as they are made (the loops
+ * run along rows of D and vectorise), each block's sums then added in double. Float over
+ * at most 64 terms in (0, 1] loses no more than the float rounding of the terms does;
+ * the sum over the N rows stays in double. */
 enum { COL_BLOCK = 64 };
 
-static void col_sums(int t, int D, const float *a, float *fcol, double *acc) {
+static void exp_col_sums(int t, int D, const float *k, const float *mx, float *e, float *fcol, double *acc) {
     for (int i0 = 0; i0 < t; i0 += COL_BLOCK) {
         const int i1 = t - i0 < COL_BLOCK ? t : i0 + COL_BLOCK;
         float *restrict f = fcol;
+        const float *restrict m = mx;
         for (int d = 0; d < D; d++) f[d] = 0.0f;
         for (int i = i0; i < i1; i++) {
-            const float *restrict r = a + (size_t)i * D;
-            for (int d = 0; d < D; d++) f[d] += r[d];
-        }
-        for (int d = 0; d < D; d++) acc[d] += (double)f[d];
-    }
-}
-
-static void col_dots(int t, int D, const float *a, const float *b, float *fcol, double *acc) {
-    for (int i0 = 0; i0 < t; i0 += COL_BLOCK) {
-        const int i1 = t - i0 < COL_BLOCK ? t : i0 + COL_BLOCK;
-        float *restrict f = fcol;
-        for (int d = 0; d < D; d++) f[d] = 0.0f;
-        for (int i = i0; i < i1; i++) {
-            const float *restrict ra = a + (size_t)i * D, *restrict rb = b + (size_t)i * D;
-            for (int d = 0; d < D; d++) f[d] += ra[d] * rb[d];
+            const float *restrict kr = k + (size_t)i * D;
+            float *restrict er = e + (size_t)i * D;
+            for (int d = 0; d < D; d++) {
+                er[d] = attn_exp_nonpos(kr[d] - m[d]);
+                f[d] += er[d];
+            }
         }
         for (int d = 0; d < D; d++) acc[d] += (double)f[d];
     }
@@ -206,12 +202,7 @@ static void context(const attn_shape *s, const eff_slot *w, int L, const float *
     memset(w->ctx, 0, sizeof(float) * (size_t)D * M);
     for (int j0 = 0; j0 < L; j0 += T) {
         int t = L - j0 < T ? L - j0 : T;
-        for (int i = 0; i < t; i++) {
-            const float *restrict kr = k + (size_t)(j0 + i) * D;
-            float *restrict e = w->xp + (size_t)i * D;
-            for (int d = 0; d < D; d++) e[d] = attn_exp_nonpos(kr[d] - mx[d]);
-        }
-        col_sums(t, D, w->xp, w->fcol, csum);
+        exp_col_sums(t, D, k + (size_t)j0 * D, mx, w->xp, w->fcol, csum);
         ab_sgemm(true, false, D, M, t, 1.0f, w->xp, D, v + (size_t)j0 * M, M, 1.0f, w->ctx, M);
     }
     for (int d = 0; d < D; d++) {
@@ -275,25 +266,22 @@ static int eff_backward(attn *a, const attn_shape *s, const float *q, const floa
             }
             ab_sgemm(true, false, D, M, t, 1.0f, w.xp, D, gs + (size_t)i0 * M, M, 1.0f, w.dctx, M);
         }
-        /* keys, pass 1: dK' = V dC^T (into dk), dV = K' dC, and the column sums of
-         * K' .* dK'; pass 2: dk = K' .* (dK' - those sums). */
-        for (int d = 0; d < D; d++) w.cacc[d] = 0.0;
+        /* keys, one pass: dK' = V dC^T (into dk), dV = K' dC, dk = K' .* (dK' - r) with
+         * r_d = sum_j K'_jd dK'_jd = sum_m dC_dm sum_j K'_jd v_jm = sum_m dC_dm C_dm: the
+         * column sums over the sequence are a row dot of two D x M blocks */
+        float *restrict r = w.fcol;
+        for (int d = 0; d < D; d++)
+            r[d] = (float)attn_dot_d(w.dctx + (size_t)d * M, w.ctx + (size_t)d * M, M);
         for (int j0 = 0; j0 < L; j0 += T) {
             int t = L - j0 < T ? L - j0 : T;
             key_softmax(t, D, ks + (size_t)j0 * D, &w, w.xp);
             float *dkc = dks + (size_t)j0 * D;
             ab_sgemm(false, true, t, D, M, 1.0f, vs + (size_t)j0 * M, M, w.dctx, M, 0.0f, dkc, D);
             ab_sgemm(false, false, t, M, D, 1.0f, w.xp, D, w.dctx, M, 0.0f, dvs + (size_t)j0 * M, M);
-            col_dots(t, D, w.xp, dkc, w.fcol, w.cacc);
-        }
-        for (int j0 = 0; j0 < L; j0 += T) {
-            int t = L - j0 < T ? L - j0 : T;
-            if (L > T) key_softmax(t, D, ks + (size_t)j0 * D, &w, w.xp); /* one chunk: xp still holds K' */
             for (int i = 0; i < t; i++) {
-                float *restrict o = dks + (size_t)(j0 + i) * D;
+                float *restrict o = dkc + (size_t)i * D;
                 const float *restrict p = w.xp + (size_t)i * D;
-                const double *restrict cacc = w.cacc;
-                for (int d = 0; d < D; d++) o[d] = p[d] * (o[d] - (float)cacc[d]);
+                for (int d = 0; d < D; d++) o[d] = p[d] * (o[d] - r[d]);
             }
         }
         zero_rows(dqs, L, N, D);

@@ -195,8 +195,8 @@ Test(efficient_backward, finite_differences) {
 }
 
 /* Sequences longer than a chunk (lowered to 4 and 100 rows here, 16384 by default): the
- * context, the column sums of K' .* dK' and both key passes run over every chunk, K'
- * recomputed for the second; a ragged last chunk; lengths cutting a chunk. */
+ * context's exponentials and column sums, the queries' and the keys' passes of backward
+ * run over every chunk; a ragged last chunk; lengths cutting a chunk. */
 Test(efficient_backward, several_chunks) {
     const int saved = eff_chunk_rows;
     eff_chunk_rows = 4;
