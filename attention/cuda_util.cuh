@@ -11,9 +11,10 @@
  * - nothing is allocated inside a call: workspace comes from a->ws (device memory,
  *   sized by the backend's workspace_bytes / step_workspace_bytes); a recurrent state's
  *   memory comes from the registry (state_bytes, device memory);
- * - lengths stay in host memory (attn_shape): loop over attn_run_at's runs and pass the
- *   run's length to the kernels as a number; padded rows of outputs and gradients are
- *   set to zero (attn_cuda_zero_tail), padded inputs are never read;
+ * - lengths stay in host memory (attn_shape): loop over attn_run_at's runs
+ *   (attn_cuda_runs) and pass the run's length to the kernels as a number; padded rows
+ *   of outputs and gradients are set to zero (attn_cuda_runs' `zero`, or
+ *   attn_cuda_zero_tail), padded inputs are never read;
  * - matrix products go through ab_cuda_sgemm / ab_cuda_sgemm_batched (row-major).
  *
  * Adding a variant's CUDA backend:
@@ -35,6 +36,7 @@
 #include "variant.h"
 
 #include <math.h>
+#include <initializer_list>
 
 /* ---- reductions (1-D blocks whose size is a multiple of 32; every thread calls) ---- */
 
@@ -101,5 +103,34 @@ int attn_cuda_zero_tail(float *x, long long n_slices, long long slice_elems, lon
  * dst + i * dst_stride (e.g. appending rows to a key/value cache). */
 int attn_cuda_copy_slices(float *dst, long long dst_stride, const float *src, long long src_stride,
                           long long n_slices, long long elems);
+
+/* ---- the loop over runs that every backend's forward and backward makes ---- */
+
+/* A tensor of N rows of `width` floats per slice whose rows a run leaves unwritten:
+ * rows L..N-1 of each of the run's slices, or all N rows (`all`: a backward that
+ * accumulates into it). */
+struct attn_zero_rows {
+    float *x;
+    int width;
+    bool all;
+};
+
+/* For each run of attn_run_at: the rows of `zero` it leaves unwritten set to zero, then,
+ * when its length L > 0, fn(s0, ns, L) with the run's slices [s0, s0 + ns) (fn returns
+ * 0 or an error code, which stops the loop and is returned). */
+template <class F>
+static inline int attn_cuda_runs(const attn_shape *s, std::initializer_list<attn_zero_rows> zero, F &&fn) {
+    const long long N = s->len;
+    for (int b = 0; b < s->batch;) {
+        const attn_run r = attn_run_at(s, b);
+        b = r.b1;
+        const long long s0 = (long long)r.b0 * s->heads, ns = (long long)(r.b1 - r.b0) * s->heads;
+        for (const attn_zero_rows &z : zero)
+            AB_TRY(attn_cuda_zero_tail(z.x + s0 * N * z.width, ns, N * z.width, z.all ? 0 : (long long)r.len * z.width));
+        if (r.len > 0) AB_TRY(fn(s0, ns, r.len));
+    }
+    return 0;
+}
+
 
 #endif

@@ -2,7 +2,7 @@
  * results of the CPU version (efficient.c):
  *   Q' = row softmax of q over D;  K' = softmax of each key feature over the valid
  *   positions;  C = K'^T V (D x M);  out = Q' C;  rows >= L zero.
- * Per run of batch entries of equal valid length L (attn_run_at), all its slices at
+ * Per run of batch entries of equal valid length L (attn_cuda_runs), all its slices at
  * once:
  *   column max and sum of exp of K (a thread per (slice, feature), sums in double);
  *   K' (element-wise), C = K'^T V (one strided-batched GEMM over the slices);
@@ -176,46 +176,30 @@ extern "C" int eff_cuda_forward(attn *a, const attn_shape *s, const float *q, co
                                 float *out, void *saved) {
     eff_bufs b0;
     carve(s, (float *)a->ws, saved, &b0);
-    const int H = s->heads, N = s->len, D = s->qk_dim, M = s->v_dim;
+    const int N = s->len, D = s->qk_dim, M = s->v_dim;
     const long long ND = (long long)N * D, NM = (long long)N * M;
-    for (int bb = 0; bb < s->batch;) {
-        const attn_run r = attn_run_at(s, bb);
-        bb = r.b1;
-        const long long s0 = (long long)r.b0 * H, ns = (long long)(r.b1 - r.b0) * H;
-        const int L = r.len;
+    /* saved: defined even for the slices of length 0 (the others' C is written below) */
+    AB_TRY(attn_cuda_zero_tail(b0.ctx, 1, (long long)s->batch * s->heads * D * M, 0));
+    return attn_cuda_runs(s, {{out, M, false}}, [&](long long s0, long long ns, int L) {
         const eff_bufs b = at_slice(b0, s0, D, M);
-        AB_TRY(attn_cuda_zero_tail(out + s0 * NM, ns, NM, (long long)L * M));
-        if (L == 0) { /* saved: defined even when unused */
-            AB_TRY(attn_cuda_zero_tail(b.ctx, 1, ns * D * M, 0));
-            continue;
-        }
         AB_TRY(context(b, ns, N, L, D, M, k + s0 * ND, v + s0 * NM));
         AB_LAUNCH(eff_query_softmax_kernel, grid_warps(ns * L), THREADS, 0, ab_cuda_stream(), q + s0 * ND, ns, N, L, D,
                   b.qp);
         /* out = Q' C  (L, M) per slice, into the tensor */
-        AB_TRY(ab_cuda_sgemm_batched(false, false, L, M, D, 1.0f, b.qp, D, (long long)L * D, b.ctx, M,
-                                     (long long)D * M, 0.0f, out + s0 * NM, M, NM, ns));
-    }
-    return 0;
+        return ab_cuda_sgemm_batched(false, false, L, M, D, 1.0f, b.qp, D, (long long)L * D, b.ctx, M,
+                                     (long long)D * M, 0.0f, out + s0 * NM, M, NM, ns);
+    });
 }
 
 extern "C" int eff_cuda_backward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,
                                  const float *dout, const void *saved, float *dq, float *dk, float *dv) {
     eff_bufs b0;
     carve(s, (float *)a->ws, saved, &b0);
-    const int H = s->heads, N = s->len, D = s->qk_dim, M = s->v_dim;
+    const int N = s->len, D = s->qk_dim, M = s->v_dim;
     const long long ND = (long long)N * D, NM = (long long)N * M;
-    for (int bb = 0; bb < s->batch;) {
-        const attn_run r = attn_run_at(s, bb);
-        bb = r.b1;
-        const long long s0 = (long long)r.b0 * H, ns = (long long)(r.b1 - r.b0) * H;
-        const int L = r.len;
+    return attn_cuda_runs(s, {{dq, D, false}, {dk, D, false}, {dv, M, false}}, [&](long long s0, long long ns, int L) {
         const eff_bufs b = at_slice(b0, s0, D, M);
         const long long LD = (long long)L * D;
-        AB_TRY(attn_cuda_zero_tail(dq + s0 * ND, ns, ND, LD));
-        AB_TRY(attn_cuda_zero_tail(dk + s0 * ND, ns, ND, LD));
-        AB_TRY(attn_cuda_zero_tail(dv + s0 * NM, ns, NM, (long long)L * M));
-        if (L == 0) continue;
         const float *go = dout + s0 * NM;
         AB_TRY(key_softmax(b, ns, N, L, D, k + s0 * ND)); /* C and the statistics: forward's */
         AB_LAUNCH(eff_query_softmax_kernel, grid_warps(ns * L), THREADS, 0, ab_cuda_stream(), q + s0 * ND, ns, N, L, D,
@@ -237,6 +221,6 @@ extern "C" int eff_cuda_backward(attn *a, const attn_shape *s, const float *q, c
                   (const float *)b.g, ns, L, D, b.cacc);
         AB_LAUNCH(eff_key_grad_kernel, grid_elems(ns * LD), THREADS, 0, ab_cuda_stream(), (const float *)b.kp,
                   (const float *)b.g, (const float *)b.cacc, ns, N, L, D, dk + s0 * ND);
-    }
-    return 0;
+        return 0;
+    });
 }

@@ -11,7 +11,7 @@
  * templates over each map's device functions, and a call reaches its map's through
  * the map's entry in the table (fm_maps[...].cuda, see "feature maps on the device").
  *
- * Work is organised in runs of batch entries of equal valid length L (attn_run_at), and
+ * Work is organised in runs of batch entries of equal valid length L (attn_cuda_runs), and
  * within a run in *groups*: cn slices x g chunks of T positions (chunk option; auto is
  * 64 here, 32 on the CPU: both give the same result to float rounding). A group's
  * buffers hold all its chunks back to back ([cn][g][T][...]), so every product below is
@@ -708,19 +708,12 @@ extern "C" int lin_cuda_forward(attn *a, const attn_shape *s, const float *q, co
     lin_cfg c;
     cfg_make(a, s, &c);
     AB_TRY(draw_for_call(a, c));
-    const int H = s->heads, N = s->len, D = s->qk_dim, M = s->v_dim;
+    const int N = s->len, D = s->qk_dim, M = s->v_dim;
     const long long ND = (long long)N * D, NM = (long long)N * M;
-    for (int b = 0; b < s->batch;) {
-        const attn_run r = attn_run_at(s, b);
-        b = r.b1;
-        const long long s0 = (long long)r.b0 * H, ns = (long long)(r.b1 - r.b0) * H;
-        AB_TRY(attn_cuda_zero_tail(out + s0 * NM, ns, NM, (long long)r.len * M));
-        if (r.len == 0) continue;
-        lin_io io = {q + s0 * ND, k + s0 * ND, v + s0 * NM, NULL, out + s0 * NM, NULL, NULL, NULL, N, r.len};
-        if (s->causal) AB_TRY(causal_forward_run(a, c, ns, io, NULL, NULL));
-        else AB_TRY(noncausal_forward_run(a, c, ns, io));
-    }
-    return 0;
+    return attn_cuda_runs(s, {{out, M, false}}, [&](long long s0, long long ns, int L) {
+        lin_io io = {q + s0 * ND, k + s0 * ND, v + s0 * NM, NULL, out + s0 * NM, NULL, NULL, NULL, N, L};
+        return s->causal ? causal_forward_run(a, c, ns, io, NULL, NULL) : noncausal_forward_run(a, c, ns, io);
+    });
 }
 
 extern "C" int lin_cuda_backward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,
@@ -729,23 +722,13 @@ extern "C" int lin_cuda_backward(attn *a, const attn_shape *s, const float *q, c
     lin_cfg c;
     cfg_make(a, s, &c);
     AB_TRY(draw_for_call(a, c));
-    const int H = s->heads, N = s->len, D = s->qk_dim, M = s->v_dim;
+    const int N = s->len, D = s->qk_dim, M = s->v_dim;
     const long long ND = (long long)N * D, NM = (long long)N * M;
-    for (int b = 0; b < s->batch;) {
-        const attn_run r = attn_run_at(s, b);
-        b = r.b1;
-        const long long s0 = (long long)r.b0 * H, ns = (long long)(r.b1 - r.b0) * H;
-        const int L = r.len;
-        AB_TRY(attn_cuda_zero_tail(dq + s0 * ND, ns, ND, (long long)L * D));
-        AB_TRY(attn_cuda_zero_tail(dk + s0 * ND, ns, ND, (long long)L * D));
-        AB_TRY(attn_cuda_zero_tail(dv + s0 * NM, ns, NM, (long long)L * M));
-        if (L == 0) continue;
+    return attn_cuda_runs(s, {{dq, D, false}, {dk, D, false}, {dv, M, false}}, [&](long long s0, long long ns, int L) {
         lin_io io = {q + s0 * ND, k + s0 * ND, v + s0 * NM, dout + s0 * NM, NULL, dq + s0 * ND, dk + s0 * ND,
                      dv + s0 * NM, N, L};
-        if (s->causal) AB_TRY(causal_backward_run(a, c, ns, io));
-        else AB_TRY(noncausal_backward_run(a, c, ns, io));
-    }
-    return 0;
+        return s->causal ? causal_backward_run(a, c, ns, io) : noncausal_backward_run(a, c, ns, io);
+    });
 }
 
 /* ---- recurrent mode ---- */

@@ -1,7 +1,7 @@
 /* linformer (non-causal) on CUDA, with the definitions, options, parameters and saved
  * layout of the CPU version (linformer.c, linformer.h):
  *   Kp = E[:, :L] K[:L],  Vp = F[:, :L] V[:L],  A = softmax_rows(scale Q Kp^T),  out = A Vp.
- * Per run of batch entries of equal valid length L (attn_run_at), all its slices at
+ * Per run of batch entries of equal valid length L (attn_cuda_runs), all its slices at
  * once: each product is one strided-batched cuBLAS GEMM over the slices (E and F with
  * stride 0: the heads share them), the softmax a warp per row (max, exponentials, sum
  * in double). Backward: dA = G Vp^T, dS = A .* (dA - rowsum(A .* dA)) (a warp per
@@ -70,28 +70,20 @@ extern "C" size_t lfm_cuda_workspace_bytes(const attn *a, const attn_shape *s) {
 
 extern "C" int lfm_cuda_forward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,
                                 float *out, void *saved) {
-    const int H = s->heads, N = s->len, D = s->qk_dim, M = s->v_dim, P = a->p.proj_k, ld = a->param_len;
+    const int N = s->len, D = s->qk_dim, M = s->v_dim, P = a->p.proj_k, ld = a->param_len;
     const long long ND = (long long)N * D, NM = (long long)N * M, SS = (long long)lfm_saved_slice_floats(a, s);
     const float scale = (float)attn_scale(a, D);
     const float *E = lfm_E(a), *F = lfm_F(a);
-    for (int bb = 0; bb < s->batch;) {
-        const attn_run r = attn_run_at(s, bb);
-        bb = r.b1;
-        const long long s0 = (long long)r.b0 * H, ns = (long long)(r.b1 - r.b0) * H;
-        const int L = r.len;
+    /* saved: Kp and Vp defined even for the slices of length 0 (the others' are written below) */
+    AB_TRY(attn_cuda_zero_tail((float *)saved, (long long)s->batch * s->heads, SS, (long long)N * P));
+    return attn_cuda_runs(s, {{out, M, false}}, [&](long long s0, long long ns, int L) {
         float *A = (float *)saved + s0 * SS, *kp = A + (long long)N * P, *vp = kp + (long long)P * D;
-        AB_TRY(attn_cuda_zero_tail(out + s0 * NM, ns, NM, (long long)L * M));
-        if (L == 0) { /* saved: Kp and Vp defined even when unused */
-            AB_TRY(attn_cuda_zero_tail(A, ns, SS, (long long)N * P));
-            continue;
-        }
         AB_TRY(ab_cuda_sgemm_batched(false, false, P, D, L, 1.0f, E, ld, 0, k + s0 * ND, D, ND, 0.0f, kp, D, SS, ns));
         AB_TRY(ab_cuda_sgemm_batched(false, false, P, M, L, 1.0f, F, ld, 0, v + s0 * NM, M, NM, 0.0f, vp, M, SS, ns));
         AB_TRY(ab_cuda_sgemm_batched(false, true, L, P, D, scale, q + s0 * ND, D, ND, kp, D, SS, 0.0f, A, P, SS, ns));
         AB_LAUNCH(lfm_softmax_kernel, grid_warps(ns * L), THREADS, 0, ab_cuda_stream(), A, ns, SS, L, P);
-        AB_TRY(ab_cuda_sgemm_batched(false, false, L, M, P, 1.0f, A, P, SS, vp, M, SS, 0.0f, out + s0 * NM, M, NM, ns));
-    }
-    return 0;
+        return ab_cuda_sgemm_batched(false, false, L, M, P, 1.0f, A, P, SS, vp, M, SS, 0.0f, out + s0 * NM, M, NM, ns);
+    });
 }
 
 extern "C" int lfm_cuda_backward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,
@@ -103,17 +95,9 @@ extern "C" int lfm_cuda_backward(attn *a, const attn_shape *s, const float *q, c
     const float *E = lfm_E(a), *F = lfm_F(a);
     float *dE = lfm_dE(a), *dF = lfm_dF(a);
     float *dpar = (float *)a->ws, *dA0 = dpar + BH * PS;
-    for (int bb = 0; bb < s->batch;) {
-        const attn_run r = attn_run_at(s, bb);
-        bb = r.b1;
-        const long long s0 = (long long)r.b0 * H, ns = (long long)(r.b1 - r.b0) * H;
-        const int L = r.len;
+    return attn_cuda_runs(s, {{dq, D, false}, {dk, D, false}, {dv, M, false}}, [&](long long s0, long long ns, int L) {
         const float *A = (const float *)saved + s0 * SS, *kp = A + (long long)N * P, *vp = kp + (long long)P * D;
         float *dkp = dpar + s0 * PS, *dvp = dkp + (long long)P * D, *dA = dA0 + s0 * NP;
-        AB_TRY(attn_cuda_zero_tail(dq + s0 * ND, ns, ND, (long long)L * D));
-        AB_TRY(attn_cuda_zero_tail(dk + s0 * ND, ns, ND, (long long)L * D));
-        AB_TRY(attn_cuda_zero_tail(dv + s0 * NM, ns, NM, (long long)L * M));
-        if (L == 0) continue;
         const float *qs = q + s0 * ND, *gs = dout + s0 * NM;
         AB_TRY(ab_cuda_sgemm_batched(false, true, L, P, M, 1.0f, gs, M, NM, vp, M, SS, 0.0f, dA, P, NP, ns));
         AB_LAUNCH(lfm_dscore_kernel, grid_warps(ns * L), THREADS, 0, ab_cuda_stream(), A, SS, dA, NP, ns, L, P);
@@ -122,11 +106,11 @@ extern "C" int lfm_cuda_backward(attn *a, const attn_shape *s, const float *q, c
         AB_TRY(ab_cuda_sgemm_batched(true, false, P, M, L, 1.0f, A, P, SS, gs, M, NM, 0.0f, dvp, M, PS, ns));
         AB_TRY(ab_cuda_sgemm_batched(true, false, L, D, P, 1.0f, E, ld, 0, dkp, D, PS, 0.0f, dk + s0 * ND, D, ND, ns));
         AB_TRY(ab_cuda_sgemm_batched(true, false, L, M, P, 1.0f, F, ld, 0, dvp, M, PS, 0.0f, dv + s0 * NM, M, NM, ns));
-        if (!dE) continue;
+        if (!dE) return 0;
         for (long long i = 0; i < ns; i++) {
             AB_TRY(ab_cuda_sgemm(false, true, P, L, D, 1.0f, dkp + i * PS, D, k + (s0 + i) * ND, D, 1.0f, dE, ld));
             AB_TRY(ab_cuda_sgemm(false, true, P, L, M, 1.0f, dvp + i * PS, M, v + (s0 + i) * NM, M, 1.0f, dF, ld));
         }
-    }
-    return 0;
+        return 0;
+    });
 }

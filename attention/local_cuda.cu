@@ -257,37 +257,22 @@ static int run(attn *a, const attn_shape *s, long long ns, int L, const float *q
 extern "C" int local_cuda_forward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,
                                   float *out, void *saved) {
     (void)saved;
-    const int H = s->heads, N = s->len, D = s->qk_dim, M = s->v_dim;
+    const int N = s->len, D = s->qk_dim, M = s->v_dim;
     const long long ND = (long long)N * D, NM = (long long)N * M;
-    for (int bb = 0; bb < s->batch;) {
-        const attn_run r = attn_run_at(s, bb);
-        bb = r.b1;
-        const long long s0 = (long long)r.b0 * H, ns = (long long)(r.b1 - r.b0) * H;
-        AB_TRY(attn_cuda_zero_tail(out + s0 * NM, ns, NM, (long long)r.len * M));
-        if (r.len == 0) continue;
-        AB_TRY(run(a, s, ns, r.len, q + s0 * ND, k + s0 * ND, v + s0 * NM, out + s0 * NM, NULL, NULL, NULL, NULL));
-    }
-    return 0;
+    return attn_cuda_runs(s, {{out, M, false}}, [&](long long s0, long long ns, int L) {
+        return run(a, s, ns, L, q + s0 * ND, k + s0 * ND, v + s0 * NM, out + s0 * NM, NULL, NULL, NULL, NULL);
+    });
 }
 
 extern "C" int local_cuda_backward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,
                                    const float *dout, const void *saved, float *dq, float *dk, float *dv) {
     (void)saved;
-    const int H = s->heads, N = s->len, D = s->qk_dim, M = s->v_dim;
+    const int N = s->len, D = s->qk_dim, M = s->v_dim;
     const long long ND = (long long)N * D, NM = (long long)N * M;
-    for (int bb = 0; bb < s->batch;) {
-        const attn_run r = attn_run_at(s, bb);
-        bb = r.b1;
-        const long long s0 = (long long)r.b0 * H, ns = (long long)(r.b1 - r.b0) * H;
-        const int L = r.len;
-        AB_TRY(attn_cuda_zero_tail(dq + s0 * ND, ns, ND, (long long)L * D));
-        AB_TRY(attn_cuda_zero_tail(dk + s0 * ND, ns, ND, (long long)L * D));
-        AB_TRY(attn_cuda_zero_tail(dv + s0 * NM, ns, NM, (long long)L * M));
-        if (L == 0) continue;
-        AB_TRY(run(a, s, ns, L, q + s0 * ND, k + s0 * ND, v + s0 * NM, NULL, dout + s0 * NM, dq + s0 * ND,
-                   dk + s0 * ND, dv + s0 * NM));
-    }
-    return 0;
+    return attn_cuda_runs(s, {{dq, D, false}, {dk, D, false}, {dv, M, false}}, [&](long long s0, long long ns, int L) {
+        return run(a, s, ns, L, q + s0 * ND, k + s0 * ND, v + s0 * NM, NULL, dout + s0 * NM, dq + s0 * ND,
+                   dk + s0 * ND, dv + s0 * NM);
+    });
 }
 
 /* ---- recurrent mode: the CPU's ring (local.c) ---- */

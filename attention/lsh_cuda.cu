@@ -754,13 +754,7 @@ extern "C" int lsh_cuda_forward(attn *a, const attn_shape *s, const float *q, co
     const long long ND = (long long)N * D, NM = (long long)N * M;
     const float scale = (float)attn_scale(a, D), wmean = 1.0f / (float)R;
     AB_TRY(make_rotations(a, &p, w.rot));
-    for (int b = 0; b < s->batch;) {
-        const attn_run run = attn_run_at(s, b);
-        b = run.b1;
-        const long long s0 = (long long)run.b0 * s->heads, ns = (long long)(run.b1 - run.b0) * s->heads;
-        const int L = run.len;
-        AB_TRY(attn_cuda_zero_tail(out + s0 * NM, ns, NM, (long long)L * M));
-        if (L == 0) continue;
+    return attn_cuda_runs(s, {{out, M, false}}, [&](long long s0, long long ns, int L) {
         const lsh_chunks ck = chunks_of(L, p.chunk);
         carve_forward(&p, &ck, w.area, &w);
         const float *qr = q + s0 * ND, *vr = v + s0 * NM;
@@ -802,8 +796,8 @@ extern "C" int lsh_cuda_forward(attn *a, const attn_shape *s, const float *q, co
                       (const float *)w.O, (const int32_t *)w.inv, (const float *)lse_r, w.va, w.vb, seg0, nseg, R, N,
                       M, L, ck.Lg, ck.off * ck.C, p.slots, (int)p.lse_combine, wmean);
         }
-    }
-    return 0;
+        return 0;
+    });
 }
 
 extern "C" int lsh_cuda_backward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,
@@ -817,15 +811,7 @@ extern "C" int lsh_cuda_backward(attn *a, const attn_shape *s, const float *q, c
     const long long ND = (long long)N * D, NM = (long long)N * M;
     const float scale = (float)attn_scale(a, D), wmean = 1.0f / (float)R;
     /* keys are the normalised queries: nothing flows to k */
-    AB_TRY(attn_cuda_zero_tail(dk, p.BH, ND, 0));
-    for (int b = 0; b < s->batch;) {
-        const attn_run run = attn_run_at(s, b);
-        b = run.b1;
-        const long long s0 = (long long)run.b0 * s->heads, ns = (long long)(run.b1 - run.b0) * s->heads;
-        const int L = run.len;
-        AB_TRY(attn_cuda_zero_tail(dq + s0 * ND, ns, ND, (long long)L * D));
-        AB_TRY(attn_cuda_zero_tail(dv + s0 * NM, ns, NM, (long long)L * M));
-        if (L == 0) continue;
+    return attn_cuda_runs(s, {{dk, D, true}, {dq, D, false}, {dv, M, false}}, [&](long long s0, long long ns, int L) {
         const lsh_chunks ck = chunks_of(L, p.chunk);
         carve_backward(&p, &ck, w.area, &w);
         const float *qr = q + s0 * ND, *vr = v + s0 * NM, *dor = dout + s0 * NM;
@@ -865,8 +851,8 @@ extern "C" int lsh_cuda_backward(attn *a, const attn_shape *s, const float *q, c
                       (const float *)w.nrm, (const float *)w.invn, (const float *)w.dQ, (const float *)w.dKw,
                       (const float *)w.dVw, (const int32_t *)w.inv, seg0, nseg, R, N, D, M, ck, p.slots);
         }
-    }
-    return 0;
+        return 0;
+    });
 }
 
 extern "C" int lsh_cuda_buckets(attn *a, const attn_shape *s, const float *q, int *buckets) {
@@ -877,17 +863,13 @@ extern "C" int lsh_cuda_buckets(attn *a, const attn_shape *s, const float *q, in
     const long long ND = (long long)p.N * p.D;
     AB_CUDA_CHECK(cudaMemsetAsync(buckets, 0xff, sizeof(int) * (size_t)p.R * (size_t)p.BH * (size_t)p.N,
                                   ab_cuda_stream())); /* -1: padded positions */
-    for (int b = 0; b < s->batch;) {
-        const attn_run run = attn_run_at(s, b);
-        b = run.b1;
-        const long long s0 = (long long)run.b0 * s->heads, ns = (long long)(run.b1 - run.b0) * s->heads;
-        if (run.len == 0) continue;
+    return attn_cuda_runs(s, {}, [&](long long s0, long long ns, int L) {
         for (long long seg0 = 0; seg0 < ns * p.R; seg0 += p.segs) {
             const long long nseg = ns * p.R - seg0 < p.segs ? ns * p.R - seg0 : p.segs;
-            AB_TRY(hash_group(&p, &w, q + s0 * ND, run.len, seg0, nseg, NULL, NULL, buckets, s0));
+            AB_TRY(hash_group(&p, &w, q + s0 * ND, L, seg0, nseg, NULL, NULL, buckets, s0));
         }
-    }
-    return 0;
+        return 0;
+    });
 }
 
 extern "C" int lsh_cuda_rng(uint64_t seed, uint64_t stream, uint64_t index0, long long n, uint32_t *words,

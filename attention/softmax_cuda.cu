@@ -138,17 +138,11 @@ static void plan_chunks(int L, long long ns, bool causal, size_t w, int *rb, lon
 
 extern "C" int smx_cuda_forward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,
                                 float *out, void *saved) {
-    const int H = s->heads, N = s->len, D = s->qk_dim, M = s->v_dim;
+    const int N = s->len, D = s->qk_dim, M = s->v_dim;
     const long long ND = (long long)N * D, NM = (long long)N * M, NN = (long long)N * N;
     float *P = (float *)saved;
-    for (int b = 0; b < s->batch;) {
-        const attn_run r = attn_run_at(s, b);
-        b = r.b1;
-        const long long s0 = (long long)r.b0 * H, ns = (long long)(r.b1 - r.b0) * H;
-        const int L = r.len;
-        /* padded rows of out: zero (all of them for L = 0) */
-        AB_TRY(attn_cuda_zero_tail(out + s0 * NM, ns, NM, (long long)L * M));
-        if (L == 0) continue;
+    /* padded rows of out: zero (all of them for L = 0) */
+    return attn_cuda_runs(s, {{out, M, false}}, [&](long long s0, long long ns, int L) {
         smx_cuda_problem pr = {q + s0 * ND, k + s0 * ND, v + s0 * NM, out + s0 * NM, ND, ND, NM, NM,
                                D, M, (float)attn_scale(a, D), s->causal, L};
         const int rb = s->causal ? smx_cuda_causal_block_rows(L) : L;
@@ -156,13 +150,13 @@ extern "C" int smx_cuda_forward(attn *a, const attn_shape *s, const float *q, co
             const int r1 = r0 + rb < L ? r0 + rb : L;
             AB_TRY(smx_cuda_attend_rows(&pr, 0, ns, r0, r1, P + s0 * NN + (long long)r0 * N, N, NN, L));
         }
-    }
-    return 0;
+        return 0;
+    });
 }
 
 extern "C" int smx_cuda_backward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,
                                  const float *dout, const void *saved, float *dq, float *dk, float *dv) {
-    const int H = s->heads, N = s->len, D = s->qk_dim, M = s->v_dim;
+    const int N = s->len, D = s->qk_dim, M = s->v_dim;
     const long long ND = (long long)N * D, NM = (long long)N * M, NN = (long long)N * N;
     const float scale = (float)attn_scale(a, D);
     const bool causal = s->causal;
@@ -172,16 +166,8 @@ extern "C" int smx_cuda_backward(attn *a, const attn_shape *s, const float *q, c
     const size_t budget = smx_cuda_scratch_floats > (size_t)N ? smx_cuda_scratch_floats : (size_t)N;
     if (w > budget) w = budget;
     if (w < (size_t)N) return ab_fail(AB_EINVAL, "softmax backward: workspace of %zu floats is below one row", w);
-    for (int b = 0; b < s->batch;) {
-        const attn_run r = attn_run_at(s, b);
-        b = r.b1;
-        const long long s0 = (long long)r.b0 * H, ns = (long long)(r.b1 - r.b0) * H;
-        const int L = r.len;
-        /* dK, dV accumulate (from zero); dQ rows >= L are zero */
-        AB_TRY(attn_cuda_zero_tail(dk + s0 * ND, ns, ND, 0));
-        AB_TRY(attn_cuda_zero_tail(dv + s0 * NM, ns, NM, 0));
-        AB_TRY(attn_cuda_zero_tail(dq + s0 * ND, ns, ND, (long long)L * D));
-        if (L == 0) continue;
+    /* dK, dV accumulate (from zero); dQ rows >= L are zero */
+    return attn_cuda_runs(s, {{dk, D, true}, {dv, M, true}, {dq, D, false}}, [&](long long s0, long long ns, int L) {
         int rb;
         long long cs;
         plan_chunks(L, ns, causal, w, &rb, &cs);
@@ -212,6 +198,6 @@ extern "C" int smx_cuda_backward(attn *a, const attn_shape *s, const float *q, c
                                              ND, 1.0f, dks, D, ND, cn));
             }
         }
-    }
-    return 0;
+        return 0;
+    });
 }
