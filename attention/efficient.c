@@ -21,12 +21,14 @@
  * them (element-wise) and does the products of the gradients.
  *
  * Everything goes in chunks of eff_chunk_rows rows through per-thread workspace (K' and
- * Q' of a chunk), every product an ab_sgemm; OpenMP over the B*H
+ * Q' of a chunk), every product through prod_rows / prod_outer (small_gemm.c's kernels
+ * where the output width is a multiple of 16, ab_sgemm otherwise); OpenMP over the B*H
  * slices (attn_outer_threads). The column sums over the sequence and the row dots of
  * backward are in double (the former from float blocks of 64 rows); the row softmax's
  * sum over D in float (query_softmax). */
 #include "cpu_util.h"
 #include "efficient.h"
+#include "small_gemm.h"
 #include "variant.h"
 
 #ifdef ATTNBENCH_HAVE_CUDA
@@ -40,12 +42,11 @@
 #include <math.h>
 #include <string.h>
 
-/* Rows per chunk. The products are D x M x chunk (K'^T V, Q'^T dO) and chunk x M x D: the
- * longer the chunk, the closer OpenBLAS gets to its rate (their inner dimension is only
- * D = 64 or the chunk); and a sequence of one chunk keeps K' between backward's two
- * passes over the keys. Measured (B = 1, H = 8, N = 4096, D = M = 64, one thread,
- * forward + backward, median of 9): chunks of 256 rows ~56 ms, 2048 rows ~40 ms. The
- * workspace is 2 chunk x D floats per thread: 8 MiB at D = 64. */
+/* Rows per chunk (the rows of Q' or K' made at once, then multiplied). With OpenBLAS
+ * for the products, longer chunks were faster (B = 1, H = 8, N = 4096, D = M = 64, one
+ * thread, forward + backward, median of 9: chunks of 256 rows ~56 ms, 2048 rows ~40 ms;
+ * 1024 and 2048 against one chunk of 4096 again after the softmax rework: 6% and 4%
+ * slower). The workspace is 2 chunk x D floats per thread: 8 MiB at D = 64. */
 int eff_chunk_rows = 16384;
 
 static void eff_defaults(attn_params *p) { (void)p; }
@@ -55,6 +56,7 @@ static void eff_defaults(attn_params *p) { (void)p; }
 typedef struct {
     float *xp, *dxp;        /* chunk x D: Q' or K', and dQ' */
     float *dctx;            /* D x M */
+    float *ct;              /* M x D: C^T, then dC^T (backward's row products take them) */
     double *csum;           /* D: the column sums of exp(K - max) */
     float *fcol;            /* D: forward: a block's column sums in float, added into csum;
                                backward: r = the column sums of K' .* dK' */
@@ -80,7 +82,7 @@ static int chunk_of(const attn_shape *s) { return s->len < eff_chunk_rows ? s->l
 
 static size_t slot_bytes(const attn_shape *s) {
     size_t T = (size_t)chunk_of(s), D = (size_t)s->qk_dim, M = (size_t)s->v_dim;
-    return 2 * attn_align64(T * D * sizeof(float)) + attn_align64(D * M * sizeof(float)) +
+    return 2 * attn_align64(T * D * sizeof(float)) + 2 * attn_align64(D * M * sizeof(float)) +
            attn_align64(D * sizeof(double)) + attn_align64(D * sizeof(float));
 }
 
@@ -92,6 +94,7 @@ static eff_slot slot_carve(const attn_shape *s, void *ws, int slot, const void *
     w.xp = (float *)p, p += attn_align64(T * D * sizeof(float));
     w.dxp = (float *)p, p += attn_align64(T * D * sizeof(float));
     w.dctx = (float *)p, p += attn_align64(D * M * sizeof(float));
+    w.ct = (float *)p, p += attn_align64(D * M * sizeof(float));
     w.csum = (double *)p, p += attn_align64(D * sizeof(double));
     w.fcol = (float *)p;
     saved_slice(s, saved, bh, &w);
@@ -119,6 +122,24 @@ static size_t eff_workspace_bytes(const attn *a, const attn_shape *s) {
 }
 
 /* ---- building blocks ---- */
+
+/* Y (t x P) = X (t x K) W (K x P), rows contiguous. */
+static void prod_rows(int t, int K, int P, const float *X, const float *W, float *Y) {
+    if (sg_fits(P)) sg_rows(t, K, P, X, K, W, P, Y, P);
+    else ab_sgemm(false, false, t, P, K, 1.0f, X, K, W, P, 0.0f, Y, P);
+}
+
+/* W (K x P) += X^T Y with X (t x K), Y (t x P), rows contiguous. */
+static void prod_outer(int t, int K, int P, const float *X, const float *Y, float *W) {
+    if (sg_fits(P)) sg_outer_acc(t, K, P, X, K, Y, P, W, P);
+    else ab_sgemm(true, false, K, P, t, 1.0f, X, K, Y, P, 1.0f, W, P);
+}
+
+/* At (c x r) = A^T, A (r x c). */
+static void transpose(int r, int c, const float *A, float *At) {
+    for (int i = 0; i < r; i++)
+        for (int j = 0; j < c; j++) At[(size_t)j * r + i] = A[(size_t)i * c + j];
+}
 
 /* kmax = the column maxima of k rows [0, L), L >= 1. */
 static void key_max(int L, int D, const float *k, const eff_slot *w) {
@@ -203,7 +224,7 @@ static void context(const attn_shape *s, const eff_slot *w, int L, const float *
     for (int j0 = 0; j0 < L; j0 += T) {
         int t = L - j0 < T ? L - j0 : T;
         exp_col_sums(t, D, k + (size_t)j0 * D, mx, w->xp, w->fcol, csum);
-        ab_sgemm(true, false, D, M, t, 1.0f, w->xp, D, v + (size_t)j0 * M, M, 1.0f, w->ctx, M);
+        prod_outer(t, D, M, w->xp, v + (size_t)j0 * M, w->ctx);
     }
     for (int d = 0; d < D; d++) {
         const float inv = (float)(1.0 / csum[d]); /* csum >= 1: the maximum's term */
@@ -234,7 +255,7 @@ static int eff_forward(attn *a, const attn_shape *s, const float *q, const float
         for (int i0 = 0; i0 < L; i0 += T) {
             int t = L - i0 < T ? L - i0 : T;
             query_softmax(t, D, qs + (size_t)i0 * D, w.xp);
-            ab_sgemm(false, false, t, M, D, 1.0f, w.xp, D, w.ctx, M, 0.0f, os + (size_t)i0 * M, M);
+            prod_rows(t, D, M, w.xp, w.ctx, os + (size_t)i0 * M);
         }
         zero_rows(os, L, N, M);
     }
@@ -254,17 +275,18 @@ static int eff_backward(attn *a, const attn_shape *s, const float *q, const floa
         float *dqs = dq + oq, *dks = dk + oq, *dvs = dv + ov;
         /* queries: dQ' = G C^T -> dq; dC = sum Q'^T G */
         memset(w.dctx, 0, sizeof(float) * (size_t)D * M);
+        transpose(D, M, w.ctx, w.ct);
         for (int i0 = 0; i0 < L; i0 += T) {
             int t = L - i0 < T ? L - i0 : T;
             query_softmax(t, D, qs + (size_t)i0 * D, w.xp);
-            ab_sgemm(false, true, t, D, M, 1.0f, gs + (size_t)i0 * M, M, w.ctx, M, 0.0f, w.dxp, D);
+            prod_rows(t, M, D, gs + (size_t)i0 * M, w.ct, w.dxp);
             for (int i = 0; i < t; i++) {
                 const float *restrict p = w.xp + (size_t)i * D, *restrict g = w.dxp + (size_t)i * D;
                 float *restrict o = dqs + (size_t)(i0 + i) * D;
                 const float fd = (float)attn_dot_d(p, g, D); /* double: the difference g - fd cancels */
                 for (int d = 0; d < D; d++) o[d] = p[d] * (g[d] - fd);
             }
-            ab_sgemm(true, false, D, M, t, 1.0f, w.xp, D, gs + (size_t)i0 * M, M, 1.0f, w.dctx, M);
+            prod_outer(t, D, M, w.xp, gs + (size_t)i0 * M, w.dctx);
         }
         /* keys, one pass: dK' = V dC^T (into dk), dV = K' dC, dk = K' .* (dK' - r) with
          * r_d = sum_j K'_jd dK'_jd = sum_m dC_dm sum_j K'_jd v_jm = sum_m dC_dm C_dm: the
@@ -272,12 +294,13 @@ static int eff_backward(attn *a, const attn_shape *s, const float *q, const floa
         float *restrict r = w.fcol;
         for (int d = 0; d < D; d++)
             r[d] = (float)attn_dot_d(w.dctx + (size_t)d * M, w.ctx + (size_t)d * M, M);
+        transpose(D, M, w.dctx, w.ct);
         for (int j0 = 0; j0 < L; j0 += T) {
             int t = L - j0 < T ? L - j0 : T;
             key_softmax(t, D, ks + (size_t)j0 * D, &w, w.xp);
             float *dkc = dks + (size_t)j0 * D;
-            ab_sgemm(false, true, t, D, M, 1.0f, vs + (size_t)j0 * M, M, w.dctx, M, 0.0f, dkc, D);
-            ab_sgemm(false, false, t, M, D, 1.0f, w.xp, D, w.dctx, M, 0.0f, dvs + (size_t)j0 * M, M);
+            prod_rows(t, M, D, vs + (size_t)j0 * M, w.ct, dkc);
+            prod_rows(t, D, M, w.xp, w.dctx, dvs + (size_t)j0 * M);
             for (int i = 0; i < t; i++) {
                 float *restrict o = dkc + (size_t)i * D;
                 const float *restrict p = w.xp + (size_t)i * D;

@@ -2,7 +2,8 @@
  * reference (tests/reference/ref_efficient.c) on random shapes (N = 1, odd sizes,
  * lengths with 0 and N, more rows than one chunk), the definition checked directly
  * (rows of Q' and columns of K' are distributions: invariances and v = 1), backward
- * against central finite differences of the reference, the causal refusal, padding.
+ * against central finite differences of the reference, the causal refusal, padding;
+ * small_gemm.c's two products (the path of D and M multiples of 16) against double sums.
  *
  * Error figures are tu_rel_err (max abs error over a tensor / the tensor's max abs).
  * Every weight is a softmax probability (no cancellation), the context sums up to N
@@ -16,6 +17,7 @@
 #include "error.h"
 #include "memory.h"
 #include "reference.h"
+#include "small_gemm.h"
 #include "test_util.h"
 
 #include <math.h>
@@ -203,12 +205,85 @@ Test(efficient_backward, several_chunks) {
     int lens[2] = {11, 6};
     check_backward(2, 2, 11, 3, 2, lens, 34);
     check_forward(1, 3, 13, 5, 4, NULL, 35);
-    /* chunks of 100 rows: the column sums go in blocks of 64 rows (float, then double),
-     * so a chunk is a full block and a ragged one, and the lengths end inside a block */
+    /* chunks of 100 rows: forward's column sums go in blocks of 64 rows (float, then
+     * double), so a chunk is a full block and a ragged one, and the lengths end inside a
+     * block; backward over a full chunk and a ragged one */
     eff_chunk_rows = 100;
-    int lens3[2] = {300, 229};
-    check_backward(2, 1, 300, 16, 8, lens3, 36);
+    int lens3[2] = {300, 229}, lens4[2] = {120, 101};
     check_forward(2, 1, 300, 16, 8, lens3, 37);
+    check_backward(2, 1, 120, 8, 4, lens4, 36);
+    eff_chunk_rows = saved;
+}
+
+/* ---- small_gemm.c's products (efficient's kernels where the width is a multiple of 16) ----
+ *
+ * Against double sums, element by element, within the a-priori bound of a float sum of
+ * n products in any order with fused multiply-adds: |error| <= n u sum |terms| (u =
+ * 2^-24; Higham's gamma_n, n u < 0.01 here), the terms of sg_outer_acc including W's
+ * starting value. Sizes: every tail (rows t % 4, K % 4, widths P % 64 = 0, 16, 32, 48),
+ * strides wider than the operands, t over the row block (256). */
+static void sg_case(int t, int K, int P, uint64_t seed) {
+    const int ldx = K + 3, ldw = P + 16, ldy = P + 32;
+    float *X = tu_alloc_f((size_t)t * ldx), *W = tu_alloc_f((size_t)K * ldw), *Y = tu_alloc_f((size_t)t * ldy);
+    float *Yt = tu_alloc_f((size_t)t * ldy), *W0 = tu_alloc_f((size_t)K * ldw);
+    tu_fill_normal(X, (size_t)t * ldx, seed, 1, 1.0);
+    tu_fill_normal(W, (size_t)K * ldw, seed, 2, 1.0);
+    tu_fill_normal(Yt, (size_t)t * ldy, seed, 3, 1.0);
+    memcpy(W0, W, sizeof(float) * (size_t)K * ldw);
+    const double u = ldexp(1.0, -24);
+    /* Y = X W; the columns past P of each Y row are left as they were (0) */
+    sg_rows(t, K, P, X, ldx, W, ldw, Y, ldy);
+    for (int i = 0; i < t; i++)
+        for (int j = 0; j < ldy; j++) {
+            double want = 0, mag = 0;
+            for (int k = 0; j < P && k < K; k++) {
+                want += (double)X[(size_t)i * ldx + k] * W[(size_t)k * ldw + j];
+                mag += fabs((double)X[(size_t)i * ldx + k] * W[(size_t)k * ldw + j]);
+            }
+            const double got = Y[(size_t)i * ldy + j];
+            cr_assert_leq(fabs(got - want), K * u * mag, "sg_rows t=%d K=%d P=%d: Y[%d][%d] = %.9g, want %.9g", t, K, P,
+                          i, j, got, want);
+        }
+    /* W += X^T Yt; W's columns past P untouched */
+    sg_outer_acc(t, K, P, X, ldx, Yt, ldy, W, ldw);
+    for (int k = 0; k < K; k++)
+        for (int j = 0; j < ldw; j++) {
+            const double w0 = W0[(size_t)k * ldw + j];
+            double want = w0, mag = fabs(w0);
+            for (int i = 0; j < P && i < t; i++) {
+                want += (double)X[(size_t)i * ldx + k] * Yt[(size_t)i * ldy + j];
+                mag += fabs((double)X[(size_t)i * ldx + k] * Yt[(size_t)i * ldy + j]);
+            }
+            const double got = W[(size_t)k * ldw + j];
+            cr_assert_leq(fabs(got - want), (t + 1) * u * mag, "sg_outer_acc t=%d K=%d P=%d: W[%d][%d] = %.9g, want %.9g",
+                          t, K, P, k, j, got, want);
+        }
+    free(X), free(W), free(Y), free(Yt), free(W0);
+}
+
+Test(small_gemm, products_against_double_sums) {
+    cr_assert(sg_fits(16) && sg_fits(64) && sg_fits(80) && !sg_fits(0) && !sg_fits(8) && !sg_fits(65));
+    const int ts[] = {1, 3, 4, 7, 300}, Ks[] = {1, 3, 4, 5, 64}, Ps[] = {16, 32, 48, 64, 80, 128};
+    uint64_t seed = 50;
+    for (int a = 0; a < 5; a++)
+        for (int b = 0; b < 5; b++)
+            for (int c = 0; c < 6; c++) sg_case(ts[a], Ks[b], Ps[c], seed++);
+}
+
+/* The kernels' path through forward and backward (D and M multiples of 16), with
+ * lengths and several chunks: the same references as above. */
+Test(efficient_backward, vector_kernel_path) {
+    int lens[2] = {150, 97}, lens2[2] = {41, 27};
+    check_forward(2, 2, 150, 16, 32, lens, 38);
+    check_backward(2, 1, 41, 16, 32, lens2, 39);
+    /* widths over 64: a block of 64 columns and a tail of 16 (M = 80), and D = 64; rows
+     * t % 4 = 3 and 2 */
+    int lens3[2] = {23, 18};
+    check_backward(2, 1, 23, 16, 80, lens3, 41);
+    check_backward(1, 1, 23, 64, 16, NULL, 42);
+    const int saved = eff_chunk_rows;
+    eff_chunk_rows = 12; /* three whole chunks and a ragged one */
+    check_backward(2, 1, 41, 32, 16, lens2, 40);
     eff_chunk_rows = saved;
 }
 
