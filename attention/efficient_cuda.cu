@@ -9,15 +9,16 @@
  *   Q' (a warp per row), out = Q' C (batched GEMM straight into out).
  * Backward (as the CPU): K' again from the saved column statistics; dC = Q'^T dO,
  * dQ' = dO C^T -> dq = Q' .* (dQ' - Q'.dQ') (a warp per row); dK' = V dC^T, dV = K' dC
- * (into dv), the column sums of K' .* dK', then dk = K' .* (dK' - those sums).
+ * (into dv), the column sums of K' .* dK' (as sum_m dC_dm C_dm, the CPU's), then
+ * dk = K' .* (dK' - those sums).
  *
  * Memory: forward saves the CPU's (efficient.c): C, the column maxima and 1/sums, in
  * the same layout. Workspace: Q', K' and one gradient of them for every slice
  * (3 B H N D floats: the same order as the inputs), dC (B H D M) and one column vector
- * (B H D). Speed: not measured (no GPU here); the column reductions
- * walk N rows per thread (a few hundred threads at B H = 8, D = 64: latency-bound, a
- * two-level reduction would help for long sequences); the products are D x M x L
- * GEMMs per slice. */
+ * (B H D). Speed: not measured (no GPU here); forward's column statistics walk N rows
+ * per thread (a few hundred threads at B H = 8, D = 64: latency-bound, a two-level
+ * reduction would help for long sequences); the products are D x M x L GEMMs per
+ * slice. */
 #include "cuda_util.cuh"
 
 #include "efficient_cuda.h"
@@ -90,14 +91,13 @@ __global__ void eff_query_grad_kernel(const float *qp, const float *g, long long
     }
 }
 
-/* cacc[sl*D + d] = sum over the L rows of kp .* g (double), a thread per column. */
-__global__ void eff_col_dot_kernel(const float *kp, const float *g, long long ns, int L, int D, float *cacc) {
+/* cacc[sl*D + d] = sum over the L rows of kp .* g = sum_m dC_dm C_dm (efficient.c says
+ * why), in double, a thread per (slice, feature): M terms instead of L. */
+__global__ void eff_key_sums_kernel(const float *dctx, const float *ctx, long long ns, int D, int M, float *cacc) {
     for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < ns * D; e += (long long)gridDim.x * blockDim.x) {
-        const long long sl = e / D;
-        const int d = (int)(e % D);
-        const float *a = kp + sl * L * D + d, *b = g + sl * L * D + d;
+        const float *a = dctx + e * M, *b = ctx + e * M; /* row d of slice sl's D x M blocks */
         double sum = 0;
-        for (int j = 0; j < L; j++) sum += (double)a[(long long)j * D] * b[(long long)j * D];
+        for (int m = 0; m < M; m++) sum += (double)a[m] * b[m];
         cacc[e] = (float)sum;
     }
 }
@@ -217,8 +217,8 @@ extern "C" int eff_cuda_backward(attn *a, const attn_shape *s, const float *q, c
                                      b.g, D, LD, ns));
         AB_TRY(ab_cuda_sgemm_batched(false, false, L, M, D, 1.0f, b.kp, D, LD, b.dctx, M, (long long)D * M, 0.0f,
                                      dv + s0 * NM, M, NM, ns));
-        AB_LAUNCH(eff_col_dot_kernel, grid_elems(ns * D), THREADS, 0, ab_cuda_stream(), (const float *)b.kp,
-                  (const float *)b.g, ns, L, D, b.cacc);
+        AB_LAUNCH(eff_key_sums_kernel, grid_elems(ns * D), THREADS, 0, ab_cuda_stream(), (const float *)b.dctx,
+                  (const float *)b.ctx, ns, D, M, b.cacc);
         AB_LAUNCH(eff_key_grad_kernel, grid_elems(ns * LD), THREADS, 0, ab_cuda_stream(), (const float *)b.kp,
                   (const float *)b.g, (const float *)b.cacc, ns, N, L, D, dk + s0 * ND);
         return 0;
