@@ -46,10 +46,12 @@ point() {
     "$exe" "${threads[@]}" sample --config "$cfg" "${args[@]}" --n "$b" --batch "$b" --seed 1 --out "$dir"
 }
 
-# MNIST (784 values, 8 layers): batch 1 and 16
-for v in linear stateful-softmax; do point mnist $v 1; point mnist $v 16; done
+# MNIST (784 values, 8 layers): batch 1, 16 and 64 (softmax's recomputation costs the
+# same per image at any batch; linear's and the cache's steps get cheaper with it)
+for v in linear stateful-softmax; do point mnist $v 1; point mnist $v 16; point mnist $v 64; done
 point mnist softmax 1              # whole images, the estimate's check
 for v in softmax lsh-1 lsh-4; do point mnist $v 1 49; point mnist $v 16 49; done
+point mnist softmax 64 49
 # CIFAR-10 (3,072 values, 16 layers): batch 1 and 16 (recompute: batch 4, estimated)
 for v in linear stateful-softmax; do point cifar10 $v 1; point cifar10 $v 16; done
 for v in softmax lsh-1 lsh-4; do point cifar10 $v 1 384; point cifar10 $v 4 384; done
