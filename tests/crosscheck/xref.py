@@ -584,12 +584,18 @@ def _lsh(q, k, v, g, lengths, causal, o, seed, masks):
 CHUNK_CHOICES = [1, 2, 3, 5, 7, 8, 16, 32, 64, 100]
 
 
-def _draw_softmax(rng, D, choices):
-    o = {}
-    if rng.random() < 0.6:
-        o["scale"] = float(np.float32(rng.choice([0.0, rng.uniform(-2, 2), 1.0])))
+def _draw_scale(rng, o, explicit, value):
+    """o["scale"]: value() (rounded to float32) with probability `explicit`, else "auto"
+    half of the time, else unset (the variant's default)."""
+    if rng.random() < explicit:
+        o["scale"] = float(np.float32(value()))
     elif rng.random() < 0.5:
         o["scale"] = "auto"
+
+
+def _draw_softmax(rng, D, choices):
+    o = {}
+    _draw_scale(rng, o, 0.6, lambda: rng.choice([0.0, rng.uniform(-2, 2), 1.0]))
     return o
 
 
@@ -614,10 +620,7 @@ def _draw_polynomial(rng, D, choices):
     o = {}
     if rng.random() < 0.7:
         o["c"] = float(rng.choice([0.0, 0.5, 1.0, 2.5]))
-    if rng.random() < 0.6:
-        o["scale"] = float(np.float32(rng.uniform(0.05, 1.0)))
-    elif rng.random() < 0.5:
-        o["scale"] = "auto"
+    _draw_scale(rng, o, 0.6, lambda: rng.uniform(0.05, 1.0))
     if rng.random() < 0.6:
         o["eps"] = float(rng.choice([0.0, 1e-6, 1e-3, 0.1]))
     if rng.random() < 0.7:
@@ -635,10 +638,7 @@ def _draw_local(rng, D, choices):
     o = {}
     if rng.random() < 0.85:
         o["window"] = int(rng.choice([1, 2, 3, 5, 17, 64, 1000]))
-    if rng.random() < 0.6:
-        o["scale"] = float(np.float32(rng.choice([0.0, rng.uniform(-2, 2), 1.0])))
-    elif rng.random() < 0.5:
-        o["scale"] = "auto"
+    _draw_scale(rng, o, 0.6, lambda: rng.choice([0.0, rng.uniform(-2, 2), 1.0]))
     return o
 
 
@@ -646,10 +646,7 @@ def _draw_linformer(rng, D, choices):
     o = {"k": int(rng.choice([1, 2, 3, 5, 8, 17, 40]))}
     if rng.random() < 0.85:
         o["share"] = str(rng.choice(choices["share"]))
-    if rng.random() < 0.5:
-        o["scale"] = float(np.float32(rng.choice([0.0, rng.uniform(-2, 2), 1.0])))
-    elif rng.random() < 0.5:
-        o["scale"] = "auto"
+    _draw_scale(rng, o, 0.5, lambda: rng.choice([0.0, rng.uniform(-2, 2), 1.0]))
     return o
 
 
@@ -664,10 +661,7 @@ def _draw_lsh(rng, D, choices):
         o["chunk"] = int(rng.choice(CHUNK_CHOICES))
     if rng.random() < 0.85:
         o["combine"] = str(rng.choice(choices["combine"]))
-    if rng.random() < 0.6:
-        o["scale"] = float(np.float32(rng.uniform(0.0, 2.0)))
-    elif rng.random() < 0.5:
-        o["scale"] = "auto"
+    _draw_scale(rng, o, 0.6, lambda: rng.uniform(0.0, 2.0))
     return o
 
 
