@@ -7,10 +7,9 @@
  * parameter table and initialisation, the size tables, the
  * initialisation scheme, dropout at model level (eval off, seeds), bit-identical
  * repeated steps, no allocation per step, generation (recurrent == recomputation,
- * greedy tokens equal), the logistic mixture head (against the reference model scored
- * by tests/reference/ref_mixture.c, every gradient by finite differences; a tiny model
- * that learns with it), and the one-line errors of bad configs and bad calls (input
- * kinds, non-finite frames, LSTM configs, mixture configs and targets).
+ * greedy tokens equal), and the one-line errors of bad configs and bad calls (input
+ * kinds, non-finite frames, LSTM configs, mixture configs and targets). The logistic
+ * mixture head has its own suite (test_model_mixture.c).
  * TEST_VERBOSE=1 prints the measured errors. */
 #include <criterion/criterion.h>
 
@@ -30,57 +29,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FD_STEP 1e-5
 
 static bool verbose(void) { return getenv("TEST_VERBOSE") != NULL; }
 
 /* ---- helpers ---- */
 
-static tf_model *make(const tf_config *c, int max_batch) {
-    tf_model *m = NULL;
-    int rc = tf_create(c, max_batch, &m);
-    cr_assert_eq(rc, 0, "tf_create: %s", ab_error());
-    cr_assert_not_null(m);
-    return m;
-}
-
-static const tf_tensor *find_param(const tf_model *m, const char *name) {
-    for (int i = 0; i < tf_param_tensor_count(m); i++)
-        if (strcmp(tf_param_tensor(m, i)->name, name) == 0) return tf_param_tensor(m, i);
-    return NULL;
-}
-
-static ref_model_cfg ref_cfg(const tf_config *c) {
-    ref_model_cfg r = {c->vocab, c->d_model, c->heads, c->layers, c->d_ff, c->pre_norm, c->final_norm, c->causal,
-                       strstr(c->attention, "softmax") ? REF_ATTN_SOFTMAX : REF_ATTN_LINEAR_ELU, 0, 0, false};
-    if (strcmp(c->attention, "linformer") == 0) {
-        /* its settings here: k=K and share=NAME */
-        r.attn = REF_ATTN_LINFORMER;
-        r.lin_k = 256;
-        r.lin_len = c->max_len;
-        for (int i = 0; i < c->n_attn_settings; i++) {
-            sscanf(c->attn_settings[i], "k=%d", &r.lin_k);
-            if (strncmp(c->attn_settings[i], "share=", 6) == 0) r.lin_one = strcmp(c->attn_settings[i] + 6, "none") != 0;
-        }
-    }
-    return r;
-}
-
 /* ---- the tiny model against the reference ---- */
 
-typedef struct {
-    const tf_model *m;
-    ref_model_cfg rc;
-    double *pd;
-    const int *tokens, *targets, *lengths;
-    const double *frames; /* frame input: (B, N, F) */
-    int F;
-    double *weights;
-    int B, N;
-} model_ctx;
 
 static void ref_loss_fn(void *c_, double *out) {
-    model_ctx *c = c_;
+    tm_model_ctx *c = c_;
     ref_params rp = tm_ref_params(c->m, c->pd);
     double *logits = tu_alloc_d((size_t)c->B * c->N * c->rc.V);
     if (c->frames) ref_model_logits_frames(&c->rc, &rp, c->frames, c->F, c->B, c->N, c->lengths, logits);
@@ -89,16 +47,6 @@ static void ref_loss_fn(void *c_, double *out) {
     free(logits);
 }
 
-/* Logits and loss: two layers and the head, each stage ~1e-7 relative in float32;
- * measured <= 2.2e-7 (logits, tensor-relative) and <= 3e-8 (loss, relative); 1e-5 is a
- * 45x margin. Gradients: the float backward through the whole model against finite
- * differences of the double reference loss (h = 1e-5, accurate to ~1e-10): measured
- * <= 1.3e-6 per tensor (tensor-relative); 5e-5 leaves 40x, while a missing term in any
- * layer gives 1e-2 or more. The frame-input cases (the dense projection F = 3 -> C in
- * place of the embedding, non-causal) add one short sum per position and measure
- * within those figures (logits <= 1.2e-7, gradients <= 4.5e-7). */
-#define MODEL_FWD_TOL 1e-5
-#define MODEL_GRAD_TOL 5e-5
 
 /* The transformer c (token or frame input, dropout 0) on B = 2, N = 6 against the
  * reference: logits, loss and every parameter's gradient. */
@@ -106,7 +54,7 @@ static void tiny_check(const tf_config *cp, const int *lengths, bool weighted, u
     tf_config c = *cp;
     const bool frames = c.input == TF_INPUT_FRAMES;
     int B = 2, N = 6;
-    tf_model *m = make(&c, B);
+    tf_model *m = tm_make(&c, B);
     const int K = tf_classes(m);
     /* move every parameter off its initial value (LN gains 1, biases 0) */
     size_t np = tf_param_count(m);
@@ -131,7 +79,7 @@ static void tiny_check(const tf_config *cp, const int *lengths, bool weighted, u
     cr_assert_eq(tf_loss(m, targets, weights, &st), 0, "%s", ab_error());
     cr_assert_eq(tf_backward(m), 0, "%s", ab_error());
 
-    model_ctx ctx = {m, ref_cfg(&c), tu_to_double(params, np), tokens, targets, lengths, NULL, c.features, NULL, B, N};
+    tm_model_ctx ctx = {m, tm_ref_cfg(&c), tu_to_double(params, np), tokens, targets, lengths, NULL, c.features, NULL, B, N};
     ctx.rc.V = K; /* the head's outputs */
     ctx.weights = tu_to_double(weights, 12);
     if (frames) ctx.frames = tu_to_double(fr, (size_t)B * N * c.features);
@@ -232,11 +180,11 @@ static void linformer_case(const char *share, bool pre_norm, const int *lengths,
     c.causal = false;
     c.pre_norm = pre_norm;
     c.max_len = 9;
-    tf_model *m = make(&c, 2);
+    tf_model *m = tm_make(&c, 2);
     const bool layer = strcmp(share, "layer") == 0;
     const size_t per = strcmp(share, "none") == 0 ? 2 * 3 * 9 : 3 * 9;
-    const tf_tensor *l0 = find_param(m, "layers.0.attn.proj"), *l1 = find_param(m, "layers.1.attn.proj");
-    const tf_tensor *all = find_param(m, "attn.proj");
+    const tf_tensor *l0 = tm_find_param(m, "layers.0.attn.proj"), *l1 = tm_find_param(m, "layers.1.attn.proj");
+    const tf_tensor *all = tm_find_param(m, "attn.proj");
     if (layer) {
         cr_assert(!l0 && !l1 && all && all->count == per && all->decay, "share=layer: one attn.proj of %zu", per);
     } else {
@@ -318,7 +266,7 @@ static void lstm_ref_loss_fn(void *c_, double *out) {
 static void lstm_case(const tf_config *cp, const int *lengths, bool train, uint64_t seed) {
     tf_config c = *cp;
     const int B = 3, N = 6, F = c.features, L = c.layers;
-    tf_model *m = make(&c, B + 1);
+    tf_model *m = tm_make(&c, B + 1);
     const int K = tf_classes(m), DH = (c.bidirectional ? 2 : 1) * c.lstm_hidden;
     const size_t np = tf_param_count(m), BT = (size_t)B * N;
     float *params = tf_params(m);
@@ -380,7 +328,7 @@ static void lstm_case(const tf_config *cp, const int *lengths, bool train, uint6
     cr_expect_lt(le, LSTM_MODEL_FWD_TOL, "%s: logits err %g", what, le);
     cr_expect_lt(lerr, LSTM_MODEL_FWD_TOL, "%s: loss %.9g vs reference %.9g", what, st.loss, want);
     /* padding positions: the LSTM's output there is 0, so their logits are the head's bias */
-    const tf_tensor *hb = find_param(m, "head.b");
+    const tf_tensor *hb = tm_find_param(m, "head.b");
     cr_assert_not_null(hb);
     for (int b = 0; lengths && b < B; b++)
         for (int n = lengths[b]; n < N; n++)
@@ -467,7 +415,7 @@ Test(model, lstm_parameter_table_and_init) {
         c.bidirectional = bi;
         c.causal = !bi;
         c.seed = 4321;
-        tf_model *m = make(&c, 2), *m2 = make(&c, 3);
+        tf_model *m = tm_make(&c, 2), *m2 = tm_make(&c, 3);
         const int F = 3, C = 4, H = 3, K = 4, D = bi ? 2 : 1, G = 4 * H;
         typedef struct {
             char name[48];
@@ -539,7 +487,7 @@ Test(model, lstm_parameter_table_and_init) {
         tf_destroy(m2);
         /* with dropout: one mask per layer but the last, for the carved maxima */
         c.dropout = 0.25f;
-        m = make(&c, 2);
+        m = tm_make(&c, 2);
         const tf_tensor *mk = find_act(m, "lstm.l0.drop_mask");
         cr_assert_not_null(mk);
         cr_assert_eq(mk->count, (size_t)2 * c.max_len * D * H);
@@ -553,7 +501,7 @@ Test(model, lstm_frames_repeats_and_no_allocation) {
     tf_config c = tm_tiny_lstm_config();
     c.dropout = 0.3f;
     c.lstm_hidden = 5;
-    tf_model *m = make(&c, 4);
+    tf_model *m = tm_make(&c, 4);
     const int B = 4, N = 7, F = c.features;
     float *fr = tu_normal((size_t)B * N * F, 31, 1, 1.0);
     int targets[28], lens[4] = {7, 3, 0, 5};
@@ -596,7 +544,7 @@ Test(model, lstm_frames_repeats_and_no_allocation) {
 
 Test(model, parameter_table) {
     tf_config c = tm_tiny_config("linear");
-    tf_model *m = make(&c, 2);
+    tf_model *m = tm_make(&c, 2);
     size_t C = 8, F = 16, V = 5, L = 2;
     size_t per_layer = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + F * C + F + C * F + C;
     size_t want = V * C + L * per_layer + 2 * C + V * C + V;
@@ -621,7 +569,7 @@ Test(model, parameter_table) {
     }
     cr_assert_eq(off, want);
     cr_assert_eq(strcmp(tf_param_tensor(m, 0)->name, "tok_emb"), 0);
-    cr_assert_not_null(find_param(m, "layers.1.ffn.w2"));
+    cr_assert_not_null(tm_find_param(m, "layers.1.ffn.w2"));
     cr_assert_null(tf_param_tensor(m, tf_param_tensor_count(m)));
     /* activations: 64-byte aligned, in order, inside the block */
     size_t end = 0;
@@ -635,16 +583,16 @@ Test(model, parameter_table) {
     tf_destroy(m);
     /* no final LN: two tensors fewer */
     c.final_norm = false;
-    m = make(&c, 2);
+    m = tm_make(&c, 2);
     cr_assert_eq(tf_param_count(m), want - 2 * C);
-    cr_assert_null(find_param(m, "final_ln.g"));
+    cr_assert_null(tm_find_param(m, "final_ln.g"));
     tf_destroy(m);
 }
 
 Test(model, initialisation_scheme) {
     tf_config c = tm_tiny_config("linear");
     c.seed = 1234;
-    tf_model *m = make(&c, 1), *m2 = make(&c, 3);
+    tf_model *m = tm_make(&c, 1), *m2 = tm_make(&c, 3);
     /* same seed, same parameters (whatever the max batch) */
     cr_assert(memcmp(tf_params(m), tf_params(m2), sizeof(float) * tf_param_count(m)) == 0);
     const float *p = tf_params(m);
@@ -673,7 +621,7 @@ Test(model, initialisation_scheme) {
     }
     /* another seed, other parameters; tf_init_params restores */
     c.seed = 1235;
-    tf_model *m3 = make(&c, 1);
+    tf_model *m3 = tm_make(&c, 1);
     cr_assert(memcmp(tf_params(m), tf_params(m3), sizeof(float) * tf_param_count(m)) != 0);
     tf_init_params(m3, 1234);
     cr_assert(memcmp(tf_params(m), tf_params(m3), sizeof(float) * tf_param_count(m)) == 0);
@@ -739,7 +687,7 @@ static double train_step(tf_model *m, const batch *b, uint64_t seed) {
 
 static void repeat_case(const char *variant) {
     tf_config c = mid_config(variant, 0.1f);
-    tf_model *m = make(&c, 4), *m2 = make(&c, 4);
+    tf_model *m = tm_make(&c, 4), *m2 = tm_make(&c, 4);
     batch b = make_batch(3, 33, c.vocab, 21);
     size_t np = tf_param_count(m);
     double l1 = train_step(m, &b, 99);
@@ -786,7 +734,7 @@ Test(model, no_allocation_per_step) {
     const char *variants[3] = {"softmax", "linear", "lsh"};
     for (int v = 0; v < 3; v++) {
         tf_config c = mid_config(variants[v], 0.1f);
-        tf_model *m = make(&c, 4);
+        tf_model *m = tm_make(&c, 4);
         batch big = make_batch(4, 40, c.vocab, 31), small = make_batch(2, 17, c.vocab, 32);
         size_t before = ab_mem_current(AB_DEV_CPU);
         ab_mem_reset_peak(AB_DEV_CPU);
@@ -808,7 +756,7 @@ Test(model, inference_mode_same_logits_keeps_nothing) {
     const char *variants[3] = {"softmax", "linear", "lsh"};
     for (int v = 0; v < 3; v++) {
         tf_config c = mid_config(variants[v], 0.1f);
-        tf_model *m = make(&c, 4);
+        tf_model *m = tm_make(&c, 4);
         batch b = make_batch(3, 33, c.vocab, 23);
         const size_t nl = (size_t)3 * 33 * c.vocab;
         float *want = malloc(sizeof(float) * nl);
@@ -845,7 +793,7 @@ Test(model, inference_model_same_logits_less_memory) {
             c.layers = 5;
             c.pre_norm = pre;
             const int B = 3, N = 33;
-            tf_model *m = make(&c, 4), *mi = NULL;
+            tf_model *m = tm_make(&c, 4), *mi = NULL;
             cr_assert_eq(tf_create_inference(&c, 4, &mi), 0, "%s", ab_error());
             cr_assert_eq(tf_param_count(mi), tf_param_count(m));
             cr_assert(memcmp(tf_params(mi), tf_params(m), sizeof(float) * tf_param_count(m)) == 0);
@@ -902,7 +850,7 @@ Test(model, inference_model_same_logits_less_memory) {
 
 Test(model, dropout_train_and_eval) {
     tf_config c0 = mid_config("linear", 0.0f), c5 = mid_config("linear", 0.5f);
-    tf_model *m0 = make(&c0, 2), *m5 = make(&c5, 2);
+    tf_model *m0 = tm_make(&c0, 2), *m5 = tm_make(&c5, 2);
     cr_assert_eq(tf_param_count(m0), tf_param_count(m5));
     cr_assert(memcmp(tf_params(m0), tf_params(m5), sizeof(float) * tf_param_count(m0)) == 0);
     batch b = make_batch(2, 20, c0.vocab, 41);
@@ -953,7 +901,7 @@ Test(model, dropout_train_and_eval) {
 /* Plain SGD on one batch: the gradients are usable end to end (the loss falls). */
 Test(model, sgd_reduces_loss) {
     tf_config c = mid_config("linear", 0.0f);
-    tf_model *m = make(&c, 4);
+    tf_model *m = tm_make(&c, 4);
     batch b = make_batch(4, 24, c.vocab, 51);
     double first = train_step(m, &b, 0), last = first;
     for (int s = 0; s < 30; s++) {
@@ -981,7 +929,7 @@ static void generation_case(const char *variant, bool pre_norm) {
     tf_config c = mid_config(variant, 0.1f);
     c.max_len = 24;
     c.pre_norm = pre_norm;
-    tf_model *m = make(&c, 3);
+    tf_model *m = tm_make(&c, 3);
     int B = 2, P = 4, G = 14, V = c.vocab, cap = P + G;
     int *seq = malloc(sizeof(int) * B * cap), *flat = malloc(sizeof(int) * B * cap);
     tu_fill_int(seq, (size_t)B * cap, 61, 1, 0, V - 1); /* prompts in [.., 0..P) */
@@ -1043,13 +991,13 @@ Test(generation, recurrent_equals_recompute_polynomial) { generation_case("polyn
 
 Test(generation, state_sizes_and_unsupported) {
     tf_config c = mid_config("linear", 0.0f);
-    tf_model *m = make(&c, 2);
+    tf_model *m = tm_make(&c, 2);
     cr_assert(tf_has_recurrent(m));
     /* linear: constant state; stateful-softmax: grows with the capacity */
     cr_assert_eq(tf_gen_state_bytes(m, 2, 8), tf_gen_state_bytes(m, 2, 40));
     tf_destroy(m);
     c.attention = "stateful-softmax";
-    m = make(&c, 2);
+    m = tm_make(&c, 2);
     cr_assert_lt(tf_gen_state_bytes(m, 2, 8), tf_gen_state_bytes(m, 2, 40));
     tf_gen *g = (tf_gen *)1;
     cr_assert_lt(tf_gen_create(m, 3, 8, &g), 0, "batch above the model's maximum accepted");
@@ -1059,7 +1007,7 @@ Test(generation, state_sizes_and_unsupported) {
     const char *none[2] = {"softmax", "lsh"};
     for (int i = 0; i < 2; i++) {
         c.attention = none[i];
-        m = make(&c, 2);
+        m = tm_make(&c, 2);
         cr_assert(!tf_has_recurrent(m));
         cr_assert_eq(tf_gen_state_bytes(m, 1, 8), 0);
         g = NULL;
@@ -1076,7 +1024,7 @@ Test(generation, state_sizes_and_unsupported) {
     }
     c.attention = "linear";
     c.causal = false;
-    m = make(&c, 2);
+    m = tm_make(&c, 2);
     cr_assert(!tf_has_recurrent(m));
     cr_assert_eq(tf_gen_create(m, 1, 8, &g), AB_EUNSUPPORTED);
     cr_assert(strstr(ab_error(), "non-causal"), "message: %s", ab_error());
@@ -1085,23 +1033,13 @@ Test(generation, state_sizes_and_unsupported) {
 
 /* ---- errors ---- */
 
-static void expect_create_error(const tf_config *c, int max_batch, const char *needle) {
-    tf_model *m = (tf_model *)1;
-    int rc = tf_create(c, max_batch, &m);
-    cr_expect_lt(rc, 0, "config accepted (expected an error about '%s')", needle);
-    cr_expect_null(m);
-    cr_expect(strstr(ab_error(), needle) != NULL, "message '%s' lacks '%s'", ab_error(), needle);
-    cr_expect(strchr(ab_error(), '\n') == NULL, "message has a newline: '%s'", ab_error());
-    if (rc == 0) tf_destroy(m);
-}
-
 Test(errors, bad_configs) {
     tf_config c;
 #define BAD(stmt, mb, needle)             \
     do {                                  \
         c = tm_tiny_config("linear");        \
         stmt;                             \
-        expect_create_error(&c, mb, needle); \
+        tm_expect_create_error(&c, mb, needle); \
     } while (0)
     BAD(c.vocab = 0, 2, "vocab 0");
     BAD(c.max_len = 0, 2, "max_len 0");
@@ -1129,7 +1067,7 @@ Test(errors, bad_configs) {
     const char *ok[2] = {"feature_map=taylor", "chunk=3"};
     c.n_attn_settings = 2;
     c.attn_settings = ok;
-    tf_model *m = make(&c, 1);
+    tf_model *m = tm_make(&c, 1);
     cr_assert_str_eq(tf_get_config(m)->attention, "linear");
     cr_assert_str_eq(tf_get_config(m)->attn_settings[0], "feature_map=taylor");
     tf_destroy(m);
@@ -1137,7 +1075,7 @@ Test(errors, bad_configs) {
 
 Test(errors, bad_calls) {
     tf_config c = tm_tiny_config("linear");
-    tf_model *m = make(&c, 2);
+    tf_model *m = tm_make(&c, 2);
     int toks[12] = {0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1}, tg[12] = {0};
     float w[12];
     for (int i = 0; i < 12; i++) w[i] = 1.0f;
@@ -1197,9 +1135,9 @@ Test(errors, bad_calls) {
  * more LSTM layers than lstm.h carries. */
 Test(errors, input_kinds_frames_and_lstm_configs) {
     tf_config c = tm_tiny_lstm_config();
-    tf_model *fm = make(&c, 2);
+    tf_model *fm = tm_make(&c, 2);
     tf_config tc = tm_tiny_config("linear");
-    tf_model *tm = make(&tc, 2);
+    tf_model *tm = tm_make(&tc, 2);
     int toks[12] = {0};
     float fr[2 * 6 * 3];
     tu_fill_normal(fr, 36, 41, 1, 1.0);
@@ -1252,7 +1190,7 @@ Test(errors, input_kinds_frames_and_lstm_configs) {
     do {                                      \
         c = tm_tiny_lstm_config();            \
         stmt;                                 \
-        expect_create_error(&c, 2, needle);   \
+        tm_expect_create_error(&c, 2, needle);   \
     } while (0)
     BAD_LSTM(c.causal = true, "a causal model cannot have a bidirectional LSTM");
     BAD_LSTM(c.layers = LSTM_MAX_LAYERS + 1, "layers = 17 outside [1, 16]");
@@ -1267,187 +1205,7 @@ Test(errors, input_kinds_frames_and_lstm_configs) {
     c.bidirectional = false;
     c.causal = true;
     c.layers = LSTM_MAX_LAYERS;
-    fm = make(&c, 1);
+    fm = tm_make(&c, 1);
     cr_expect_eq(tf_param_tensor_count(fm), 2 + 3 * LSTM_MAX_LAYERS + 2);
     tf_destroy(fm);
-}
-
-/* ---- the discretised logistic mixture head (TF_HEAD_LOGISTIC_MIXTURE) ---- */
-
-static tf_config mixture_config(const char *variant, int K) {
-    tf_config c = tm_tiny_config(variant);
-    c.head = TF_HEAD_LOGISTIC_MIXTURE;
-    c.mixtures = K;
-    c.classes = 256;
-    return c;
-}
-
-/* the reference model's 3K outputs per position, scored by ref_mixture_nll */
-static void mixture_loss_fn(void *c_, double *out) {
-    model_ctx *c = c_;
-    ref_params rp = tm_ref_params(c->m, c->pd);
-    double *logits = tu_alloc_d((size_t)c->B * c->N * c->rc.V);
-    ref_model_logits(&c->rc, &rp, c->tokens, c->B, c->N, c->lengths, logits);
-    out[0] = ref_mixture_nll(logits, c->targets, c->weights, c->B * c->N, c->rc.V / 3, NULL);
-    free(logits);
-}
-
-/* The tiny transformer with K = 3 components against the reference model scored by
- * ref_mixture_nll: the head's table (9 outputs), logits, loss and statistics, and
- * every gradient against finite differences of the reference loss, with the
- * tolerances of the categorical head above (the mixture adds double arithmetic;
- * measured: logits 1.8e-7, loss 1.2e-8, gradients <= 7.5e-7 per tensor). */
-Test(model, tiny_logistic_mixture_head) {
-    tf_config c = mixture_config("linear", 3);
-    const int B = 2, N = 6, K = 9;
-    tf_model *m = make(&c, B);
-    cr_assert_eq(tf_classes(m), K);
-    cr_assert_eq(tf_target_classes(m), 256);
-    const tf_tensor *hw = find_param(m, "head.w"), *hb = find_param(m, "head.b");
-    cr_assert(hw && hb);
-    cr_expect_eq(hw->shape[0], K);
-    cr_expect_eq(hw->shape[1], c.d_model);
-    cr_expect_eq(hb->count, (size_t)K);
-    size_t counted_for = 0;
-    cr_assert_eq(tf_param_count_for(&c, &counted_for), 0, "%s", ab_error());
-    cr_expect_eq(counted_for, tf_param_count(m));
-    const size_t np = tf_param_count(m);
-    float *params = tf_params(m);
-    for (size_t i = 0; i < np; i++) params[i] += (float)(0.2 * ab_rng_normal(81, 900, i));
-    int tokens[12], targets[12];
-    float weights[12];
-    tu_fill_int(tokens, 12, 81, 1, 0, c.vocab - 1);
-    tu_fill_int(targets, 12, 81, 2, 0, 255);
-    targets[0] = 0;
-    targets[7] = 255;
-    for (int i = 0; i < 12; i++) weights[i] = (float)(i % 3) * 0.5f + 0.25f;
-    weights[4] = 0.0f;
-    targets[4] = -7; /* unscored: never read */
-    cr_assert_eq(tf_forward(m, tokens, B, N, NULL, true, 77), 0, "%s", ab_error());
-    /* the most probable value of position 9 as its target: one correct position */
-    targets[9] = mixture_mode(tf_logits(m) + 9 * K, 3);
-    ce_stats st;
-    cr_assert_eq(tf_loss(m, targets, weights, &st), 0, "%s", ab_error());
-    cr_assert_eq(tf_backward(m), 0, "%s", ab_error());
-    cr_expect_eq(st.counted, 11);
-    long long correct = 0;
-    for (int i = 0; i < 12; i++) correct += weights[i] > 0 && mixture_mode(tf_logits(m) + i * K, 3) == targets[i];
-    cr_expect_eq(st.correct, correct);
-    cr_expect_geq(st.correct, 1);
-
-    model_ctx ctx = {m, ref_cfg(&c), tu_to_double(params, np), tokens, targets, NULL, NULL, 0, NULL, B, N};
-    ctx.rc.V = K;
-    ctx.weights = tu_to_double(weights, 12);
-    ref_params rp = tm_ref_params(m, ctx.pd);
-    double *logits = tu_alloc_d((size_t)B * N * K);
-    ref_model_logits(&ctx.rc, &rp, tokens, B, N, NULL, logits);
-    double le = tu_rel_err(tf_logits(m), logits, (size_t)B * N * K, 1e-30), want;
-    mixture_loss_fn(&ctx, &want);
-    double lerr = fabs(st.loss - want) / fabs(want);
-    if (verbose()) fprintf(stderr, "mixture head: logits err %.3g, loss err %.3g\n", le, lerr);
-    cr_expect_lt(le, MODEL_FWD_TOL, "logits err %g", le);
-    cr_expect_lt(lerr, MODEL_FWD_TOL, "loss %g vs reference %g", st.loss, want);
-    double *fd = tu_alloc_d(np), one = 1.0, worst = 0;
-    tu_fd_grad(mixture_loss_fn, &ctx, ctx.pd, np, &one, 1, FD_STEP, fd);
-    for (int i = 0; i < tf_param_tensor_count(m); i++) {
-        const tf_tensor *t = tf_param_tensor(m, i);
-        double e = tu_rel_err(tf_grads(m) + t->offset, fd + t->offset, t->count, 1e-30);
-        worst = fmax(worst, e);
-        cr_expect_lt(e, MODEL_GRAD_TOL, "gradient of %s: err %g", t->name, e);
-        cr_expect_gt(tu_max_abs(fd + t->offset, t->count), 1e-6, "%s has no gradient to check", t->name);
-    }
-    if (verbose()) fprintf(stderr, "mixture head: worst gradient err %.3g\n", worst);
-    /* generation hands out the 3K outputs of the last position */
-    float last[2 * 9];
-    cr_assert_eq(tf_last_logits(m, tokens, B, N, 0, last), 0, "%s", ab_error());
-    for (int j = 0; j < K; j++) cr_expect_eq(last[K + j], tf_logits(m)[(2 * N - 1) * K + j]);
-    free(fd), free(logits), free(ctx.pd), free(ctx.weights);
-    tf_destroy(m);
-}
-
-/* A model with the mixture head learns: targets a function of the input token
- * (value 40 t + 30 for token t, five values far apart), Adam (lr 3e-3) on one batch
- * through tf_forward, tf_loss, tf_backward. The loss starts near that of a broad
- * mixture (6.4 nats) and must fall below half of it in 150 steps (measured 2.3), and
- * the most probable value of most positions must be near its target (within 10 of
- * 256 values; measured for 64 of 64; exactly equal for 28). */
-Test(model, logistic_mixture_head_trains) {
-    tf_config c = mixture_config("linear", 4);
-    c.vocab = 5;
-    c.max_len = 16;
-    c.d_model = 16;
-    c.d_ff = 32;
-    tf_model *m = make(&c, 4);
-    const int B = 4, N = 16;
-    int tokens[64], targets[64];
-    tu_fill_int(tokens, 64, 91, 1, 0, c.vocab - 1);
-    for (int i = 0; i < 64; i++) targets[i] = 40 * tokens[i] + 30;
-    ab_optim_config oc;
-    ab_optim_config_default(&oc);
-    oc.lr = 3e-3;
-    ab_optim *o = NULL;
-    cr_assert_eq(ab_optim_create(&oc, tf_param_count(m), NULL, 0, &o), 0, "%s", ab_error());
-    ce_stats st;
-    double first = 0;
-    for (int s = 0; s < 150; s++) {
-        cr_assert_eq(tf_zero_grad(m), 0);
-        cr_assert_eq(tf_forward(m, tokens, B, N, NULL, true, (uint64_t)s), 0, "%s", ab_error());
-        cr_assert_eq(tf_loss(m, targets, NULL, &st), 0, "%s", ab_error());
-        cr_assert(isfinite(st.loss), "loss %g at step %d", st.loss, s);
-        if (s == 0) first = st.loss;
-        cr_assert_eq(tf_backward(m), 0, "%s", ab_error());
-        cr_assert_eq(ab_optim_step(o, tf_params(m), tf_grads(m), NULL), 0, "%s", ab_error());
-    }
-    /* the last step's forward (before its update) */
-    int near = 0;
-    for (int i = 0; i < 64; i++) near += abs(mixture_mode(tf_logits(m) + i * 12, 4) - targets[i]) <= 10;
-    if (verbose())
-        fprintf(stderr, "mixture training: loss %.4g -> %.4g nats, %lld of %lld exact, %d within 10\n", first,
-                st.loss, st.correct, st.counted, near);
-    cr_expect_gt(first, 5.0, "first loss %g", first);
-    cr_expect_lt(st.loss, 0.5 * first, "loss %g -> %g after 150 steps", first, st.loss);
-    cr_expect_geq(near, 48, "%d of 64 most probable values within 10 of the target", near);
-    ab_optim_destroy(o);
-    tf_destroy(m);
-}
-
-Test(errors, logistic_mixture_configs_and_targets) {
-    tf_config c;
-#define BAD(stmt, needle)                   \
-    do {                                    \
-        c = mixture_config("linear", 3);    \
-        stmt;                               \
-        expect_create_error(&c, 2, needle); \
-    } while (0)
-    BAD(c.mixtures = 0, "model mixtures 0: the logistic_mixture head needs 1..4096 components");
-    BAD(c.mixtures = -2, "model mixtures -2");
-    BAD(c.mixtures = TF_MAX_MIXTURES + 1, "needs 1..4096");
-    BAD(c.classes = 255, "model classes 255: the logistic_mixture head models 8-bit values (classes 256)");
-    BAD(c.classes = 0, "model classes 5: the logistic_mixture head"); /* 0: the vocabulary, 5 */
-    BAD((c.head = TF_HEAD_CATEGORICAL), "model mixtures 3: only the logistic_mixture head has mixture components");
-#undef BAD
-    cr_expect_eq(tf_head_find("logistic_mixture"), TF_HEAD_LOGISTIC_MIXTURE);
-    cr_expect_str_eq(tf_head_name(TF_HEAD_LOGISTIC_MIXTURE), "logistic_mixture");
-    cr_expect(strstr(tf_head_names(), "categorical, logistic_mixture"), "%s", tf_head_names());
-    /* classes 0 with a vocabulary of 256 is the same as 256 */
-    c = mixture_config("linear", 2);
-    c.classes = 0;
-    c.vocab = 256;
-    tf_model *m = make(&c, 1);
-    cr_expect_eq(tf_classes(m), 6);
-    tf_destroy(m);
-    /* targets must be values 0..255 */
-    c = mixture_config("linear", 2);
-    m = make(&c, 1);
-    int tok[6] = {0, 1, 2, 3, 4, 0}, tg[6] = {0, 255, 3, 256, 1, 2};
-    ce_stats st;
-    cr_assert_eq(tf_forward(m, tok, 1, 6, NULL, true, 0), 0, "%s", ab_error());
-    cr_expect_eq(tf_loss(m, tg, NULL, &st), AB_EINVAL);
-    cr_expect(strstr(ab_error(), "target 256 at index 3 is outside [0, classes=256)"), "%s", ab_error());
-    tg[3] = -1;
-    cr_expect_eq(tf_loss(m, tg, NULL, &st), AB_EINVAL);
-    tg[3] = 128;
-    cr_expect_eq(tf_loss(m, tg, NULL, &st), 0, "%s", ab_error());
-    cr_expect(isfinite(st.loss) && st.loss > 0);
-    tf_destroy(m);
 }

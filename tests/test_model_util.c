@@ -1,5 +1,7 @@
 #include "test_model_util.h"
 
+#include "error.h"
+
 #include <criterion/criterion.h>
 
 #include <math.h>
@@ -213,4 +215,44 @@ double tm_ref_lstm_loss(const tm_ref_lstm *r, const double *frames, int B, int N
     free(h);
     free(logits);
     return loss;
+}
+
+tf_model *tm_make(const tf_config *c, int max_batch) {
+    tf_model *m = NULL;
+    int rc = tf_create(c, max_batch, &m);
+    cr_assert_eq(rc, 0, "tf_create: %s", ab_error());
+    cr_assert_not_null(m);
+    return m;
+}
+
+const tf_tensor *tm_find_param(const tf_model *m, const char *name) {
+    for (int i = 0; i < tf_param_tensor_count(m); i++)
+        if (strcmp(tf_param_tensor(m, i)->name, name) == 0) return tf_param_tensor(m, i);
+    return NULL;
+}
+
+ref_model_cfg tm_ref_cfg(const tf_config *c) {
+    ref_model_cfg r = {c->vocab, c->d_model, c->heads, c->layers, c->d_ff, c->pre_norm, c->final_norm, c->causal,
+                       strstr(c->attention, "softmax") ? REF_ATTN_SOFTMAX : REF_ATTN_LINEAR_ELU, 0, 0, false};
+    if (strcmp(c->attention, "linformer") == 0) {
+        /* its settings here: k=K and share=NAME */
+        r.attn = REF_ATTN_LINFORMER;
+        r.lin_k = 256;
+        r.lin_len = c->max_len;
+        for (int i = 0; i < c->n_attn_settings; i++) {
+            sscanf(c->attn_settings[i], "k=%d", &r.lin_k);
+            if (strncmp(c->attn_settings[i], "share=", 6) == 0) r.lin_one = strcmp(c->attn_settings[i] + 6, "none") != 0;
+        }
+    }
+    return r;
+}
+
+void tm_expect_create_error(const tf_config *c, int max_batch, const char *needle) {
+    tf_model *m = (tf_model *)1;
+    int rc = tf_create(c, max_batch, &m);
+    cr_expect_lt(rc, 0, "config accepted (expected an error about '%s')", needle);
+    cr_expect_null(m);
+    cr_expect(strstr(ab_error(), needle) != NULL, "message '%s' lacks '%s'", ab_error(), needle);
+    cr_expect(strchr(ab_error(), '\n') == NULL, "message has a newline: '%s'", ab_error());
+    if (rc == 0) tf_destroy(m);
 }

@@ -10,7 +10,45 @@
 
 /* The defaults with V = 5, max_len = 6, C = 8, 2 heads, 2 layers, F = 16, no dropout,
  * seed 3 and the given attention variant. */
+
+/* The finite-difference step of the model tests (central differences of the double
+ * reference loss). */
+#define FD_STEP 1e-5
+
+/* Logits and loss: two layers and the head, each stage ~1e-7 relative in float32;
+ * measured <= 2.2e-7 (logits, tensor-relative) and <= 3e-8 (loss, relative); 1e-5 is a
+ * 45x margin. Gradients: the float backward through the whole model against finite
+ * differences of the double reference loss (h = 1e-5, accurate to ~1e-10): measured
+ * <= 1.3e-6 per tensor (tensor-relative); 5e-5 leaves 40x, while a missing term in any
+ * layer gives 1e-2 or more. The frame-input cases (the dense projection F = 3 -> C in
+ * place of the embedding, non-causal) add one short sum per position and measure
+ * within those figures (logits <= 1.2e-7, gradients <= 4.5e-7). */
+#define MODEL_FWD_TOL 1e-5
+#define MODEL_GRAD_TOL 5e-5
+
+/* What the reference loss of a model test needs (tu_fd_grad's context). */
+typedef struct {
+    const tf_model *m;
+    ref_model_cfg rc;
+    double *pd;
+    const int *tokens, *targets, *lengths;
+    const double *frames; /* frame input: (B, N, F) */
+    int F;
+    double *weights;
+    int B, N;
+} tm_model_ctx;
+
 tf_config tm_tiny_config(const char *variant);
+
+/* tf_create(c, max_batch) asserted to succeed (Criterion). */
+tf_model *tm_make(const tf_config *c, int max_batch);
+/* The parameter tensor of that name, or NULL. */
+const tf_tensor *tm_find_param(const tf_model *m, const char *name);
+/* The reference's config of a transformer config (softmax-like variants as softmax,
+ * linformer with its k= and share= settings, the rest as linear elu+1). */
+ref_model_cfg tm_ref_cfg(const tf_config *c);
+/* tf_create(c, max_batch) expected to fail with a one-line message containing needle. */
+void tm_expect_create_error(const tf_config *c, int max_batch, const char *needle);
 
 /* The reference's parameter pointers into pd, a double copy of the model's parameters,
  * by name (a transformer body; token or frame input); asserts that every tensor of
