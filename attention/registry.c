@@ -3,6 +3,7 @@
 #include "feature_maps.h"
 #include "variant.h"
 
+#include "../harness/cuda_blas.h"
 #include "../harness/cuda_device.h"
 #include "../harness/device.h"
 #include "../harness/error.h"
@@ -10,6 +11,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +35,25 @@ bool attn_variant_has_device(int i, attn_device d) {
     return d == ATTN_DEVICE_CPU ? true : d == ATTN_DEVICE_CUDA ? g_variants[i]->cuda != NULL : false;
 }
 
+/* Options every variant has, after its own (attn_variant_option lists them last). */
+static const char *const precision_choices[] = {"fp32", "tf32", NULL};
+static const attn_option_spec common_options[] = {
+    {.name = "precision",
+     .type = ATTN_OPT_CHOICE,
+     .offset = offsetof(attn_params, precision),
+     .def = "fp32",
+     .help = "arithmetic of the CUDA backend's matrix products: fp32 (IEEE single precision) or tf32 (operands "
+             "rounded to TF32, 10 mantissa bits, on the tensor cores; sums in fp32). The CPU computes in fp32 only",
+     .choices = precision_choices},
+};
+#define N_COMMON ((int)(sizeof common_options / sizeof common_options[0]))
+_Static_assert(AB_PREC_FP32 == 0 && AB_PREC_TF32 == 1 && AB_PREC_COUNT == 2, "precision_choices follow ab_precision");
+
+static int n_opts(const attn_variant *v) { return v->n_options + N_COMMON; }
+static const attn_option_spec *opt_of(const attn_variant *v, int j) {
+    return j < v->n_options ? &v->options[j] : &common_options[j - v->n_options];
+}
+
 /* Allowed name c of a choice option (its own list, or its source's), NULL past the last. */
 static const char *choice_at(const attn_option_spec *o, int c) {
     if (o->type != ATTN_OPT_CHOICE || c < 0) return NULL;
@@ -45,8 +66,8 @@ static const char *choice_at(const attn_option_spec *o, int c) {
 static const char *help_of(const attn_option_spec *o) { return o->source ? o->source->help() : o->help; }
 
 static const attn_option_spec *option_at(int i, int j) {
-    if (i < 0 || i >= N_VARIANTS || j < 0 || j >= g_variants[i]->n_options) return NULL;
-    return &g_variants[i]->options[j];
+    if (i < 0 || i >= N_VARIANTS || j < 0 || j >= n_opts(g_variants[i])) return NULL;
+    return opt_of(g_variants[i], j);
 }
 
 bool attn_variant_option(int i, int j, const char **name, const char **def, const char **help) {
@@ -104,9 +125,8 @@ const char *attn_error(void) { return ab_error(); }
 static void option_list(const attn_variant *v, char *buf, size_t cap) {
     size_t n = 0;
     buf[0] = '\0';
-    for (int j = 0; j < v->n_options && n < cap; j++)
-        n += (size_t)snprintf(buf + n, cap - n, "%s%s", j ? ", " : "", v->options[j].name);
-    if (v->n_options == 0) snprintf(buf, cap, "none");
+    for (int j = 0; j < n_opts(v) && n < cap; j++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s", j ? ", " : "", opt_of(v, j)->name);
 }
 
 static int parse_setting(const attn_variant *v, attn_params *p, const char *setting) {
@@ -116,8 +136,8 @@ static int parse_setting(const attn_variant *v, attn_params *p, const char *sett
     size_t klen = (size_t)(eq - setting);
     const char *val = eq + 1;
     const attn_option_spec *o = NULL;
-    for (int j = 0; j < v->n_options; j++)
-        if (strlen(v->options[j].name) == klen && strncmp(v->options[j].name, setting, klen) == 0) o = &v->options[j];
+    for (int j = 0; j < n_opts(v); j++)
+        if (strlen(opt_of(v, j)->name) == klen && strncmp(opt_of(v, j)->name, setting, klen) == 0) o = opt_of(v, j);
     if (!o) {
         char list[256];
         option_list(v, list, sizeof list);
@@ -207,6 +227,10 @@ int attn_create(const attn_options *opt, attn **out) {
         int rc = parse_setting(v, &p, opt->settings[i]);
         if (rc) return rc;
     }
+    if (p.precision != AB_PREC_FP32 && opt->device != ATTN_DEVICE_CUDA)
+        return ab_fail(AB_EINVAL, "option precision=%s: the CPU computes in fp32 only (use --device cuda, or "
+                                  "precision=fp32)",
+                       ab_precision_name((ab_precision)p.precision));
     attn *a = calloc(1, sizeof *a);
     if (!a) return ab_fail(AB_ENOMEM, "out of memory");
     a->v = v;
@@ -242,8 +266,8 @@ double attn_scale(const attn *a, int qk_dim) { return isnan(a->p.scale) ? 1.0 / 
 
 const char *attn_option_value(const attn *a, const attn_shape *s, const char *key, char *buf, size_t cap) {
     if (!a || !key || !buf || cap == 0) return NULL;
-    for (int j = 0; j < a->v->n_options; j++) {
-        const attn_option_spec *o = &a->v->options[j];
+    for (int j = 0; j < n_opts(a->v); j++) {
+        const attn_option_spec *o = opt_of(a->v, j);
         if (strcmp(o->name, key) != 0) continue;
         const char *field = (const char *)&a->p + o->offset;
         switch (o->type) {
@@ -344,6 +368,15 @@ int attn_host_ws_ensure(attn *a, size_t bytes) {
 
 size_t attn_workspace_bytes(const attn *a) { return a ? a->ws_bytes : 0; }
 
+/* The device's matrix products follow the object's precision option during a call
+ * (cuBLAS's math mode; the kernels read a->p.precision themselves). */
+static ab_precision prec_enter(const attn *a) {
+    return a->device == ATTN_DEVICE_CUDA ? ab_cuda_set_gemm_precision((ab_precision)a->p.precision) : AB_PREC_FP32;
+}
+static void prec_leave(const attn *a, ab_precision p0) {
+    if (a->device == ATTN_DEVICE_CUDA) ab_cuda_set_gemm_precision(p0);
+}
+
 /* ---- checked entry points ---- */
 
 static int check_dims(const attn_shape *s) {
@@ -405,7 +438,10 @@ int attn_forward(attn *a, const attn_shape *s, const float *q, const float *k, c
     if ((rc = check_params(a, s))) return rc;
     if (!saved && !a->be->forward_unsaved && a->be->saved_bytes(a, s) > 0)
         return ab_fail(AB_EINVAL, "attn_forward: NULL saved buffer (%s on this device keeps its saved state)", a->v->name);
-    return a->be->forward(a, s, q, k, v, out, saved);
+    const ab_precision p0 = prec_enter(a);
+    rc = a->be->forward(a, s, q, k, v, out, saved);
+    prec_leave(a, p0);
+    return rc;
 }
 
 bool attn_can_forward_unsaved(const attn *a) {
@@ -423,7 +459,10 @@ int attn_backward(attn *a, const attn_shape *s, const float *q, const float *k, 
     if (!q || !k || !v || !dout || !dq || !dk || !dv) return ab_fail(AB_EINVAL, "attn_backward: NULL tensor");
     if ((rc = check_params(a, s))) return rc;
     if (!saved && a->be->saved_bytes(a, s) > 0) return ab_fail(AB_EINVAL, "attn_backward: NULL saved buffer");
-    return a->be->backward(a, s, q, k, v, dout, saved, dq, dk, dv);
+    const ab_precision p0 = prec_enter(a);
+    rc = a->be->backward(a, s, q, k, v, dout, saved, dq, dk, dv);
+    prec_leave(a, p0);
+    return rc;
 }
 
 /* ---- recurrent mode ----
@@ -545,7 +584,9 @@ int attn_prefill(attn *a, attn_state *st, int prompt_len, const float *q, const 
     ps.len = prompt_len;
     if ((rc = attn_reserve(a, &ps))) return rc;
     if ((rc = ensure_step_ws(a, &st->shape, st->capacity))) return rc;
+    const ab_precision p0 = prec_enter(a);
     rc = a->be->prefill(a, &st->shape, st->capacity, prompt_len, q, k, v, out, st->mem);
+    prec_leave(a, p0);
     if (rc == 0) st->count = prompt_len;
     return rc;
 }
@@ -558,7 +599,9 @@ int attn_step(attn *a, attn_state *st, int t, const float *q, const float *k, co
     if (t >= st->capacity) return ab_fail(AB_EINVAL, "recurrent state is full (capacity %d)", st->capacity);
     if (!q || !k || !v || !out) return ab_fail(AB_EINVAL, "attn_step: NULL tensor");
     if ((rc = ensure_step_ws(a, &st->shape, st->capacity))) return rc;
+    const ab_precision p0 = prec_enter(a);
     rc = a->be->step(a, &st->shape, st->capacity, st->mem, t, q, k, v, out);
+    prec_leave(a, p0);
     if (rc == 0) st->count = t + 1;
     return rc;
 }

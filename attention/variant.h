@@ -27,6 +27,7 @@ typedef struct {
     int window;      /* local: window length w */
     int proj_k;      /* linformer: rows k of the projections E, F */
     int share;       /* linformer: attn_lfm_share */
+    int precision;   /* every variant: ab_precision (cuda_blas.h), fp32 or tf32 (CUDA only) */
 } attn_params;
 
 /* linformer's sharing of E and F (the Linformer paper's options): none (E and F per

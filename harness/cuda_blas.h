@@ -11,6 +11,20 @@
 extern "C" {
 #endif
 
+/* The arithmetic of the device's float matrix products: fp32 (IEEE single precision
+ * throughout), or tf32 (operands rounded to TF32, 10 mantissa bits, on the tensor cores;
+ * products and sums in fp32). The attention variants' and the model's `precision`
+ * option chooses; their values are these. */
+typedef enum { AB_PREC_FP32 = 0, AB_PREC_TF32 = 1 } ab_precision;
+#define AB_PREC_COUNT 2
+const char *ab_precision_name(ab_precision p);
+
+/* Sets the precision of the ab_cuda_sgemm* calls that follow (cuBLAS's math mode:
+ * CUBLAS_DEFAULT_MATH for fp32, CUBLAS_TF32_TENSOR_OP_MATH for tf32) and returns the
+ * previous one, so a caller restores it: p0 = ab_cuda_set_gemm_precision(p); ...;
+ * ab_cuda_set_gemm_precision(p0). Process-wide (one cuBLAS handle); fp32 at start. */
+ab_precision ab_cuda_set_gemm_precision(ab_precision p);
+
 /* C[m x n] = alpha op(A) op(B) + beta C, op(X) = X or X^T, row-major, device pointers,
  * leading dimensions in elements. beta == 0: C is not read. Returns 0 or an error code
  * (AB_EINVAL for bad sizes, AB_EDEVICE / AB_ENOMEM from cuBLAS) with a message. */

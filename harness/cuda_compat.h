@@ -5,7 +5,8 @@
  * build: the emulated library the CUDA tests run on). So they stay plain CUDA C++ inside
  * the subset the emulator provides (tests/cuda_emu/cuda_emu.h lists it): no <<<>>>
  * (use AB_LAUNCH), no `extern __shared__` (use AB_DYN_SMEM), no inline PTX, cooperative
- * groups, wgmma/TMA or other libraries than cuBLAS and CUB.
+ * groups, wgmma/TMA or other libraries than cuBLAS and CUB. Tensor cores through
+ * nvcuda::wmma (the shapes the emulator has: TF32 m16n16k8, bf16 m16n16k16).
  *
  * Error handling: every runtime call, cuBLAS call and launch is checked with the macros
  * below, which return the error code from the enclosing function (so it must return
@@ -18,7 +19,9 @@
 #include "cuda_emu.h"
 #else
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 /* CUB is heavy to compile: a source that sorts defines AB_CUDA_CUB before including
  * this header (the emulator always has its cub::DeviceRadixSort::SortPairs). */
 #ifdef AB_CUDA_CUB
@@ -50,6 +53,7 @@ typedef struct {
     decltype(&cublasGetStatusString) GetStatusString;
     decltype(&cublasSgemm) Sgemm;
     decltype(&cublasSgemmStridedBatched) SgemmStridedBatched;
+    decltype(&cublasSetMathMode) SetMathMode;
 } ab_cublas_api;
 extern ab_cublas_api ab_cublas_fn;
 #define AB_CUBLAS(name) (ab_cublas_fn.name)
@@ -110,7 +114,7 @@ template <class F> inline const void *func_addr(F *f) { return (const void *)f; 
         AB_CHECK_LAUNCH(kernel);                                                                                       \
     } while (0)
 #define AB_DYN_SMEM(T, name)                                                                                           \
-    extern __shared__ __align__(16) unsigned char ab_dyn_smem_[];                                                      \
+    extern __shared__ __align__(32) unsigned char ab_dyn_smem_[];                                                      \
     T *name = reinterpret_cast<T *>(ab_dyn_smem_)
 #endif
 

@@ -85,6 +85,7 @@ int load_cublas() {
     AB_LOAD(GetStatusString, cublasGetStatusString)
     AB_LOAD(Sgemm, cublasSgemm)
     AB_LOAD(SgemmStridedBatched, cublasSgemmStridedBatched)
+    AB_LOAD(SetMathMode, cublasSetMathMode)
 #undef AB_LOAD
     ab_cublas_fn = f;
     return 0;

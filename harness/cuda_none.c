@@ -54,6 +54,16 @@ int ab_cuda_device_info(ab_cuda_info *info) {
     return ab_fail(AB_EDEVICE, NO_CUDA);
 }
 
+const char *ab_precision_name(ab_precision p) { return p == AB_PREC_FP32 ? "fp32" : p == AB_PREC_TF32 ? "tf32" : "?"; }
+
+/* Nothing to set without CUDA: the precision is remembered only to be given back. */
+ab_precision ab_cuda_set_gemm_precision(ab_precision p) {
+    static ab_precision cur = AB_PREC_FP32;
+    ab_precision old = cur;
+    cur = p;
+    return old;
+}
+
 int ab_cuda_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a, int lda,
                   const float *b, int ldb, float beta, float *c, int ldc) {
     (void)trans_a, (void)trans_b, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb;

@@ -190,12 +190,14 @@ int tf_backward(tf_model *m) {
     size_t n = (size_t)BT * m->width;
     /* the head's input gradient goes to dx_b (free until the first layer) */
     float *dtop = m->dx_b;
+    const ab_precision p0 = tf_precision_enter(m);
     int rc = ld_zero(m->dev, dtop, sizeof(float) * n);
-    if (rc || (rc = head_backward(m, dtop, BT))) return rc;
-    mha_dims d = {m->B, m->N, m->cfg.d_model, m->cfg.heads, m->cfg.causal, m->has_lengths ? m->lengths : NULL, m->dev};
     float *demb;
-    if ((rc = body_backward(m, &d, dtop, &demb))) return rc;
-    if ((rc = input_backward(m, demb, BT))) return rc;
+    mha_dims d = {m->B, m->N, m->cfg.d_model, m->cfg.heads, m->cfg.causal, m->has_lengths ? m->lengths : NULL, m->dev};
+    if (!rc && !(rc = head_backward(m, dtop, BT)) && !(rc = body_backward(m, &d, dtop, &demb)))
+        rc = input_backward(m, demb, BT);
+    tf_precision_leave(m, p0);
+    if (rc) return rc;
     m->have_loss = false;
     return 0;
 }

@@ -7,6 +7,7 @@
 #include "ctc.h"
 #include "layers_dev.h"
 
+#include "../harness/cuda_blas.h"
 #include "../harness/cuda_device.h"
 #include "../harness/device.h"
 #include "../harness/error.h"
@@ -135,6 +136,16 @@ static int check_config(const tf_config *c, int max_batch) {
                        c->mixtures);
     }
     if (c->max_len < 1) return ab_fail(AB_EINVAL, "model max_len %d must be >= 1", c->max_len);
+    if (c->precision < 0 || c->precision >= AB_PREC_COUNT)
+        return ab_fail(AB_EINVAL, "model precision %d is not a precision (fp32 or tf32)", c->precision);
+    if (c->precision != AB_PREC_FP32 && c->device != ATTN_DEVICE_CUDA)
+        return ab_fail(AB_EINVAL, "model precision %s: the CPU computes in fp32 only (use the CUDA device, or fp32)",
+                       ab_precision_name((ab_precision)c->precision));
+    for (int i = 0; i < c->n_attn_settings; i++)
+        if (c->attn_settings && c->attn_settings[i] && strncmp(c->attn_settings[i], "precision=", 10) == 0)
+            return ab_fail(AB_EINVAL, "model attention setting '%s': the model's precision sets the attention's (give "
+                                      "it as the model's precision)",
+                           c->attn_settings[i]);
     if (c->head == TF_HEAD_CTC) {
         if (c->max_labels < 1 || c->max_labels > c->max_len)
             return ab_fail(AB_EINVAL,
@@ -532,7 +543,7 @@ void tf_destroy(tf_model *m) {
     free(m->la);
     free(m->variant);
     if (m->settings)
-        for (int i = 0; i < m->cfg.n_attn_settings; i++) free(m->settings[i]);
+        for (int i = 0; i < m->n_settings; i++) free(m->settings[i]);
     free(m->settings);
     free(m);
 }
@@ -550,17 +561,26 @@ static int create(const tf_config *cfg, int max_batch, bool forward_only, tf_mod
     m->forward_only = m->inference = forward_only;
     m->dev = cfg->device;
     m->variant = dup_str(cfg->attention ? cfg->attention : "");
-    m->settings = cfg->n_attn_settings ? calloc((size_t)cfg->n_attn_settings, sizeof(char *)) : NULL;
+    /* the attention's settings, and its precision when the model's is not the default */
+    const int n_set = cfg->n_attn_settings + (cfg->precision != AB_PREC_FP32);
+    m->settings = n_set ? calloc((size_t)n_set, sizeof(char *)) : NULL;
     m->lp = calloc((size_t)cfg->layers, sizeof *m->lp);
     m->lg = calloc((size_t)cfg->layers, sizeof *m->lg);
     m->la = calloc((size_t)cfg->layers, sizeof *m->la);
-    bool ok = m->variant && (m->settings || !cfg->n_attn_settings) && m->lp && m->lg && m->la;
+    bool ok = m->variant && (m->settings || !n_set) && m->lp && m->lg && m->la;
     for (int i = 0; ok && i < cfg->n_attn_settings; i++) {
         if (!cfg->attn_settings[i]) {
             tf_destroy(m);
             return ab_fail(AB_EINVAL, "model attention setting %d is NULL", i);
         }
         ok = (m->settings[i] = dup_str(cfg->attn_settings[i])) != NULL;
+        m->n_settings += ok; /* copied so far (tf_destroy frees them) */
+    }
+    if (ok && n_set > cfg->n_attn_settings) {
+        char buf[64];
+        snprintf(buf, sizeof buf, "precision=%s", ab_precision_name((ab_precision)cfg->precision));
+        ok = (m->settings[m->n_settings] = dup_str(buf)) != NULL;
+        m->n_settings += ok;
     }
     if (!ok) {
         tf_destroy(m);
@@ -575,7 +595,7 @@ static int create(const tf_config *cfg, int max_batch, bool forward_only, tf_mod
     attn_shape as = mha_shape(&md);
     if (cfg->body == TF_BODY_TRANSFORMER) {
         attn_options ao = {.variant = m->variant, .device = m->dev, .seed = tf_attn_seed(cfg->seed, 0),
-                           .n_settings = cfg->n_attn_settings, .settings = (const char *const *)m->settings};
+                           .n_settings = m->n_settings, .settings = (const char *const *)m->settings};
         if ((rc = attn_create(&ao, &m->att))) {
             tf_destroy(m);
             return rc;
@@ -767,8 +787,8 @@ static int put_frames(tf_model *m, const float *frames, int BT) {
     return ab_dev_upload(AB_DEV_CUDA, m->frames, frames, bytes);
 }
 
-int tf_forward_run(tf_model *m, const tf_in *in, int B, int N, int pos0, const int *lengths, bool train,
-                   uint64_t seed, const mha_run *runs) {
+static int forward_run(tf_model *m, const tf_in *in, int B, int N, int pos0, const int *lengths, bool train,
+                       uint64_t seed, const mha_run *runs) {
     m->have_forward = m->have_loss = false;
     m->infer_forward = m->inference || runs != NULL;
     int rc = in->tokens ? put_tokens(m, in->tokens, B * N) : put_frames(m, in->frames, B * N);
@@ -776,6 +796,22 @@ int tf_forward_run(tf_model *m, const tf_in *in, int B, int N, int pos0, const i
     mha_dims d = {B, N, m->cfg.d_model, m->cfg.heads, m->cfg.causal, lengths, m->dev};
     if ((rc = body_forward(m, &d, train, seed, runs))) return rc;
     return head_forward(m, B * N);
+}
+
+ab_precision tf_precision_enter(const tf_model *m) {
+    return m->dev == ATTN_DEVICE_CUDA ? ab_cuda_set_gemm_precision((ab_precision)m->cfg.precision) : AB_PREC_FP32;
+}
+
+void tf_precision_leave(const tf_model *m, ab_precision p0) {
+    if (m->dev == ATTN_DEVICE_CUDA) ab_cuda_set_gemm_precision(p0);
+}
+
+int tf_forward_run(tf_model *m, const tf_in *in, int B, int N, int pos0, const int *lengths, bool train,
+                   uint64_t seed, const mha_run *runs) {
+    const ab_precision p0 = tf_precision_enter(m);
+    int rc = forward_run(m, in, B, N, pos0, lengths, train, seed, runs);
+    tf_precision_leave(m, p0);
+    return rc;
 }
 
 int tf_check_tokens(const tf_model *m, const int *tokens, size_t n, const char *what) {

@@ -139,6 +139,10 @@ typedef struct {
     const char *const *attn_settings;
     uint64_t seed;       /* initialisation */
     attn_device device;  /* ATTN_DEVICE_CPU (default, 0) or ATTN_DEVICE_CUDA */
+    int precision;       /* ab_precision (harness/cuda_blas.h): AB_PREC_FP32 (default, 0), or AB_PREC_TF32
+                            (CUDA only): the arithmetic of every matrix product of the model, its layers'
+                            (cuBLAS's math mode) and its attention's (the variant's precision option, which
+                            the model sets: the attention's own settings must not name it) */
 } tf_config;
 
 typedef struct tf_model tf_model;

@@ -10,10 +10,13 @@
 
 #include "attention.h"
 
+#include "../harness/cuda_blas.h"
+
 struct tf_model {
     tf_config cfg;      /* strings point at the copies below */
     char *variant;
-    char **settings;
+    char **settings;  /* the attention's: the config's, then "precision=..." when not fp32 */
+    int n_settings;
     enc_config enc;
     int max_batch, max_len;
     int classes;        /* K: head outputs */
@@ -90,6 +93,10 @@ typedef struct {
 
 /* The forward of the whole model for the input at positions pos0.. with the attention
  * run as `run` (NULL: parallel). Validates nothing (callers do). */
+/* The model's precision for the device's matrix products while a call runs: enter
+ * returns the one to restore with leave (tf_forward_run and tf_backward do it). */
+ab_precision tf_precision_enter(const tf_model *m);
+void tf_precision_leave(const tf_model *m, ab_precision p0);
 int tf_forward_run(tf_model *m, const tf_in *in, int B, int N, int pos0, const int *lengths, bool train,
                    uint64_t seed, const mha_run *runs);
 /* 0, or AB_EINVAL naming `what` when the model does not take tokens or one is

@@ -417,3 +417,187 @@ extern "C" int selftest_sort(const unsigned *keys, const int *vals, int n, int b
     ab_cuda_free(dvo);
     return 0;
 }
+
+/* ---- warp matrix operations (nvcuda::wmma) ---- */
+
+using namespace nvcuda;
+
+/* C (M x N, row-major, ldc N) = A B, one warp per 16 x 16 tile of C (warps of the block
+ * over the tiles), A (M x K) and B (K x N) read straight from global memory in the
+ * layouts asked for (a_col: A stored column-major, lda M; else row-major, lda K; b_col
+ * the same for B). TF32 m16n16k8; `round`: the fragments' elements rounded with
+ * __float_to_tf32 (else the tensor cores ignore their low mantissa bits). */
+template <class LA, class LB>
+__device__ void wmma_tf32_tile(const float *A, const float *B, float *C, int M, int N, int K, bool round, int tile) {
+    const int tm = tile / (N / 16), tn = tile % (N / 16);
+    const bool a_col = std::is_same<LA, wmma::col_major>::value, b_col = std::is_same<LB, wmma::col_major>::value;
+    wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc;
+    wmma::fill_fragment(acc, 0.0f);
+    for (int k0 = 0; k0 < K; k0 += 8) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, LA> a;
+        wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, LB> b;
+        wmma::load_matrix_sync(a, a_col ? A + (size_t)k0 * M + tm * 16 : A + (size_t)tm * 16 * K + k0, a_col ? M : K);
+        wmma::load_matrix_sync(b, b_col ? B + (size_t)tn * 16 * K + k0 : B + (size_t)k0 * N + tn * 16, b_col ? K : N);
+        if (round) {
+            for (int i = 0; i < a.num_elements; i++) a.x[i] = wmma::__float_to_tf32(a.x[i]);
+            for (int i = 0; i < b.num_elements; i++) b.x[i] = wmma::__float_to_tf32(b.x[i]);
+        }
+        wmma::mma_sync(acc, a, b, acc);
+    }
+    wmma::store_matrix_sync(C + (size_t)tm * 16 * N + tn * 16, acc, N, wmma::mem_row_major);
+}
+
+template <class LA, class LB>
+__global__ void wmma_tf32_kernel(const float *A, const float *B, float *C, int M, int N, int K, int round) {
+    const int warps = blockDim.x / 32, tiles = (M / 16) * (N / 16);
+    for (int t = blockIdx.x * warps + threadIdx.x / 32; t < tiles; t += gridDim.x * warps)
+        wmma_tf32_tile<LA, LB>(A, B, C, M, N, K, round != 0, t);
+}
+
+/* The same with bf16 operands (m16n16k16), both row-major. */
+__global__ void wmma_bf16_kernel(const __nv_bfloat16 *A, const __nv_bfloat16 *B, float *C, int M, int N, int K) {
+    const int warps = blockDim.x / 32, tiles = (M / 16) * (N / 16);
+    for (int t = blockIdx.x * warps + threadIdx.x / 32; t < tiles; t += gridDim.x * warps) {
+        const int tm = t / (N / 16), tn = t % (N / 16);
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+        wmma::fill_fragment(acc, 0.0f);
+        for (int k0 = 0; k0 < K; k0 += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> b;
+            wmma::load_matrix_sync(a, A + (size_t)tm * 16 * K + k0, K);
+            wmma::load_matrix_sync(b, B + (size_t)k0 * N + tn * 16, N);
+            wmma::mma_sync(acc, a, b, acc);
+        }
+        wmma::store_matrix_sync(C + (size_t)tm * 16 * N + tn * 16, acc, N, wmma::mem_row_major);
+    }
+}
+
+__global__ void to_bf16_kernel(const float *x, __nv_bfloat16 *y, long long n) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        y[i] = __float2bfloat16_rn(x[i]);
+}
+
+/* An accumulator through shared memory and back (store, then load in the other
+ * layout), plus 1 on every element: out (16 x 16, row-major) = in^T + 1. */
+__global__ void wmma_roundtrip_kernel(const float *in, float *out) {
+    __shared__ __align__(32) float tile[256];
+    wmma::fragment<wmma::accumulator, 16, 16, 8, float> f;
+    wmma::load_matrix_sync(f, in, 16, wmma::mem_row_major);
+    wmma::store_matrix_sync(tile, f, 16, wmma::mem_col_major);
+    __syncwarp();
+    wmma::load_matrix_sync(f, tile, 16, wmma::mem_row_major);
+    for (int i = 0; i < f.num_elements; i++) f.x[i] += 1.0f;
+    wmma::store_matrix_sync(out, f, 16, wmma::mem_row_major);
+}
+
+static int wmma_launch_tf32(int a_col, int b_col, const float *dA, const float *dB, float *dC, int M, int N, int K,
+                            int round) {
+    const unsigned grid = ab_cuda_grid((long long)(M / 16) * (N / 16), 4, 1024);
+    auto *k = a_col ? (b_col ? &wmma_tf32_kernel<wmma::col_major, wmma::col_major>
+                             : &wmma_tf32_kernel<wmma::col_major, wmma::row_major>)
+                    : (b_col ? &wmma_tf32_kernel<wmma::row_major, wmma::col_major>
+                             : &wmma_tf32_kernel<wmma::row_major, wmma::row_major>);
+    AB_LAUNCH(k, grid, 128, 0, ab_cuda_stream(), dA, dB, dC, M, N, K, round);
+    return 0;
+}
+
+/* C = A B through wmma (host arrays; M, N multiples of 16, K of 8 (tf32) or 16 (bf16));
+ * A, B in the layouts a_col / b_col (bf16: row-major only); bf16: A and B are rounded
+ * to bf16 on the device first. */
+extern "C" int selftest_wmma(int bf16, int a_col, int b_col, int round, int M, int N, int K, const float *A,
+                             const float *B, float *C) {
+    float *dA, *dB, *dC;
+    CHECK_ALLOC(dA, sizeof(float) * M * K);
+    CHECK_ALLOC(dB, sizeof(float) * K * N);
+    CHECK_ALLOC(dC, sizeof(float) * M * N);
+    AB_TRY(ab_cuda_memcpy_h2d(dA, A, sizeof(float) * M * K));
+    AB_TRY(ab_cuda_memcpy_h2d(dB, B, sizeof(float) * K * N));
+    if (bf16) {
+        __nv_bfloat16 *hA, *hB;
+        CHECK_ALLOC(hA, sizeof(__nv_bfloat16) * M * K);
+        CHECK_ALLOC(hB, sizeof(__nv_bfloat16) * K * N);
+        AB_LAUNCH(to_bf16_kernel, 64, 256, 0, ab_cuda_stream(), dA, hA, (long long)M * K);
+        AB_LAUNCH(to_bf16_kernel, 64, 256, 0, ab_cuda_stream(), dB, hB, (long long)K * N);
+        AB_LAUNCH(wmma_bf16_kernel, ab_cuda_grid((long long)(M / 16) * (N / 16), 4, 1024), 128, 0, ab_cuda_stream(), hA,
+                  hB, dC, M, N, K);
+        ab_cuda_free(hA);
+        ab_cuda_free(hB);
+    } else {
+        AB_TRY(wmma_launch_tf32(a_col, b_col, dA, dB, dC, M, N, K, round));
+    }
+    AB_TRY(ab_cuda_memcpy_d2h(C, dC, sizeof(float) * M * N));
+    ab_cuda_free(dA);
+    ab_cuda_free(dB);
+    ab_cuda_free(dC);
+    return 0;
+}
+
+extern "C" int selftest_wmma_roundtrip(const float *in, float *out) {
+    float *d;
+    CHECK_ALLOC(d, sizeof(float) * 512);
+    AB_TRY(ab_cuda_memcpy_h2d(d, in, sizeof(float) * 256));
+    AB_LAUNCH(wmma_roundtrip_kernel, 1, 32, 0, ab_cuda_stream(), d, d + 256);
+    AB_TRY(ab_cuda_memcpy_d2h(out, d + 256, sizeof(float) * 256));
+    ab_cuda_free(d);
+    return 0;
+}
+
+#ifdef AB_CUDA_EMU
+/* ---- wmma misuse the emulator reports ---- */
+
+/* Relies on the emulator's default layout (lane l's x[i] is row (32 i + l) / 16 of the
+ * tile) to scale the rows of an accumulator in registers: right in the default mode by
+ * accident, wrong in strict mode (and on a GPU, whose layout is another). */
+__global__ void wmma_layout_reliant_kernel(const float *in, const float *row_scale, float *out) {
+    wmma::fragment<wmma::accumulator, 16, 16, 8, float> f;
+    wmma::load_matrix_sync(f, in, 16, wmma::mem_row_major);
+    const int lane = threadIdx.x & 31;
+    for (int i = 0; i < f.num_elements; i++) f.x[i] *= row_scale[(i * 32 + lane) / 16];
+    wmma::store_matrix_sync(out, f, 16, wmma::mem_row_major);
+}
+
+/* A load from a pointer 4 bytes past a 32-byte boundary. */
+__global__ void wmma_misaligned_kernel(const float *in, float *out) {
+    wmma::fragment<wmma::accumulator, 16, 16, 8, float> f;
+    wmma::load_matrix_sync(f, in + 1, 16, wmma::mem_row_major);
+    wmma::store_matrix_sync(out, f, 16, wmma::mem_row_major);
+}
+
+/* Only half of the warp reaches mma_sync. */
+__global__ void wmma_divergent_kernel(float *out) {
+    wmma::fragment<wmma::accumulator, 16, 16, 8, float> c;
+    wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> a;
+    wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> b;
+    wmma::fill_fragment(c, 0.0f);
+    wmma::fill_fragment(a, 1.0f);
+    wmma::fill_fragment(b, 1.0f);
+    if ((threadIdx.x & 31) < 16) wmma::mma_sync(c, a, b, c);
+    wmma::store_matrix_sync(out, c, 16, wmma::mem_row_major);
+}
+
+extern "C" int selftest_wmma_layout_reliant(const float *in, const float *scale, float *out) {
+    float *d;
+    CHECK_ALLOC(d, sizeof(float) * 528);
+    AB_TRY(ab_cuda_memcpy_h2d(d, in, sizeof(float) * 256));
+    AB_TRY(ab_cuda_memcpy_h2d(d + 512, scale, sizeof(float) * 16));
+    AB_LAUNCH(wmma_layout_reliant_kernel, 1, 32, 0, ab_cuda_stream(), d, d + 512, d + 256);
+    AB_TRY(ab_cuda_memcpy_d2h(out, d + 256, sizeof(float) * 256));
+    ab_cuda_free(d);
+    return 0;
+}
+
+extern "C" int selftest_wmma_misaligned(void) {
+    float *d;
+    CHECK_ALLOC(d, sizeof(float) * 1024);
+    AB_TRY(ab_cuda_memset(d, 0, sizeof(float) * 1024));
+    AB_LAUNCH(wmma_misaligned_kernel, 1, 32, 0, ab_cuda_stream(), d, d + 512);
+    return ab_cuda_sync();
+}
+
+extern "C" int selftest_wmma_divergent(void) {
+    float *d;
+    CHECK_ALLOC(d, sizeof(float) * 256);
+    AB_LAUNCH(wmma_divergent_kernel, 1, 32, 0, ab_cuda_stream(), d);
+    return ab_cuda_sync();
+}
+#endif

@@ -20,6 +20,7 @@
 #include <criterion/criterion.h>
 
 #include <math.h>
+#include <stdint.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,15 @@ int selftest_cublas(int ta, int tb, int m, int n, int k, float alpha, const floa
 int selftest_cublas_bad_lda(void);
 int selftest_sort(const unsigned *keys, const int *vals, int n, int begin_bit, int end_bit, unsigned *keys_out,
                   int *vals_out, size_t *temp_bytes);
+
+int selftest_wmma(int bf16, int a_col, int b_col, int round, int M, int N, int K, const float *A, const float *B,
+                  float *C);
+int selftest_wmma_roundtrip(const float *in, float *out);
+#ifdef TEST_CUDA_EMU
+int selftest_wmma_layout_reliant(const float *in, const float *scale, float *out);
+int selftest_wmma_misaligned(void);
+int selftest_wmma_divergent(void);
+#endif
 
 static void require_device(void) {
     if (ab_cuda_init()) cr_skip_test("no CUDA here: %s", ab_error());
@@ -299,6 +309,128 @@ Test(cuda_selftest, radix_sort_stable_on_bit_ranges) {
     check_sort(1, 0, 32, 11);
 }
 
+/* ---- warp matrix operations (wmma) and cuBLAS's TF32 mode ---- */
+
+/* bf16 of x, rounded to nearest even (the device's __float2bfloat16_rn) */
+static float bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* C (M x N) against the double product of A (M x K) and B (K x N), both row-major:
+ * every |error| <= tol_rel * S_ij with S_ij = sum_k |a_ik b_kj| (the scale of the
+ * rounding errors of a dot product); returns the largest error / S_ij. */
+static double check_product(const float *C, const float *A, const float *B, int M, int N, int K, double tol_rel,
+                            const char *what) {
+    double worst = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double want = 0, S = 0;
+            for (int k = 0; k < K; k++) {
+                want += (double)A[(size_t)i * K + k] * B[(size_t)k * N + j];
+                S += fabs((double)A[(size_t)i * K + k] * B[(size_t)k * N + j]);
+            }
+            const double e = fabs(C[(size_t)i * N + j] - want) / S;
+            cr_assert(e <= tol_rel, "%s: C[%d][%d] = %.9g, want %.9g (error %.3g of the scale %.3g, allowed %.3g)", what,
+                      i, j, (double)C[(size_t)i * N + j], want, e, S, tol_rel);
+            worst = e > worst ? e : worst;
+        }
+    return worst;
+}
+
+Test(cuda_selftest, wmma_tf32_products_in_every_layout) {
+    /* TF32 m16n16k8 tiles, A and B row- or column-major, elements rounded with
+     * __float_to_tf32 or left for the tensor cores to cut. Each operand carries a
+     * relative error of at most 2^-11 (rounded) or 2^-10 (cut); the products are exact
+     * in float and K = 40 of them are summed in float: |error| <= (2 u + K 2^-24) S.
+     * And the rounding must be visible: some entry's error above 2^-16 S, far beyond
+     * what fp32 arithmetic would give (K 2^-24 = 2.4e-6). */
+    require_device();
+    enum { M = 32, N = 48, K = 40 };
+    float *A = tu_alloc_f(M * K), *B = tu_alloc_f(K * N), *At = tu_alloc_f(M * K), *Bt = tu_alloc_f(K * N);
+    float *C = tu_alloc_f(M * N);
+    tu_fill_normal(A, M * K, 80, 0, 1.0);
+    tu_fill_normal(B, K * N, 80, 1, 1.0);
+    for (int i = 0; i < M; i++)
+        for (int k = 0; k < K; k++) At[(size_t)k * M + i] = A[(size_t)i * K + k];
+    for (int k = 0; k < K; k++)
+        for (int j = 0; j < N; j++) Bt[(size_t)j * K + k] = B[(size_t)k * N + j];
+    for (int a_col = 0; a_col < 2; a_col++)
+        for (int b_col = 0; b_col < 2; b_col++)
+            for (int round = 0; round < 2; round++) {
+                char what[96];
+                snprintf(what, sizeof what, "tf32 a_col=%d b_col=%d round=%d", a_col, b_col, round);
+                cr_assert_eq(selftest_wmma(0, a_col, b_col, round, M, N, K, a_col ? At : A, b_col ? Bt : B, C), 0, "%s",
+                             ab_error());
+                const double u = round ? ldexp(1, -11) : ldexp(1, -10);
+                const double worst = check_product(C, A, B, M, N, K, 2 * u + K * ldexp(1, -24), what);
+                cr_assert(worst > ldexp(1, -16), "%s: largest error %.3g of the scale: no TF32 rounding seen", what,
+                          worst);
+            }
+    free(A), free(B), free(At), free(Bt), free(C);
+}
+
+Test(cuda_selftest, wmma_bf16_products) {
+    /* bf16 m16n16k16: against the double product of the bf16-rounded operands, so only
+     * the float sums of K = 64 exact products remain: |error| <= K 2^-24 S. */
+    require_device();
+    enum { M = 48, N = 32, K = 64 };
+    float *A = tu_alloc_f(M * K), *B = tu_alloc_f(K * N), *C = tu_alloc_f(M * N);
+    tu_fill_normal(A, M * K, 81, 0, 1.0);
+    tu_fill_normal(B, K * N, 81, 1, 1.0);
+    cr_assert_eq(selftest_wmma(1, 0, 0, 0, M, N, K, A, B, C), 0, "%s", ab_error());
+    for (int i = 0; i < M * K; i++) A[i] = bf16_round(A[i]);
+    for (int i = 0; i < K * N; i++) B[i] = bf16_round(B[i]);
+    check_product(C, A, B, M, N, K, K * ldexp(1, -24), "bf16");
+    free(A), free(B), free(C);
+}
+
+Test(cuda_selftest, wmma_accumulator_through_memory) {
+    /* store in one layout, load in the other (a transpose), an elementwise +1: exact */
+    require_device();
+    float in[256], out[256];
+    for (int i = 0; i < 256; i++) in[i] = (float)(i * 3 - 100);
+    cr_assert_eq(selftest_wmma_roundtrip(in, out), 0, "%s", ab_error());
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++)
+            cr_assert_eq(out[r * 16 + c], in[c * 16 + r] + 1.0f, "out[%d][%d] = %g", r, c, (double)out[r * 16 + c]);
+}
+
+Test(cuda_selftest, cublas_follows_the_gemm_precision) {
+    /* ab_cuda_sgemm in fp32: errors of float sums only, |error| <= K 2^-24 S; in tf32
+     * (cuBLAS's TF32 math mode): operands rounded to TF32 too, <= (2^-10 + K 2^-24) S,
+     * with the rounding visible (some error above 2^-16 S); the precision set is given
+     * back, so fp32 again after. K = 256. */
+    require_device();
+    enum { M = 32, N = 24, K = 256 };
+    float *A = tu_alloc_f(M * K), *B = tu_alloc_f(K * N), *C = tu_alloc_f(M * N);
+    tu_fill_normal(A, M * K, 82, 0, 1.0);
+    tu_fill_normal(B, K * N, 82, 1, 1.0);
+    void *dA, *dB, *dC;
+    cr_assert_eq(ab_dev_malloc(AB_DEV_CUDA, &dA, sizeof(float) * M * K), 0);
+    cr_assert_eq(ab_dev_malloc(AB_DEV_CUDA, &dB, sizeof(float) * K * N), 0);
+    cr_assert_eq(ab_dev_malloc(AB_DEV_CUDA, &dC, sizeof(float) * M * N), 0);
+    cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, dA, A, sizeof(float) * M * K), 0);
+    cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, dB, B, sizeof(float) * K * N), 0);
+    const ab_precision precs[3] = {AB_PREC_FP32, AB_PREC_TF32, AB_PREC_FP32};
+    for (int t = 0; t < 3; t++) {
+        const ab_precision p0 = ab_cuda_set_gemm_precision(precs[t]);
+        cr_assert_eq(p0, AB_PREC_FP32);
+        cr_assert_eq(ab_cuda_sgemm(false, false, M, N, K, 1.0f, dA, K, dB, N, 0.0f, dC, N), 0, "%s", ab_error());
+        cr_assert_eq(ab_cuda_set_gemm_precision(p0), precs[t]);
+        cr_assert_eq(ab_dev_download(AB_DEV_CUDA, C, dC, sizeof(float) * M * N), 0);
+        const bool tf32 = precs[t] == AB_PREC_TF32;
+        const double worst = check_product(C, A, B, M, N, K, (tf32 ? ldexp(1, -10) : 0) + K * ldexp(1, -24),
+                                           ab_precision_name(precs[t]));
+        if (tf32) cr_assert(worst > ldexp(1, -16), "tf32: largest error %.3g of the scale: no TF32 rounding", worst);
+    }
+    ab_dev_free(AB_DEV_CUDA, dA), ab_dev_free(AB_DEV_CUDA, dB), ab_dev_free(AB_DEV_CUDA, dC);
+    free(A), free(B), free(C);
+}
+
 /* ---- misuse the emulator reports (it aborts with a message: a GPU would hang or
  * compute garbage) ---- */
 
@@ -383,6 +515,34 @@ Test(cuda_emulator, static_shared_memory_is_poisoned_at_every_block) {
     float out[BLOCKS];
     cr_assert_eq(selftest_stale_static(out, BLOCKS), 0, "%s", ab_error());
     for (int b = 0; b < BLOCKS; b++) cr_assert(isnan(out[b]), "block %d read %g", b, out[b]);
+}
+
+Test(cuda_emulator, strict_mode_shows_a_wmma_layout_dependence) {
+    /* A kernel that scales an accumulator's rows in registers by assuming which tile
+     * element each x[i] is: right in the default mode (whose layout it assumes), wrong
+     * in strict mode (a permuted layout, as a GPU's is another). */
+    require_device();
+    float in[256], scale[16], out[256];
+    for (int i = 0; i < 256; i++) in[i] = (float)(i % 7 + 1);
+    for (int r = 0; r < 16; r++) scale[r] = (float)(r + 2);
+    for (int strict = 0; strict < 2; strict++) {
+        ab_emu_set_strict(strict);
+        cr_assert_eq(selftest_wmma_layout_reliant(in, scale, out), 0, "%s", ab_error());
+        int wrong = 0;
+        for (int e = 0; e < 256; e++) wrong += out[e] != in[e] * scale[e / 16];
+        if (strict) cr_assert_gt(wrong, 128, "strict mode: only %d of 256 entries wrong", wrong);
+        else cr_assert_eq(wrong, 0, "default mode: %d entries wrong", wrong);
+    }
+}
+
+Test(cuda_emulator, wmma_misaligned_pointer_aborts, .signal = SIGABRT) {
+    require_device();
+    selftest_wmma_misaligned();
+}
+
+Test(cuda_emulator, wmma_in_half_a_warp_aborts, .signal = SIGABRT) {
+    require_device();
+    selftest_wmma_divergent();
 }
 
 Test(cuda_emulator, fresh_device_memory_is_poisoned) {

@@ -27,6 +27,7 @@
 #include <criterion/criterion.h>
 
 #include "checkpoint.h"
+#include "cuda_blas.h"
 #include "cuda_device.h"
 #include "device.h"
 #include "error.h"
@@ -816,6 +817,62 @@ Test(model_cuda, inference_model_same_logits) {
         free(b);
         tf_destroy(mi);
         tf_destroy(m);
+    }
+}
+
+/* precision tf32: the model's matrix products (cuBLAS's TF32 mode, and the attention's
+ * through its precision option) round their operands to TF32; fp32 models before and
+ * after it compute exactly what they did (the precision is given back). Refused: tf32
+ * on the CPU, and a precision in the attention's own settings (the model sets it). */
+Test(model_cuda, tf32_precision) {
+    tf_config c = tiny_config("softmax", ATTN_DEVICE_CPU);
+    c.precision = AB_PREC_TF32;
+    tf_model *bad = NULL;
+    cr_assert_eq(tf_create(&c, 2, &bad), AB_EINVAL);
+    cr_assert(strstr(ab_error(), "fp32 only"), "%s", ab_error());
+    const char *set[1] = {"precision=tf32"};
+    c.device = ATTN_DEVICE_CUDA;
+    c.precision = AB_PREC_FP32;
+    c.attn_settings = set;
+    c.n_attn_settings = 1;
+    cr_assert_eq(tf_create(&c, 2, &bad), AB_EINVAL);
+    cr_assert(strstr(ab_error(), "model's precision"), "%s", ab_error());
+    cr_assert_null(bad);
+    const char *variants[2] = {"softmax", "linear"};
+    for (int v = 0; v < 2; v++) {
+        tf_config fc = tiny_config(variants[v], ATTN_DEVICE_CUDA), tc = fc;
+        tc.precision = AB_PREC_TF32;
+        tf_model *f = make(&fc, 2), *t = make(&tc, 2);
+        const int B = 2, N = 6, tokens[12] = {1, 4, 0, 2, 3, 3, 0, 1, 1, 4, 2, 0}, lengths[2] = {6, 4};
+        const size_t nl = (size_t)B * N * fc.vocab;
+        float *a = malloc(sizeof(float) * nl), *b = malloc(sizeof(float) * nl), *a2 = malloc(sizeof(float) * nl);
+        cr_assert_eq(tf_forward(f, tokens, B, N, lengths, false, 9), 0, "%s", ab_error());
+        cr_assert_eq(tf_logits_download(f, a), 0, "%s", ab_error());
+        cr_assert_eq(tf_forward(t, tokens, B, N, lengths, true, 9), 0, "%s", ab_error());
+        cr_assert_eq(tf_logits_download(t, b), 0, "%s", ab_error());
+        ce_stats st;
+        cr_assert_eq(tf_loss(t, tokens, NULL, &st), 0, "%s", ab_error());
+        cr_assert_eq(tf_backward(t), 0, "%s", ab_error());
+        cr_assert(isfinite(st.loss));
+        cr_assert_eq(tf_forward(f, tokens, B, N, lengths, false, 9), 0, "%s", ab_error());
+        cr_assert_eq(tf_logits_download(f, a2), 0, "%s", ab_error());
+        cr_assert(memcmp(a, a2, sizeof(float) * nl) == 0, "%s: the fp32 model changed after a tf32 one ran", variants[v]);
+        /* tf32 vs fp32, relative to the largest logit: TF32 keeps 11 significant bits
+         * (relative rounding 2^-11 = 4.9e-4 per operand) through two layers of products;
+         * measured on the emulator 3.2e-4 (softmax) and 2.7e-4 (linear) of the largest
+         * logit. 1e-2 allows 30x; products left in fp32 would give 0 (checked below), a
+         * wrong one O(1). */
+        double mx = 0, err = 0;
+        for (size_t i = 0; i < nl; i++) {
+            mx = fmax(mx, fabs((double)a[i]));
+            err = fmax(err, fabs((double)a[i] - (double)b[i]));
+        }
+        if (verbose()) fprintf(stderr, "tf32 %s: logits differ by %.3g of %.3g\n", variants[v], err, mx);
+        cr_assert(err <= 1e-2 * mx, "%s: tf32 logits differ by %.3g of %.3g", variants[v], err, mx);
+        cr_assert(err > 1e-6 * mx, "%s: tf32 logits equal fp32's (%.3g of %.3g): no TF32 rounding", variants[v], err, mx);
+        free(a), free(b), free(a2);
+        tf_destroy(f);
+        tf_destroy(t);
     }
 }
 

@@ -3,6 +3,7 @@
 
 #include "attention.h"
 #include "config.h"
+#include "cuda_blas.h"
 #include "error.h"
 
 #include <math.h>
@@ -88,9 +89,10 @@ static int parse_model(const json_t *obj, train_config *c, json_t *canon, bool c
     int body = tf_body_find(body_name);
     if (body < 0)
         return ab_fail(AB_EINVAL, "config: 'model.body' = '%s' is not a body (one of: %s)", body_name, tf_body_names());
-    static const char *const tf_keys[] = {"body",     "d_model",    "heads",     "layers", "d_ff", "dropout",
-                                          "pre_norm", "final_norm", "attention", NULL};
-    static const char *const lstm_keys[] = {"body", "d_model", "layers", "hidden", "bidirectional", "dropout", NULL};
+    static const char *const tf_keys[] = {"body",     "d_model",    "heads",     "layers",    "d_ff", "dropout",
+                                          "pre_norm", "final_norm", "attention", "precision", NULL};
+    static const char *const lstm_keys[] = {"body",    "d_model",  "layers", "hidden", "bidirectional",
+                                            "dropout", "precision", NULL};
     if ((rc = ab_config_only_keys(obj, where, body == TF_BODY_LSTM ? lstm_keys : tf_keys))) return rc;
     tf_config d;
     tf_config_default(&d);
@@ -101,6 +103,15 @@ static int parse_model(const json_t *obj, train_config *c, json_t *canon, bool c
     json_t *cm = json_object();
     json_object_set_new(canon, "model", cm);
     json_object_set_new(cm, "body", json_string(tf_body_name(m->body)));
+    /* precision: fp32 (the default, left out of the canonical config, as before the
+     * key existed) or tf32 (the CUDA device's tensor cores; the device is checked when
+     * the model is made) */
+    const char *prec;
+    if ((rc = ab_config_str(obj, where, "precision", false, "fp32", &prec))) return rc;
+    if (strcmp(prec, "fp32") == 0) m->precision = AB_PREC_FP32;
+    else if (strcmp(prec, "tf32") == 0) m->precision = AB_PREC_TF32;
+    else return ab_fail(AB_EINVAL, "config: 'model.precision' = '%s' is not a precision (fp32 or tf32)", prec);
+    if (m->precision != AB_PREC_FP32) json_object_set_new(cm, "precision", json_string(prec));
     if ((rc = ab_config_int(obj, where, "d_model", false, d.d_model, 1, 1 << 20, &x))) return rc;
     m->d_model = (int)x;
     if (m->body == TF_BODY_LSTM) {

@@ -54,8 +54,8 @@ except ImportError:  # the test is skipped, not passed
 
 # the reference (float64 numpy) in xref.py beside this file
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from xref import (FEATURE_MAPS, MODES, REFERENCES, linformer_count, lsh_buckets, lsh_masks,  # noqa: E402
-                  lsh_rotation, reference, selftest_philox)
+from xref import (COMMON_OPTIONS, FEATURE_MAPS, MODES, REFERENCES, linformer_count, lsh_buckets,  # noqa: E402
+                  lsh_masks, lsh_rotation, reference, selftest_philox)
 
 # ---------------------------------------------------------------------------------------
 # Self-test of the reference: analytic gradients against central finite differences
@@ -173,11 +173,11 @@ def coverage(listing):
                             "(a reference function and how cases draw its options)" % name)
             continue
         for opt in var["options"]:
-            if opt["name"] not in ref.options:
+            if opt["name"] not in ref.options and opt["name"] not in COMMON_OPTIONS:
                 problems.append("option '%s' of variant '%s' is unknown to its reference in xcheck.py" %
                                 (opt["name"], name))
                 continue
-            known = ref.options[opt["name"]]
+            known = ref.options.get(opt["name"], COMMON_OPTIONS.get(opt["name"]))
             for value in opt.get("choices") or []:
                 if known is None or value not in known:
                     problems.append("%s=%s of variant '%s' has no reference in xcheck.py%s" %
@@ -214,7 +214,12 @@ def selftest_coverage(listing):
 LSH_MIN_GAP = 1e-4
 
 
-def make_case(seed, idx, variants, only=None, max_n=70, max_d=12):
+# Share of the cases on the CUDA device that run with precision=tf32 (drawn from a
+# generator of their own, so the other cases are the same on either device).
+TF32_SHARE = 0.3
+
+
+def make_case(seed, idx, variants, only=None, max_n=70, max_d=12, device="cpu"):
     """Case idx: variants (the listing's entries to draw from) in turn, or only."""
     rng = np.random.default_rng([seed, idx])
     variant = only or variants[idx % len(variants)]["name"]
@@ -244,6 +249,8 @@ def make_case(seed, idx, variants, only=None, max_n=70, max_d=12):
     dout = rng.standard_normal((B, H, N, M)).astype(np.float32)
     lsh_seed = int(rng.choice([0, 1, int(rng.integers(2, 2**31)), int(rng.integers(2**32, 2**40))]))
     o = REFERENCES[variant].draw(rng, D, allowed)
+    if device == "cuda" and np.random.default_rng([seed, idx, 1]).random() < TF32_SHARE:
+        o["precision"] = "tf32"
     len_dtype = np.int32 if rng.random() < 0.5 else np.int64
     if lengths is not None:
         lengths = lengths.astype(len_dtype)
@@ -355,6 +362,20 @@ def run_op(exe, c, folder, mode, device):
 # a score scale of 0) must be exactly 0 in C's output, as the README promises.
 TOL = 1e-5
 
+# With precision=tf32 (CUDA only) the matrix products round their operands to TF32
+# (unit roundoff u = 2^-11 = 4.9e-4) and sum in float32: the same chains of roundings
+# with a unit 8192 times larger wherever an operand goes through a tensor core. A chain
+# holds a few such roundings (each product's two operands, the softmax weights, the
+# features), so the bound is a few u: TOL_TF32 = 1e-2 (20 u). Measured on the emulator
+# (500 cases, TF32 in the cuBLAS products only): up to 6.9e-4 (1.4 u, local's dv); the
+# errors are printed under the "[tf32]" keys. A wrong formula or mask is still off by
+# a fair fraction of the values; small option errors are caught by the fp32 cases.
+TOL_TF32 = 1e-2
+
+
+def tolerance(c):
+    return TOL_TF32 if c["opts"].get("precision") == "tf32" else TOL
+
 
 # A tensor whose values are all within 10^4 rounding units of zero (max|ref| <
 # 1e4 u max(mag), e.g. dq and dk at N = 1, which are exactly 0 in exact arithmetic)
@@ -404,7 +425,8 @@ def check_case(exe, c, folder, stats, failures, verbose, device, modes_of):
     if c["causal"] and "recurrent" in modes_of[c["variant"]]:
         modes.append("recurrent")
     # favor's figures apart from the other maps' (its features are exponentials)
-    name = c["variant"] + ("[favor]" if c["opts"].get("feature_map") == "favor" else "")
+    name = c["variant"] + ("[favor]" if c["opts"].get("feature_map") == "favor" else "") + \
+        ("[tf32]" if c["opts"].get("precision") == "tf32" else "")
     for mode in modes:
         key = name + ("/recurrent" if mode == "recurrent" else "")
         r = ref
@@ -426,7 +448,7 @@ def check_case(exe, c, folder, stats, failures, verbose, device, modes_of):
                                  (i, p[i], r["params"][i])))
         for n, a in got.items():
             fig, bound, msg = compare(a, r[n], r["mag_" + n])
-            tol = TOL
+            tol = tolerance(c)
             if fig is None and r["mag_" + n].max() > 0:
                 st["degenerate"] += 1
             for which, e in (("fig", fig), ("bound", bound)):
@@ -503,7 +525,7 @@ def main():
     redrawn = 0
     with tempfile.TemporaryDirectory(prefix="xcheck-") as tmp:
         for i in idxs:
-            c = make_case(args.seed, i, variants, args.variant, args.max_n, args.max_d)
+            c = make_case(args.seed, i, variants, args.variant, args.max_n, args.max_d, args.device)
             redrawn += c["redrawn"]
             if args.verbose:
                 print(describe(c))
@@ -520,7 +542,7 @@ def main():
             if n in st["bound"]:
                 e, ci = st["bound"][n]
                 bounds.append("%s %.1e (case %d)" % (n, e, ci))
-                tol = TOL
+                tol = TOL_TF32 if key.endswith("[tf32]") or "[tf32]/" in key else TOL
                 if e / tol > worst[0]:
                     worst = (e / tol, key, n, ci)
         print("crosscheck: %-26s %3d calls; worst max|err|/max|ref|: %s%s; max |err|/mag: %s" %
@@ -528,7 +550,7 @@ def main():
                " (%d degenerate tensors left out)" % st["degenerate"] if st["degenerate"] else "",
                ", ".join(bounds)))
     if worst[1] is not None:
-        wc = make_case(args.seed, worst[3], variants, args.variant, args.max_n, args.max_d)
+        wc = make_case(args.seed, worst[3], variants, args.variant, args.max_n, args.max_d, args.device)
         print("crosscheck: closest to its tolerance: %s of %s at %.0f%% of it, %s" %
               (worst[2], worst[1], 100 * worst[0], describe(wc)))
     print("crosscheck: %d cases, %d attnbench calls on %s, seed %d, %.1f s (reference self-test %.1f s); "

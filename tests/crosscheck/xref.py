@@ -510,7 +510,7 @@ def reference(variant, q, k, v, g, lengths, causal, o, seed, masks=None, max_len
     """o: the options as given to `--set` (absent or "auto": the README's default).
     A variant with parameters (linformer) takes them for max_len (default N), drawn from
     the seed as `op` does, or given (params: the flat array, the self-test's)."""
-    o = {key: val for key, val in o.items() if val != "auto"}
+    o = {key: val for key, val in o.items() if val != "auto" and key not in COMMON_OPTIONS}
     if variant == "linformer":
         return _linformer(q, k, v, g, lengths, causal, o, seed, max_len or q.shape[2], params)
     return REFERENCES[variant].fn(q, k, v, g, lengths, causal, o, seed, masks)
@@ -689,6 +689,11 @@ REFERENCES = {
     "local": Ref(_local, {"window": None, "scale": None}, _draw_local),
     "linformer": Ref(_linformer, {"k": None, "share": {"none", "kv", "layer"}, "scale": None}, _draw_linformer),
 }
+
+# Options every variant has (the registry's common options): precision changes how the
+# CUDA backend rounds (fp32 or TF32 operands), not what is computed, so the references
+# ignore it; cases draw tf32 on the CUDA device only and hold it to TOL_TF32 (xcheck.py).
+COMMON_OPTIONS = {"precision": {"fp32", "tf32"}}
 
 # The modes run_op knows: "parallel" (forward and backward) and "recurrent" (steps over
 # t = 0..N-1, compared with the causal forward).

@@ -78,6 +78,10 @@ struct emu_state {
     unsigned bar_gen = 0;
     int bar_count[2] = {0, 0};
     warp_state warps[MAX_THREADS / 32];
+    /* wmma: each warp's mma_sync staging (A, B, C tiles) and the strict mode's element
+     * permutations per kind of fragment */
+    float wmma_stage[MAX_THREADS / 32][768];
+    std::map<int, std::vector<int>> wmma_perm;
     /* dynamic shared memory: data pages followed by a guard page */
     unsigned char *smem_map = nullptr;
     size_t smem_cap = 0;
@@ -271,7 +275,7 @@ void run_block() {
     s.bar_arrived = 0;
     s.bar_count[0] = s.bar_count[1] = 0;
     for (int w = 0; w < (T + 31) / 32; w++) s.warps[w].arrived = 0;
-    if (s.smem_bytes) memset(s.smem, 0xff, round_up(s.smem_bytes, 16));
+    if (s.smem_bytes) memset(s.smem, 0xff, round_up(s.smem_bytes, 32));
     unsigned char *shared_begin = __start_ab_emu_shared, *shared_end = __stop_ab_emu_shared;
     if (shared_begin && shared_end > shared_begin) memset(shared_begin, 0xff, (size_t)(shared_end - shared_begin));
     int done = 0;
@@ -303,7 +307,7 @@ void prepare_smem(size_t bytes) {
         mprotect(s.smem_map + need, page_size(), PROT_NONE); /* past the end: faults */
     }
     s.smem_bytes = bytes;
-    s.smem = s.smem_map + s.smem_cap - round_up(bytes, 16);
+    s.smem = s.smem_map + s.smem_cap - round_up(bytes, 32); /* 32-byte aligned (wmma), as AB_DYN_SMEM */
 }
 
 fiber *current_fiber(const char *what) {
@@ -484,6 +488,34 @@ uint64_t warp_exchange(unsigned mask, uint64_t bits, int src_lane, const char *w
     if (src_lane < 0 || src_lane > 31 || !(mask & (1u << src_lane)))
         fatal("%s: reads lane %d, which is not in the mask 0x%08x (undefined on a GPU)", what, src_lane, mask);
     return all[src_lane];
+}
+
+float *wmma_stage(void) {
+    emu_state &s = S();
+    current_fiber("a wmma operation");
+    return s.wmma_stage[s.cur >> 5];
+}
+
+int wmma_element(int kind, int n, int lane, int i) {
+    const int e = i * 32 + lane;
+    if (!strict()) return e;
+    /* strict: a fixed permutation of the tile per kind of fragment (Fisher-Yates over
+     * a splitmix64 stream seeded by the kind), built once */
+    emu_state &s = S();
+    std::vector<int> &perm = s.wmma_perm[kind];
+    if (perm.empty()) {
+        perm.resize((size_t)n * 32);
+        for (int j = 0; j < n * 32; j++) perm[(size_t)j] = j;
+        uint64_t x = 0x9e3779b97f4a7c15ull * (uint64_t)(kind + 1);
+        for (int j = n * 32 - 1; j > 0; j--) {
+            uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+            z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+            z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+            z ^= z >> 31;
+            std::swap(perm[(size_t)j], perm[(size_t)(z % (uint64_t)(j + 1))]);
+        }
+    }
+    return perm[(size_t)e];
 }
 
 void syncwarp(unsigned mask, const char *what) {
@@ -806,12 +838,13 @@ cudaError_t ab_emu_func_set_attribute(const void *func, cudaFuncAttribute attr, 
 
 struct ab_emu_cublas {
     cudaStream_t stream;
+    cublasMath_t math;
 };
 
 cublasStatus_t cublasCreate(cublasHandle_t *h) {
     if (!h) return CUBLAS_STATUS_INVALID_VALUE;
     if (no_device()) return CUBLAS_STATUS_NOT_INITIALIZED;
-    *h = new ab_emu_cublas{nullptr};
+    *h = new ab_emu_cublas{nullptr, CUBLAS_DEFAULT_MATH};
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -824,6 +857,14 @@ cublasStatus_t cublasDestroy(cublasHandle_t h) {
 cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     h->stream = s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (mode != CUBLAS_DEFAULT_MATH && mode != CUBLAS_PEDANTIC_MATH && mode != CUBLAS_TF32_TENSOR_OP_MATH)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    h->math = mode;
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -865,6 +906,7 @@ cublasStatus_t gemm(const char *call, cublasHandle_t h, cublasOperation_t ta, cu
     if (!alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
     if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
     const float al = *alpha, be = *beta;
+    const bool tf32 = h->math == CUBLAS_TF32_TENSOR_OP_MATH;
     ab_emu::device_window w;
     const bool use_ab = al != 0.0f && k > 0;
     char what[96];
@@ -884,8 +926,10 @@ cublasStatus_t gemm(const char *call, cublasHandle_t h, cublasOperation_t ta, cu
                 double acc = 0.0;
                 if (use_ab)
                     for (int l = 0; l < k; l++) {
-                        double a = tra ? Ab[(size_t)l + (size_t)i * lda] : Ab[(size_t)i + (size_t)l * lda];
-                        double x = trb ? Bb[(size_t)j + (size_t)l * ldb] : Bb[(size_t)l + (size_t)j * ldb];
+                        float fa = tra ? Ab[(size_t)l + (size_t)i * lda] : Ab[(size_t)i + (size_t)l * lda];
+                        float fx = trb ? Bb[(size_t)j + (size_t)l * ldb] : Bb[(size_t)l + (size_t)j * ldb];
+                        if (tf32) fa = nvcuda::wmma::__float_to_tf32(fa), fx = nvcuda::wmma::__float_to_tf32(fx);
+                        const double a = fa, x = fx;
                         acc += a * x;
                     }
                 float *c = &Cb[(size_t)i + (size_t)j * ldc];

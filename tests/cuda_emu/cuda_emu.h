@@ -9,7 +9,9 @@
  *   memory (through AB_DYN_SMEM in cuda_compat.h), threadIdx/blockIdx/blockDim/gridDim,
  *   warpSize, __syncthreads(_count/_or/_and), __syncwarp, warp shuffles (__shfl_sync,
  *   _up, _down, _xor), __ballot_sync/__any_sync/__all_sync/__activemask, atomics, device
- *   math (with the uncontracted __fadd_rn, __fsub_rn, __fmul_rn, __fdiv_rn, __fsqrt_rn).
+ *   math (with the uncontracted __fadd_rn, __fsub_rn, __fmul_rn, __fdiv_rn, __fsqrt_rn),
+ *   bfloat16 conversions, and warp matrix operations (nvcuda::wmma: TF32 m16n16k8 and
+ *   bf16 m16n16k16, with their alignment rules; see "warp matrix operations" below).
  *   A launch runs the grid's blocks one after another; the threads of a block are
  *   cooperative fibers that switch only at barriers (__syncthreads, warp operations).
  * - runtime: cudaMalloc/Free (host memory, with an emulated capacity so out-of-memory
@@ -17,7 +19,7 @@
  *   cudaMemset(Async), streams and events (everything runs synchronously), device
  *   queries (one emulated device, or none with AB_EMU_NO_DEVICE=1), the last-error
  *   protocol (cudaGetLastError returns and clears the last failure, as the real one).
- * - cuBLAS: cublasCreate/Destroy/SetStream/GetStatusString, cublasSgemm and
+ * - cuBLAS: cublasCreate/Destroy/SetStream/SetMathMode/GetStatusString, cublasSgemm and
  *   cublasSgemmStridedBatched with their real column-major semantics and argument
  *   checks (beta == 0 never reads C).
  * - CUB: cub::DeviceRadixSort::SortPairs (stable, keys compared on bits
@@ -33,14 +35,14 @@
  * - launch configurations: block size > 1024 or dims over the limits, grid dims over the
  *   limits (cudaErrorInvalidConfiguration, as the real launch), dynamic shared memory
  *   over 48 KiB without cudaFuncSetAttribute, or over 227 KiB;
- * - dynamic shared memory read or written past the bytes requested (a guard page after
- *   it: SIGSEGV); dynamic and static shared memory are poisoned (0xff bytes: NaN
+ * - dynamic shared memory read or written past the bytes requested (rounded up to 32,
+ *   its alignment; a guard page after it: SIGSEGV); dynamic and static shared memory are poisoned (0xff bytes: NaN
  *   floats) at every block start, so reading either before writing it shows;
  * - cudaMemcpy/Memset, cuBLAS and CUB arguments that are not inside device allocations
  *   of the right size, or copies whose kind does not match the pointers.
  *
  * Strict mode (AB_EMU_STRICT=1 in the environment, or ab_emu_set_strict(1) before the
- * allocations it should cover) adds three checks, at some cost in speed:
+ * allocations it should cover) adds four checks, at some cost in speed:
  * - threads of a block, and blocks of a grid, run in the opposite order (highest index
  *   first). A missing __syncthreads (or __syncwarp) between one thread's write and
  *   another's read of shared or global memory passes in one of the two orders only
@@ -53,7 +55,9 @@
  *   least), not to 256;
  * - device memory is inaccessible (PROT_NONE) except inside an emulated device
  *   operation (a kernel, a copy, a memset, a cuBLAS or CUB call): host code that
- *   dereferences a device pointer faults, as it would with a GPU.
+ *   dereferences a device pointer faults, as it would with a GPU;
+ * - the elements of a wmma fragment are held by the lanes in a permuted order, so a
+ *   kernel relying on a fragment's (unspecified) layout gives wrong results.
  *
  * What it does NOT catch: races that both orders hide (a reader between two writers,
  * or a value that is the same stale or fresh); out-of-bounds accesses to global memory
@@ -427,6 +431,227 @@ static inline unsigned long long __umul64hi(unsigned long long a, unsigned long 
 }
 template <class T> static inline T __ldg(const T *p) { return *p; }
 
+/* ---- bfloat16 (cuda_bf16.h) ---- */
+
+struct __nv_bfloat16 {
+    unsigned short __x;
+};
+/* Round to nearest even, as the device's conversion; NaN stays a (quiet) NaN. */
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    __nv_bfloat16 h;
+    if ((u & 0x7fffffffu) > 0x7f800000u) h.__x = (unsigned short)((u >> 16) | 0x40u);
+    else h.__x = (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    return h;
+}
+static inline __nv_bfloat16 __float2bfloat16(float f) { return __float2bfloat16_rn(f); }
+static inline float __bfloat162float(__nv_bfloat16 h) {
+    uint32_t u = (uint32_t)h.__x << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+/* ---- warp matrix operations (nvcuda::wmma, mma.h) ----
+ *
+ * The shapes attnbench's kernels may use: TF32 m16n16k8 (matrix_a 16 x 8, matrix_b
+ * 8 x 16, float accumulator 16 x 16) and bf16 m16n16k16 (float accumulator). A fragment
+ * is a per-thread object holding num_elements of the warp's tile in x[]; which element
+ * of the tile a lane's x[i] is, CUDA leaves unspecified. Here lane l's x[i] is element
+ * i * 32 + l of the tile in row-major order; in strict mode (AB_EMU_STRICT) it is a
+ * fixed pseudo-random permutation of that, a different one for each kind of fragment,
+ * so a kernel that relies on a layout (applies a row mask to x[], or copies an
+ * accumulator's x[] into a matrix_a fragment) gives wrong results there. What kernels
+ * may do with x[] is what CUDA allows: the same operation on every element (scale,
+ * exp, __float_to_tf32), fill_fragment, and moving whole tiles through memory.
+ *
+ * load_matrix_sync, store_matrix_sync and mma_sync are warp-collective: every lane of a
+ * full warp (the block's size a multiple of 32) must reach the same call, or the
+ * emulator reports it (a warp barrier, as __syncwarp, precedes each). A store does not
+ * synchronise after it: another lane reading what a lane stored needs a __syncwarp.
+ * The pointer must be 32-byte aligned and the leading dimension (elements) a multiple
+ * of 16 bytes, as CUDA requires; both are checked.
+ *
+ * Numerics of mma_sync: TF32 operands keep their top 19 bits (the low 13 mantissa bits
+ * are ignored, as the hardware does with values not rounded by __float_to_tf32); bf16
+ * operands are exact; products are exact in float, summed in float in k order onto the
+ * accumulator (the hardware's order and rounding inside a step are unspecified: tests
+ * hold tensor-core results to tolerances measured for it). */
+
+namespace ab_emu {
+/* The current warp's staging area for mma_sync (floats; at least 3 * 256). */
+float *wmma_stage(void);
+/* The tile element held by lane `lane` as x[i] of a fragment of `kind` with n elements
+ * per lane (see above; kind names the fragment's use, shape and type). */
+int wmma_element(int kind, int n, int lane, int i);
+inline void wmma_check_ptr(const void *p, unsigned ldm, size_t elem, const char *what) {
+    if ((uintptr_t)p % 32 != 0) fatal("%s: pointer %p is not 32-byte aligned", what, p);
+    if (((size_t)ldm * elem) % 16 != 0 || ldm == 0)
+        fatal("%s: leading dimension %u (elements of %zu bytes) is not a multiple of 16 bytes", what, ldm, elem);
+}
+} // namespace ab_emu
+
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+namespace precision {
+struct tf32 {};
+} // namespace precision
+enum layout_t { mem_row_major, mem_col_major };
+
+/* Round to TF32 (10 explicit mantissa bits): to nearest, ties away from zero. */
+static inline float __float_to_tf32(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+    float r;
+    std::memcpy(&r, &u, 4);
+    return r;
+}
+
+namespace detail {
+template <class Use, int M, int N, int K> struct dims;
+template <int M, int N, int K> struct dims<matrix_a, M, N, K> {
+    static constexpr int rows = M, cols = K, kind = 0;
+};
+template <int M, int N, int K> struct dims<matrix_b, M, N, K> {
+    static constexpr int rows = K, cols = N, kind = 1;
+};
+template <int M, int N, int K> struct dims<accumulator, M, N, K> {
+    static constexpr int rows = M, cols = N, kind = 2;
+};
+template <class T> struct storage {
+    typedef T type;
+    static constexpr int kind = 0;
+};
+template <> struct storage<precision::tf32> {
+    typedef float type;
+    static constexpr int kind = 4;
+};
+template <> struct storage<__nv_bfloat16> {
+    typedef __nv_bfloat16 type;
+    static constexpr int kind = 8;
+};
+inline float to_float(float v) { return v; }
+inline float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <class T> inline T from_float(float v);
+template <> inline float from_float<float>(float v) { return v; }
+template <> inline __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <class S, int M, int N, int K> struct valid_shape : std::false_type {};
+template <> struct valid_shape<precision::tf32, 16, 16, 8> : std::true_type {};
+template <> struct valid_shape<__nv_bfloat16, 16, 16, 16> : std::true_type {};
+template <> struct valid_shape<float, 16, 16, 8> : std::true_type {};  /* tf32's accumulator */
+template <> struct valid_shape<float, 16, 16, 16> : std::true_type {}; /* bf16's accumulator */
+} // namespace detail
+
+template <class Use, int M, int N, int K, class T, class Layout = void> class fragment {
+    static_assert(detail::valid_shape<T, M, N, K>::value,
+                  "the emulator has wmma shapes tf32 m16n16k8 and bf16 m16n16k16 (float accumulators)");
+    static_assert(std::is_same<Use, accumulator>::value == std::is_same<Layout, void>::value,
+                  "matrix_a / matrix_b fragments take row_major or col_major; accumulators take none");
+
+  public:
+    typedef typename detail::storage<T>::type element_type;
+    typedef detail::dims<Use, M, N, K> shape;
+    static constexpr int num_elements = shape::rows * shape::cols / 32;
+    /* which fragment this is, for the strict mode's permutation */
+    static constexpr int kind = shape::kind + detail::storage<T>::kind + (M * 131 + N * 17 + K) * 16;
+    element_type x[num_elements];
+    /* tile element (row-major index) of x[i] on the calling lane */
+    static int element(int i) { return ab_emu::wmma_element(kind, num_elements, ab_emu::lane_id(), i); }
+};
+
+template <class Use, int M, int N, int K, class T, class L>
+inline void fill_fragment(fragment<Use, M, N, K, T, L> &f, const typename fragment<Use, M, N, K, T, L>::element_type &v) {
+    for (int i = 0; i < f.num_elements; i++) f.x[i] = v;
+}
+
+/* matrix_a / matrix_b from memory laid out as the fragment's layout says */
+template <class Use, int M, int N, int K, class T, class L, class P>
+inline void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const P *p, unsigned ldm) {
+    typedef fragment<Use, M, N, K, T, L> F;
+    static_assert(!std::is_same<L, void>::value, "an accumulator's load takes a layout_t");
+    static_assert(std::is_same<typename std::remove_cv<P>::type, typename F::element_type>::value,
+                  "load_matrix_sync: the pointer's type is not the fragment's element type");
+    ab_emu::syncwarp(0xffffffffu, "wmma::load_matrix_sync");
+    ab_emu::wmma_check_ptr(p, ldm, sizeof(P), "wmma::load_matrix_sync");
+    const bool rm = std::is_same<L, row_major>::value;
+    for (int i = 0; i < F::num_elements; i++) {
+        const int e = F::element(i), r = e / F::shape::cols, c = e % F::shape::cols;
+        f.x[i] = p[rm ? (size_t)r * ldm + c : (size_t)c * ldm + r];
+    }
+}
+
+/* accumulator from memory (row- or column-major) */
+template <int M, int N, int K, class T>
+inline void load_matrix_sync(fragment<accumulator, M, N, K, T> &f, const T *p, unsigned ldm, layout_t layout) {
+    typedef fragment<accumulator, M, N, K, T> F;
+    ab_emu::syncwarp(0xffffffffu, "wmma::load_matrix_sync");
+    ab_emu::wmma_check_ptr(p, ldm, sizeof(T), "wmma::load_matrix_sync");
+    for (int i = 0; i < F::num_elements; i++) {
+        const int e = F::element(i), r = e / F::shape::cols, c = e % F::shape::cols;
+        f.x[i] = p[layout == mem_row_major ? (size_t)r * ldm + c : (size_t)c * ldm + r];
+    }
+}
+
+template <int M, int N, int K, class T>
+inline void store_matrix_sync(T *p, const fragment<accumulator, M, N, K, T> &f, unsigned ldm, layout_t layout) {
+    typedef fragment<accumulator, M, N, K, T> F;
+    ab_emu::syncwarp(0xffffffffu, "wmma::store_matrix_sync");
+    ab_emu::wmma_check_ptr(p, ldm, sizeof(T), "wmma::store_matrix_sync");
+    for (int i = 0; i < F::num_elements; i++) {
+        const int e = F::element(i), r = e / F::shape::cols, c = e % F::shape::cols;
+        p[layout == mem_row_major ? (size_t)r * ldm + c : (size_t)c * ldm + r] = f.x[i];
+    }
+}
+
+namespace detail {
+inline float tf32_bits(float v) { /* what the tensor core reads of a TF32 operand */
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    u &= 0xffffe000u;
+    float r;
+    std::memcpy(&r, &u, 4);
+    return r;
+}
+inline float operand(float v, bool tf32) { return tf32 ? tf32_bits(v) : v; }
+inline float operand(__nv_bfloat16 v, bool) { return __bfloat162float(v); }
+} // namespace detail
+
+/* d = a b + c over the warp (d may be c). */
+template <int M, int N, int K, class T, class LA, class LB>
+inline void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, T, LA> &a,
+                     const fragment<matrix_b, M, N, K, T, LB> &b, const fragment<accumulator, M, N, K, float> &c,
+                     bool satf = false) {
+    typedef fragment<matrix_a, M, N, K, T, LA> FA;
+    typedef fragment<matrix_b, M, N, K, T, LB> FB;
+    typedef fragment<accumulator, M, N, K, float> FC;
+    const bool tf32 = std::is_same<T, precision::tf32>::value;
+    ab_emu::syncwarp(0xffffffffu, "wmma::mma_sync");
+    float *A = ab_emu::wmma_stage(), *B = A + 256, *C = B + 256; /* row-major M x K, K x N, M x N */
+    for (int i = 0; i < FA::num_elements; i++) A[FA::element(i)] = detail::operand(a.x[i], tf32);
+    for (int i = 0; i < FB::num_elements; i++) B[FB::element(i)] = detail::operand(b.x[i], tf32);
+    for (int i = 0; i < FC::num_elements; i++) C[FC::element(i)] = c.x[i];
+    ab_emu::syncwarp(0xffffffffu, "wmma::mma_sync"); /* every lane's share staged */
+    float out[FC::num_elements];
+    for (int i = 0; i < FC::num_elements; i++) {
+        const int e = FC::element(i), r = e / N, col = e % N;
+        float acc = C[e];
+        for (int kk = 0; kk < K; kk++) acc += A[r * K + kk] * B[kk * N + col];
+        if (satf) acc = acc != acc ? 0.0f : acc > 3.402823466e38f ? 3.402823466e38f : acc < -3.402823466e38f ? -3.402823466e38f : acc;
+        out[i] = acc;
+    }
+    ab_emu::syncwarp(0xffffffffu, "wmma::mma_sync"); /* every lane has read the stage */
+    for (int i = 0; i < FC::num_elements; i++) d.x[i] = out[i];
+}
+} // namespace wmma
+} // namespace nvcuda
+
 /* ---- cuBLAS ---- */
 
 typedef struct ab_emu_cublas *cublasHandle_t;
@@ -442,10 +667,18 @@ typedef enum {
     CUBLAS_STATUS_NOT_SUPPORTED = 15,
 } cublasStatus_t;
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 } cublasOperation_t;
+typedef enum {
+    CUBLAS_DEFAULT_MATH = 0,
+    CUBLAS_PEDANTIC_MATH = 2,
+    CUBLAS_TF32_TENSOR_OP_MATH = 3,
+} cublasMath_t;
 
 cublasStatus_t cublasCreate(cublasHandle_t *h);
 cublasStatus_t cublasDestroy(cublasHandle_t h);
 cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s);
+/* TF32_TENSOR_OP_MATH: the float GEMMs that follow round their operands to TF32 (to
+ * nearest) before the products, as cuBLAS's TF32 kernels do. */
+cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode);
 const char *cublasGetStatusString(cublasStatus_t st);
 cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                            const float *alpha, const float *A, int lda, const float *B, int ldb, const float *beta,
