@@ -141,6 +141,13 @@ json_t *ab_machine_info(void) {
 
 json_t *ab_git_info(void) {
     json_t *g = json_object();
+    const char *env = getenv("ATTNBENCH_GIT_COMMIT");
+    if (env && *env) { /* a copy away from its checkout (harness/scripts/gpu-pack.sh) */
+        const char *d = getenv("ATTNBENCH_GIT_DIRTY");
+        json_object_set_new(g, "commit", json_string(env));
+        json_object_set_new(g, "dirty", d && *d ? json_boolean(strcmp(d, "0") != 0) : json_null());
+        return g;
+    }
 #ifdef ATTNBENCH_SOURCE_DIR
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "git -C '%s' rev-parse HEAD 2>/dev/null", ATTNBENCH_SOURCE_DIR);

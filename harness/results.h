@@ -41,7 +41,10 @@ void ab_iso_time(char *buf, size_t cap);
  * else null (device_allocator likewise). */
 json_t *ab_machine_info(void);
 /* {"commit": ..., "dirty": bool} of the source tree the binary was built from (null
- * when unknown). */
+ * when unknown): git's answer in the source folder compiled in, or, when the
+ * environment has ATTNBENCH_GIT_COMMIT (a copy of the binary away from its checkout:
+ * harness/scripts/gpu-pack.sh records the commit), that, with dirty from
+ * ATTNBENCH_GIT_DIRTY ("0": false, other text: true, unset: null). */
 json_t *ab_git_info(void);
 
 #endif

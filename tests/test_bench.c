@@ -111,6 +111,55 @@ Test(bench, smoke_sweep_writes_complete_document) {
     cr_assert(strncmp(buf, "kind\tvariant\tlen", 16) == 0, "TSV header: %.40s", buf);
 }
 
+/* Item 10 of the GPU issue: on a machine without gnuplot nothing measured is lost. bench
+ * draws nothing: its document is complete. plot, whose only job is the figure, exits 1
+ * with one line naming what was not drawn, and keeps the .plot.tsv it wrote first;
+ * a gnuplot that writes half a figure and fails leaves the figure already there as it
+ * was (drawn to a temporary name, renamed only on success) and no temporary file. */
+Test(bench, without_gnuplot_nothing_measured_is_lost) {
+    char env[1200];
+    tp_env_without_gnuplot(env, sizeof env, DIR, false);
+    int rc = run_exe(env, ATTNBENCH_EXE, "bench", SMOKE, "--quiet", "--set", "recurrent.contexts=[]", "--out",
+                     DIR "/nognu.json", NULL);
+    cr_assert_eq(rc, 0, "bench without gnuplot: exit status %d: %s", rc, g_err);
+    cr_expect_eq(count_lines(g_err), 0, "bench wrote to stderr: %s", g_err);
+    json_t *doc = json_load_file(DIR "/nognu.json", 0, NULL);
+    cr_assert_not_null(doc);
+    cr_expect_str_eq(json_string_value(json_object_get(doc, "status")), "ok");
+    cr_expect_eq(json_array_size(json_object_get(doc, "records")), 12, "6 variants x 2 lengths");
+    json_decref(doc);
+    char *tsv = tp_slurp(DIR "/nognu.tsv", NULL);
+    cr_expect_eq(count_lines(tsv), 1 + 12);
+    free(tsv);
+
+    remove(DIR "/nognu.png");
+    remove(DIR "/nognu.svg");
+    remove(DIR "/nognu.plot.tsv");
+    rc = run_exe(env, ATTNBENCH_EXE, "plot", DIR "/nognu.json", NULL);
+    cr_expect_eq(rc, 1, "plot without gnuplot: exit status %d: %s", rc, g_err);
+    cr_expect(strncmp(g_err, "attnbench: error: plot: ", 24) == 0 && count_lines(g_err) == 1 &&
+                  strstr(g_err, "nognu.png not drawn: gnuplot could not be started") &&
+                  strstr(g_err, "nognu.plot.tsv"),
+              "plot without gnuplot: %s", g_err);
+    tsv = tp_slurp(DIR "/nognu.plot.tsv", NULL);
+    cr_expect_eq(count_lines(tsv), 1 + 12, "the figure's data: header and 12 parallel points");
+    free(tsv);
+    cr_expect_not(tp_exists(DIR "/nognu.png") || tp_exists(DIR "/nognu.svg"));
+
+    const char *old = "the figure of an earlier run";
+    tp_write_bytes(DIR "/nognu.png", old, strlen(old));
+    tp_env_without_gnuplot(env, sizeof env, DIR, true);
+    rc = run_exe(env, ATTNBENCH_EXE, "plot", DIR "/nognu.json", NULL);
+    cr_expect_eq(rc, 1, "plot with a failing gnuplot: exit status %d: %s", rc, g_err);
+    cr_expect(count_lines(g_err) == 1 && strstr(g_err, "exited with status 1"), "%s", g_err);
+    char *png = tp_slurp(DIR "/nognu.png", NULL);
+    cr_expect_str_eq(png, old, "a failed drawing replaced the figure already there");
+    free(png);
+    char tmp[300];
+    snprintf(tmp, sizeof tmp, "ls %s | grep -q '^nognu[.]tmp[.]'", DIR);
+    cr_expect_neq(system(tmp), 0, "a temporary figure was left in %s", DIR);
+}
+
 Test(bench, memory_limit_gives_oom_then_skipped) {
     /* 1e-4 GiB = 107 kB: the first length fits nothing, so every point is oom or skipped. */
     int rc = run("bench", SMOKE, "--quiet", "--set", "memory_limit_gib=0.0001", "--set", "recurrent.contexts=[]",

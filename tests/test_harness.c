@@ -5,6 +5,7 @@
 #include "fileio.h"
 #include "memory.h"
 #include "npy.h"
+#include "results.h"
 #include "rng.h"
 #include "rng_core.h"
 #include "test_proc.h"
@@ -963,4 +964,38 @@ Test(config, names_and_labels) {
     cr_assert_eq(ab_config_label(o, "", "absent", false, "dflt", &v), 0);
     cr_assert_str_eq(v, "dflt");
     json_decref(o);
+}
+
+/* The run documents' "git": git's answer in the source tree compiled in (this is a
+ * checkout, or a copy without .git: a commit of 40 hex digits, or null), unless the
+ * environment names the commit (a binary copied away from its checkout: the GPU pack,
+ * harness/scripts/gpu-pack.sh). */
+Test(results, git_info_from_the_checkout_or_the_environment) {
+    unsetenv("ATTNBENCH_GIT_COMMIT");
+    unsetenv("ATTNBENCH_GIT_DIRTY");
+    json_t *g = ab_git_info();
+    json_t *c = json_object_get(g, "commit");
+    if (json_is_string(c)) {
+        const char *h = json_string_value(c);
+        cr_expect(strlen(h) == 40 && strspn(h, "0123456789abcdef") == 40, "commit %s", h);
+        cr_expect(json_is_boolean(json_object_get(g, "dirty")));
+    } else {
+        cr_expect(json_is_null(c) && json_is_null(json_object_get(g, "dirty")));
+    }
+    json_decref(g);
+    const char *commit = "0123456789abcdef0123456789abcdef01234567";
+    setenv("ATTNBENCH_GIT_COMMIT", commit, 1);
+    g = ab_git_info();
+    cr_expect_str_eq(json_string_value(json_object_get(g, "commit")), commit);
+    cr_expect(json_is_null(json_object_get(g, "dirty")), "dirty unknown without ATTNBENCH_GIT_DIRTY");
+    json_decref(g);
+    const char *flags[3][2] = {{"0", "false"}, {"1", "true"}, {"yes", "true"}};
+    for (int i = 0; i < 3; i++) {
+        setenv("ATTNBENCH_GIT_DIRTY", flags[i][0], 1);
+        g = ab_git_info();
+        cr_expect(json_is_boolean(json_object_get(g, "dirty")) &&
+                      json_is_true(json_object_get(g, "dirty")) == (strcmp(flags[i][1], "true") == 0),
+                  "ATTNBENCH_GIT_DIRTY=%s", flags[i][0]);
+        json_decref(g);
+    }
 }

@@ -922,3 +922,61 @@ Test(images, sample_takes_a_config_a_stand_in_variant_and_estimates_speed) {
     st = run("sample", "--config", cfg, "--set", "model.layerz=2", "--out", P("r5"));
     tp_usage_error(st, g_err, "a misspelt --set key", TP_ARGV("layerz", NULL));
 }
+
+/* The lines of `text` that start with `prefix`. */
+static int lines_starting(const char *text, const char *prefix) {
+    int n = 0;
+    for (const char *l = text; *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l))
+        n += strncmp(l, prefix, strlen(prefix)) == 0;
+    return n;
+}
+
+/* Item 10 of the GPU issue: on a GPU machine without gnuplot, sample measured, failed
+ * to draw its grid and exited 1 before writing sample.json. Now the arrays, the grid's
+ * data and the document come first; the grid that cannot be drawn (no gnuplot, or one
+ * that writes half a figure and fails) is one warning line, exit status 0, and a grid
+ * already there is left as it was. */
+Test(images, sample_without_gnuplot_keeps_its_measurement) {
+    char cfg[1100], env[1200];
+    snprintf(cfg, sizeof cfg, "%s", fixture_config(""));
+    for (int failing = 0; failing < 2; failing++) {
+        tp_env_without_gnuplot(env, sizeof env, g_dir, failing);
+        const char *old = "the grid of an earlier run";
+        if (failing) tp_write_bytes(P("s/samples.png"), old, strlen(old));
+        const char *seed = failing ? "5" : "4";
+        int st = tp_run(g_dir, g_exe, env,
+                        TP_ARGV("--threads", "1", "sample", "--config", cfg, "--n", "4", "--batch", "2", "--seed", seed,
+                                "--out", P("s"), NULL),
+                        &g_out, &g_err);
+        cr_assert_eq(st, 0, "sample with %s: exit status %d: %s", failing ? "a failing gnuplot" : "no gnuplot", st,
+                     g_err);
+        cr_expect_eq(lines_starting(g_err, "attnbench: warning: "), 1, "%s", g_err);
+        cr_expect_eq(lines_starting(g_err, "attnbench: error"), 0, "%s", g_err);
+        cr_expect(strstr(g_err, "samples.png not drawn: ") &&
+                      strstr(g_err, failing ? "exited with status 1" : "gnuplot could not be started"),
+                  "%s", g_err);
+        json_t *d = load(P("s/sample.json"));
+        cr_expect_str_eq(json_string_value(json_object_get(d, "schema")), "attnbench/sample/1");
+        cr_expect_str_eq(json_string_value(json_object_get(d, "method")), "sampled");
+        cr_expect_eq(num(d, "seed"), failing ? 5 : 4, "sample.json is this run's");
+        cr_expect_eq(num(d, "n"), 4);
+        cr_expect_eq(num(d, "batch"), 2);
+        cr_expect_gt(num(d, "images_per_s"), 0);
+        cr_expect(json_is_object(json_object_get(d, "machine")));
+        json_decref(d);
+        ab_array a = read_samples("s");
+        cr_expect(a.ndim == 4 && a.shape[0] == 4, "samples (4, H, W, C)");
+        ab_array_free(&a);
+        cr_expect(tp_exists(P("s/samples.grid.tsv")), "the grid's data is written");
+        if (failing) {
+            char *png = tp_slurp(P("s/samples.png"), NULL);
+            cr_expect_str_eq(png, old, "a failed drawing replaced the grid already there");
+            free(png);
+        } else {
+            cr_expect_not(tp_exists(P("s/samples.png")));
+        }
+        char ls[1200];
+        snprintf(ls, sizeof ls, "ls '%s/s' | grep -q '[.]tmp[.]'", g_dir);
+        cr_expect_neq(system(ls), 0, "a temporary file was left in %s/s", g_dir);
+    }
+}

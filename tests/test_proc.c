@@ -101,7 +101,13 @@ pid_t tp_spawn(const char *dir, const char *exe, const char *env, const char *co
     char **envp = malloc(sizeof(char *) * (ne + 2));
     cr_assert_not_null(envp);
     memcpy(envp, environ, sizeof(char *) * ne);
-    if (env) envp[ne++] = (char *)env;
+    if (env) { /* replaces a variable of the same name (getenv reads the first) */
+        const char *eq = strchr(env, '=');
+        size_t k = eq ? (size_t)(eq - env) + 1 : strlen(env), i = 0;
+        while (i < ne && strncmp(envp[i], env, k) != 0) i++;
+        envp[i] = (char *)env;
+        if (i == ne) ne++;
+    }
     envp[ne] = NULL;
     char out[1100], err[1100];
     snprintf(out, sizeof out, "%s/stdout.txt", dir);
@@ -160,6 +166,20 @@ int tp_wait_for(const char *dir, pid_t pid, double seconds, char **out, char **e
         nanosleep(&ts, NULL);
     }
     return finish(dir, status, out, err);
+}
+
+void tp_env_without_gnuplot(char *env, size_t cap, const char *dir, bool failing) {
+    char bin[1100];
+    snprintf(bin, sizeof bin, "%s/%s", dir, failing ? "bin-failing-gnuplot" : "bin-no-gnuplot");
+    cr_assert_eq(ab_mkdir_p(bin), 0, "cannot create %s: %s", bin, ab_error());
+    if (failing) {
+        char exe[1200];
+        snprintf(exe, sizeof exe, "%s/gnuplot", bin);
+        const char *script = "#!/bin/sh\nprintf 'half a figure' > \"$4\"\nexit 1\n";
+        tp_write_bytes(exe, script, strlen(script));
+        cr_assert_eq(chmod(exe, 0755), 0, "chmod %s: %s", exe, strerror(errno));
+    }
+    snprintf(env, cap, "PATH=%s", bin);
 }
 
 int tp_run(const char *dir, const char *exe, const char *env, const char *const *args, char **out, char **err) {

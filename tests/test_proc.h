@@ -47,7 +47,8 @@ void tp_write_bytes(const char *path, const void *data, size_t n);
 
 /* Starts `exe` with `args` (NULL-terminated, after argv[0]), stdin from /dev/null,
  * stdout and stderr into dir/stdout.txt and dir/stderr.txt, and `env` ("NAME=VALUE",
- * or NULL) added to the environment. Returns its process id. */
+ * or NULL) added to the environment (in place of a variable NAME already there: e.g.
+ * "PATH=DIR" for a PATH without gnuplot). Returns its process id. */
 pid_t tp_spawn(const char *dir, const char *exe, const char *env, const char *const *args);
 
 /* Waits for a process of tp_spawn(dir, ...); *out and *err (each where not NULL) are
@@ -59,6 +60,12 @@ int tp_wait(const char *dir, pid_t pid, char **out, char **err);
  * (SIGKILL), and the result is then 128 + SIGKILL. For runs that must not block (a
  * FIFO given as an input) or must stop promptly (a signal). */
 int tp_wait_for(const char *dir, pid_t pid, double seconds, char **out, char **err);
+
+/* "PATH=DIR/..." for tp_spawn's `env`: a PATH without gnuplot on it, made in `dir`:
+ * an empty folder, or (failing) one whose only program is a `gnuplot` that writes a
+ * few bytes to its output file (the fourth argument of `gnuplot -c SCRIPT DATA OUT`)
+ * and exits 1, as a gnuplot that breaks off halfway. Into env (cap bytes). */
+void tp_env_without_gnuplot(char *env, size_t cap, const char *dir, bool failing);
 
 /* tp_spawn, then tp_wait. */
 int tp_run(const char *dir, const char *exe, const char *env, const char *const *args, char **out, char **err);

@@ -232,6 +232,23 @@ Test(train_cli, smoke_run_is_complete_and_learns) {
     cr_expect_eq(ckpt_step(P("run/checkpoint.bin")), 100);
 }
 
+/* Item 10 of the GPU issue: train draws nothing, so a machine without gnuplot (PATH
+ * holding nothing) runs it to the end with its document and table complete. */
+Test(train_cli, runs_without_gnuplot) {
+    char env[1200];
+    tp_env_without_gnuplot(env, sizeof env, g_dir, false);
+    int st = tp_run(g_dir, g_exe, env, TP_ARGV("--threads", "1", "train", SMOKE, "--out", P("nognu"), "--quiet",
+                                               "--set", "steps=10", NULL),
+                    &g_out, &g_err);
+    cr_assert_eq(st, 0, "train without gnuplot: exit status %d: %s", st, g_err);
+    cr_expect_null(strstr(g_err, "attnbench: "), "%s", g_err);
+    json_t *doc = load(P("nognu/train.json"));
+    cr_expect_str_eq(status_of(doc), "ok");
+    cr_expect_eq(json_array_size(json_object_get(doc, "step_loss")), 10);
+    json_decref(doc);
+    cr_expect(tp_exists(P("nognu/train.tsv")) && tp_exists(P("nognu/checkpoint.bin")));
+}
+
 Test(train_cli, resume_equals_uninterrupted_run) {
     cr_assert_eq(run("train", SMOKE, "--out", P("a"), "--quiet", NULL), 0, "%s", g_err);
     cr_assert_eq(run("train", SMOKE, "--out", P("b"), "--quiet", "--set", "steps=40", NULL), 0, "%s", g_err);

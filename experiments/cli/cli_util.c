@@ -10,20 +10,20 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-_Noreturn void cli_die(int status, const char *fmt, ...) {
+/* Writes PREFIX and the formatted message as one line to stderr: control characters in
+ * the message (a newline in a path or a label) become escapes (\n, \t, \xHH), since
+ * scripts read the last line of stderr. */
+static void put_line(const char *prefix, const char *fmt, va_list ap) {
     char small[1024], *buf = small;
-    va_list ap, ap2;
-    va_start(ap, fmt);
+    va_list ap2;
     va_copy(ap2, ap);
     int n = vsnprintf(small, sizeof small, fmt, ap);
-    va_end(ap);
     if (n >= (int)sizeof small && (buf = malloc((size_t)n + 1))) vsnprintf(buf, (size_t)n + 1, fmt, ap2);
     else if (!buf) buf = small; /* out of memory: the message cut short */
     va_end(ap2);
-    /* One line, whatever the message quotes: a path or label with a newline must not
-     * split it (scripts read the last line of stderr). */
-    fputs("attnbench: error: ", stderr);
+    fputs(prefix, stderr);
     for (const unsigned char *p = (const unsigned char *)buf; *p; p++) {
         if (*p == '\n') fputs("\\n", stderr);
         else if (*p == '\r') fputs("\\r", stderr);
@@ -33,7 +33,21 @@ _Noreturn void cli_die(int status, const char *fmt, ...) {
     }
     fputc('\n', stderr);
     if (buf != small) free(buf);
+}
+
+_Noreturn void cli_die(int status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    put_line("attnbench: error: ", fmt, ap);
+    va_end(ap);
     exit(status);
+}
+
+void cli_warn(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    put_line("attnbench: warning: ", fmt, ap);
+    va_end(ap);
 }
 
 void cli_write_json(const char *path, const json_t *doc) {
@@ -110,4 +124,30 @@ int cli_gnuplot(const char *script, const char *const *args) {
     int status;
     if (waitpid(pid, &status, 0) < 0) return -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+int cli_draw(const char *script_name, const char *data, const char *out, const char *const *extra, char *why,
+             size_t cap) {
+    char script[4096], tmp[4200];
+    if (!cli_find_plot_script(script_name, script, sizeof script)) {
+        snprintf(why, cap, "plots/%s not found (set ATTNBENCH_PLOTS to the plots folder)", script_name);
+        return -1;
+    }
+    /* OUT's stem, ".tmp.PID", then OUT's extension: the scripts choose the terminal
+     * from the extension */
+    const char *slash = strrchr(out, '/'), *dot = strrchr(out, '.');
+    if (!dot || (slash && dot < slash)) dot = out + strlen(out);
+    snprintf(tmp, sizeof tmp, "%.*s.tmp.%d%s", (int)(dot - out), out, (int)getpid(), dot);
+    const char *args[12] = {data, tmp};
+    int n = 2;
+    for (int i = 0; extra && extra[i] && n < 11; i++) args[n++] = extra[i];
+    args[n] = NULL;
+    int st = cli_gnuplot(script, args);
+    if (st == 0 && rename(tmp, out) == 0) return 0;
+    if (st == 0) snprintf(why, cap, "gnuplot wrote no %s", tmp);
+    else if (st == 127) snprintf(why, cap, "gnuplot could not be started (not on PATH? harness/scripts/setup.sh installs it)");
+    else if (st < 0) snprintf(why, cap, "gnuplot was killed or could not be run");
+    else snprintf(why, cap, "gnuplot -c %s exited with status %d", script, st);
+    remove(tmp);
+    return -1;
 }

@@ -27,6 +27,9 @@
  * Control characters in the message (a newline in a path or a label) are written as
  * escapes (\n, \t, \xHH), so the message stays one line whatever it quotes. */
 _Noreturn void cli_die(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints "attnbench: warning: MESSAGE" on one line to stderr (escaped as cli_die's) and
+ * returns: for what went wrong beside a measurement that is kept (a figure not drawn). */
+void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Exit status for a library error code: AB_EXIT_USAGE for bad input (AB_EINVAL,
  * AB_EUNSUPPORTED, AB_EIO), AB_EXIT_FAILURE for everything else (AB_ENOMEM, AB_EDEVICE). */
 int cli_status_for(int code);
@@ -53,5 +56,14 @@ const char *cli_find_plot_script(const char *name, char *buf, size_t cap);
 /* Runs gnuplot -c SCRIPT ARGS... (args NULL-terminated, passed as they are: no shell)
  * and waits for it: its exit status, or -1 when it could not be started. */
 int cli_gnuplot(const char *script, const char *const *args);
+/* Draws OUT with plots/SCRIPT_NAME: `gnuplot -c SCRIPT DATA TMP EXTRA...` (extra
+ * NULL-terminated, or NULL), TMP a name beside OUT with its extension (the scripts pick
+ * the terminal from it), renamed over OUT once gnuplot exits 0: OUT is only ever
+ * replaced by a complete figure. Returns 0, or -1 with the reason in `why` (one line:
+ * the script not found, gnuplot not started, its exit status), TMP removed. The data a
+ * command measured is written before it draws: a figure that cannot be drawn loses
+ * nothing else. */
+int cli_draw(const char *script_name, const char *data, const char *out, const char *const *extra, char *why,
+             size_t cap);
 
 #endif

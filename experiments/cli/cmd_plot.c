@@ -24,7 +24,9 @@ static const char PLOT_USAGE[] =
     "loss against the gradient step, log y, one colour per run labelled with its\n"
     "config's label (line: training loss per log interval; points: evaluation loss),\n"
     "plots/figure2.gp. Writes PREFIX.png and PREFIX.svg (default PREFIX: the first\n"
-    "RESULT without .json) and PREFIX.plot.tsv, the data the figure was drawn from.\n";
+    "RESULT without .json) and PREFIX.plot.tsv, the data the figure was drawn from,\n"
+    "written first: without gnuplot (or when it fails) the .plot.tsv is kept, the figures\n"
+    "already there are left as they were, and the exit status is 1.\n";
 
 #define MAX_INPUTS 32
 /* gnuplot -c SCRIPT ARGS...: the arguments as a NULL-terminated list */
@@ -43,6 +45,18 @@ static void tsv_word(const char *in, char *out, size_t cap) {
 static void put_num(FILE *f, json_t *v) {
     if (json_is_number(v)) fprintf(f, "%.9g", json_number_value(v));
     else fputs("NaN", f);
+}
+
+/* Draws PNG and SVG from DATA with plots/SCRIPT_NAME (each replaced only by a complete new
+ * figure), or dies with exit status 1 naming what was not drawn and why; the data file
+ * stays. */
+static void draw(const char *script_name, const char *data, const char *png, const char *svg, const char *title) {
+    char why[600];
+    const char *out = png;
+    if (cli_draw(script_name, data, png, TP(title), why, sizeof why) ||
+        cli_draw(script_name, data, out = svg, TP(title), why, sizeof why))
+        cli_die(AB_EXIT_FAILURE, "plot: %s not drawn: %s (its data is in %s)", out, why, data);
+    printf("plot: wrote %s and %s\n", png, svg);
 }
 
 static json_t *load_run(const char *in) {
@@ -119,9 +133,7 @@ static int plot_train(json_t **docs, const char **ins, int n, const char *prefix
         snprintf(deftitle, sizeof deftitle, "%s: loss per gradient step", task && strcmp(task, "copy") == 0 ? "Sequence copy" : task ? task : "training");
         title = deftitle;
     }
-    if (cli_gnuplot(script, TP(data, png, title)) != 0 || cli_gnuplot(script, TP(data, svg, title)) != 0)
-        cli_die(AB_EXIT_FAILURE, "plot: gnuplot failed (is gnuplot installed? harness/scripts/setup.sh installs it)");
-    printf("plot: wrote %s and %s\n", png, svg);
+    draw("figure2.gp", data, png, svg, title);
     return 0;
 }
 
@@ -202,9 +214,7 @@ int cmd_plot(int argc, char **argv) {
                  (long long)json_integer_value(json_object_get(cfg, "v_dim")));
         title = deftitle;
     }
-    if (cli_gnuplot(script, TP(data, png, title)) != 0 || cli_gnuplot(script, TP(data, svg, title)) != 0)
-        cli_die(AB_EXIT_FAILURE, "plot: gnuplot failed (is gnuplot installed? harness/scripts/setup.sh installs it)");
-    printf("plot: wrote %s and %s\n", png, svg);
+    draw("figure1.gp", data, png, svg, title);
     json_decref(doc);
     return 0;
 }

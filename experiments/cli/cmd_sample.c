@@ -24,7 +24,8 @@
  * its completions) and samples.grid.tsv, its data; and sample.json
  * (schema "attnbench/sample/1": the run, mode, head, temperature, seed, K, batch, the
  * prompt length, wall time of the sampling alone, images/s, s/image, values/s). Every
- * file is replaced only by a complete new one. */
+ * file is replaced only by a complete new one. The grid is drawn last: without gnuplot
+ * (or when it fails) it is one warning line, the rest is written and the exit status 0. */
 #include "commands.h"
 
 #include "blas.h"
@@ -45,7 +46,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static const char SAMPLE_USAGE[] =
     "usage: attnbench sample CHECKPOINT [--n K] [--batch B] [--seed S] [--temperature T]\n"
@@ -64,7 +64,7 @@ static const char SAMPLE_USAGE[] =
     "auto (the default: recurrent where the variant has it). --complete F keeps the\n"
     "first floor(F N) values of rows of the test split and samples the rest. Writes\n"
     "DIR/samples.npy (int32), with --complete DIR/originals.npy, for images the grid\n"
-    "DIR/samples.png (gnuplot), and DIR/sample.json\n"
+    "DIR/samples.png (gnuplot: without it a warning, the rest kept), and DIR/sample.json\n"
     "(images/s at batch B, seconds per image, values/s); DIR default results/NAME-samples.\n"
     "\n"
     "--config CONFIG.json (with --set overrides, as train) samples from the model the\n"
@@ -444,27 +444,20 @@ int cmd_sample(int argc, char **argv, const char *command_line) {
         snprintf(path, sizeof path, "%s/originals.npy", dir);
         write_npy(path, nd, shape, originals);
     }
-    /* the grid of an image task, drawn by gnuplot (plots/samples.gp) to a temporary
-     * name, then renamed over DIR/samples.png */
-    if (task->image_h > 0 && !every) {
+    /* the grid of an image task: its data now, drawn by gnuplot (plots/samples.gp) once
+     * sample.json is written (a figure that cannot be drawn loses no measurement) */
+    const bool grid = task->image_h > 0 && !every;
+    char tsv[4400], png[4400], ws[32], hs[32], title[256];
+    if (grid) {
         const int h = task->image_h, w = task->image_w, c = task->image_c;
         int cols = originals ? (K < 8 ? (int)K : 8) : (int)ceil(sqrt((double)K)), gw, gh;
-        char tsv[4400], png[4400], tmp[4500], script[4096], ws[32], hs[32], title[256];
         snprintf(tsv, sizeof tsv, "%s/samples.grid.tsv", dir);
         write_grid(tsv, originals ? originals : samples, originals ? samples : NULL, (int)K, h, w, c, cols, &gw, &gh);
         snprintf(png, sizeof png, "%s/samples.png", dir);
-        snprintf(tmp, sizeof tmp, "%s/samples.tmp.%d.png", dir, (int)getpid());
         snprintf(ws, sizeof ws, "%d", gw);
         snprintf(hs, sizeof hs, "%d", gh);
         snprintf(title, sizeof title, "%s, %s, %s%s", cfg.name, cfg.model.attention ? cfg.model.attention : "",
                  originals ? "completions under the originals" : "samples", temperature == 1 ? "" : " (T != 1)");
-        if (!cli_find_plot_script("samples.gp", script, sizeof script))
-            cli_die(AB_EXIT_FAILURE, "sample: plots/samples.gp not found (set ATTNBENCH_PLOTS to the plots folder)");
-        if (cli_gnuplot(script, (const char *const[]){tsv, tmp, ws, hs, title, NULL}) != 0 || rename(tmp, png) != 0) {
-            remove(tmp);
-            cli_die(AB_EXIT_FAILURE, "sample: gnuplot failed to draw %s (is gnuplot installed? harness/scripts/setup.sh "
-                                     "installs it)", png);
-        }
     }
     const double images = (double)K, values = (double)K * (double)(N - P);
     json_t *doc = json_object();
@@ -514,6 +507,9 @@ int cmd_sample(int argc, char **argv, const char *command_line) {
     fprintf(stderr, "sample: %lld rows of %d values (%d kept), %s, %s%.3g s/image, %.3g images/s at batch %lld -> %s\n",
             K, N, P, recurrent ? "recurrent" : "recompute", every ? "estimated " : "", sample_s / images,
             sample_s > 0 ? images / sample_s : NAN, B, dir);
+    char why[600];
+    if (grid && cli_draw("samples.gp", tsv, png, (const char *const[]){ws, hs, title, NULL}, why, sizeof why))
+        cli_warn("sample: %s not drawn: %s (samples.npy, samples.grid.tsv and sample.json are written)", png, why);
     json_decref(doc);
     tf_gen_destroy(g);
     task_batch_free(&tb);

@@ -371,8 +371,15 @@ void launch(const char *name, const void *func, dim3 grid, dim3 block, size_t sm
         return;
     }
     unsigned long long nt = (unsigned long long)block.x * block.y * block.z;
-    if (block.x < 1 || block.y < 1 || block.z < 1 || block.x > 1024 || block.y > 1024 || block.z > 64 || nt > 1024 ||
-        grid.x < 1 || grid.y < 1 || grid.z < 1 || grid.x > (unsigned)INT_MAX || grid.y > 65535 || grid.z > 65535) {
+    /* A block over the limits is cudaErrorInvalidValue ("invalid argument"), as the
+     * CUDA 13 runtime answers a launch of 1025 threads on an H100 (older runtimes said
+     * cudaErrorInvalidConfiguration); a grid over its limits stays
+     * cudaErrorInvalidConfiguration. */
+    if (block.x < 1 || block.y < 1 || block.z < 1 || block.x > 1024 || block.y > 1024 || block.z > 64 || nt > 1024) {
+        set_error(cudaErrorInvalidValue);
+        return;
+    }
+    if (grid.x < 1 || grid.y < 1 || grid.z < 1 || grid.x > (unsigned)INT_MAX || grid.y > 65535 || grid.z > 65535) {
         set_error(cudaErrorInvalidConfiguration);
         return;
     }

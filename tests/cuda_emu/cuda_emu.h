@@ -32,12 +32,14 @@
  *   exited while others wait), warp operations whose mask names lanes that do not exist,
  *   have exited, or are not waiting at the same operation; a shuffle reading a lane
  *   outside the mask;
- * - launch configurations: block size > 1024 or dims over the limits, grid dims over the
- *   limits (cudaErrorInvalidConfiguration, as the real launch), dynamic shared memory
- *   over 48 KiB without cudaFuncSetAttribute, or over 227 KiB;
+ * - launch configurations: block size > 1024 or dims over the limits
+ *   (cudaErrorInvalidValue, as the CUDA 13 runtime answers), grid dims over the limits
+ *   (cudaErrorInvalidConfiguration), dynamic shared memory over 48 KiB without
+ *   cudaFuncSetAttribute, or over 227 KiB;
  * - dynamic shared memory read or written past the bytes requested (rounded up to 32,
- *   its alignment; a guard page after it: SIGSEGV); dynamic and static shared memory are poisoned (0xff bytes: NaN
- *   floats) at every block start, so reading either before writing it shows;
+ *   its alignment; a guard page after it: SIGSEGV); dynamic and static shared memory are
+ *   poisoned (0xff bytes: NaN floats) at every block start, so reading either before
+ *   writing it shows;
  * - cudaMemcpy/Memset, cuBLAS and CUB arguments that are not inside device allocations
  *   of the right size, or copies whose kind does not match the pointers.
  *
