@@ -252,9 +252,17 @@ fi
 for pid in "${pids[@]}"; do wait "$pid"; done
 
 # ---- 2. the kernel lab programs (lab_* executables, or in attention/lab/), at their defaults ----
-labs=()
+# The real programs (nvcc); in a dry run their emulated twins (lab_*_emu) instead, at a
+# small shape and validation only (--check), as the lab_* tests run them.
+labs=() lab_args=()
+if [ "$dry" = 1 ]; then
+    lab_pick=(-name 'lab_*_emu')
+    lab_args=(--check --shape 1,2,64,16,16)
+else
+    lab_pick=(! -name '*_emu' \( -name 'lab_*' -o -path '*/attention/lab/*' \))
+fi
 while IFS= read -r l; do labs+=("$l"); done < <(find "$(dirname "$exe")" -type f -perm -u+x ! -name '*.so*' \
-    \( -name 'lab_*' -o -path '*/attention/lab/*' \) 2>/dev/null | sort)
+    "${lab_pick[@]}" 2>/dev/null | sort)
 if [ ${#labs[@]} -eq 0 ]; then
     skip_step lab "no lab programs (lab_*) in this build"
 else
@@ -262,7 +270,7 @@ else
     for l in "${labs[@]}"; do
         left=$((lab_end - $(date +%s)))
         b=$(budget $((left < LAB_EACH ? left : LAB_EACH)))
-        step "lab-$(basename "$l")" "$b" env LD_LIBRARY_PATH="$libs" "$l"
+        step "lab-$(basename "$l")" "$b" env LD_LIBRARY_PATH="$libs" "$l" "${lab_args[@]}"
     done
 fi
 

@@ -14,9 +14,9 @@
 #   --no-tar           the folder only, no OUT_DIR/attnbench-gpu.tar.xz
 #   --from-build DIR   pack the binaries of a build folder already built (no configure,
 #                      no compilation); tests/gpu_scripts uses it with the plain build
-#   --with-emu         pack attnbench-emu too (the CUDA code on the CPU emulator:
-#                      `ATTNBENCH=build/attnbench-emu gpu-check.sh --dry-run` tries the
-#                      pack on a machine without a GPU)
+#   --with-emu         pack attnbench-emu and the lab programs' emulated twins too (the
+#                      CUDA code on the CPU emulator: `ATTNBENCH=build/attnbench-emu
+#                      gpu-check.sh --dry-run` tries the pack on a machine without a GPU)
 #
 # The target machines (see harness/scripts/gpu-check.sh) run Ubuntu 24.04 with an H100 or
 # H200, the NVIDIA driver, CUDA 13 (libcudart, libcublas), python3 with PyTorch and
@@ -107,7 +107,7 @@ for t in json.load(sys.stdin):
             print("bin\t" + rel)
         elif kind == "executable" and name.startswith("test_") and "cuda" in name and "emu" not in name:
             print("test\t" + rel)
-        elif kind == "executable" and (name.startswith("lab_") or rel.startswith("attention/lab/")):
+        elif kind == "executable" and (emu or not name.endswith("_emu")) and (name.startswith("lab_") or rel.startswith("attention/lab/")):
             print("lab\t" + rel)
         elif name == "lab" and kind == "alias":
             print("alias\tlab")

@@ -118,7 +118,7 @@ a=$tmp/gc.tar.gz
 [ -f "$a" ] || { fail "no archive $a"; exit 1; }
 mkdir -p "$tmp/x" && tar -xzf "$a" -C "$tmp/x" || fail "the archive does not extract"
 g=$tmp/x/gpu-check
-steps="machine cuda-probe crosscheck-1 crosscheck-2 lab bench-figure1-gpu compare-torch-cuda sample-mnist-linear-b2
+steps="machine cuda-probe crosscheck-1 crosscheck-2 bench-figure1-gpu compare-torch-cuda sample-mnist-linear-b2
 sample-mnist-stateful-softmax-b2 sample-mnist-softmax-b2-e49 sample-mnist-lsh-1-b2-e49 sample-cifar10-linear-b2
 sample-cifar10-stateful-softmax-b2 sample-cifar10-softmax-b2-e384 suite-test_cuda suite-test_model_cuda
 suite-test_ctc_cuda"
@@ -128,6 +128,12 @@ for s in $steps; do
     case "$st" in ok | skipped) ;; *) fail "step $s: $st ($(cut -f6 "$g/steps/$s"))" ;; esac
     grep -q "^  $s  *$st " "$g/summary.txt" || fail "the summary lacks $s $st"
     [ "$s" = lab ] || [ "$s" = compare-torch-cuda ] || [ -f "$g/logs/$s.log" ] || fail "no log of $s"
+done
+# the lab programs: in a dry run their emulated twins, each validated (--check)
+labs=$(cd "$g/steps" && ls lab-* 2>/dev/null)
+[ -n "$labs" ] || fail "no lab steps"
+for s in $labs; do
+    [ "$(cut -f2 "$g/steps/$s")" = ok ] || fail "step $s: $(cut -f2 "$g/steps/$s")"
 done
 for s in bench-figure1-gpu sample-mnist-linear-b2 sample-cifar10-softmax-b2-e384; do
     [ "$(cut -f2 "$g/steps/$s")" = ok ] || fail "$s did not run"
