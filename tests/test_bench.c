@@ -327,8 +327,8 @@ Test(bench, cuda_emulated_sweep_reports_traffic) {
     cr_assert_not_null(doc);
     json_t *counted = json_object_get(json_object_get(json_object_get(doc, "machine"), "gpu"), "traffic_counted");
     cr_assert(json_is_boolean(counted), "machine.gpu.traffic_counted missing");
-    cr_assert_eq(json_is_true(counted), TEST_TRAFFIC_EXPECTED != 0, "traffic counted: %d, the build's traffic library: %d",
-                 json_is_true(counted), TEST_TRAFFIC_EXPECTED);
+    cr_assert_eq(json_is_true(counted), TEST_TRAFFIC_EXPECTED != 0,
+                 "traffic counted: %d, the build's traffic library: %d", json_is_true(counted), TEST_TRAFFIC_EXPECTED);
     size_t i;
     json_t *r;
     int with = 0;
@@ -342,7 +342,9 @@ Test(bench, cuda_emulated_sweep_reports_traffic) {
         cr_assert(json_is_object(t), "record %zu: no traffic", i);
         const bool rec = strcmp(json_string_value(json_object_get(r, "kind")), "recurrent") == 0;
         cr_assert_str_eq(json_string_value(json_object_get(t, "what")), rec ? "step" : "forward+backward");
-        if (rec) cr_assert_eq(json_integer_value(json_object_get(t, "position")), json_integer_value(json_object_get(r, "context")));
+        if (rec)
+            cr_assert_eq(json_integer_value(json_object_get(t, "position")),
+                         json_integer_value(json_object_get(r, "context")));
         cr_assert_gt(json_integer_value(json_object_get(t, "launches")), 0, "record %zu", i);
         const double dram = (double)json_integer_value(json_object_get(t, "dram_read_bytes")) +
                             (double)json_integer_value(json_object_get(t, "dram_write_bytes"));

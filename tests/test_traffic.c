@@ -440,5 +440,6 @@ Test(traffic_held, decode_step_reads_the_cache_once, .timeout = 300) {
     /* 1.15: the cache (D + M floats a position) read once plus q, k, v is 1x; a score
      * per position written and read back between kernels, even three passes over it,
      * adds 3/(D + M) ~ 9% at D = M = 16; a second read of K or V adds 50%. */
-    if (held("decode")) cr_expect_leq(ratio, 1.15, "the decode step reads %.2fx its minimal bytes (held to 1.15x)", ratio);
+    if (held("decode"))
+        cr_expect_leq(ratio, 1.15, "the decode step reads %.2fx its minimal bytes (held to 1.15x)", ratio);
 }

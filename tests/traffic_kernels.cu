@@ -39,7 +39,8 @@ __global__ void smem_reverse_kernel(const float *x, float *y, int n) {
  * stack, not device memory): only x and y are counted. */
 __global__ void local_array_kernel(const float *x, float *y, long long n) {
     float buf[16];
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    const long long step = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
         for (int j = 0; j < 16; j++) buf[j] = x[i] + (float)j;
         y[i] = buf[(int)(i & 15)];
     }
@@ -53,7 +54,8 @@ __global__ void atomic_kernel(const int *x, long long n, int *hist, int bins) {
 
 /* y[i] += x[i] for float4 elements (16-byte loads and stores). */
 __global__ void add4_kernel(const float4 *x, float4 *y, long long n4) {
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (long long)gridDim.x * blockDim.x) {
+    const long long step = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += step) {
         float4 a = x[i], b = y[i];
         y[i] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
     }

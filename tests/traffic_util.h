@@ -42,6 +42,9 @@ int tt_fwd_bwd(const char *variant, const char *const *settings, int n_settings,
 int tt_step(const char *variant, const char *const *settings, int n_settings, const attn_shape *s, uint64_t seed,
             tt_traffic *out);
 
+/* After either call, ab_cuda_traffic_entries / ab_cuda_traffic_entry give the counted
+ * operation's counts by kernel (or call) name, until the next count starts. */
+
 /* DRAM bytes (read + written), requested bytes, minimal bytes. */
 double tt_dram(const tt_traffic *t);
 double tt_requested(const tt_traffic *t);

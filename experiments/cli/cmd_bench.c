@@ -64,10 +64,12 @@ static void print_traffic(json_t *records) {
         }
         const bool rec = strcmp(json_string_value(json_object_get(r, "kind")), "recurrent") == 0;
         char at[32];
-        snprintf(at, sizeof at, "%s%lld", rec ? "ctx " : "", (long long)json_integer_value(json_object_get(r, rec ? "context" : "len")));
+        snprintf(at, sizeof at, "%s%lld", rec ? "ctx " : "",
+                 (long long)json_integer_value(json_object_get(r, rec ? "context" : "len")));
 #define TV(key) ((double)json_integer_value(json_object_get(t, key)))
-        printf("%-18s %-10s %8lld %10.3f %10.3f %10.3f %10.3f %8.2f %8.2f\n", json_string_value(json_object_get(r, "variant")),
-               at, (long long)TV("launches"), TV("dram_read_bytes") / mib, TV("dram_write_bytes") / mib,
+        printf("%-18s %-10s %8lld %10.3f %10.3f %10.3f %10.3f %8.2f %8.2f\n",
+               json_string_value(json_object_get(r, "variant")), at, (long long)TV("launches"),
+               TV("dram_read_bytes") / mib, TV("dram_write_bytes") / mib,
                (TV("requested_read_bytes") + TV("requested_write_bytes")) / mib,
                (TV("min_read_bytes") + TV("min_write_bytes")) / mib,
                json_number_value(json_object_get(t, "dram_over_min")),

@@ -905,8 +905,8 @@ cublasStatus_t gemm(const char *call, cublasHandle_t h, cublasOperation_t ta, cu
         ab_emu::require_device(Cb, span(m, n, ldc) * sizeof(float), what);
         if (count) {
             if (use_ab) {
-                for (int j = 0; j < ca; j++) ab_emu::traffic_range(Ab + (size_t)j * lda, (size_t)ra * sizeof(float), false);
-                for (int j = 0; j < cb; j++) ab_emu::traffic_range(Bb + (size_t)j * ldb, (size_t)rb * sizeof(float), false);
+                for (int j = 0; j < ca; j++) ab_emu::traffic_range(Ab + (size_t)j * lda, sizeof(float) * ra, false);
+                for (int j = 0; j < cb; j++) ab_emu::traffic_range(Bb + (size_t)j * ldb, sizeof(float) * rb, false);
             }
             for (int j = 0; j < n; j++) {
                 if (be != 0.0f) ab_emu::traffic_range(Cb + (size_t)j * ldc, (size_t)m * sizeof(float), false);
