@@ -46,6 +46,20 @@ static const char *const TSV_COLUMNS[] = {
     "traffic.requested_read_bytes", "traffic.requested_write_bytes", "traffic.min_read_bytes",
     "traffic.min_write_bytes", "traffic.dram_over_min", NULL};
 
+/* A record's traffic for its progress line ("" without): launches, DRAM MiB and
+ * their ratio to the op's minimal bytes. */
+static const char *traffic_note(json_t *rec, char *buf, size_t size) {
+    json_t *t = json_object_get(rec, "traffic");
+    buf[0] = '\0';
+    if (json_is_object(t))
+        snprintf(buf, size, "  traffic %lld launches, DRAM %.3f MiB = %.2fx min",
+                 (long long)json_integer_value(json_object_get(t, "launches")),
+                 ((double)json_integer_value(json_object_get(t, "dram_read_bytes")) +
+                  (double)json_integer_value(json_object_get(t, "dram_write_bytes"))) / 1048576.0,
+                 json_number_value(json_object_get(t, "dram_over_min")));
+    return buf;
+}
+
 /* The points' traffic (records with a "traffic" object) as a table on stdout. */
 static void print_traffic(json_t *records) {
     size_t i;
@@ -184,9 +198,11 @@ int cmd_bench(int argc, char **argv, const char *command_line) {
             if (strcmp(st, "failed") == 0) failed++;
             if (!quiet) {
                 json_t *fb = json_object_get(json_object_get(rec, "fwd_bwd_ms"), "median");
-                fprintf(stderr, "bench: %-18s N=%-6lld B=%-4lld %-8s fwd+bwd %10.3f ms  peak %8.1f MiB\n", sv->label, n,
-                        b, st, fb ? json_real_value(fb) : NAN,
-                        json_integer_value(json_object_get(rec, "peak_bytes")) / 1048576.0);
+                char note[96];
+                fprintf(stderr, "bench: %-18s N=%-6lld B=%-4lld %-8s fwd+bwd %10.3f ms  peak %8.1f MiB%s\n", sv->label,
+                        n, b, st, fb ? json_real_value(fb) : NAN,
+                        json_integer_value(json_object_get(rec, "peak_bytes")) / 1048576.0,
+                        traffic_note(rec, note, sizeof note));
             }
             if (ab_run_add(run, rec)) cli_die(AB_EXIT_FAILURE, "%s", ab_error());
         }
@@ -206,8 +222,10 @@ int cmd_bench(int argc, char **argv, const char *command_line) {
                 }
                 if (!quiet) {
                     json_t *pp = json_object_get(rec, "per_position_ms");
-                    fprintf(stderr, "bench: %-18s context=%-6lld %-8s step %10.4f ms\n", sv->label, c.contexts[ci],
-                            json_string_value(json_object_get(rec, "status")), pp ? json_number_value(pp) : NAN);
+                    char note[96];
+                    fprintf(stderr, "bench: %-18s context=%-6lld %-8s step %10.4f ms%s\n", sv->label, c.contexts[ci],
+                            json_string_value(json_object_get(rec, "status")), pp ? json_number_value(pp) : NAN,
+                            traffic_note(rec, note, sizeof note));
                 }
                 if (ab_run_add(run, rec)) cli_die(AB_EXIT_FAILURE, "%s", ab_error());
             }
