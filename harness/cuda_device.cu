@@ -2,6 +2,7 @@
  * copies, device information, and the error reporting of cuda_compat.h's macros. */
 #include "cuda_compat.h"
 
+#include "cuda_traffic.h"
 #include "memory.h"
 
 #include <dlfcn.h>
@@ -273,4 +274,72 @@ extern "C" int ab_cuda_device_info(ab_cuda_info *info) {
     info->emulated = false;
 #endif
     return 0;
+}
+
+/* ---- memory traffic (cuda_traffic.h): the emulator's counters, or none ---- */
+
+#ifdef AB_CUDA_EMU
+static ab_traffic_counts traffic_counts(const ab_emu_traffic_counts &e) {
+    ab_traffic_counts c;
+    c.launches = e.launches;
+    c.req_read = e.req_read;
+    c.req_write = e.req_write;
+    c.dram_read = e.dram_read;
+    c.dram_write = e.dram_write;
+    return c;
+}
+static_assert((int)AB_TRAFFIC_KERNEL == AB_EMU_TRAFFIC_KERNEL && (int)AB_TRAFFIC_CUBLAS == AB_EMU_TRAFFIC_CUBLAS &&
+                  (int)AB_TRAFFIC_MEMSET == AB_EMU_TRAFFIC_MEMSET && (int)AB_TRAFFIC_MEMCPY == AB_EMU_TRAFFIC_MEMCPY &&
+                  (int)AB_TRAFFIC_SORT == AB_EMU_TRAFFIC_SORT,
+              "the kinds of cuda_traffic.h are the emulator's");
+
+extern "C" bool ab_cuda_traffic_counted(void) { return ab_emu_traffic_instrumented() != 0; }
+extern "C" void ab_cuda_traffic_start(void) {
+    ab_emu_traffic_enable(0);
+    ab_emu_traffic_reset();
+    ab_emu_traffic_enable(1);
+}
+extern "C" void ab_cuda_traffic_stop(void) { ab_emu_traffic_enable(0); }
+extern "C" void ab_cuda_traffic_total(ab_traffic_counts *c, unsigned long long *h2d_bytes,
+                                      unsigned long long *d2h_bytes) {
+    ab_emu_traffic_counts e;
+    ab_emu_traffic_total(&e, h2d_bytes, d2h_bytes);
+    if (c) *c = traffic_counts(e);
+}
+extern "C" int ab_cuda_traffic_entries(void) { return ab_emu_traffic_entries(); }
+extern "C" const char *ab_cuda_traffic_entry(int i, ab_traffic_kind *kind, ab_traffic_counts *c) {
+    ab_emu_traffic_counts e;
+    int k = 0;
+    const char *name = ab_emu_traffic_entry(i, &k, &e);
+    if (!name) return nullptr;
+    if (kind) *kind = (ab_traffic_kind)k;
+    if (c) *c = traffic_counts(e);
+    return name;
+}
+#else /* a GPU: nothing counted */
+extern "C" bool ab_cuda_traffic_counted(void) { return false; }
+extern "C" void ab_cuda_traffic_start(void) {}
+extern "C" void ab_cuda_traffic_stop(void) {}
+extern "C" void ab_cuda_traffic_total(ab_traffic_counts *c, unsigned long long *h2d_bytes,
+                                      unsigned long long *d2h_bytes) {
+    if (c) memset(c, 0, sizeof *c);
+    if (h2d_bytes) *h2d_bytes = 0;
+    if (d2h_bytes) *d2h_bytes = 0;
+}
+extern "C" int ab_cuda_traffic_entries(void) { return 0; }
+extern "C" const char *ab_cuda_traffic_entry(int i, ab_traffic_kind *kind, ab_traffic_counts *c) {
+    (void)i, (void)kind, (void)c;
+    return nullptr;
+}
+#endif
+
+extern "C" const char *ab_traffic_kind_name(ab_traffic_kind k) {
+    switch (k) {
+    case AB_TRAFFIC_KERNEL: return "kernel";
+    case AB_TRAFFIC_CUBLAS: return "cublas";
+    case AB_TRAFFIC_MEMSET: return "memset";
+    case AB_TRAFFIC_MEMCPY: return "memcpy";
+    case AB_TRAFFIC_SORT: return "sort";
+    }
+    return "?";
 }

@@ -2,6 +2,7 @@
  * every call that would need the device fails with one clear message. */
 #include "cuda_blas.h"
 #include "cuda_device.h"
+#include "cuda_traffic.h"
 
 #include "error.h"
 
@@ -76,4 +77,22 @@ int ab_cuda_sgemm_batched(bool trans_a, bool trans_b, int m, int n, int k, float
                           int ldc, long long stride_c, long long batch) {
     (void)stride_a, (void)stride_b, (void)stride_c, (void)batch;
     return ab_cuda_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+bool ab_cuda_traffic_counted(void) { return false; }
+void ab_cuda_traffic_start(void) {}
+void ab_cuda_traffic_stop(void) {}
+void ab_cuda_traffic_total(ab_traffic_counts *c, unsigned long long *h2d_bytes, unsigned long long *d2h_bytes) {
+    if (c) memset(c, 0, sizeof *c);
+    if (h2d_bytes) *h2d_bytes = 0;
+    if (d2h_bytes) *d2h_bytes = 0;
+}
+int ab_cuda_traffic_entries(void) { return 0; }
+const char *ab_cuda_traffic_entry(int i, ab_traffic_kind *kind, ab_traffic_counts *c) {
+    (void)i, (void)kind, (void)c;
+    return NULL;
+}
+const char *ab_traffic_kind_name(ab_traffic_kind k) {
+    static const char *const names[] = {"kernel", "cublas", "memset", "memcpy", "sort"};
+    return (unsigned)k < sizeof names / sizeof *names ? names[k] : "?";
 }

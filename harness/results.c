@@ -2,6 +2,7 @@
 
 #include "blas.h"
 #include "cuda_device.h"
+#include "cuda_traffic.h"
 #include "error.h"
 #include "fileio.h"
 
@@ -84,6 +85,8 @@ static json_t *gpu_info(void) {
     json_object_set_new(g, "cuda_runtime", json_string(v));
     json_object_set_new(g, "cublas_version", json_integer(gi.cublas_version));
     json_object_set_new(g, "emulated", json_boolean(gi.emulated));
+    /* memory traffic counted (the instrumented emulator: bench records' "traffic") */
+    json_object_set_new(g, "traffic_counted", json_boolean(ab_cuda_traffic_counted()));
     return g;
 }
 

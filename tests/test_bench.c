@@ -359,6 +359,70 @@ Test(bench, cuda_emulated_sweep_records_oom_and_skipped) {
     json_decref(doc);
 }
 
+/* The emulated binary counts memory traffic where the build has the traffic library
+ * (tests/cuda_emu/cuda_emu.h, "Memory traffic"; a sanitized build has none): every ok
+ * point of a --device cuda sweep holds the counts of one forward+backward, or one step
+ * at the context's position, beside the op's minimal bytes, which a correct kernel
+ * cannot move less of (it reads every input and writes every output); the machine
+ * section says whether traffic was counted, and stdout has the table. */
+Test(bench, cuda_emulated_sweep_reports_traffic) {
+    char *out = NULL;
+    int rc = tp_run(DIR, ATTNBENCH_EMU_EXE, NULL,
+                    TP_ARGV("--threads", "1", "bench", SMOKE, "--device", "cuda", "--set", "lengths=[32]", "--set",
+                            "gemm.size=16", "--out", DIR "/traffic.json", NULL),
+                    &out, &g_err);
+    cr_assert_eq(rc, 0, "bench failed: %s", g_err);
+    json_t *doc = json_load_file(DIR "/traffic.json", 0, NULL);
+    cr_assert_not_null(doc);
+    json_t *counted = json_object_get(json_object_get(json_object_get(doc, "machine"), "gpu"), "traffic_counted");
+    cr_assert(json_is_boolean(counted), "machine.gpu.traffic_counted missing");
+    cr_assert_eq(json_is_true(counted), TEST_TRAFFIC_EXPECTED != 0,
+                 "traffic counted: %d, the build's traffic library: %d", json_is_true(counted), TEST_TRAFFIC_EXPECTED);
+    size_t i;
+    json_t *r;
+    int with = 0;
+    json_array_foreach(json_object_get(doc, "records"), i, r) {
+        json_t *t = json_object_get(r, "traffic");
+        if (!json_is_true(counted)) {
+            cr_assert_null(t, "record %zu has traffic, but none was counted", i);
+            continue;
+        }
+        cr_assert_str_eq(json_string_value(json_object_get(r, "status")), "ok");
+        cr_assert(json_is_object(t), "record %zu: no traffic", i);
+        const bool rec = strcmp(json_string_value(json_object_get(r, "kind")), "recurrent") == 0;
+        cr_assert_str_eq(json_string_value(json_object_get(t, "what")), rec ? "step" : "forward+backward");
+        if (rec)
+            cr_assert_eq(json_integer_value(json_object_get(t, "position")),
+                         json_integer_value(json_object_get(r, "context")));
+        cr_assert_gt(json_integer_value(json_object_get(t, "launches")), 0, "record %zu", i);
+        const double dram = (double)json_integer_value(json_object_get(t, "dram_read_bytes")) +
+                            (double)json_integer_value(json_object_get(t, "dram_write_bytes"));
+        const double min = (double)json_integer_value(json_object_get(t, "min_read_bytes")) +
+                           (double)json_integer_value(json_object_get(t, "min_write_bytes"));
+        cr_assert_geq(dram, min, "record %zu (%s): DRAM bytes %.0f below the minimal %.0f", i,
+                      json_string_value(json_object_get(r, "variant")), dram, min);
+        cr_assert_float_eq(json_number_value(json_object_get(t, "dram_over_min")), dram / min, 1e-6 * dram / min);
+        /* the operations by name add up to the totals */
+        json_t *e;
+        size_t j;
+        json_int_t launches = 0, dr = 0;
+        json_array_foreach(json_object_get(t, "by_name"), j, e) {
+            launches += json_integer_value(json_object_get(e, "launches"));
+            dr += json_integer_value(json_object_get(e, "dram_read_bytes"));
+        }
+        cr_assert_eq(launches, json_integer_value(json_object_get(t, "launches")), "record %zu", i);
+        cr_assert_eq(dr, json_integer_value(json_object_get(t, "dram_read_bytes")), "record %zu", i);
+        with++;
+    }
+    if (json_is_true(counted)) {
+        cr_assert_eq(with, 6 + 4 * 2, "%d records with traffic: want the 6 variants at N = 32 and the 4 recurrent "
+                     "ones at 2 contexts", with);
+        cr_assert(strstr(out, "memory traffic of one forward+backward") && strstr(out, "dram/min"), "stdout: %s", out);
+    }
+    free(out);
+    json_decref(doc);
+}
+
 Test(bench, cuda_emulated_no_device_refused) {
     int rc = run_exe("AB_EMU_NO_DEVICE=1", ATTNBENCH_EMU_EXE, "bench", SMOKE, "--device", "cuda", "--quiet", "--out",
                      DIR "/nodev2.json", NULL);

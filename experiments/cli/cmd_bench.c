@@ -6,6 +6,7 @@
 #include "cli_util.h"
 #include "config.h"
 #include "cuda_device.h"
+#include "cuda_traffic.h"
 #include "error.h"
 #include "results.h"
 #include "sweep.h"
@@ -29,7 +30,10 @@ static const char BENCH_USAGE[] =
     "length, forward and forward+backward time (median, p20, p80) and peak tracked\n"
     "memory; then the recurrent step time at each context length, and this machine's\n"
     "sgemm rate. --device cuda runs on the GPU (variants without a CUDA\n"
-    "implementation are recorded as skipped, with the reason). --set overrides a config\n"
+    "implementation are recorded as skipped, with the reason); on the instrumented CPU\n"
+    "emulator (build/attnbench-emu) each point also counts the device memory\n"
+    "traffic of one forward+backward (or step) and prints it beside the minimal bytes\n"
+    "(experiments/sweep/README.md says how to read it). --set overrides a config\n"
     "value by its dotted path (e.g. --set repeats=3, --set lengths=[512,1024]). Writes\n"
     "FILE (default results/NAME.json, NAME from the config) after every point, and a\n"
     "TSV beside it.\n";
@@ -38,7 +42,55 @@ static const char *const TSV_COLUMNS[] = {
     "kind", "variant", "len", "context", "batch", "heads", "qk_dim", "v_dim", "causal", "status",
     "fwd_ms.median", "fwd_ms.p20", "fwd_ms.p80", "fwd_bwd_ms.median", "fwd_bwd_ms.p20", "fwd_bwd_ms.p80",
     "per_sample_fwd_ms", "per_sample_fwd_bwd_ms", "peak_bytes", "peak_bytes_per_sample", "fwd_bwd_gflops",
-    "per_position_ms", "state_bytes", NULL};
+    "per_position_ms", "state_bytes", "traffic.launches", "traffic.dram_read_bytes", "traffic.dram_write_bytes",
+    "traffic.requested_read_bytes", "traffic.requested_write_bytes", "traffic.min_read_bytes",
+    "traffic.min_write_bytes", "traffic.dram_over_min", NULL};
+
+/* A record's traffic for its progress line ("" without): launches, DRAM MiB and
+ * their ratio to the op's minimal bytes. */
+static const char *traffic_note(json_t *rec, char *buf, size_t size) {
+    json_t *t = json_object_get(rec, "traffic");
+    buf[0] = '\0';
+    if (json_is_object(t))
+        snprintf(buf, size, "  traffic %lld launches, DRAM %.3f MiB = %.2fx min",
+                 (long long)json_integer_value(json_object_get(t, "launches")),
+                 ((double)json_integer_value(json_object_get(t, "dram_read_bytes")) +
+                  (double)json_integer_value(json_object_get(t, "dram_write_bytes"))) / 1048576.0,
+                 json_number_value(json_object_get(t, "dram_over_min")));
+    return buf;
+}
+
+/* The points' traffic (records with a "traffic" object) as a table on stdout. */
+static void print_traffic(json_t *records) {
+    size_t i;
+    json_t *r;
+    bool header = false;
+    const double mib = 1048576.0;
+    json_array_foreach(records, i, r) {
+        json_t *t = json_object_get(r, "traffic");
+        if (!json_is_object(t)) continue;
+        if (!header) {
+            printf("memory traffic of one forward+backward (parallel) or one step (recurrent), MiB; DRAM: distinct\n"
+                   "32-byte sectors per launch; requested: sum of access sizes; min: inputs read + outputs written\n");
+            printf("%-18s %-10s %8s %10s %10s %10s %10s %8s %8s\n", "variant", "N/context", "launches", "dram rd",
+                   "dram wr", "requested", "min", "dram/min", "req/min");
+            header = true;
+        }
+        const bool rec = strcmp(json_string_value(json_object_get(r, "kind")), "recurrent") == 0;
+        char at[32];
+        snprintf(at, sizeof at, "%s%lld", rec ? "ctx " : "",
+                 (long long)json_integer_value(json_object_get(r, rec ? "context" : "len")));
+#define TV(key) ((double)json_integer_value(json_object_get(t, key)))
+        printf("%-18s %-10s %8lld %10.3f %10.3f %10.3f %10.3f %8.2f %8.2f\n",
+               json_string_value(json_object_get(r, "variant")), at, (long long)TV("launches"),
+               TV("dram_read_bytes") / mib, TV("dram_write_bytes") / mib,
+               (TV("requested_read_bytes") + TV("requested_write_bytes")) / mib,
+               (TV("min_read_bytes") + TV("min_write_bytes")) / mib,
+               json_number_value(json_object_get(t, "dram_over_min")),
+               json_number_value(json_object_get(t, "requested_over_min")));
+#undef TV
+    }
+}
 
 int cmd_bench(int argc, char **argv, const char *command_line) {
     const char *config_path = NULL, *out_path = NULL;
@@ -146,9 +198,11 @@ int cmd_bench(int argc, char **argv, const char *command_line) {
             if (strcmp(st, "failed") == 0) failed++;
             if (!quiet) {
                 json_t *fb = json_object_get(json_object_get(rec, "fwd_bwd_ms"), "median");
-                fprintf(stderr, "bench: %-18s N=%-6lld B=%-4lld %-8s fwd+bwd %10.3f ms  peak %8.1f MiB\n", sv->label, n,
-                        b, st, fb ? json_real_value(fb) : NAN,
-                        json_integer_value(json_object_get(rec, "peak_bytes")) / 1048576.0);
+                char note[96];
+                fprintf(stderr, "bench: %-18s N=%-6lld B=%-4lld %-8s fwd+bwd %10.3f ms  peak %8.1f MiB%s\n", sv->label,
+                        n, b, st, fb ? json_real_value(fb) : NAN,
+                        json_integer_value(json_object_get(rec, "peak_bytes")) / 1048576.0,
+                        traffic_note(rec, note, sizeof note));
             }
             if (ab_run_add(run, rec)) cli_die(AB_EXIT_FAILURE, "%s", ab_error());
         }
@@ -168,8 +222,10 @@ int cmd_bench(int argc, char **argv, const char *command_line) {
                 }
                 if (!quiet) {
                     json_t *pp = json_object_get(rec, "per_position_ms");
-                    fprintf(stderr, "bench: %-18s context=%-6lld %-8s step %10.4f ms\n", sv->label, c.contexts[ci],
-                            json_string_value(json_object_get(rec, "status")), pp ? json_number_value(pp) : NAN);
+                    char note[96];
+                    fprintf(stderr, "bench: %-18s context=%-6lld %-8s step %10.4f ms%s\n", sv->label, c.contexts[ci],
+                            json_string_value(json_object_get(rec, "status")), pp ? json_number_value(pp) : NAN,
+                            traffic_note(rec, note, sizeof note));
                 }
                 if (ab_run_add(run, rec)) cli_die(AB_EXIT_FAILURE, "%s", ab_error());
             }
@@ -189,6 +245,7 @@ int cmd_bench(int argc, char **argv, const char *command_line) {
         }
     }
     ab_run_set(run, "summary", summary);
+    if (!quiet) print_traffic(ab_run_records(run));
     const char *final = g_interrupted ? "interrupted" : failed ? "failed" : "ok";
     if (ab_run_finish(run, final)) cli_die(AB_EXIT_FAILURE, "%s", ab_error());
     if (!quiet) fprintf(stderr, "bench: wrote %s (status %s)\n", out_path, final);

@@ -85,6 +85,28 @@ json_t *sweep_run_recurrent(const sweep_config *c, const sweep_variant *sv, attn
 /* Least-squares slope of log(per-sample fwd+bwd time) on log(N) per variant. */
 json_t *sweep_growth_summary(json_t *records);
 
+/* ---- memory traffic (sweep_traffic.c; harness/cuda_traffic.h) ---- */
+
+/* The bytes an operation must move at least: its inputs read once and its outputs
+ * written once (what a perfect kernel reading and writing nothing else would move).
+ * Forward (backward false): q, k (B H N D each) and v (B H N M) read, out (B H N M)
+ * written, and the variant's own parameters read (n_params floats: linformer's
+ * projections, 0 for the others). Forward+backward: also dout read, dq, dk, dv and the
+ * parameters' gradient written. */
+void sweep_min_bytes_parallel(const attn_shape *s, size_t n_params, bool backward, double *read, double *write);
+/* The same for one recurrent step at position t (s->len ignored): q, k, v of the
+ * position read and out written (B H (2D + M) and B H M floats), and the state: a
+ * state that grows with the positions it holds (a key/value cache) has its t
+ * positions read (attn_state_bytes for capacity t) and the new position's part written;
+ * a state of fixed size (linear attention's sums) is read and written whole (an upper
+ * bound of what must be written where part of it never changes: FAVOR's W, a sliding
+ * window's ring). 0, or an error code with a message. */
+int sweep_min_bytes_step(const attn *a, const attn_shape *s, int t, double *read, double *write);
+/* The counts of the last ab_cuda_traffic_start .. stop (what: "forward+backward" or
+ * "step") beside the minimal bytes: totals, their ratios to the minimum, host<->device
+ * copies, and every operation by name (a record's "traffic"). */
+json_t *sweep_traffic_json(const char *what, double min_read, double min_write);
+
 #endif
 
 

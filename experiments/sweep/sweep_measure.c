@@ -5,6 +5,7 @@
 #include "blas.h"
 #include "cuda_blas.h"
 #include "cuda_device.h"
+#include "cuda_traffic.h"
 #include "error.h"
 #include "memory.h"
 #include "results.h"
@@ -323,6 +324,18 @@ json_t *sweep_run_point(const sweep_config *c, const sweep_variant *sv, attn *a,
                 rs = sync_ms(dev, t1, &fb_ms[n_fb++]);
                 if (!rc) rc = rs;
             }
+            /* Memory traffic (the instrumented emulator): one more forward+backward,
+             * counted, after the timed ones. */
+            if (!rc && !*c->interrupted && dev == AB_DEV_CUDA && ab_cuda_traffic_counted()) {
+                ab_cuda_traffic_start();
+                rc = attn_forward(a, s, q, k, v, out, saved);
+                if (!rc) rc = attn_backward(a, s, q, k, v, dout, saved, dq, dk, dv);
+                if (!rc) rc = ab_dev_sync(dev);
+                ab_cuda_traffic_stop();
+                double min_r, min_w;
+                sweep_min_bytes_parallel(s, np, true, &min_r, &min_w);
+                if (!rc) json_object_set_new(rec, "traffic", sweep_traffic_json("forward+backward", min_r, min_w));
+            }
             if (rc) {
                 status = rc == AB_ENOMEM ? "oom" : "failed";
                 json_object_set_new(rec, "reason", json_string(ab_error()));
@@ -378,7 +391,10 @@ json_t *sweep_run_recurrent(const sweep_config *c, const sweep_variant *sv, attn
     json_t *rec = sweep_base_record(sv, a, &s, "recurrent");
     json_object_set_new(rec, "context", json_integer(context));
     json_object_set_new(rec, "steps", json_integer(c->rec_steps));
-    int cap = (int)context + c->rec_steps;
+    /* Memory traffic (the instrumented emulator): one more step, counted, at position
+     * `context` before the timed ones; the state holds one more position for it. */
+    const bool traffic = dev == AB_DEV_CUDA && ab_cuda_traffic_counted();
+    int cap = (int)context + c->rec_steps + (traffic ? 1 : 0);
     size_t bh = (size_t)s.batch * s.heads;
     size_t state_bytes = attn_state_bytes(a, &s, cap);
     const char *status = "ok";
@@ -416,9 +432,27 @@ json_t *sweep_run_recurrent(const sweep_config *c, const sweep_variant *sv, attn
         if (!rc && context > 0) rc = attn_prefill(a, state, (int)context, q, k, v, NULL);
         int rs = sync_ms(dev, t0, &prefill_ms);
         if (!rc) rc = rs;
+        /* traffic: the step at position `context` counted first; the timed steps follow */
+        int first = (int)context;
+        if (!rc && traffic && !*c->interrupted) {
+            double min_r, min_w;
+            rc = sweep_min_bytes_step(a, &s, (int)context, &min_r, &min_w);
+            if (!rc) {
+                ab_cuda_traffic_start();
+                rc = attn_step(a, state, (int)context, qt, kt, vt, ot);
+                if (!rc) rc = ab_dev_sync(dev);
+                ab_cuda_traffic_stop();
+                first++;
+            }
+            if (!rc) {
+                json_t *tr = sweep_traffic_json("step", min_r, min_w);
+                json_object_set_new(tr, "position", json_integer(context));
+                json_object_set_new(rec, "traffic", tr);
+            }
+        }
         for (int t = 0; t < c->rec_steps && !rc; t++) {
             uint64_t t1 = ab_now_ns();
-            rc = attn_step(a, state, (int)context + t, qt, kt, vt, ot);
+            rc = attn_step(a, state, first + t, qt, kt, vt, ot);
             rs = sync_ms(dev, t1, &ms[t]);
             if (!rc) rc = rs;
         }

@@ -403,6 +403,7 @@ void launch(const char *name, const void *func, dim3 grid, dim3 block, size_t sm
     blockDim = block;
     s.launches++;
     device_window w;
+    traffic_begin(name, AB_EMU_TRAFFIC_KERNEL);
     const bool rev = strict(); /* blocks in the opposite order too */
     for (unsigned z = 0; z < grid.z; z++)
         for (unsigned y = 0; y < grid.y; y++)
@@ -412,6 +413,7 @@ void launch(const char *name, const void *func, dim3 grid, dim3 block, size_t sm
                 blockIdx.z = rev ? grid.z - 1 - z : z;
                 run_block();
             }
+    traffic_end();
     s.kernel = saved_kernel;
 }
 
@@ -721,6 +723,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
         memset(m, 0xff, rounded); /* fresh device memory is garbage: NaN shows reads before writes */
     }
     s.allocs[(uintptr_t)m] = bytes;
+    ab_emu::traffic_alloc(m, bytes);
     s.used += rounded;
     *p = m;
     return cudaSuccess;
@@ -734,6 +737,7 @@ cudaError_t cudaFree(void *p) {
     if (it == s.allocs.end()) return set_error(cudaErrorInvalidValue);
     s.used -= round_up(it->second, 256);
     s.allocs.erase(it);
+    ab_emu::traffic_free(p);
     auto mit = s.maps.find((uintptr_t)p);
     if (mit != s.maps.end()) {
         munmap(mit->second.base, mit->second.data_bytes + 2 * page_size());
@@ -751,6 +755,17 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
     if (!dst || !src) return set_error(cudaErrorInvalidValue);
     check_copy(dst, src, bytes, kind, "cudaMemcpy");
     ab_emu::device_window w;
+    if (ab_emu::traffic_counting()) {
+        const bool dd = ab_emu::is_device_range(dst, bytes), sd = ab_emu::is_device_range(src, bytes);
+        if (dd && sd) {
+            ab_emu::traffic_begin("cudaMemcpy(DeviceToDevice)", AB_EMU_TRAFFIC_MEMCPY);
+            ab_emu::traffic_range(src, bytes, false);
+            ab_emu::traffic_range(dst, bytes, true);
+            ab_emu::traffic_end();
+        } else if (dd || sd) {
+            ab_emu::traffic_transfer(bytes, dd);
+        }
+    }
     memmove(dst, src, bytes);
     return cudaSuccess;
 }
@@ -765,6 +780,11 @@ cudaError_t cudaMemset(void *p, int value, size_t bytes) {
     if (bytes == 0) return cudaSuccess;
     ab_emu::require_device(p, bytes, "cudaMemset");
     ab_emu::device_window w;
+    if (ab_emu::traffic_counting()) {
+        ab_emu::traffic_begin("cudaMemset", AB_EMU_TRAFFIC_MEMSET);
+        ab_emu::traffic_range(p, bytes, true);
+        ab_emu::traffic_end();
+    }
     memset(p, value, bytes);
     return cudaSuccess;
 }
@@ -917,6 +937,10 @@ cublasStatus_t gemm(const char *call, cublasHandle_t h, cublasOperation_t ta, cu
     ab_emu::device_window w;
     const bool use_ab = al != 0.0f && k > 0;
     char what[96];
+    /* Traffic: one launch; A and B read once, column by column (the elements, not the
+     * gaps between columns when ld exceeds the rows), C read when beta != 0, C written. */
+    const bool count = ab_emu::traffic_counting();
+    if (count) ab_emu::traffic_begin(call, AB_EMU_TRAFFIC_CUBLAS);
     for (int b = 0; b < batch; b++) {
         const float *Ab = A + (ptrdiff_t)b * sa, *Bb = B + (ptrdiff_t)b * sb;
         float *Cb = C + (ptrdiff_t)b * sc;
@@ -928,6 +952,16 @@ cublasStatus_t gemm(const char *call, cublasHandle_t h, cublasOperation_t ta, cu
         }
         snprintf(what, sizeof what, "%s: C of batch entry %d", call, b);
         ab_emu::require_device(Cb, span(m, n, ldc) * sizeof(float), what);
+        if (count) {
+            if (use_ab) {
+                for (int j = 0; j < ca; j++) ab_emu::traffic_range(Ab + (size_t)j * lda, sizeof(float) * ra, false);
+                for (int j = 0; j < cb; j++) ab_emu::traffic_range(Bb + (size_t)j * ldb, sizeof(float) * rb, false);
+            }
+            for (int j = 0; j < n; j++) {
+                if (be != 0.0f) ab_emu::traffic_range(Cb + (size_t)j * ldc, (size_t)m * sizeof(float), false);
+                ab_emu::traffic_range(Cb + (size_t)j * ldc, (size_t)m * sizeof(float), true);
+            }
+        }
         for (int j = 0; j < n; j++)
             for (int i = 0; i < m; i++) {
                 double acc = 0.0;
@@ -945,6 +979,7 @@ cublasStatus_t gemm(const char *call, cublasHandle_t h, cublasOperation_t ta, cu
                 *c = (float)((double)al * acc + prev);
             }
     }
+    if (count) ab_emu::traffic_end();
     return CUBLAS_STATUS_SUCCESS;
 }
 

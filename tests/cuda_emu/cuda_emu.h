@@ -70,6 +70,33 @@
  * interleaving of warps on real hardware (lockstep lanes, independent thread
  * scheduling); performance.
  *
+ * Memory traffic (traffic.cpp; harness/cuda_traffic.h is its C interface): a roofline
+ * without a GPU. In the traffic library (meson's attnbench_traffic, which attnbench-emu
+ * and the traffic suite link; GCC builds without -Db_sanitize) the .cu sources are
+ * compiled with GCC's ThreadSanitizer instrumentation at compile time only, and the
+ * hooks it calls (__tsan_read4, __tsan_write16, ...: traffic.cpp defines them) count,
+ * while counting is on (ab_emu_traffic_enable), every load and store a running kernel
+ * makes to a device allocation. Per operation:
+ * - requested bytes: the sum of the access sizes, loads and stores apart (the requests
+ *   to L1/L2; a value the compiled code keeps in a register is not requested again: it is
+ *   GCC's code at -O2, not nvcc's, that is counted);
+ * - DRAM bytes under an ideal cache within the operation: 32 bytes for each distinct
+ *   32-byte sector read, and for each written (a sector read and written counts in
+ *   both); nothing is reused between operations (every launch starts cold: the
+ *   conservative model);
+ * - launches; a cuBLAS call is one launch (A and B read once, column by column, C read
+ *   when beta != 0, C written), and so are CUB's sort (keys and values read and written
+ *   once), a cudaMemset (written) and a device-to-device copy (read and written), each
+ *   under its own name; host<->device copies are counted apart, in bytes.
+ * Totals, and the same per name (a kernel's as AB_LAUNCH names it). Not modelled:
+ * caches across kernels (L2 reuse between launches), the capacity of the cache within
+ * one (an ideal cache never evicts: a tensor streamed twice counts once, however
+ * large), coalescing beyond 32-byte sectors (scattered accesses cost their sectors, not
+ * their transactions), shared-memory and register traffic, what atomics cost beyond
+ * their bytes, and the traffic of the real cuBLAS's kernels (which read tiles of A and
+ * B several times). The plain emulated library counts nothing (and
+ * ab_emu_traffic_instrumented() says so).
+ *
  * Single-threaded: launches and API calls from several host threads are serialised. */
 #ifndef AB_CUDA_EMU_H
 #define AB_CUDA_EMU_H
@@ -690,6 +717,54 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
                                          const float *B, int ldb, long long strideB, const float *beta, float *C,
                                          int ldc, long long strideC, int batchCount);
 
+/* ---- memory traffic (traffic.cpp; the model is in this file's first comment) ---- */
+
+/* What an operation (or a sum of them) moved: launches, requested bytes (the sum of the
+ * access sizes: L1/L2 request traffic) and DRAM bytes under an ideal cache within the
+ * operation (32 x the distinct 32-byte sectors read, and written), loads and stores
+ * apart. */
+struct ab_emu_traffic_counts {
+    unsigned long long launches, req_read, req_write, dram_read, dram_write;
+};
+/* The kinds of counted operations (ab_emu_traffic_entry's *kind). */
+enum {
+    AB_EMU_TRAFFIC_KERNEL = 0, /* a launch */
+    AB_EMU_TRAFFIC_CUBLAS = 1, /* a cublasSgemm or cublasSgemmStridedBatched call */
+    AB_EMU_TRAFFIC_MEMSET = 2, /* cudaMemset(Async) */
+    AB_EMU_TRAFFIC_MEMCPY = 3, /* cudaMemcpy(Async) from device to device memory */
+    AB_EMU_TRAFFIC_SORT = 4,   /* cub::DeviceRadixSort::SortPairs */
+};
+extern "C" {
+/* 1 in the traffic library (its .cu sources instrumented), 0 in the plain emulated one,
+ * where nothing is ever counted and the calls below report zeros. */
+int ab_emu_traffic_instrumented(void);
+/* Counting on or off (off at start; not inside an operation). */
+void ab_emu_traffic_enable(int on);
+/* Zeroes every counter and forgets the names (not inside an operation). */
+void ab_emu_traffic_reset(void);
+/* Sums since the last reset: every counted operation; host-to-device and
+ * device-to-host copy bytes (any pointer may be NULL). */
+void ab_emu_traffic_total(ab_emu_traffic_counts *c, unsigned long long *h2d, unsigned long long *d2h);
+/* The operations by name, in order of first appearance since the last reset: their
+ * number, and the i-th one's name (valid until the next reset; NULL past the end),
+ * kind and sums. */
+int ab_emu_traffic_entries(void);
+const char *ab_emu_traffic_entry(int i, int *kind, ab_emu_traffic_counts *c);
+}
+namespace ab_emu {
+/* The emulator's side (cuda_emu.cpp, and CUB below): allocations made and freed; an
+ * operation's start (a kernel's name, or the call's), the ranges of device memory it
+ * reads or writes (operations run by the emulator's own code, which is not
+ * instrumented), its end; host<->device copies. All do nothing unless counting. */
+void traffic_alloc(const void *p, size_t bytes);
+void traffic_free(const void *p);
+bool traffic_counting(void);
+void traffic_begin(const char *name, int kind);
+void traffic_range(const void *p, size_t bytes, bool write);
+void traffic_end(void);
+void traffic_transfer(size_t bytes, bool to_device);
+} // namespace ab_emu
+
 /* ---- CUB ---- */
 
 namespace cub {
@@ -720,6 +795,14 @@ struct DeviceRadixSort {
         ab_emu::require_device(d_values_in, vb, "cub::DeviceRadixSort::SortPairs d_values_in");
         ab_emu::require_device(d_values_out, vb, "cub::DeviceRadixSort::SortPairs d_values_out");
         ab_emu::device_window w;
+        if (ab_emu::traffic_counting()) { /* keys and values read, then written, once */
+            ab_emu::traffic_begin("cub::DeviceRadixSort::SortPairs", AB_EMU_TRAFFIC_SORT);
+            ab_emu::traffic_range(d_keys_in, kb, false);
+            ab_emu::traffic_range(d_values_in, vb, false);
+            ab_emu::traffic_range(d_keys_out, kb, true);
+            ab_emu::traffic_range(d_values_out, vb, true);
+            ab_emu::traffic_end();
+        }
         typedef typename std::make_unsigned<KeyT>::type U;
         const int bits = end_bit - begin_bit;
         const U field = bits >= (int)(sizeof(U) * 8) ? (U)~(U)0 : (U)(((U)1 << bits) - 1);

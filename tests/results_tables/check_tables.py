@@ -4,7 +4,8 @@ JSON: this test runs each script and compares its output with the page.
 
     python3 tests/results_tables/check_tables.py SOURCE_ROOT
 
-A results page (experiments/*/RESULTS.md) marks each printed block as
+A results page (experiments/*/RESULTS.md, and the memory traffic page
+experiments/sweep/TRAFFIC.md) marks each printed block as
 
     Printed by `python3 SCRIPT ARGS...`:
 
@@ -61,7 +62,8 @@ def main(argv):
         print("usage: check_tables.py SOURCE_ROOT", file=sys.stderr)
         return 2
     root = argv[0]
-    pages = sorted(glob.glob(os.path.join(root, "experiments", "*", "RESULTS.md")))
+    pages = sorted(glob.glob(os.path.join(root, "experiments", "*", "RESULTS.md")) +
+                   glob.glob(os.path.join(root, "experiments", "*", "TRAFFIC.md")))
     if not pages:
         print("check_tables: no experiments/*/RESULTS.md", file=sys.stderr)
         return 1
