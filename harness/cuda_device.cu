@@ -240,6 +240,13 @@ extern "C" int ab_cuda_memset(void *p, int value, size_t bytes) {
     return 0;
 }
 
+extern "C" int ab_cuda_memcpy_d2d(void *dst, const void *src, size_t bytes) {
+    if (bytes == 0) return 0;
+    AB_TRY(ab_cuda_init());
+    AB_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g.stream));
+    return 0;
+}
+
 extern "C" int ab_cuda_sync(void) {
     AB_TRY(ab_cuda_init());
     /* also reports a failure inside earlier kernels (asynchronous errors) */

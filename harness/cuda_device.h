@@ -46,6 +46,8 @@ void ab_cuda_free(void *p);
 int ab_cuda_memcpy_h2d(void *dst, const void *src, size_t bytes);
 int ab_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes);
 int ab_cuda_memset(void *p, int value, size_t bytes);
+/* Device-to-device copy queued on the library's stream (asynchronous, like memset). */
+int ab_cuda_memcpy_d2d(void *dst, const void *src, size_t bytes);
 /* Waits for all queued work; reports an asynchronous failure. */
 int ab_cuda_sync(void);
 /* cudaMemGetInfo: free and total device bytes (includes other processes' use). */

@@ -44,6 +44,10 @@ int ab_cuda_memset(void *p, int value, size_t bytes) {
     (void)p, (void)value, (void)bytes;
     return ab_fail(AB_EDEVICE, NO_CUDA);
 }
+int ab_cuda_memcpy_d2d(void *dst, const void *src, size_t bytes) {
+    (void)dst, (void)src, (void)bytes;
+    return ab_fail(AB_EDEVICE, NO_CUDA);
+}
 int ab_cuda_sync(void) { return ab_fail(AB_EDEVICE, NO_CUDA); }
 int ab_cuda_mem_info(size_t *free_bytes, size_t *total_bytes) {
     if (free_bytes) *free_bytes = 0;

@@ -36,6 +36,12 @@ int ab_dev_memset(ab_device d, void *p, int value, size_t bytes) {
     return 0;
 }
 
+int ab_dev_copy(ab_device d, void *dst, const void *src, size_t bytes) {
+    if (d == AB_DEV_CUDA) return ab_cuda_memcpy_d2d(dst, src, bytes);
+    if (bytes) memcpy(dst, src, bytes);
+    return 0;
+}
+
 int ab_dev_sync(ab_device d) { return d == AB_DEV_CUDA ? ab_cuda_sync() : 0; }
 
 const char *ab_dev_name(ab_device d) { return d == AB_DEV_CUDA ? "cuda" : "cpu"; }

@@ -9,6 +9,7 @@
 
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,7 +56,8 @@ Test(bench, smoke_sweep_writes_complete_document) {
     cr_assert_not_null(doc, "result is not JSON: %s", je.text);
     cr_assert_str_eq(json_string_value(json_object_get(doc, "schema")), "attnbench/run/1");
     cr_assert_str_eq(json_string_value(json_object_get(doc, "status")), "ok");
-    const char *keys[] = {"command", "config", "seed", "machine", "git", "started", "finished", "sgemm", "records"};
+    const char *keys[] = {"command", "config",   "seed", "machine", "git",
+                          "started", "finished", "sgemm", "copy",   "records"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
         cr_assert_not_null(json_object_get(doc, keys[i]), "missing top-level key %s", keys[i]);
     json_t *machine = json_object_get(doc, "machine");
@@ -68,6 +70,11 @@ Test(bench, smoke_sweep_writes_complete_document) {
     size_t i;
     json_t *r;
     int parallel = 0, recurrent = 0;
+    /* The copy bandwidth (64 MiB by default, read + write bytes per second) and the
+     * memory floor of each point: its minimal bytes (q, k, v, dout read; out, dq, dk, dv
+     * written: 8 tensors of B H N 8 floats for fwd+bwd) at that rate. */
+    const double gbps = json_number_value(json_object_get(json_object_get(doc, "copy"), "gbps"));
+    cr_assert(gbps > 0 && isfinite(gbps), "copy.gbps = %g", gbps);
     json_array_foreach(recs, i, r) {
         const char *kind = json_string_value(json_object_get(r, "kind"));
         cr_assert_str_eq(json_string_value(json_object_get(r, "status")), "ok", "record %zu not ok", i);
@@ -75,6 +82,16 @@ Test(bench, smoke_sweep_writes_complete_document) {
             parallel++;
             json_t *fb = json_object_get(r, "fwd_bwd_ms");
             double med = json_number_value(json_object_get(fb, "median"));
+            {
+                const double bhn = (double)json_integer_value(json_object_get(r, "batch")) * 2 *
+                                   (double)json_integer_value(json_object_get(r, "len"));
+                const double floor_ms = 8.0 * bhn * 8 * 4 / (gbps * 1e9) * 1e3;
+                const double got = json_number_value(json_object_get(r, "floor_fwd_bwd_ms"));
+                cr_assert(fabs(got - floor_ms) <= 1e-6 * floor_ms, "record %zu: floor %g ms, want %g", i, got, floor_ms);
+                cr_assert(fabs(json_number_value(json_object_get(r, "fwd_bwd_over_floor")) - med / floor_ms) <=
+                              1e-6 * med / floor_ms,
+                          "record %zu: fwd_bwd_over_floor", i);
+            }
             double p20 = json_number_value(json_object_get(fb, "p20"));
             double p80 = json_number_value(json_object_get(fb, "p80"));
             cr_assert(med > 0 && p20 <= med && med <= p80, "record %zu: quantiles out of order", i);
@@ -88,6 +105,7 @@ Test(bench, smoke_sweep_writes_complete_document) {
         } else {
             recurrent++;
             cr_assert(json_number_value(json_object_get(r, "per_position_ms")) > 0);
+            cr_assert(json_number_value(json_object_get(r, "floor_step_ms")) > 0, "record %zu: no step floor", i);
             cr_assert(json_integer_value(json_object_get(r, "state_bytes")) > 0);
         }
     }
@@ -216,6 +234,8 @@ Test(bench, bad_configs_refused) {
                                "\"heads\": 1, \"qk_dim\": 2, \"v_dim\": 2, \"causal\": true, "
                                "\"batch\": {\"rule\": \"fixed\", \"size\": 1}, \"colour\": \"red\"}");
     expect_refused("colour", "bench", DIR "/extra.json", "--out", DIR "/keep.json", NULL);
+    expect_refused("copy.mib", "bench", SMOKE, "--set", "copy.mib=-1", "--out", DIR "/keep.json", NULL);
+    expect_refused("copy", "bench", SMOKE, "--set", "copy.bytes=5", "--out", DIR "/keep.json", NULL);
     expect_refused("CONFIG", "bench", NULL);
     expect_refused("not an attnbench run document", "plot", DIR "/keep.json", NULL);
 }

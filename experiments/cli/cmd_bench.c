@@ -166,6 +166,19 @@ int cmd_bench(int argc, char **argv, const char *command_line) {
         fprintf(stderr, "bench: sgemm %dx%d: %.1f GFLOP/s on %d threads\n", c.gemm_size, c.gemm_size, gemm, ab_threads());
     else if (!quiet)
         fprintf(stderr, "bench: sgemm %dx%d on the device (cuBLAS): %.1f GFLOP/s\n", c.gemm_size, c.gemm_size, gemm);
+    int copy_done = 0;
+    c.copy_gbps = c.copy_mib > 0 ? sweep_measure_copy(&c, c.dev, (size_t)c.copy_mib << 20, c.copy_repeats, &copy_done)
+                                 : NAN;
+    json_t *cp = json_object();
+    json_object_set_new(cp, "mib", json_integer(c.copy_mib));
+    json_object_set_new(cp, "repeats", json_integer(copy_done));
+    json_object_set_new(cp, "gbps", ab_json_num(c.copy_gbps)); /* bytes read + bytes written, per second */
+    json_object_set_new(cp, "device", json_string(ab_dev_name(c.dev)));
+    json_object_set_new(cp, "threads", json_integer(ab_threads()));
+    ab_run_set(run, "copy", cp);
+    if (!quiet && isfinite(c.copy_gbps))
+        fprintf(stderr, "bench: copy of %d MiB on the %s: %.1f GB/s (read + write)\n", c.copy_mib,
+                c.dev == AB_DEV_CPU ? "CPU" : "device", c.copy_gbps);
     if (ab_run_save(run)) cli_die(AB_EXIT_FAILURE, "%s", ab_error());
 
     int failed = 0;

@@ -51,6 +51,11 @@ typedef struct {
     int rec_steps, rec_batch;
     /* machine gemm rate */
     int gemm_size, gemm_repeats;
+    /* machine copy bandwidth: MiB copied (0: not measured) and timed copies; the rate
+     * measured (GB/s, read + write bytes; NAN until measured), which puts a memory
+     * floor beside each point's time */
+    int copy_mib, copy_repeats;
+    double copy_gbps;
     /* set by a signal handler: measurements stop early when it becomes non-zero */
     const volatile sig_atomic_t *interrupted;
 } sweep_config;
@@ -69,6 +74,13 @@ void sweep_config_free(sweep_config *c);
  * non-zero (the rate of the products done, or NAN without any). *done: the timed
  * products the rate comes from. NAN (and 0) on failure. */
 double sweep_measure_gemm(const sweep_config *c, ab_device d, int n, int repeats, int *done);
+/* The device's copy bandwidth (GB/s, counting the bytes read and the bytes written):
+ * the median of up to `repeats` timed copies of `bytes` within the device's memory
+ * (OpenMP threads over chunks of memcpy on the CPU; cudaMemcpyAsync device to device
+ * on CUDA) after a warm-up, bounded by c->time_budget_s like the sgemm. The roofline's
+ * memory floor of an op is its minimal bytes (sweep_min_bytes_*) at this rate.
+ * *done: the timed copies. NAN (and 0) on failure or when interrupted first. */
+double sweep_measure_copy(const sweep_config *c, ab_device d, size_t bytes, int repeats, int *done);
 /* A record of a variant at a shape, with no measurement (kind "parallel" or
  * "recurrent"): the base of every record, and of "skipped" ones. */
 json_t *sweep_base_record(const sweep_variant *sv, const attn *a, const attn_shape *s, const char *kind);

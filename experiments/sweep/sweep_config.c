@@ -5,6 +5,7 @@
 #include "cuda_device.h"
 #include "error.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,7 +92,7 @@ static int parse_int_list(const json_t *arr, const char *name, long long *out, i
 static int parse(const json_t *root, ab_device dev, sweep_config *c) {
     static const char *const top[] = {"name", "description", "variants", "lengths", "heads", "qk_dim", "v_dim",
                                       "causal", "batch", "warmup", "repeats", "time_budget_s", "memory_limit_gib",
-                                      "seed", "recurrent", "gemm", NULL};
+                                      "seed", "recurrent", "gemm", "copy", NULL};
     int rc = ab_config_only_keys(root, "", top);
     if (rc) return rc;
     c->dev = dev;
@@ -179,6 +180,21 @@ static int parse(const json_t *root, ab_device dev, sweep_config *c) {
         c->gemm_size = (int)x;
         if ((rc = ab_config_int(gemm, "gemm", "repeats", false, 5, 1, 1000, &x))) return rc;
         c->gemm_repeats = (int)x;
+    }
+    /* the copy bandwidth: 64 MiB by default (twice that moved per copy: beyond a CPU's
+     * last-level cache and an H100's 50 MB L2; the GPU configs ask for 256) */
+    c->copy_mib = 64;
+    c->copy_repeats = 5;
+    c->copy_gbps = NAN;
+    json_t *copy = json_object_get(root, "copy");
+    if (copy) {
+        if (!json_is_object(copy)) return ab_fail(AB_EINVAL, "config: 'copy' must be an object");
+        static const char *const ckeys[] = {"mib", "repeats", NULL};
+        if ((rc = ab_config_only_keys(copy, "copy", ckeys))) return rc;
+        if ((rc = ab_config_int(copy, "copy", "mib", false, 64, 0, 16384, &x))) return rc;
+        c->copy_mib = (int)x;
+        if ((rc = ab_config_int(copy, "copy", "repeats", false, 5, 1, 1000, &x))) return rc;
+        c->copy_repeats = (int)x;
     }
     return 0;
 }

@@ -162,6 +162,53 @@ double sweep_measure_gemm(const sweep_config *cfg, ab_device d, int n, int repea
     return rate;
 }
 
+/* dst = src (bytes) on device d: OpenMP threads over chunks of memcpy on the CPU. */
+static int copy_once(ab_device d, void *dst, const void *src, size_t bytes) {
+    if (d != AB_DEV_CPU) return ab_dev_copy(d, dst, src, bytes);
+    const size_t chunk = (size_t)1 << 20;
+    const long long n = (long long)((bytes + chunk - 1) / chunk);
+#pragma omp parallel for schedule(static)
+    for (long long i = 0; i < n; i++) {
+        size_t off = (size_t)i * chunk, len = bytes - off < chunk ? bytes - off : chunk;
+        memcpy((char *)dst + off, (const char *)src + off, len);
+    }
+    return 0;
+}
+
+double sweep_measure_copy(const sweep_config *cfg, ab_device d, size_t bytes, int repeats, int *done) {
+    *done = 0;
+    if (bytes == 0 || repeats < 1) return NAN;
+    void *a = NULL, *b = NULL;
+    double *ms = malloc(sizeof(double) * (size_t)repeats);
+    double rate = NAN;
+    /* both buffers written first: the copies then measure memory, not page faults */
+    if (ms && !ab_dev_malloc(d, &a, bytes) && !ab_dev_malloc(d, &b, bytes) && !ab_dev_memset(d, a, 1, bytes) &&
+        !ab_dev_memset(d, b, 0, bytes)) {
+        const double budget_ms = cfg->time_budget_s * 1e3;
+        double spent_ms = 0;
+        int k = 0, rc = 0;
+        for (int r = -1; r < repeats && rc == 0 && spent_ms < budget_ms; r++) { /* r = -1: warm-up */
+            if (cfg->interrupted && *cfg->interrupted) break;
+            rc = ab_dev_sync(d);
+            uint64_t t0 = ab_now_ns();
+            if (!rc) rc = copy_once(d, b, a, bytes);
+            if (!rc) rc = ab_dev_sync(d);
+            double t = ab_ms_since(t0);
+            spent_ms += t;
+            if (!rc && r >= 0) ms[k++] = t;
+        }
+        if (rc == 0 && k > 0) {
+            qsort(ms, (size_t)k, sizeof *ms, cmp_double);
+            rate = 2.0 * (double)bytes / (quantile(ms, k, 0.5) * 1e-3) * 1e-9;
+            *done = k;
+        }
+    }
+    free(ms);
+    ab_dev_free(d, a);
+    ab_dev_free(d, b);
+    return rate;
+}
+
 /* ---- one parallel point ---- */
 
 typedef struct {
@@ -362,6 +409,17 @@ json_t *sweep_run_point(const sweep_config *c, const sweep_variant *sv, attn *a,
         double ff = attn_flops(a, s, false), fbf = attn_flops(a, s, true);
         json_object_set_new(rec, "fwd_gflops", ab_json_num(ff / (fwd_med * 1e-3) * 1e-9));
         json_object_set_new(rec, "fwd_bwd_gflops", ab_json_num(fbf / (fb_med * 1e-3) * 1e-9));
+        /* The memory floor: the op's minimal bytes at the measured copy bandwidth. */
+        if (isfinite(c->copy_gbps) && c->copy_gbps > 0) {
+            double fr, fw, br, bw;
+            sweep_min_bytes_parallel(s, np, false, &fr, &fw);
+            sweep_min_bytes_parallel(s, np, true, &br, &bw);
+            const double floor_f = (fr + fw) / (c->copy_gbps * 1e9) * 1e3, floor_fb = (br + bw) / (c->copy_gbps * 1e9) * 1e3;
+            json_object_set_new(rec, "floor_fwd_ms", ab_json_num(floor_f));
+            json_object_set_new(rec, "floor_fwd_bwd_ms", ab_json_num(floor_fb));
+            json_object_set_new(rec, "fwd_over_floor", ab_json_num(fwd_med / floor_f));
+            json_object_set_new(rec, "fwd_bwd_over_floor", ab_json_num(fb_med / floor_fb));
+        }
         device_memory_json(rec, dev);
     }
     json_object_set_new(rec, "process_peak_rss_bytes", json_integer((json_int_t)ab_process_peak_rss()));
@@ -470,6 +528,15 @@ json_t *sweep_run_recurrent(const sweep_config *c, const sweep_variant *sv, attn
         json_object_set_new(rec, "per_position_ms", ab_json_num(med));
         json_object_set_new(rec, "positions_per_s", ab_json_num(s.batch * 1e3 / med));
         json_object_set_new(rec, "prefill_ms", ab_json_num(prefill_ms));
+        /* the memory floor of a step: its minimal bytes (at position context + 1, the
+         * middle of the timed steps' range is within a few positions of it) at the
+         * measured copy bandwidth */
+        double min_r, min_w;
+        if (isfinite(c->copy_gbps) && c->copy_gbps > 0 && !sweep_min_bytes_step(a, &s, (int)context, &min_r, &min_w)) {
+            const double floor_ms = (min_r + min_w) / (c->copy_gbps * 1e9) * 1e3;
+            json_object_set_new(rec, "floor_step_ms", ab_json_num(floor_ms));
+            json_object_set_new(rec, "step_over_floor", ab_json_num(med / floor_ms));
+        }
         json_object_set_new(rec, "state_bytes", json_integer((json_int_t)state_bytes));
         json_object_set_new(rec, "peak_bytes", json_integer((json_int_t)(ab_mem_peak(dev) - base)));
         device_memory_json(rec, dev);

@@ -6,7 +6,7 @@ BadInput with the one-line message. Standard library only."""
 import json
 
 TOP_KEYS = ["name", "description", "variants", "lengths", "heads", "qk_dim", "v_dim", "causal", "batch", "warmup",
-            "repeats", "time_budget_s", "memory_limit_gib", "seed", "recurrent", "gemm"]
+            "repeats", "time_budget_s", "memory_limit_gib", "seed", "recurrent", "gemm", "copy"]
 VARIANT_OPTIONS = {
     "softmax": ["scale"],
     "stateful-softmax": ["scale"],
@@ -224,6 +224,16 @@ def parse_config(root):
         _only_keys(g, "gemm", ["size", "repeats"])
         c["gemm_size"] = _int(g, "gemm", "size", False, 2048, 0, 16384)
         c["gemm_repeats"] = _int(g, "gemm", "repeats", False, 5, 1, 1000)
+    # the copy bandwidth (attnbench's memory floor): checked as attnbench does, not
+    # measured here (both sides run on the same device: attnbench's figure serves both)
+    c["copy_mib"], c["copy_repeats"] = 64, 5
+    cp = root.get("copy")
+    if cp is not None:
+        if not isinstance(cp, dict):
+            raise BadInput("config: 'copy' must be an object")
+        _only_keys(cp, "copy", ["mib", "repeats"])
+        c["copy_mib"] = _int(cp, "copy", "mib", False, 64, 0, 16384)
+        c["copy_repeats"] = _int(cp, "copy", "repeats", False, 5, 1, 1000)
     return c
 
 
