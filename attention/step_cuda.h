@@ -45,8 +45,32 @@ int kv_step_cuda(const float *q, const float *k, const float *v, float *kc, floa
                  size_t ws_bytes, unsigned *counters, long long n_slices, int capacity, int t, int D, int M,
                  float scale);
 
+/* ---- the linear / polynomial step ---- */
+
+/* Rows per block (row split) and columns per tile of the fused linear step; 0 (the
+ * defaults): automatic (ls_make_plan, linear_step_cuda.cuh). Tests and the lab set them. */
+extern int lin_step_rows_override, lin_step_cols_override;
+
+/* The blocks of a step on a device of `sms` multiprocessors (with the overrides):
+ * plan[0] column tiles of plan[1] columns, plan[2] row splits of plan[3] rows. */
+void lin_step_plan(long long n_slices, long long C, int M, int sms, int plan[4]);
+
+/* Offset of the step's counters in a linear state whose other parts take base_bytes,
+ * and the bytes they take after it. */
+size_t lin_step_counter_offset(size_t base_bytes);
+size_t lin_step_counter_bytes(long long n_slices);
+/* Bytes of step workspace for n_slices slices, C features, M value columns; favor: the
+ * map is favor (whose features may need a kernel and workspace of their own). */
+size_t lin_step_workspace_bytes(long long n_slices, int C, int D, int M, int favor);
+
 #ifdef __cplusplus
 }
+
+/* One fused step (linear_step_cuda.cu) of fm_step_args (feature_maps_cuda.cuh) for map
+ * `kind` (fm_kind); counters: lin_step_counter_bytes of the state, zero; ws_bytes: the
+ * size of a.ws. */
+struct fm_step_args;
+int lin_step_cuda(const fm_step_args &a, int kind, unsigned *counters, size_t ws_bytes);
 #endif
 
 #endif
