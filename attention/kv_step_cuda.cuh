@@ -65,7 +65,7 @@ template <> struct kv_vec<4> {
 };
 
 /* Grid: one block per (slice, split), grid-stride over them (flattened, split fastest).
- * Block: KV_THREADS threads.
+ * Block: NT threads (KV_THREADS in the library; the lab tries others).
  *  1. the block whose split holds position t writes k_t, v_t into the caches;
  *  2. scores of the split's keys: `lanes` lanes per key (q in shared memory, VEC-wide
  *     loads of K, a shuffle sum over the lanes), KV_UNROLL keys in flight per lane group;
@@ -76,7 +76,7 @@ template <> struct kv_vec<4> {
  *     slice's counter incremented; the block that brings it to `splits` combines the
  *     records in split order (weights exp(m_s - max m)) and writes out, then clears the
  *     counter for the next step. */
-template <int VEC> static __global__ void __launch_bounds__(KV_THREADS) kv_split_kernel(kv_step_args a) {
+template <int VEC, int NT> static __global__ void __launch_bounds__(NT) kv_split_kernel(kv_step_args a) {
     AB_DYN_SMEM(float, smem);
     const int D = a.D, M = a.M, T = blockDim.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int nwarps = T >> 5, G = a.lanes, kpw = 32 / G, sub = lane / G, gl = lane % G;
@@ -228,26 +228,28 @@ static inline int kv_lanes(int D, int vec) {
     return g;
 }
 
-/* Launches the step (a.split_len and a.splits set by the caller; a.lanes here).
- * threads: a multiple of 32 (KV_THREADS in the library; the lab tries others). */
-static inline int kv_step_launch(kv_step_args a, int threads) {
+template <int NT> static inline int kv_step_launch_nt(kv_step_args a) {
     const bool v4 = a.D % 4 == 0 && a.M % 4 == 0 && (uintptr_t)a.kc % 16 == 0 && (uintptr_t)a.vc % 16 == 0;
     const int vec = v4 ? 4 : 1;
     a.lanes = kv_lanes(a.D, vec);
-    const size_t smem = (size_t)kv_smem_floats(a.D, a.split_len, a.splits, threads, vec) * sizeof(float);
+    const size_t smem = (size_t)kv_smem_floats(a.D, a.split_len, a.splits, NT, vec) * sizeof(float);
     const unsigned grid = ab_cuda_grid(a.n_slices * a.splits, 1, AB_CUDA_MAX_GRID_X);
-    if (v4) {
-        auto *kern = &kv_split_kernel<4>;
-        if (smem > 48 * 1024)
-            AB_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        AB_LAUNCH(kern, grid, threads, smem, ab_cuda_stream(), a);
-    } else {
-        auto *kern = &kv_split_kernel<1>;
-        if (smem > 48 * 1024)
-            AB_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        AB_LAUNCH(kern, grid, threads, smem, ab_cuda_stream(), a);
-    }
+    auto *kern = v4 ? &kv_split_kernel<4, NT> : &kv_split_kernel<1, NT>;
+    if (smem > 48 * 1024)
+        AB_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    AB_LAUNCH(kern, grid, NT, smem, ab_cuda_stream(), a);
     return 0;
+}
+
+/* Launches the step (a.split_len and a.splits set by the caller; a.lanes here) with
+ * blocks of `threads` threads: KV_THREADS in the library, 64 or 256 in the lab. */
+static inline int kv_step_launch(kv_step_args a, int threads) {
+    switch (threads) {
+    case 64: return kv_step_launch_nt<64>(a);
+    case 128: return kv_step_launch_nt<128>(a);
+    case 256: return kv_step_launch_nt<256>(a);
+    default: return ab_fail(AB_EINVAL, "kv step: %d threads per block (64, 128 or 256)", threads);
+    }
 }
 
 #endif
