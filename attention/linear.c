@@ -831,14 +831,15 @@ static int cuda_check_shape(const attn *a, const attn_shape *s) {
     return 0;
 }
 
-/* CUDA (linear_cuda.cu): same shape checks, nothing saved, same state layout. */
+/* CUDA (linear_cuda.cu): same shape checks, nothing saved, the same state layout
+ * followed by the step's counters. */
 static const attn_backend cuda_backend = {
     .check_shape = cuda_check_shape,
     .saved_bytes = saved_bytes,
     .workspace_bytes = lin_cuda_workspace_bytes,
     .forward = lin_cuda_forward,
     .backward = lin_cuda_backward,
-    .state_bytes = state_bytes,
+    .state_bytes = lin_cuda_state_bytes,
     .state_init = lin_cuda_state_init,
     .prefill = lin_cuda_prefill,
     .step = lin_cuda_step,

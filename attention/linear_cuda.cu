@@ -55,12 +55,13 @@
  *   backward's extra memory is bounded, like the paper's Algorithm 1 (no per-position
  *   state stored), up to the budget: e.g. elu D = M = 64, T = 64: 37120 floats per
  *   chunk (580 per position); polynomial D = M = 64 (C = 4161): 1.09 M floats per chunk.
- * - recurrent state: Saug per slice, B*H*C*M1 floats (as the CPU); step workspace
- *   B*H*M1 floats (the step's Oaug).
+ * - recurrent state: Saug per slice, B*H*C*M1 floats (as the CPU), then one counter per
+ *   slice; step workspace: the fused step's partial sums (lin_step_workspace_bytes).
  *
- * Recurrent step: one kernel updates S += phi(k) vaug^T and forms Oaug = phi(q)^T S in
- * the same pass over S (features computed on the fly, block per (slice, 32 columns),
- * threads over the C rows, double accumulation), a second one divides. Prefill is the
+ * Recurrent step: one fused kernel (linear_step_cuda.cu) updates S += phi(k) vaug^T,
+ * forms Oaug = phi(q)^T S in the same pass over S and divides (the maps' own step
+ * launchers, fm_cuda_map.step, are the earlier two-kernel step, which the kernel lab
+ * keeps as its baseline); the state ends with the step's counters. Prefill is the
  * causal forward on the prompt with the running state kept in the recurrent state
  * itself (no token-by-token loop).
  *
@@ -88,6 +89,7 @@
 #include "feature_maps_cuda.cuh"
 
 #include "linear_cuda.h"
+#include "step_cuda.h"
 
 extern "C" {
 #include "favor.h"
@@ -737,20 +739,36 @@ static size_t state_floats(const lin_cfg &c, const attn_shape *s) {
     return (size_t)s->batch * (size_t)s->heads * (size_t)c.C * (size_t)c.M1;
 }
 
-/* Clears S; a log-scaled map's key shifts and W are set at the first position. */
+/* The CPU's layout (lin_state_layout), then the fused step's counters, one per slice
+ * (linear_step_cuda.cu). */
+static size_t counters_offset(const attn *a, const attn_shape *s) {
+    size_t c_off, w_off, total;
+    lin_state_layout(a, s, &c_off, &w_off, &total);
+    return lin_step_counter_offset(total);
+}
+
+extern "C" size_t lin_cuda_state_bytes(const attn *a, const attn_shape *s, int capacity) {
+    (void)capacity;
+    return counters_offset(a, s) + lin_step_counter_bytes((long long)s->batch * s->heads);
+}
+
+/* Clears S and the step's counters; a log-scaled map's key shifts and W are set at the
+ * first position. */
 extern "C" int lin_cuda_state_init(attn *a, const attn_shape *s, int capacity, void *state) {
     (void)capacity;
     lin_cfg c;
     cfg_make(a, s, &c);
     AB_CUDA_CHECK(cudaMemsetAsync(state, 0, state_floats(c, s) * sizeof(float), ab_cuda_stream()));
+    AB_CUDA_CHECK(cudaMemsetAsync((char *)state + counters_offset(a, s), 0,
+                                  lin_step_counter_bytes((long long)s->batch * s->heads), ab_cuda_stream()));
     return 0;
 }
 
 extern "C" size_t lin_cuda_step_workspace_bytes(const attn *a, const attn_shape *s, int capacity) {
     (void)capacity;
-    lin_cfg c;
-    cfg_make(a, s, &c);
-    return (size_t)s->batch * (size_t)s->heads * (size_t)c.map->step_ws_floats(c.f, c.M) * sizeof(float);
+    fm_spec sp;
+    lin_feature_map(a, s->qk_dim, &sp);
+    return lin_step_workspace_bytes((long long)s->batch * s->heads, sp.C, s->qk_dim, s->v_dim, sp.kind == FM_FAVOR);
 }
 
 /* favor: the state's own W and WT (lin_state_layout), drawn with the seed the attention
@@ -800,5 +818,7 @@ extern "C" int lin_cuda_step(attn *a, const attn_shape *s, int capacity, void *s
     args.M = c.M;
     args.t = t;
     args.eps = c.eps;
-    return c.map->step(args);
+    fm_spec sp;
+    lin_feature_map(a, s->qk_dim, &sp);
+    return lin_step_cuda(args, sp.kind, (unsigned *)((char *)state + counters_offset(a, s)), a->ws_bytes);
 }

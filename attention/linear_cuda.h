@@ -23,6 +23,7 @@ int lin_cuda_backward(attn *a, const attn_shape *s, const float *q, const float 
                       const float *dout, const void *saved, float *dq, float *dk, float *dv);
 
 /* Recurrent mode. */
+size_t lin_cuda_state_bytes(const attn *a, const attn_shape *s, int capacity);
 int lin_cuda_state_init(attn *a, const attn_shape *s, int capacity, void *state);
 int lin_cuda_prefill(attn *a, const attn_shape *s, int capacity, int prompt_len, const float *q, const float *k,
                      const float *v, float *out, void *state);

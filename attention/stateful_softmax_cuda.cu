@@ -2,10 +2,11 @@
  * softmax_cuda.cu), as on the CPU (stateful_softmax.c).
  *
  * State (device memory, capacity fixed at creation, never reallocated): K cache
- * (B, H, capacity, D), then at a 256-byte boundary the V cache (B, H, capacity, M).
- * Step t copies k_t, v_t into position t of every slice (one kernel) and attends q_t
- * over positions 0..t (one kernel, one block per slice): O(t (D + M)) per slice, the
- * scores in the step workspace (B*H*capacity floats).
+ * (B, H, capacity, D), then at a 256-byte boundary the V cache (B, H, capacity, M),
+ * then at a 256-byte boundary one counter per slice for the step (zero between steps).
+ * Step t is one kernel (kv_step_cuda.cu): it writes k_t, v_t into position t of every
+ * slice and attends q_t over positions 0..t split over thread blocks, the splits'
+ * partial results in the step workspace (kv_step_workspace_bytes).
  * Prefill copies the prompt's keys and values into the cache and, when out is wanted,
  * computes the prompt's causal outputs like softmax's forward, with the probabilities
  * of a chunk of slices and rows at a time in the workspace (smx_cuda_scratch_floats at
@@ -13,10 +14,9 @@
 #include "softmax_cuda.h"
 
 #include "cuda_util.cuh"
+#include "step_cuda.h"
 
 #include <math.h>
-
-#define STEP_MAX_THREADS 256
 
 static size_t align256(size_t x) { return (x + 255u) & ~(size_t)255u; }
 
@@ -24,20 +24,31 @@ static size_t kcache_bytes(const attn_shape *s, int capacity) {
     return align256((size_t)s->batch * (size_t)s->heads * (size_t)capacity * (size_t)s->qk_dim * sizeof(float));
 }
 
-extern "C" size_t ss_cuda_state_bytes(const attn *a, const attn_shape *s, int capacity) {
-    (void)a;
+static size_t caches_bytes(const attn_shape *s, int capacity) {
     return kcache_bytes(s, capacity) +
-           (size_t)s->batch * (size_t)s->heads * (size_t)capacity * (size_t)s->v_dim * sizeof(float);
+           align256((size_t)s->batch * (size_t)s->heads * (size_t)capacity * (size_t)s->v_dim * sizeof(float));
 }
 
-/* The cache beyond the positions held is never read: nothing to clear. */
+static unsigned *counters_of(const attn_shape *s, int capacity, void *state) {
+    return (unsigned *)((char *)state + caches_bytes(s, capacity));
+}
+
+extern "C" size_t ss_cuda_state_bytes(const attn *a, const attn_shape *s, int capacity) {
+    (void)a;
+    return caches_bytes(s, capacity) + kv_step_counter_bytes((long long)s->batch * s->heads);
+}
+
+/* The cache beyond the positions held is never read: only the step's counters are
+ * cleared. */
 extern "C" int ss_cuda_state_init(attn *a, const attn_shape *s, int capacity, void *state) {
-    (void)a, (void)s, (void)capacity, (void)state;
+    (void)a;
+    const size_t bytes = kv_step_counter_bytes((long long)s->batch * s->heads);
+    AB_CUDA_CHECK(cudaMemsetAsync(counters_of(s, capacity, state), 0, bytes, ab_cuda_stream()));
     return 0;
 }
 
-/* Step: capacity scores per slice. Prefill: probabilities of a block (at most the
- * scratch budget, at least one row of capacity floats). */
+/* Step: the splits' partial results (kv_step_workspace_bytes). Prefill: probabilities
+ * of a block (at most the scratch budget, at least one row of capacity floats). */
 static size_t prefill_floats(const attn_shape *s, int capacity) {
     size_t all = (size_t)s->batch * (size_t)s->heads * (size_t)capacity * (size_t)capacity;
     size_t budget = smx_cuda_scratch_floats > (size_t)capacity ? smx_cuda_scratch_floats : (size_t)capacity;
@@ -46,9 +57,9 @@ static size_t prefill_floats(const attn_shape *s, int capacity) {
 
 extern "C" size_t ss_cuda_step_workspace_bytes(const attn *a, const attn_shape *s, int capacity) {
     (void)a;
-    size_t step = (size_t)s->batch * (size_t)s->heads * (size_t)capacity;
-    size_t pf = prefill_floats(s, capacity);
-    return (step > pf ? step : pf) * sizeof(float);
+    const size_t step = kv_step_workspace_bytes((long long)s->batch * s->heads, capacity, s->v_dim);
+    const size_t pf = prefill_floats(s, capacity) * sizeof(float);
+    return step > pf ? step : pf;
 }
 
 extern "C" int ss_cuda_prefill(attn *a, const attn_shape *s, int capacity, int P, const float *q, const float *k,
@@ -85,63 +96,11 @@ extern "C" int ss_cuda_prefill(attn *a, const attn_shape *s, int capacity, int P
     return 0;
 }
 
-/* Attention of q_t over positions 0..t of one slice per block:
- * scores -> sc (workspace row of the slice), softmax, out = p V / sum.
- * The output sum splits the keys over `groups` threads per column; partial sums meet
- * in dynamic shared memory (blockDim.x floats). */
-__global__ void step_attend_kernel(const float *q, const float *kc, const float *vc, float *out, float *scores,
-                                   long long n_slices, long long cap, int t, int D, int M, float scale) {
-    AB_DYN_SMEM(float, part);
-    const int T = blockDim.x, tid = threadIdx.x;
-    for (long long bh = blockIdx.x; bh < n_slices; bh += gridDim.x) {
-        const float *qs = q + bh * D, *ks = kc + bh * cap * D, *vs = vc + bh * cap * M;
-        float *sc = scores + bh * cap;
-        float m = -INFINITY;
-        for (int j = tid; j <= t; j += T) {
-            const float *kr = ks + (long long)j * D;
-            float dot = 0.0f;
-            for (int d = 0; d < D; d++) dot += qs[d] * kr[d];
-            dot *= scale;
-            sc[j] = dot;
-            m = fmaxf(m, dot);
-        }
-        const float mx = attn_block_max(m);
-        float z = 0.0f;
-        for (int j = tid; j <= t; j += T) {
-            float e = expf(sc[j] - mx);
-            sc[j] = e;
-            z += e;
-        }
-        const float inv = 1.0f / attn_block_sum(z); /* ends with a barrier: sc is visible */
-        /* out[c] = sum_j sc[j] v[j][c] * inv: `groups` threads per column */
-        const int groups = M >= T ? 1 : T / M, cols = T / groups;
-        const int col = tid % cols, g = tid / cols;
-        for (int c0 = 0; c0 < M; c0 += cols) {
-            const int c = c0 + col;
-            float acc = 0.0f;
-            if (g < groups && c < M)
-                for (int j = g; j <= t; j += groups) acc += sc[j] * vs[(long long)j * M + c];
-            part[tid] = acc;
-            __syncthreads();
-            if (g == 0 && c < M) {
-                float sum = 0.0f;
-                for (int h = 0; h < groups; h++) sum += part[h * cols + col];
-                out[bh * M + c] = sum * inv;
-            }
-            __syncthreads();
-        }
-    }
-}
-
 extern "C" int ss_cuda_step(attn *a, const attn_shape *s, int capacity, void *state, int t, const float *q,
                             const float *k, const float *v, float *out) {
     const int D = s->qk_dim, M = s->v_dim;
-    const long long BH = (long long)s->batch * s->heads, cap = capacity;
+    const long long BH = (long long)s->batch * s->heads;
     float *kc = (float *)state, *vc = (float *)((char *)state + kcache_bytes(s, capacity));
-    AB_TRY(attn_cuda_copy_slices(kc + (long long)t * D, cap * D, k, D, BH, D));
-    AB_TRY(attn_cuda_copy_slices(vc + (long long)t * M, cap * M, v, M, BH, M));
-    const int threads = ab_cuda_threads((long long)t + 1 > M ? (long long)t + 1 : M, STEP_MAX_THREADS);
-    AB_LAUNCH(step_attend_kernel, ab_cuda_grid(BH, 1, AB_CUDA_MAX_GRID_X), threads, threads * sizeof(float),
-              ab_cuda_stream(), q, kc, vc, out, (float *)a->ws, BH, cap, t, D, M, (float)attn_scale(a, D));
-    return 0;
+    return kv_step_cuda(q, k, v, kc, vc, out, a->ws, a->ws_bytes, counters_of(s, capacity, state), BH, capacity, t, D,
+                        M, (float)attn_scale(a, D));
 }

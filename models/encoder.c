@@ -63,12 +63,44 @@ float *enc_output(const enc_config *c, const enc_acts *a) { return c->pre_norm ?
 
 static bool use_dropout(const enc_config *c, bool train) { return train && c->dropout > 0.0f; }
 
+/* The recurrent step (N = 1, no dropout) with the layer's small operations fused: the
+ * dense layers' GEMMs without their biases, each bias added in the pass that follows
+ * (the heads' split, the ReLU, the residual and its layer norm). Post-norm: 9 device
+ * operations (the attention's 4, 2 residual-and-norm passes, the FFN's 2 GEMMs and
+ * bias-ReLU); pre-norm 10 (its first norm); the general path takes 16
+ * (tests/test_model_cuda.c counts them). The same layer up to where the biases are
+ * rounded in. */
+static int enc_step(attn *a, const enc_config *c, const mha_dims *d, const mha_run *run, const float *x,
+                    const enc_params *p, enc_acts *act, enc_scratch *ws) {
+    const int B = d->B, C = c->C, F = c->F;
+    attn_device dev = d->device;
+    if (!c->pre_norm) {
+        TRY(mha_step_forward(a, d, run, ws->branch, x, &p->attn, &act->attn, &ws->attn));
+        TRY(ld_bias_residual_layernorm(dev, act->res1, act->ln1_out, act->ln1_mean, act->ln1_rstd, x, ws->branch,
+                                       p->attn.bo, p->ln1_g, p->ln1_b, B, C));
+        TRY(ld_dense_forward(dev, act->hidden, act->ln1_out, p->w1, NULL, B, C, F));
+        TRY(ld_bias_relu(dev, act->hidden, p->b1, B, F));
+        TRY(ld_dense_forward(dev, ws->branch, act->hidden, p->w2, NULL, B, F, C));
+        return ld_bias_residual_layernorm(dev, act->res2, act->ln2_out, act->ln2_mean, act->ln2_rstd, act->ln1_out,
+                                          ws->branch, p->b2, p->ln2_g, p->ln2_b, B, C);
+    }
+    TRY(ld_layernorm_forward(dev, act->ln1_out, act->ln1_mean, act->ln1_rstd, x, p->ln1_g, p->ln1_b, B, C));
+    TRY(mha_step_forward(a, d, run, ws->branch, act->ln1_out, &p->attn, &act->attn, &ws->attn));
+    TRY(ld_bias_residual_layernorm(dev, act->res1, act->ln2_out, act->ln2_mean, act->ln2_rstd, x, ws->branch,
+                                   p->attn.bo, p->ln2_g, p->ln2_b, B, C));
+    TRY(ld_dense_forward(dev, act->hidden, act->ln2_out, p->w1, NULL, B, C, F));
+    TRY(ld_bias_relu(dev, act->hidden, p->b1, B, F));
+    TRY(ld_dense_forward(dev, ws->branch, act->hidden, p->w2, NULL, B, F, C));
+    return ld_bias_residual_layernorm(dev, act->res2, NULL, NULL, NULL, act->res1, ws->branch, p->b2, NULL, NULL, B, C);
+}
+
 int enc_forward(attn *a, const enc_config *c, const mha_dims *d, const mha_run *run, const float *x,
                 const enc_params *p, enc_acts *act, enc_scratch *ws, bool train, uint64_t seed, uint64_t stream_base) {
     int BT = d->B * d->N, C = c->C, F = c->F;
     size_t n = (size_t)BT * C;
     bool drop = use_dropout(c, train);
     attn_device dev = d->device;
+    if (run && run->mode == MHA_STEP && !drop && d->N == 1) return enc_step(a, c, d, run, x, p, act, ws);
     if (drop && (!act->mask_attn || !act->mask_hidden || !act->mask_ffn))
         return ab_fail(AB_EINVAL, "encoder layer: dropout requested but no masks were carved");
     ffn_params fp = {p->w1, p->b1, p->w2, p->b2};

@@ -119,6 +119,24 @@ void heads_merge(float *merged, const float *heads, int B, int N, int C, int H);
 /* merged (B, N, C) -> heads (B, H, N, D), overwritten: the backward of heads_merge */
 void heads_unmerge(float *heads, const float *merged, int B, int N, int C, int H);
 
+/* ---- fused layers (fused.c): the model's recurrent step runs these, one pass each on
+ * the device, instead of the chains they replace ---- */
+
+/* out (B, N, C) = wte[tokens] + table[pos0 + n] (table NULL: wte[tokens]): embedding_forward
+ * then positions_add, the same bits. */
+void embedding_positions(float *out, const int *tokens, const float *wte, const float *table, int B, int N, int C,
+                         int pos0);
+/* heads_split of qkv + bias (bias: 3C, one per column of qkv): the split of a dense
+ * layer's output computed without its bias. */
+void bias_heads_split(float *q, float *k, float *v, const float *qkv, const float *bias, int B, int N, int C, int H);
+/* x (BT, F) = relu(x + b): a dense layer's bias and the ReLU after it. */
+void bias_relu(float *x, const float *b, int BT, int F);
+/* res (BT, C) = x + (branch + bias), then, when out is not NULL, out = layernorm(res)
+ * with its mean and rstd (layernorm_forward's arithmetic): a residual around a dense
+ * layer computed without its bias, and the norm after it. */
+void bias_residual_layernorm(float *res, float *out, float *mean, float *rstd, const float *x, const float *branch,
+                             const float *bias, const float *g, const float *b, int BT, int C);
+
 /* ---- residual connections (residual.c) ---- */
 
 /* out (n) = a + b */

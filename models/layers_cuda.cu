@@ -438,6 +438,94 @@ extern "C" int residual_acc_cuda(float *y, const float *x, size_t n) {
     return 0;
 }
 
+/* ---- fused layers (layers.h: fused.c), the recurrent step's ---- */
+
+__global__ void embedding_positions_kernel(float *out, const int *tokens, const float *wte, const float *table,
+                                           long long total, int N, int C, int pos0) {
+    FOR_EACH(e, total) {
+        const long long row = e / C, c = e % C;
+        const float x = wte[(long long)tokens[row] * C + c];
+        out[e] = table ? x + table[(pos0 + row % N) * C + c] : x;
+    }
+}
+
+extern "C" int embedding_positions_cuda(float *out, const int *tokens, const float *wte, const float *table, int B,
+                                        int N, int C, int pos0) {
+    const long long total = (long long)B * N * C;
+    if (total <= 0) return 0;
+    LAUNCH_N(embedding_positions_kernel, total, out, tokens, wte, table, total, N, C, pos0);
+    return 0;
+}
+
+__global__ void bias_heads_split_kernel(float *q, float *k, float *v, const float *qkv, const float *bias,
+                                        long long rows, int N, int C, int H) {
+    FOR_EACH(e, rows * 3 * C) {
+        const long long row = e / (3 * C), c3 = e % (3 * C), part = c3 / C;
+        float *dst = part == 0 ? q : part == 1 ? k : v;
+        dst[head_index(row, c3 % C, N, C, H)] = qkv[e] + bias[c3];
+    }
+}
+
+extern "C" int bias_heads_split_cuda(float *q, float *k, float *v, const float *qkv, const float *bias, int B, int N,
+                                     int C, int H) {
+    const long long rows = (long long)B * N;
+    if (rows <= 0 || C <= 0) return 0;
+    LAUNCH_N(bias_heads_split_kernel, rows * 3 * C, q, k, v, qkv, bias, rows, N, C, H);
+    return 0;
+}
+
+__global__ void bias_relu_kernel(float *x, const float *b, long long n, int F) {
+    FOR_EACH(i, n) {
+        const float y = x[i] + b[i % F];
+        x[i] = y > 0.0f ? y : 0.0f;
+    }
+}
+
+extern "C" int bias_relu_cuda(float *x, const float *b, int BT, int F) {
+    const long long n = (long long)BT * F;
+    if (n <= 0) return 0;
+    LAUNCH_N(bias_relu_kernel, n, x, b, n, F);
+    return 0;
+}
+
+/* One warp per row: the lanes write their columns of res, then normalise them as
+ * layernorm_forward_kernel does (each lane sums the columns it wrote: no barrier). */
+__global__ void bias_residual_layernorm_kernel(float *res, float *out, float *mean, float *rstd, const float *x,
+                                               const float *branch, const float *bias, const float *g,
+                                               const float *b, int BT, int C) {
+    const int lane = threadIdx.x & 31;
+    FOR_EACH_ROW(i, BT) {
+        const float *xi = x + i * C, *bi = branch + i * C;
+        float *ri = res + i * C;
+        for (int c = lane; c < C; c += 32) ri[c] = xi[c] + (bi[c] + bias[c]);
+        if (!out) continue;
+        double m = 0.0;
+        for (int c = lane; c < C; c += 32) m += ri[c];
+        m = warp_sum_d(m) / C;
+        double v = 0.0;
+        for (int c = lane; c < C; c += 32) {
+            const double d = ri[c] - m;
+            v += d * d;
+        }
+        v = warp_sum_d(v) / C;
+        const float mf = (float)m, rs = (float)(1.0 / sqrt(v + (double)LN_EPS));
+        float *oi = out + i * C;
+        for (int c = lane; c < C; c += 32) oi[c] = (ri[c] - mf) * rs * g[c] + b[c];
+        if (lane == 0) {
+            mean[i] = mf;
+            rstd[i] = rs;
+        }
+    }
+}
+
+extern "C" int bias_residual_layernorm_cuda(float *res, float *out, float *mean, float *rstd, const float *x,
+                                            const float *branch, const float *bias, const float *g, const float *b,
+                                            int BT, int C) {
+    if (BT <= 0 || C <= 0) return 0;
+    LAUNCH_ROWS(bias_residual_layernorm_kernel, BT, res, out, mean, rstd, x, branch, bias, g, b, BT, C);
+    return 0;
+}
+
 /* ---- softmax cross-entropy ---- */
 
 /* Scratch: 4 doubles of sums (weight, weighted nll, correct, counted), then one flag

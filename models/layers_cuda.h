@@ -80,6 +80,17 @@ int heads_join_cuda(float *dqkv, const float *dq, const float *dk, const float *
 int heads_merge_cuda(float *merged, const float *heads, int B, int N, int C, int H);
 int heads_unmerge_cuda(float *heads, const float *merged, int B, int N, int C, int H);
 
+/* The fused layers of layers.h (fused.c): the same float operations; the layer norm's
+ * a warp per row as layernorm_forward_cuda's. */
+int embedding_positions_cuda(float *out, const int *tokens, const float *wte, const float *table, int B, int N, int C,
+                             int pos0);
+int bias_heads_split_cuda(float *q, float *k, float *v, const float *qkv, const float *bias, int B, int N, int C,
+                          int H);
+int bias_relu_cuda(float *x, const float *b, int BT, int F);
+int bias_residual_layernorm_cuda(float *res, float *out, float *mean, float *rstd, const float *x,
+                                 const float *branch, const float *bias, const float *g, const float *b, int BT,
+                                 int C);
+
 int residual_add_cuda(float *out, const float *a, const float *b, size_t n);
 int residual_acc_cuda(float *y, const float *x, size_t n);
 

@@ -121,6 +121,28 @@ int ld_heads_unmerge(attn_device dev, float *heads, const float *merged, int B, 
     DISPATCH(dev, heads_unmerge_cuda(heads, merged, B, N, C, H), heads_unmerge(heads, merged, B, N, C, H));
 }
 
+int ld_embedding_positions(attn_device dev, float *out, const int *tokens, const float *wte, const float *table,
+                           int B, int N, int C, int pos0) {
+    DISPATCH(dev, embedding_positions_cuda(out, tokens, wte, table, B, N, C, pos0),
+             embedding_positions(out, tokens, wte, table, B, N, C, pos0));
+}
+
+int ld_bias_heads_split(attn_device dev, float *q, float *k, float *v, const float *qkv, const float *bias, int B,
+                        int N, int C, int H) {
+    DISPATCH(dev, bias_heads_split_cuda(q, k, v, qkv, bias, B, N, C, H), bias_heads_split(q, k, v, qkv, bias, B, N, C, H));
+}
+
+int ld_bias_relu(attn_device dev, float *x, const float *b, int BT, int F) {
+    DISPATCH(dev, bias_relu_cuda(x, b, BT, F), bias_relu(x, b, BT, F));
+}
+
+int ld_bias_residual_layernorm(attn_device dev, float *res, float *out, float *mean, float *rstd, const float *x,
+                               const float *branch, const float *bias, const float *g, const float *b, int BT,
+                               int C) {
+    DISPATCH(dev, bias_residual_layernorm_cuda(res, out, mean, rstd, x, branch, bias, g, b, BT, C),
+             bias_residual_layernorm(res, out, mean, rstd, x, branch, bias, g, b, BT, C));
+}
+
 int ld_residual_add(attn_device dev, float *out, const float *a, const float *b, size_t n) {
     DISPATCH(dev, residual_add_cuda(out, a, b, n), residual_add(out, a, b, n));
 }

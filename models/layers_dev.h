@@ -47,6 +47,15 @@ int ld_heads_join(attn_device dev, float *dqkv, const float *dq, const float *dk
                   int C, int H);
 int ld_heads_merge(attn_device dev, float *merged, const float *heads, int B, int N, int C, int H);
 int ld_heads_unmerge(attn_device dev, float *heads, const float *merged, int B, int N, int C, int H);
+/* The fused layers (layers.h: fused.c) */
+int ld_embedding_positions(attn_device dev, float *out, const int *tokens, const float *wte, const float *table,
+                           int B, int N, int C, int pos0);
+int ld_bias_heads_split(attn_device dev, float *q, float *k, float *v, const float *qkv, const float *bias, int B,
+                        int N, int C, int H);
+int ld_bias_relu(attn_device dev, float *x, const float *b, int BT, int F);
+int ld_bias_residual_layernorm(attn_device dev, float *res, float *out, float *mean, float *rstd, const float *x,
+                               const float *branch, const float *bias, const float *g, const float *b, int BT,
+                               int C);
 int ld_residual_add(attn_device dev, float *out, const float *a, const float *b, size_t n);
 int ld_residual_acc(attn_device dev, float *y, const float *x, size_t n);
 /* Scratch the forward needs on dev (0 on the CPU). */

@@ -68,6 +68,20 @@ int mha_forward(attn *a, const mha_dims *d, const mha_run *run, float *out, cons
     return ld_dense_forward(dev, out, act->merged, p->wo, p->bo, BT, C, C);
 }
 
+int mha_step_forward(attn *a, const mha_dims *d, const mha_run *run, float *out, const float *x, const mha_params *p,
+                     mha_acts *act, mha_scratch *ws) {
+    if (!run || run->mode != MHA_STEP || d->N != 1)
+        return ab_fail(AB_EINVAL, "mha_step_forward: a recurrent step of one position (N = %d)", d->N);
+    const int B = d->B, C = d->C;
+    attn_device dev = d->device;
+    int rc;
+    if ((rc = ld_dense_forward(dev, ws->qkv, x, p->wqkv, NULL, B, C, 3 * C))) return rc; /* (B, 3C), no bias */
+    if ((rc = ld_bias_heads_split(dev, act->q, act->k, act->v, ws->qkv, p->bqkv, B, 1, C, d->H))) return rc;
+    if ((rc = bind(a, p, NULL))) return rc;
+    if ((rc = attn_step(a, run->state, run->t, act->q, act->k, act->v, ws->att))) return rc;
+    return ld_dense_forward(dev, out, ws->att, p->wo, NULL, B, C, C); /* ws->att (B, H, 1, D) = (B, 1, C) */
+}
+
 int mha_backward(attn *a, const mha_dims *d, float *dx, const mha_params *g, const float *dout, const float *x,
                  const mha_params *p, const mha_acts *act, mha_scratch *ws) {
     int BT = d->B * d->N, C = d->C;

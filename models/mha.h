@@ -76,6 +76,13 @@ attn_shape mha_shape(const mha_dims *d);
  * run NULL: parallel. 0 or an error code (the attention's message). */
 int mha_forward(attn *a, const mha_dims *d, const mha_run *run, float *out, const float *x, const mha_params *p,
                 mha_acts *act, mha_scratch *ws);
+/* The recurrent step (run->mode MHA_STEP, N = 1) in four device operations:
+ * out (B, 1, C) = wo(attn_step(split(wqkv x) + bqkv)), WITHOUT the output bias bo,
+ * which the caller adds where it adds the residual (ld_bias_residual_layernorm). No
+ * merge: at N = 1 the heads' layout (B, H, 1, D) is the merged one (B, 1, C). What
+ * backward would need (act->merged) is not kept: the step is inference only. */
+int mha_step_forward(attn *a, const mha_dims *d, const mha_run *run, float *out, const float *x, const mha_params *p,
+                     mha_acts *act, mha_scratch *ws);
 /* dx (B, N, C) += and the gradients g += from dout (B, N, C) (dout is not modified) */
 int mha_backward(attn *a, const mha_dims *d, float *dx, const mha_params *g, const float *dout, const float *x,
                  const mha_params *p, const mha_acts *act, mha_scratch *ws);

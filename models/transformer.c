@@ -717,10 +717,9 @@ int tf_logits_download(const tf_model *m, float *host) {
  * frames, plus the positions (from pos0) for a body that needs them. */
 static int input_forward(tf_model *m, int B, int N, int pos0) {
     int C = m->cfg.d_model, rc;
-    if (m->cfg.input == TF_INPUT_TOKENS)
-        rc = ld_embedding_forward(m->dev, m->emb, m->tokens, m->tok_emb, B * N, C);
-    else
-        rc = ld_dense_forward(m->dev, m->emb, m->frames, m->in_w, m->in_b, B * N, m->cfg.features, C);
+    if (m->cfg.input == TF_INPUT_TOKENS) /* one pass: embedding then positions, the same bits */
+        return ld_embedding_positions(m->dev, m->emb, m->tokens, m->tok_emb, m->pos_table, B, N, C, pos0);
+    rc = ld_dense_forward(m->dev, m->emb, m->frames, m->in_w, m->in_b, B * N, m->cfg.features, C);
     if (rc || !m->pos_table) return rc;
     return ld_positions_add(m->dev, m->emb, m->pos_table, B, N, C, pos0);
 }

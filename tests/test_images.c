@@ -789,7 +789,8 @@ Test(images, the_logistic_mixture_head_trains_and_samples) {
     const char *cfg = fixture_config(", \"head\": \"logistic_mixture\", \"mixtures\": 3");
     int st = run("train", cfg, "--out", P("m"), "--quiet", "--set", "epochs=1");
     cr_assert_eq(st, 0, "%s", g_err);
-    const char *ck = P("m/checkpoint.bin");
+    char ck[4096]; /* P's buffers are reused */
+    snprintf(ck, sizeof ck, "%s", P("m/checkpoint.bin"));
     const char *modes[3][3] = {{"recurrent", "4", "sr"}, {"recompute", "4", "sc"}, {"recurrent", "2", "s2"}};
     ab_array a[3];
     for (int i = 0; i < 3; i++) {
@@ -803,6 +804,21 @@ Test(images, the_logistic_mixture_head_trains_and_samples) {
     cr_expect(memcmp(a[0].data, a[1].data, a[0].count * 4) == 0, "recurrent and recompute samples differ");
     cr_expect(memcmp(a[0].data, a[2].data, a[0].count * 4) == 0, "batch 4 and batch 2 samples differ");
     for (size_t i = 0; i < a[0].count; i++) cr_assert(((int *)a[0].data)[i] >= 0 && ((int *)a[0].data)[i] < 256);
+    /* the CUDA backend (emulated, its fused recurrent step): the CPU's images, in both
+     * modes (the logits agree to float rounding, far from where a draw would change) */
+    const char *exe0 = g_exe;
+    g_exe = ATTNBENCH_EMU_EXE;
+    for (int i = 0; i < 2; i++) {
+        ab_array d;
+        cr_assert_eq(run("sample", ck, "--n", "4", "--batch", "4", "--mode", modes[i][0], "--device", "cuda", "--out",
+                         P("cuda-%s", modes[i][2])),
+                     0, "%s", g_err);
+        cr_assert_eq(ab_npy_read(P("cuda-%s/samples.npy", modes[i][2]), &d), 0, "%s", ab_error());
+        cr_expect(d.count == a[0].count && memcmp(d.data, a[0].data, a[0].count * 4) == 0,
+                  "%s samples on the device differ from the CPU's", modes[i][0]);
+        ab_array_free(&d);
+    }
+    g_exe = exe0;
     for (int i = 0; i < 3; i++) ab_array_free(&a[i]);
     cr_assert_eq(run("sample", ck, "--n", "2", "--complete", "0.5", "--out", P("cmp")), 0, "%s", g_err);
     ab_array s, o;

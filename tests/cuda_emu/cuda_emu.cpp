@@ -100,6 +100,7 @@ struct emu_state {
     size_t used = 0, limit = 0;
     bool limit_set = false;
     unsigned long long launches = 0;
+    unsigned long long ops = 0; /* launches, GEMMs, copies and memsets: what a GPU's stream queues */
 };
 
 emu_state &S() {
@@ -402,6 +403,7 @@ void launch(const char *name, const void *func, dim3 grid, dim3 block, size_t sm
     gridDim = grid;
     blockDim = block;
     s.launches++;
+    s.ops++;
     device_window w;
     traffic_begin(name, AB_EMU_TRAFFIC_KERNEL);
     const bool rev = strict(); /* blocks in the opposite order too */
@@ -767,6 +769,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
         }
     }
     memmove(dst, src, bytes);
+    S().ops++;
     return cudaSuccess;
 }
 
@@ -786,6 +789,7 @@ cudaError_t cudaMemset(void *p, int value, size_t bytes) {
         ab_emu::traffic_end();
     }
     memset(p, value, bytes);
+    S().ops++;
     return cudaSuccess;
 }
 
@@ -989,7 +993,9 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
                            const float *alpha, const float *A, int lda, const float *B, int ldb, const float *beta,
                            float *C, int ldc) {
     std::lock_guard<std::recursive_mutex> lock(S().mu);
-    return gemm("cublasSgemm", h, ta, tb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+    const cublasStatus_t st = gemm("cublasSgemm", h, ta, tb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+    if (st == CUBLAS_STATUS_SUCCESS) S().ops++;
+    return st;
 }
 
 cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
@@ -997,8 +1003,10 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
                                          const float *B, int ldb, long long strideB, const float *beta, float *C,
                                          int ldc, long long strideC, int batchCount) {
     std::lock_guard<std::recursive_mutex> lock(S().mu);
-    return gemm("cublasSgemmStridedBatched", h, ta, tb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C,
-                ldc, strideC, batchCount);
+    const cublasStatus_t st = gemm("cublasSgemmStridedBatched", h, ta, tb, m, n, k, alpha, A, lda, strideA, B, ldb,
+                                   strideB, beta, C, ldc, strideC, batchCount);
+    if (st == CUBLAS_STATUS_SUCCESS) S().ops++;
+    return st;
 }
 
 /* ---- C entry points for tests written in C ---- */
@@ -1006,6 +1014,7 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
 extern "C" size_t ab_emu_device_memory(void) { return ab_emu::device_memory(); }
 extern "C" void ab_emu_set_device_memory(size_t bytes) { ab_emu::set_device_memory(bytes); }
 extern "C" unsigned long long ab_emu_launch_count(void) { return ab_emu::launch_count(); }
+extern "C" unsigned long long ab_emu_op_count(void) { return S().ops; }
 extern "C" void ab_emu_set_strict(int on) {
     std::lock_guard<std::recursive_mutex> lock(S().mu);
     if (S().window) ab_emu::fatal("ab_emu_set_strict inside a device operation");

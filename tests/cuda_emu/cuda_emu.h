@@ -273,7 +273,10 @@ void require_device(const void *p, size_t bytes, const char *what);
  * enforces. Tests may lower it to provoke out-of-memory. */
 size_t device_memory(void);
 void set_device_memory(size_t bytes);
-/* Launches run so far (tests check that work happened on the "device"). */
+/* Launches run so far (tests check that work happened on the "device"). The C entry
+ * points ab_emu_launch_count() and ab_emu_op_count() (every operation a GPU's stream
+ * would queue: launches, cuBLAS GEMMs, copies and memsets of at least one byte) serve
+ * tests written in C. */
 unsigned long long launch_count(void);
 /* In strict mode, device memory is accessible while one of these lives (emulated
  * device operations open one); elsewhere it does nothing. */
