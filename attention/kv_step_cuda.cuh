@@ -234,10 +234,10 @@ template <int NT> static inline int kv_step_launch_nt(kv_step_args a) {
     a.lanes = kv_lanes(a.D, vec);
     const size_t smem = (size_t)kv_smem_floats(a.D, a.split_len, a.splits, NT, vec) * sizeof(float);
     const unsigned grid = ab_cuda_grid(a.n_slices * a.splits, 1, AB_CUDA_MAX_GRID_X);
-    auto *kern = v4 ? &kv_split_kernel<4, NT> : &kv_split_kernel<1, NT>;
+    auto *kv_split_kernel_t = v4 ? &kv_split_kernel<4, NT> : &kv_split_kernel<1, NT>;
     if (smem > 48 * 1024)
-        AB_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    AB_LAUNCH(kern, grid, NT, smem, ab_cuda_stream(), a);
+        AB_CUDA_CHECK(cudaFuncSetAttribute(kv_split_kernel_t, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    AB_LAUNCH(kv_split_kernel_t, grid, NT, smem, ab_cuda_stream(), a);
     return 0;
 }
 
