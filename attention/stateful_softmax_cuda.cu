@@ -7,12 +7,13 @@
  * over positions 0..t (one kernel, one block per slice): O(t (D + M)) per slice, the
  * scores in the step workspace (B*H*capacity floats).
  * Prefill copies the prompt's keys and values into the cache and, when out is wanted,
- * computes the prompt's causal outputs like softmax's forward, with the probabilities
- * of a chunk of slices and rows at a time in the workspace (smx_cuda_scratch_floats at
- * most), nothing of size P x P per slice unless it fits. */
+ * computes the prompt's causal outputs with softmax's fused forward (flash_softmax.cu)
+ * reading the keys and values from the cache: no workspace, nothing of size P x P.
+ */
 #include "softmax_cuda.h"
 
 #include "cuda_util.cuh"
+#include "flash_softmax.h"
 
 #include <math.h>
 
@@ -36,19 +37,10 @@ extern "C" int ss_cuda_state_init(attn *a, const attn_shape *s, int capacity, vo
     return 0;
 }
 
-/* Step: capacity scores per slice. Prefill: probabilities of a block (at most the
- * scratch budget, at least one row of capacity floats). */
-static size_t prefill_floats(const attn_shape *s, int capacity) {
-    size_t all = (size_t)s->batch * (size_t)s->heads * (size_t)capacity * (size_t)capacity;
-    size_t budget = smx_cuda_scratch_floats > (size_t)capacity ? smx_cuda_scratch_floats : (size_t)capacity;
-    return all < budget ? all : budget;
-}
-
+/* Step: capacity scores per slice (the prefill needs none). */
 extern "C" size_t ss_cuda_step_workspace_bytes(const attn *a, const attn_shape *s, int capacity) {
     (void)a;
-    size_t step = (size_t)s->batch * (size_t)s->heads * (size_t)capacity;
-    size_t pf = prefill_floats(s, capacity);
-    return (step > pf ? step : pf) * sizeof(float);
+    return (size_t)s->batch * (size_t)s->heads * (size_t)capacity * sizeof(float);
 }
 
 extern "C" int ss_cuda_prefill(attn *a, const attn_shape *s, int capacity, int P, const float *q, const float *k,
@@ -58,31 +50,12 @@ extern "C" int ss_cuda_prefill(attn *a, const attn_shape *s, int capacity, int P
     float *kc = (float *)state, *vc = (float *)((char *)state + kcache_bytes(s, capacity));
     AB_TRY(attn_cuda_copy_slices(kc, cap * D, k, (long long)P * D, BH, (long long)P * D));
     AB_TRY(attn_cuda_copy_slices(vc, cap * M, v, (long long)P * M, BH, (long long)P * M));
-    if (!out) return 0;
-    /* Causal attention of the prompt over the cache, in chunks of slices and rows that
-     * fit the workspace. */
-    smx_cuda_problem pr = {q, kc, vc, out, (long long)P * D, cap * D, cap * M, (long long)P * M,
-                           D, M, (float)attn_scale(a, D), true, P};
-    size_t w = a->ws_bytes / sizeof(float);
-    const size_t budget = smx_cuda_scratch_floats > (size_t)capacity ? smx_cuda_scratch_floats : (size_t)capacity;
-    if (w > budget) w = budget;
-    if (w < (size_t)P) return ab_fail(AB_EINVAL, "stateful-softmax prefill: workspace below one row");
-    int rb = smx_cuda_causal_block_rows(P);
-    if ((size_t)rb * (size_t)P > w) rb = (int)(w / (size_t)P);
-    if (rb < 1) rb = 1;
-    long long cs = (long long)(w / ((size_t)rb * (size_t)P));
-    if (cs > BH) cs = BH;
-    if (cs < 1) cs = 1;
-    float *pb = (float *)a->ws;
-    for (long long c0 = 0; c0 < BH; c0 += cs) {
-        const long long cn = BH - c0 < cs ? BH - c0 : cs;
-        for (int r0 = 0; r0 < P; r0 += rb) {
-            const int r1 = r0 + rb < P ? r0 + rb : P;
-            /* probabilities of the block: (r1 - r0, r1) per slice, compact */
-            AB_TRY(smx_cuda_attend_rows(&pr, c0, cn, r0, r1, pb, r1, (long long)(r1 - r0) * r1, r1));
-        }
-    }
-    return 0;
+    if (!out || P == 0) return 0;
+    /* causal attention of the prompt over the cache's first P positions */
+    flash_args fa = flash_args_make(q, (long long)P * D, kc, cap * D, vc, cap * M, (long long)P * M, 0, BH, P, D, M,
+                                    attn_scale(a, D), true, 0);
+    fa.o = out;
+    return flash_forward(&fa, a->p.precision);
 }
 
 /* Attention of q_t over positions 0..t of one slice per block:
