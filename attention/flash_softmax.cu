@@ -71,7 +71,8 @@
  * a 5-product backward: around 1.0-1.2x PyTorch's SDPA (memory-efficient kernel, SIMT
  * fp32) at N = 4096-65536, memory O(N) (saved O and lse, delta), N = 65536 fits.
  * What to try first on a GPU: lab_flash_softmax at the issue's shape, TR = 4 vs 8
- * (versions 2 and 3), the atomic dQ (version 5) against the second pass; ptxas's
+ * (versions 2 and 3) and 8 rows per thread on 4 warps (version 4), the atomic dQ
+ * (version 8) against the second pass (7); ptxas's
  * register counts (-Xptxas -v) against the launch bounds (spills); then a register
  * double buffer of the next K / V tile, Q in registers for D = 64, BQ = 32 tiles for
  * D = 128 backward (1 block per SM there). */

@@ -95,7 +95,7 @@ static __device__ __forceinline__ float fl_tf32(float x) { return nvcuda::wmma::
 static __device__ __forceinline__ void fl_load(float *dst, int ld, int W, int nrows, const float *src, int X,
                                                int nvalid, bool vec, bool tf32) {
     const int w4 = W >> 2;
-    for (int e = threadIdx.x; e < nrows * w4; e += FL_THREADS) {
+    for (int e = threadIdx.x; e < nrows * w4; e += blockDim.x) {
         const int r = e / w4, c = (e - r * w4) * 4;
         float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (r < nvalid && c < X) {
@@ -131,7 +131,7 @@ static __device__ __forceinline__ void fl_store4(float *row, int c, int X, float
 static __device__ __forceinline__ void fl_store_tile(float *dst, int X, const float *src, int ld, int nvalid, float mul,
                                                      bool vec) {
     const int w4 = (X + 3) >> 2;
-    for (int e = threadIdx.x; e < nvalid * w4; e += FL_THREADS) {
+    for (int e = threadIdx.x; e < nvalid * w4; e += blockDim.x) {
         const int r = e / w4, c = (e - r * w4) * 4;
         const float4 x = *reinterpret_cast<const float4 *>(src + r * ld + c);
         fl_store4(dst + (long long)r * X, c, X, make_float4(x.x * mul, x.y * mul, x.z * mul, x.w * mul), vec);
@@ -140,18 +140,19 @@ static __device__ __forceinline__ void fl_store_tile(float *dst, int X, const fl
 
 /* ---- fp32 forward (SIMT) ----
  *
- * Thread (ty, tx) = (tid / 16, tid % 16) holds rows ty + 16 i (i < TR) of the query tile,
+ * NT threads (256; the lab tries 128) as (NT / 16) x 16: thread (ty, tx) = (tid / 16,
+ * tid % 16) holds rows ty + (NT / 16) i (i < TR) of the query tile (BQ = NT TR / 16 rows),
  * scores of keys tx + 16 j (j < 4) and output columns tx * 4 + 64 g + (0..3) (g < G).
  * Shared: Q (BQ x ldd), K (64 x ldd), V (64 x ldm), P (BQ x 68; over K when it fits). */
-template <int TR, int G>
+template <int TR, int G, int NT = FL_THREADS>
 static inline size_t fl_fwd_simt_smem(int D, int M) {
-    const size_t bq = 16 * TR, kd = (size_t)FL_BK * fl_ld(D), p = bq * FL_LDP;
+    const size_t bq = NT / 16 * TR, kd = (size_t)FL_BK * fl_ld(D), p = bq * FL_LDP;
     return (bq * fl_ld(D) + kd + (size_t)FL_BK * fl_ld(M) + (p <= kd ? 0 : p)) * sizeof(float);
 }
 
-template <int TR, int G>
-static __global__ void __launch_bounds__(FL_THREADS, TR == 8 || G == 2 ? 2 : 3) fl_fwd_simt(flash_args a) {
-    constexpr int BQ = 16 * TR;
+template <int TR, int G, int NT = FL_THREADS>
+static __global__ void __launch_bounds__(NT, (TR == 8 || G == 2 ? 2 : 3) * (FL_THREADS / NT)) fl_fwd_simt(flash_args a) {
+    constexpr int RS = NT / 16, BQ = RS * TR; /* rows of a thread are RS apart */
     AB_DYN_SMEM(float, sm);
     const int D = a.D, M = a.M, Dw = fl_round(D, 4), Mw = fl_round(M, 4), ldd = fl_ld(D), ldm = fl_ld(M);
     float *Qs = sm, *Ks = Qs + BQ * ldd, *Vs = Ks + FL_BK * ldd;
@@ -194,7 +195,7 @@ FL_UNROLL
                     for (int j = 0; j < 4; j++) kv[j] = *reinterpret_cast<const float4 *>(Ks + (tx + 16 * j) * ldd + d);
 FL_UNROLL
                     for (int i = 0; i < TR; i++) {
-                        const float4 qv = *reinterpret_cast<const float4 *>(Qs + (ty + 16 * i) * ldd + d);
+                        const float4 qv = *reinterpret_cast<const float4 *>(Qs + (ty + RS * i) * ldd + d);
 FL_UNROLL
                         for (int j = 0; j < 4; j++) {
                             s[i][j] = fmaf(qv.x, kv[j].x, s[i][j]);
@@ -208,7 +209,7 @@ FL_UNROLL
                 const bool full = fl_full(a, q0, BQ, k0, FL_BK);
 FL_UNROLL
                 for (int i = 0; i < TR; i++) {
-                    const int qi = q0 + ty + 16 * i;
+                    const int qi = q0 + ty + RS * i;
                     float mx = -INFINITY;
 FL_UNROLL
                     for (int j = 0; j < 4; j++) {
@@ -238,7 +239,7 @@ FL_UNROLL
 FL_UNROLL
                 for (int i = 0; i < TR; i++)
 FL_UNROLL
-                    for (int j = 0; j < 4; j++) Ps[(ty + 16 * i) * FL_LDP + tx + 16 * j] = s[i][j];
+                    for (int j = 0; j < 4; j++) Ps[(ty + RS * i) * FL_LDP + tx + 16 * j] = s[i][j];
                 __syncthreads();
                 /* O += P V */
 FL_UNROLL_BY(1)
@@ -251,7 +252,7 @@ FL_UNROLL
                             vv[u][g] = *reinterpret_cast<const float4 *>(Vs + (kk + u) * ldm + mcol[g]);
 FL_UNROLL
                     for (int i = 0; i < TR; i++) {
-                        const float4 pv = *reinterpret_cast<const float4 *>(Ps + (ty + 16 * i) * FL_LDP + kk);
+                        const float4 pv = *reinterpret_cast<const float4 *>(Ps + (ty + RS * i) * FL_LDP + kk);
                         const float pu[4] = {pv.x, pv.y, pv.z, pv.w};
 FL_UNROLL
                         for (int u = 0; u < 4; u++)
@@ -271,7 +272,7 @@ FL_UNROLL
                 float lt = l[i];
 FL_UNROLL
                 for (int off = 8; off > 0; off >>= 1) lt += __shfl_xor_sync(0xffffffffu, lt, off);
-                const int qi = q0 + ty + 16 * i;
+                const int qi = q0 + ty + RS * i;
                 if (qi >= a.L) continue;
                 const float inv = 1.0f / lt; /* lt >= 1: the row maximum's own term is 2^0 */
                 float *orow = a.o + sl * a.so + (long long)qi * M;
@@ -960,9 +961,10 @@ static inline int fl_launch(K *kernel, long long tiles, int threads, size_t smem
     return 0;
 }
 
-template <int TR, int G> static inline int fl_run_fwd_simt(const flash_args &a) {
-    auto *k = &fl_fwd_simt<TR, G>;
-    return fl_launch(k, (a.L + 16 * TR - 1) / (16 * TR), FL_THREADS, fl_fwd_simt_smem<TR, G>(a.D, a.M), a);
+template <int TR, int G, int NT = FL_THREADS> static inline int fl_run_fwd_simt(const flash_args &a) {
+    auto *k = &fl_fwd_simt<TR, G, NT>;
+    constexpr int BQ = NT / 16 * TR;
+    return fl_launch(k, (a.L + BQ - 1) / BQ, NT, fl_fwd_simt_smem<TR, G, NT>(a.D, a.M), a);
 }
 
 template <int G> static inline int fl_run_fwd_wmma(const flash_args &a) {

@@ -2,19 +2,23 @@
  * the library ships (attention/flash_softmax.cuh, included here: the same code).
  *   forward:
  *     1 rows        a warp per query row (fl_fwd_rows): the naive baseline, any D, M
- *     2 simt 64     fp32, 64 query rows x 64 keys per step (fl_fwd_simt<4, G>)
- *     3 simt 128    fp32, 128 x 64 (fl_fwd_simt<8, 1>; D, M <= 64)
- *     4 tf32 64     tensor cores, 64 x 64 (fl_fwd_wmma<G>)
+ *     2 simt 64     fp32, 64 query rows x 64 keys per step, 8 warps, 4 rows per thread
+ *                   (fl_fwd_simt<4, G>)
+ *     3 simt 128    fp32, 128 x 64, 8 warps, 8 rows per thread (fl_fwd_simt<8, 1>;
+ *                   D, M <= 64)
+ *     4 simt 64/4w  fp32, 64 x 64, 4 warps, 8 rows per thread (fl_fwd_simt<8, 1, 128>;
+ *                   D, M <= 64): 3's registers per thread with 2's tile
+ *     5 tf32 64     tensor cores, 64 x 64 (fl_fwd_wmma<G>)
  *   backward (from the saved O and log-sum-exps of version 2's forward):
- *     5 rows        a warp per key row (dK, dV) and per query row (dQ)
- *     6 simt        fp32: dK dV pass, then dQ pass (the library's, deterministic)
- *     7 simt atomic fp32: dQ by atomics from the dK dV pass (dq zeroed inside the timing)
- *     8 tf32        tensor cores: dK dV pass, dQ pass
+ *     6 rows        a warp per key row (dK, dV) and per query row (dQ)
+ *     7 simt        fp32: dK dV pass, then dQ pass (the library's, deterministic)
+ *     8 simt atomic fp32: dQ by atomics from the dK dV pass (dq zeroed inside the timing)
+ *     9 tf32        tensor cores: dK dV pass, dQ pass
  *   the library (what softmax and local run, kernels chosen by shape and device):
- *     9 fwd+bwd fp32    flash_forward + flash_backward
- *    10 fwd+bwd tf32    the same with precision tf32
+ *    10 fwd+bwd fp32    flash_forward + flash_backward
+ *    11 fwd+bwd tf32    the same with precision tf32
  * The window option (--window W, the local variant's banded form; default none) comes
- * on top of lab.h's options. G = 1 for D, M <= 64, 2 up to 128 (versions 2-4, 6-8 need
+ * on top of lab.h's options. G = 1 for D, M <= 64, 2 up to 128 (versions 2-5, 7-9 need
  * D, M <= 128).
  * Reference: double on the CPU, a row at a time, for the first and the last slice: every
  * row when N <= 4096 (out, dq, dk, dv), else 512 rows spread over the slice (out, dq; dk
@@ -161,23 +165,29 @@ static double bwd_err(const problem &p, const reference &r) {
 
 /* ---- versions ---- */
 
-static const char *NAMES[11] = {"",
-                                "fwd rows (warp per row)",
-                                "fwd simt 64x64",
-                                "fwd simt 128x64",
-                                "fwd tf32 64x64",
-                                "bwd rows (warp per row)",
-                                "bwd simt 2 passes",
-                                "bwd simt atomic dQ",
-                                "bwd tf32 2 passes",
-                                "library fwd+bwd fp32",
-                                "library fwd+bwd tf32"};
+#define N_VERSIONS 11
+static const char *NAMES[N_VERSIONS + 1] = {"",
+                                            "fwd rows (warp per row)",
+                                            "fwd simt 64x64",
+                                            "fwd simt 128x64",
+                                            "fwd simt 64x64 4 warps",
+                                            "fwd tf32 64x64",
+                                            "bwd rows (warp per row)",
+                                            "bwd simt 2 passes",
+                                            "bwd simt atomic dQ",
+                                            "bwd tf32 2 passes",
+                                            "library fwd+bwd fp32",
+                                            "library fwd+bwd tf32"};
+
+static bool is_bwd(int v) { return v >= 6 && v <= 9; }
+static bool is_both(int v) { return v >= 10; }
+static bool is_tf32(int v) { return v == 5 || v == 9 || v == 11; }
 
 /* Whether version v runs at this shape. */
 static bool supported(const problem &p, int v) {
     const int big = p.o.D > p.o.M ? p.o.D : p.o.M;
-    if (v == 3) return big <= 64;
-    if (v == 1 || v == 5 || v >= 9) return true;
+    if (v == 3 || v == 4) return big <= 64;
+    if (v == 1 || v == 6 || v >= 10) return true;
     return big <= 128;
 }
 
@@ -188,16 +198,17 @@ static int run(const problem &p, int v) {
     case 1: return fl_run_fwd_rows(a);
     case 2: return g2 ? fl_run_fwd_simt<4, 2>(a) : fl_run_fwd_simt<4, 1>(a);
     case 3: return fl_run_fwd_simt<8, 1>(a);
-    case 4: return g2 ? fl_run_fwd_wmma<2>(a) : fl_run_fwd_wmma<1>(a);
-    case 5: AB_TRY(fl_run_delta(a)); return fl_run_bwd_rows(a);
-    case 6: AB_TRY(fl_run_delta(a)); return g2 ? fl_run_bwd_simt<2, false>(a) : fl_run_bwd_simt<1, false>(a);
-    case 7:
+    case 4: return fl_run_fwd_simt<8, 1, 128>(a);
+    case 5: return g2 ? fl_run_fwd_wmma<2>(a) : fl_run_fwd_wmma<1>(a);
+    case 6: AB_TRY(fl_run_delta(a)); return fl_run_bwd_rows(a);
+    case 7: AB_TRY(fl_run_delta(a)); return g2 ? fl_run_bwd_simt<2, false>(a) : fl_run_bwd_simt<1, false>(a);
+    case 8:
         AB_TRY(ab_cuda_memset(p.dq, 0, sizeof(float) * (size_t)p.BH * p.o.N * p.o.D));
         AB_TRY(fl_run_delta(a));
         return g2 ? fl_run_bwd_simt<2, true>(a) : fl_run_bwd_simt<1, true>(a);
-    case 8: AB_TRY(fl_run_delta(a)); return g2 ? fl_run_bwd_wmma<2>(a) : fl_run_bwd_wmma<1>(a);
+    case 9: AB_TRY(fl_run_delta(a)); return g2 ? fl_run_bwd_wmma<2>(a) : fl_run_bwd_wmma<1>(a);
     default: {
-        const int prec = v == 9 ? AB_PREC_FP32 : AB_PREC_TF32;
+        const int prec = v == 10 ? AB_PREC_FP32 : AB_PREC_TF32;
         AB_TRY(flash_forward(&a, prec));
         return flash_backward(&a, prec);
     }
@@ -260,14 +271,14 @@ int main(int argc, char **argv) {
      * (tests/test_cuda_flash.c); 1e-2 as the cross-check. */
     const double tol32 = 1e-4, tolt = 1e-2;
     int failed = 0;
-    for (int v = 1; v <= 10; v++) {
+    for (int v = 1; v <= N_VERSIONS; v++) {
         if (!lab_wants(&p.o, v) || !supported(p, v)) continue;
-        const bool bwd = v >= 5 && v <= 8, both = v >= 9;
+        const bool bwd = is_bwd(v), both = is_both(v);
         if (bwd) LAB_CHECK(saved_forward(p)); /* the saved O and lse */
         LAB_CHECK(run(p, v));
         double err = bwd ? bwd_err(p, ref) : fwd_err(p, ref);
         if (both) err = fmax(err, bwd_err(p, ref));
-        const double tol = v == 4 || v == 8 || v == 10 ? tolt : tol32;
+        const double tol = is_tf32(v) ? tolt : tol32;
         const double ms = p.o.check_only ? -1 : lab_time_ms(p.o.reps, [&] { return run(p, v); });
         const double fl = bwd ? 2 * ff : both ? 3 * ff : ff;
         const double by = bwd ? bbytes : both ? fbytes + bbytes : fbytes;
