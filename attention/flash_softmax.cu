@@ -193,7 +193,7 @@ int flash_attn_backward(attn *a, const attn_shape *s, long long window, const fl
     const int N = s->len, D = s->qk_dim, M = s->v_dim;
     const long long ND = (long long)N * D, NM = (long long)N * M;
     if (a->ws_bytes < flash_attn_workspace_bytes(s))
-        return ab_fail(AB_EINVAL, "softmax backward: workspace of %zu bytes, %zu needed", a->ws_bytes,
+        return ab_fail(AB_EINVAL, "%s backward: workspace of %zu bytes, %zu needed", a->v->name, a->ws_bytes,
                        flash_attn_workspace_bytes(s));
     float *O = (float *)saved, *delta = (float *)a->ws;
     float *lse = (float *)((char *)saved + align256(rows_of(s) * (size_t)M * sizeof(float)));
