@@ -329,11 +329,18 @@ static const attn_backend cpu_backend = {
 };
 
 #ifdef ATTNBENCH_HAVE_CUDA
+static int local_cuda_check(const attn *a, const attn_shape *s) {
+    int rc = local_check_shape(a, s);
+    return rc ? rc : local_cuda_check_shape(a, s);
+}
+
+/* Its own saved state: O and the rows' log-sum-exps (local_cuda.cu). */
 static const attn_backend cuda_backend = {
-    .check_shape = local_check_shape,
-    .saved_bytes = local_saved_bytes,
+    .check_shape = local_cuda_check,
+    .saved_bytes = local_cuda_saved_bytes,
     .workspace_bytes = local_cuda_workspace_bytes,
     .forward = local_cuda_forward,
+    .forward_unsaved = true,
     .backward = local_cuda_backward,
     .state_bytes = local_state_bytes,
     .state_init = local_cuda_state_init,

@@ -1,7 +1,8 @@
 /* Internal: the CUDA backend of `local` (local_cuda.cu). local.c puts these functions
  * into its attn_backend table when the build has CUDA (ATTNBENCH_HAVE_CUDA);
- * check_shape, saved_bytes (0) and state_bytes (the ring of the last `window` keys and
- * values) are the CPU's, same layout. */
+ * state_bytes (the ring of the last `window` keys and values) is the CPU's, same
+ * layout; saved_bytes is its own (O and the rows' log-sum-exps: local_cuda.cu), and
+ * check_shape adds the fused kernels' limits to the CPU's checks. */
 #ifndef ATTN_LOCAL_CUDA_H
 #define ATTN_LOCAL_CUDA_H
 
@@ -14,6 +15,8 @@ extern "C" {
 #endif
 
 /* Parallel mode. */
+int local_cuda_check_shape(const attn *a, const attn_shape *s);
+size_t local_cuda_saved_bytes(const attn *a, const attn_shape *s);
 size_t local_cuda_workspace_bytes(const attn *a, const attn_shape *s);
 int local_cuda_forward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v, float *out,
                        void *saved);
@@ -27,12 +30,6 @@ int local_cuda_prefill(attn *a, const attn_shape *s, int capacity, int prompt_le
 int local_cuda_step(attn *a, const attn_shape *s, int capacity, void *state, int t, const float *q, const float *k,
                     const float *v, float *out);
 size_t local_cuda_step_workspace_bytes(const attn *a, const attn_shape *s, int capacity);
-
-/* Floats of score scratch (two blocks of scores per tile of 64 query rows) the parallel
- * calls may use: they work on as many tiles at a time as fit (at least one). 32 Mi
- * floats (128 MiB) by default; tests lower it to exercise the grouped path. Not
- * thread-safe. */
-extern size_t local_cuda_scratch_floats;
 
 #ifdef __cplusplus
 }

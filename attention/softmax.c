@@ -357,11 +357,14 @@ static const attn_backend cpu_softmax = {
 };
 
 #ifdef ATTNBENCH_HAVE_CUDA
+/* Its own saved state (O and the rows' log-sum-exps, O(N M) per slice: softmax_cuda.cu)
+ * and shape checks. */
 static const attn_backend cuda_softmax = {
-    .check_shape = smx_check_shape,
-    .saved_bytes = smx_saved_bytes,
+    .check_shape = smx_cuda_check_shape,
+    .saved_bytes = smx_cuda_saved_bytes,
     .workspace_bytes = smx_cuda_workspace_bytes,
     .forward = smx_cuda_forward,
+    .forward_unsaved = true,
     .backward = smx_cuda_backward,
 };
 #define CUDA_SOFTMAX (&cuda_softmax)
@@ -371,7 +374,8 @@ static const attn_backend cuda_softmax = {
 
 const attn_variant attn_variant_softmax = {
     .name = "softmax",
-    .summary = "softmax(scale q.k) attention; quadratic memory: backward reads the saved N x N probabilities",
+    .summary = "softmax(scale q.k) attention; quadratic memory on the CPU (backward reads the saved N x N "
+               "probabilities), O(N) on CUDA (fused kernels: backward recomputes them from the rows' log-sum-exps)",
     .options = smx_options,
     .n_options = SMX_N_OPTIONS,
     .defaults = smx_defaults,

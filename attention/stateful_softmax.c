@@ -125,11 +125,14 @@ static const attn_backend cpu_stateful_softmax = {
 };
 
 #ifdef ATTNBENCH_HAVE_CUDA
+/* Its own saved state (O and the rows' log-sum-exps, O(N M) per slice: softmax_cuda.cu)
+ * and shape checks. */
 static const attn_backend cuda_stateful_softmax = {
-    .check_shape = smx_check_shape,
-    .saved_bytes = smx_saved_bytes,
+    .check_shape = smx_cuda_check_shape,
+    .saved_bytes = smx_cuda_saved_bytes,
     .workspace_bytes = smx_cuda_workspace_bytes,
     .forward = smx_cuda_forward,
+    .forward_unsaved = true,
     .backward = smx_cuda_backward,
     .state_bytes = ss_cuda_state_bytes,
     .state_init = ss_cuda_state_init,

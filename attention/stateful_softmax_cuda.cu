@@ -8,13 +8,14 @@
  * slice and attends q_t over positions 0..t split over thread blocks, the splits'
  * partial results in the step workspace (kv_step_workspace_bytes).
  * Prefill copies the prompt's keys and values into the cache and, when out is wanted,
- * computes the prompt's causal outputs like softmax's forward, with the probabilities
- * of a chunk of slices and rows at a time in the workspace (smx_cuda_scratch_floats at
- * most), nothing of size P x P per slice unless it fits. */
+ * computes the prompt's causal outputs with softmax's fused forward (flash_softmax.cu)
+ * reading the keys and values from the cache: no workspace, nothing of size P x P.
+ */
 #include "softmax_cuda.h"
 
 #include "cuda_util.cuh"
 #include "step_cuda.h"
+#include "flash_softmax.h"
 
 #include <math.h>
 
@@ -47,19 +48,11 @@ extern "C" int ss_cuda_state_init(attn *a, const attn_shape *s, int capacity, vo
     return 0;
 }
 
-/* Step: the splits' partial results (kv_step_workspace_bytes). Prefill: probabilities
- * of a block (at most the scratch budget, at least one row of capacity floats). */
-static size_t prefill_floats(const attn_shape *s, int capacity) {
-    size_t all = (size_t)s->batch * (size_t)s->heads * (size_t)capacity * (size_t)capacity;
-    size_t budget = smx_cuda_scratch_floats > (size_t)capacity ? smx_cuda_scratch_floats : (size_t)capacity;
-    return all < budget ? all : budget;
-}
-
+/* Step: the splits' partial results (kv_step_workspace_bytes); the prefill needs none
+ * (the fused forward reads the cache). */
 extern "C" size_t ss_cuda_step_workspace_bytes(const attn *a, const attn_shape *s, int capacity) {
     (void)a;
-    const size_t step = kv_step_workspace_bytes((long long)s->batch * s->heads, capacity, s->v_dim);
-    const size_t pf = prefill_floats(s, capacity) * sizeof(float);
-    return step > pf ? step : pf;
+    return kv_step_workspace_bytes((long long)s->batch * s->heads, capacity, s->v_dim);
 }
 
 extern "C" int ss_cuda_prefill(attn *a, const attn_shape *s, int capacity, int P, const float *q, const float *k,
@@ -69,31 +62,12 @@ extern "C" int ss_cuda_prefill(attn *a, const attn_shape *s, int capacity, int P
     float *kc = (float *)state, *vc = (float *)((char *)state + kcache_bytes(s, capacity));
     AB_TRY(attn_cuda_copy_slices(kc, cap * D, k, (long long)P * D, BH, (long long)P * D));
     AB_TRY(attn_cuda_copy_slices(vc, cap * M, v, (long long)P * M, BH, (long long)P * M));
-    if (!out) return 0;
-    /* Causal attention of the prompt over the cache, in chunks of slices and rows that
-     * fit the workspace. */
-    smx_cuda_problem pr = {q, kc, vc, out, (long long)P * D, cap * D, cap * M, (long long)P * M,
-                           D, M, (float)attn_scale(a, D), true, P};
-    size_t w = a->ws_bytes / sizeof(float);
-    const size_t budget = smx_cuda_scratch_floats > (size_t)capacity ? smx_cuda_scratch_floats : (size_t)capacity;
-    if (w > budget) w = budget;
-    if (w < (size_t)P) return ab_fail(AB_EINVAL, "stateful-softmax prefill: workspace below one row");
-    int rb = smx_cuda_causal_block_rows(P);
-    if ((size_t)rb * (size_t)P > w) rb = (int)(w / (size_t)P);
-    if (rb < 1) rb = 1;
-    long long cs = (long long)(w / ((size_t)rb * (size_t)P));
-    if (cs > BH) cs = BH;
-    if (cs < 1) cs = 1;
-    float *pb = (float *)a->ws;
-    for (long long c0 = 0; c0 < BH; c0 += cs) {
-        const long long cn = BH - c0 < cs ? BH - c0 : cs;
-        for (int r0 = 0; r0 < P; r0 += rb) {
-            const int r1 = r0 + rb < P ? r0 + rb : P;
-            /* probabilities of the block: (r1 - r0, r1) per slice, compact */
-            AB_TRY(smx_cuda_attend_rows(&pr, c0, cn, r0, r1, pb, r1, (long long)(r1 - r0) * r1, r1));
-        }
-    }
-    return 0;
+    if (!out || P == 0) return 0;
+    /* causal attention of the prompt over the cache's first P positions */
+    flash_args fa = flash_args_make(q, (long long)P * D, kc, cap * D, vc, cap * M, (long long)P * M, 0, BH, P, D, M,
+                                    attn_scale(a, D), true, 0);
+    fa.o = out;
+    return flash_forward(&fa, a->p.precision);
 }
 
 extern "C" int ss_cuda_step(attn *a, const attn_shape *s, int capacity, void *state, int t, const float *q,

@@ -1,7 +1,7 @@
 /* The CUDA backend against the CPU backend: for every variant with a CUDA
  * implementation and its options, forward and backward on random shapes (N = 1, odd D
  * and M, lengths masks with 0 and N, causal and not), recurrent steps and prefill
- * against the causal forward, the chunked paths, workspace reuse, out of memory.
+ * against the causal forward, workspace reuse, out of memory.
  *
  * Written once, built twice (tests/meson.build):
  * - test_cuda: linked to the real library. Runs on a machine with a GPU; skips (with
@@ -13,8 +13,9 @@
  * Adding a variant: put its cases in CUDA_VARIANTS below (expected = true once its
  * backend exists); every test loops over that table. Paths of one variant (linear and
  * polynomial: several chunks, large feature sizes, the grouped workspace, state reset;
- * local's grouped tiles; favor's shifts) have their own tests in test_cuda_paths.c,
- * with the helpers this file defines (test_cuda_util.h).
+ * favor's shifts) have their own tests in test_cuda_paths.c, softmax's fused kernels
+ * (tiles, masks, windows, tf32, the fallback, memory) in test_cuda_flash.c, with the
+ * helpers this file defines (test_cuda_util.h).
  * Tolerances are relative to each tensor's largest entry (tu_rel_err); TC_PRINT=1 in
  * the environment prints every measured error (how the figures below were taken). */
 #include "attention.h"
@@ -36,9 +37,7 @@
 #include <string.h>
 
 #ifdef TEST_CUDA_BACKEND
-/* Internal knobs of the backend (attention/softmax_cuda.h, attention/lsh_cuda.h), for
- * the chunked and grouped paths. */
-extern size_t smx_cuda_scratch_floats;
+/* Internal knob of the backend (attention/lsh_cuda.h), for the grouped paths. */
 extern size_t lsh_cuda_scratch_bytes;
 /* The device's random numbers (lsh_cuda.cu), for the bit-for-bit check against the host. */
 int lsh_cuda_rng(uint64_t seed, uint64_t stream, uint64_t index0, long long n, uint32_t *words, double *normals);
@@ -164,15 +163,30 @@ void run_cpu(const cuda_variant *cv, const tu_problem *p, grads *g) {
     attn_destroy(a);
 }
 
+bool tc_flash_saves(const char *variant) {
+    return strcmp(variant, "softmax") == 0 || strcmp(variant, "stateful-softmax") == 0 || strcmp(variant, "local") == 0;
+}
+
+size_t tc_flash_saved_bytes(const attn_shape *s) {
+    const size_t rows = (size_t)s->batch * s->heads * s->len;
+    return (rows * s->v_dim * sizeof(float) + 255) / 256 * 256 + rows * sizeof(float);
+}
+
 /* Forward and backward on the device; out and the gradients start as NaN on the device
  * (every entry must be written) and are copied back into g. `repeat` runs the pair
  * twice (workspace reuse: the second allocates nothing and gives the same results). */
 void run_cuda(const cuda_variant *cv, const tu_problem *p, grads *g, bool repeat) {
     attn *a = make(cv, ATTN_DEVICE_CUDA);
-    attn *cpu = make(cv, ATTN_DEVICE_CPU);
     size_t sb = attn_saved_bytes(a, &p->s);
-    cr_assert_eq(sb, attn_saved_bytes(cpu, &p->s), "saved_bytes differ between the devices");
-    attn_destroy(cpu);
+    if (tc_flash_saves(cv->variant)) {
+        /* Its own saved state: O and the rows' log-sum-exps, O(N M) per slice (the CPU
+         * keeps the N x N probabilities, or for local nothing). */
+        cr_assert_eq(sb, tc_flash_saved_bytes(&p->s), "%s: saved_bytes %zu on CUDA", cv->variant, sb);
+    } else {
+        attn *cpu = make(cv, ATTN_DEVICE_CPU);
+        cr_assert_eq(sb, attn_saved_bytes(cpu, &p->s), "saved_bytes differ between the devices");
+        attn_destroy(cpu);
+    }
     float *q = dupload(p->q, p->nq), *k = dupload(p->k, p->nq), *v = dupload(p->v, p->nv);
     float *dout = dupload(p->dout, p->nv);
     float *out = dpoison(p->nv), *dq = dpoison(p->nq), *dk = dpoison(p->nq), *dv = dpoison(p->nv);
@@ -310,8 +324,8 @@ Test(cuda_parallel, n_equals_one) {
 }
 
 Test(cuda_parallel, long_rows_and_head_size_64) {
-    /* N = 300: causal rows go in two blocks (attention/softmax_cuda.cu), lengths cut the
-     * second; rows longer than a block of threads (256). */
+    /* N = 300: five key tiles of 64 (softmax's fused kernels, attention/flash_softmax.cu),
+     * lengths cutting the fifth; rows longer than a block of threads (256). */
     require_cuda();
     const int len[2] = {300, 257};
     for (int causal = 0; causal < 2; causal++) {
@@ -326,23 +340,6 @@ Test(cuda_parallel, repeated_calls_reuse_the_workspace) {
     for (int i = 0; i < N_CUDA_VARIANTS; i++) check_parallel(&CUDA_VARIANTS[i], 2, 2, 20, 4, 6, true, len, 18, true);
 }
 
-#ifdef TEST_CUDA_BACKEND
-Test(cuda_parallel, chunked_backward_and_prefill) {
-    /* A scratch budget below one slice's L x L: backward (and prefill) go in chunks of
-     * slices and blocks of rows, dK and dV accumulating across the blocks. 1 float
-     * forces one row at a time; 200 a few rows of one slice; 4000 several slices. */
-    require_cuda();
-    const size_t saved = smx_cuda_scratch_floats;
-    const size_t budgets[3] = {1, 200, 4000};
-    const int len[3] = {30, 17, 0};
-    for (int b = 0; b < 3; b++) {
-        smx_cuda_scratch_floats = budgets[b];
-        for (int causal = 0; causal < 2; causal++)
-            check_parallel(&CUDA_VARIANTS[0], 3, 2, 30, 5, 4, causal, len, 19, false);
-    }
-    smx_cuda_scratch_floats = saved;
-}
-#endif
 
 /* ---- lsh: hashing, sort groups, norm floor ---- */
 
@@ -599,19 +596,6 @@ Test(cuda_recurrent, wide_heads) {
     check_recurrent(cv, 1, 2, 40, 3, 1, 40, 33, true, 57); /* M = 1 */
 }
 
-#ifdef TEST_CUDA_BACKEND
-Test(cuda_recurrent, chunked_prefill) {
-    require_cuda();
-    const cuda_variant *cv = first_with_step(0);
-    cr_assert_not_null(cv);
-    const size_t saved = smx_cuda_scratch_floats;
-    smx_cuda_scratch_floats = 1; /* one row of the prompt at a time */
-    check_recurrent(cv, 2, 2, 25, 4, 3, 25, 25, true, 58);
-    smx_cuda_scratch_floats = 100;
-    check_recurrent(cv, 2, 2, 25, 4, 3, 30, 19, true, 59);
-    smx_cuda_scratch_floats = saved;
-}
-#endif
 
 /* ---- device memory ---- */
 
@@ -650,7 +634,7 @@ Test(cuda_memory, out_of_device_memory_is_enomem) {
     cr_assert_eq(rc, ATTN_ENOMEM, "state that does not fit: rc %d (%s)", rc, attn_error());
     cr_assert(strstr(attn_error(), "out of device memory") != NULL, "message: %s", attn_error());
     cr_assert_null(st);
-    attn_shape big = {1, 1, 1024, 8, 8, false, NULL}; /* saved P 4 MiB, workspace too */
+    attn_shape big = {64, 8, 1024, 8, 8, false, NULL}; /* workspace (backward's delta) 2 MiB */
     ab_clear_error();
     rc = attn_reserve(a, &big);
     cr_assert_eq(rc, ATTN_ENOMEM, "workspace that does not fit: rc %d (%s)", rc, attn_error());

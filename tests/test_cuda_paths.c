@@ -1,7 +1,7 @@
 /* The CUDA backend against the CPU, paths of single variants (the table-driven checks
  * of every variant are tests/test_cuda.c, whose helpers these use): linear and
  * polynomial (several chunks, large feature sizes, wide heads, the grouped workspace,
- * state reset), local (grouped tiles, long windows) and favor (large and growing keys).
+ * state reset), local (long windows, the ring) and favor (large and growing keys).
  * Built into the same two binaries as test_cuda.c. */
 #include "attention.h"
 #include "cuda_device.h"
@@ -19,9 +19,8 @@
 #include <string.h>
 
 #ifdef TEST_CUDA_BACKEND
-/* Internal knobs of the backends (attention/linear_cuda.h, attention/local_cuda.h). */
+/* Internal knob of the backend (attention/linear_cuda.h). */
 extern size_t lin_cuda_ws_floats;
-extern size_t local_cuda_scratch_floats;
 #endif
 
 /* ---- linear and polynomial: their own paths ---- */
@@ -187,26 +186,18 @@ Test(cuda_linear, reset_then_prefill_and_steps) {
 
 /* ---- local and favor: their own paths ---- */
 
-#ifdef TEST_CUDA_BACKEND
-Test(cuda_local, grouped_tiles_and_long_windows) {
-    /* A score budget of 1 float: one tile of 64 rows per group (the key tiles' dK, dV
-     * accumulating over groups); 30000 floats: a few tiles; N = 150 makes three tiles per
-     * slice, lengths cut them, windows reach one, two and all tiles back. */
+Test(cuda_local, long_windows_and_the_ring) {
+    /* N = 150: three key tiles of 64 per slice, lengths cutting them; windows reaching
+     * one, two and all tiles back (the band's tiles and edges: attention/local_cuda.cu;
+     * windows 1 and 3 and tf32 are in test_cuda_flash.c). Then the ring of 20 wrapping. */
     require_cuda();
-    const size_t saved = local_cuda_scratch_floats;
-    const size_t budgets[3] = {1, 30000, saved};
     const int len[2] = {150, 77};
     static const cuda_variant ws[3] = {{"local", {"window=20"}, 1, true}, {"local", {"window=70"}, 1, true},
                                        {"local", {"window=1000"}, 1, true}};
-    for (int b = 0; b < 3; b++) {
-        local_cuda_scratch_floats = budgets[b];
-        for (int w = 0; w < 3; w++)
-            for (int causal = 0; causal < 2; causal++) check_parallel(&ws[w], 2, 2, 150, 5, 3, causal, len, 91, false);
-    }
-    local_cuda_scratch_floats = saved;
-    check_recurrent(&ws[0], 1, 2, 90, 4, 3, 90, 30, true, 92); /* the ring of 20 wraps */
+    for (int w = 0; w < 3; w++)
+        for (int causal = 0; causal < 2; causal++) check_parallel(&ws[w], 2, 2, 150, 5, 3, causal, len, 91, false);
+    check_recurrent(&ws[0], 1, 2, 90, 4, 3, 90, 30, true, 92);
 }
-#endif
 
 Test(cuda_favor, large_and_growing_keys) {
     /* Keys whose size grows along the sequence (sd 0.3 to 6 at D = 16: exponents past

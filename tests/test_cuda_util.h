@@ -71,6 +71,12 @@ void grads_free(grads *g);
 void run_cpu(const cuda_variant *cv, const tu_problem *p, grads *g);
 void run_cuda(const cuda_variant *cv, const tu_problem *p, grads *g, bool repeat);
 
+/* Variants whose CUDA backend runs softmax's fused kernels and saves O and the rows'
+ * log-sum-exps (softmax, stateful-softmax, local), and those bytes for a shape:
+ * B*H*N*M floats rounded up to 256 bytes, then B*H*N floats. */
+bool tc_flash_saves(const char *variant);
+size_t tc_flash_saved_bytes(const attn_shape *s);
+
 /* The tolerance factor of a variant (polynomial's mixed-sign features: POLY_TOL_FACTOR). */
 double tol_factor(const cuda_variant *cv);
 void expect_close_floor(const float *got, const float *want, size_t n, double tol, double floor, const char *what,
