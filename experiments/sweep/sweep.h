@@ -109,7 +109,10 @@ void sweep_min_bytes_parallel(const attn_shape *s, size_t n_params, bool backwar
 /* The same for one recurrent step at position t (s->len ignored): q, k, v of the
  * position read and out written (B H (2D + M) and B H M floats), and the state: a
  * state that grows with the positions it holds (a key/value cache) has its t
- * positions read (attn_state_bytes for capacity t) and the new position's part written;
+ * positions read and the new position written (its bytes per position: its growth in
+ * attn_state_bytes, without the padding and fixed words a state may also hold); the
+ * state is the variant's on the CPU with the same options (a device backend's may add
+ * padding and counters for its blocks, which the operation does not need);
  * a state of fixed size (linear attention's sums) is read and written whole (an upper
  * bound of what must be written where part of it never changes: FAVOR's W, a sliding
  * window's ring). 0, or an error code with a message. */

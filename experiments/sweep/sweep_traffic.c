@@ -6,6 +6,10 @@
 #include "error.h"
 #include "results.h"
 
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
 void sweep_min_bytes_parallel(const attn_shape *s, size_t n_params, bool backward, double *read, double *write) {
     const double bh = (double)s->batch * s->heads, n = s->len;
     const double qk = bh * n * s->qk_dim * 4.0, vo = bh * n * s->v_dim * 4.0, par = (double)n_params * 4.0;
@@ -17,22 +21,59 @@ void sweep_min_bytes_parallel(const attn_shape *s, size_t n_params, bool backwar
     }
 }
 
+/* The variant of a with the same options on the CPU (NULL if it cannot be made): its
+ * recurrent state is the algorithm's, without what a device backend adds (padding to
+ * aligned boundaries, counters for its blocks). The precision is the device's only. */
+static attn *cpu_twin(const attn *a) {
+    const int vi = attn_variant_find(attn_name(a));
+    char vals[16][64], set[16][160];
+    const char *sets[16];
+    int n = 0;
+    const char *name, *def;
+    for (int j = 0; n < 16 && attn_variant_option(vi, j, &name, &def, NULL); j++) {
+        if (strcmp(name, "precision") == 0 || !attn_option_value(a, NULL, name, vals[n], sizeof vals[n]) ||
+            strcmp(vals[n], def) == 0) /* a default (e.g. scale's "1/sqrt(D)") need not be given */
+            continue;
+        snprintf(set[n], sizeof set[n], "%s=%s", name, vals[n]);
+        sets[n] = set[n];
+        n++;
+    }
+    attn_options o = {attn_name(a), ATTN_DEVICE_CPU, 0, n, sets};
+    attn *t = NULL;
+    if (attn_create(&o, &t)) {
+        ab_clear_error();
+        return NULL;
+    }
+    return t;
+}
+
 int sweep_min_bytes_step(const attn *a, const attn_shape *s, int t, double *read, double *write) {
     if (t < 0) return ab_fail(AB_EINVAL, "sweep_min_bytes_step: position %d < 0", t);
+    attn *twin = cpu_twin(a);
+    if (twin) a = twin;
     const double bh = (double)s->batch * s->heads;
     *read = bh * (2.0 * s->qk_dim + s->v_dim) * 4.0; /* q, k, v */
     *write = bh * s->v_dim * 4.0;                    /* out */
-    /* a state that grows holds more at capacity t + 2 than at t + 1 */
-    const size_t next = attn_state_bytes(a, s, t + 1), after = next ? attn_state_bytes(a, s, t + 2) : 0;
-    const size_t now = t > 0 && next ? attn_state_bytes(a, s, t) : 0;
-    if (!next || !after || (t > 0 && !now)) return AB_EINVAL; /* no recurrent mode: the message is set */
-    if (after > next) {
-        *read += (double)now;           /* the t positions held */
-        *write += (double)(next - now); /* the new position */
+    /* A state that grows (a key/value cache) holds more at a larger capacity: its bytes
+     * per position are its growth over G positions / G (a state may pad its parts to
+     * 256-byte boundaries and keep a few fixed words: over G = 4096 positions that is
+     * under a byte per position, rounded away to whole floats); the step must read the
+     * t positions held and write one. */
+    const int G = 4096;
+    const size_t next = attn_state_bytes(a, s, t + 1), far = next ? attn_state_bytes(a, s, t + 1 + G) : 0;
+    if (!next || !far) {
+        attn_destroy(twin);
+        return AB_EINVAL; /* no recurrent mode: the message is set */
+    }
+    if (far > next) {
+        const double per_pos = 4.0 * floor((double)(far - next) / G / 4.0 + 0.5);
+        *read += per_pos * t; /* the t positions held */
+        *write += per_pos;    /* the new position */
     } else {
         *read += (double)next; /* a state of fixed size: read and rewritten */
         *write += (double)next;
     }
+    attn_destroy(twin);
     return 0;
 }
 
