@@ -86,6 +86,7 @@
  *   the D x D gradient block by rows and by columns (one of them strided, L1-resident);
  * - the step is memory-bound: S (C (M+1) floats per slice) read and written once. */
 #include "feature_maps_cuda.cuh"
+#include "linear_chunk.cuh"
 
 #include "linear_cuda.h"
 
@@ -318,7 +319,7 @@ static size_t budget_floats(const lin_cfg &c, bool causal, long long np) {
     return lin_cuda_ws_floats > min1 ? lin_cuda_ws_floats : min1;
 }
 
-extern "C" size_t lin_cuda_workspace_bytes(const attn *a, const attn_shape *s) {
+static size_t batched_workspace_bytes(const attn *a, const attn_shape *s) {
     lin_cfg c;
     cfg_make(a, s, &c);
     const long long nc = ((long long)s->len + c.T - 1) / c.T, np = nc * c.T, BH = (long long)s->batch * s->heads;
@@ -691,6 +692,115 @@ static int noncausal_backward_run(const attn *a, const lin_cfg &c, long long ns,
     return 0;
 }
 
+/* ---- the fused chunked kernels (linear_chunk.cuh) ---- */
+
+int lin_cuda_path = 0;
+long long lin_chunk_blocks = 0;
+int lin_chunk_threads = 256;
+
+#define FUSED_AUTO_CHUNK 32
+#define FUSED_MAX_CHUNK 64
+
+/* The device's multiprocessors and opt-in shared memory per block (asked once). */
+struct dev_limits {
+    int sms;
+    size_t smem;
+};
+static dev_limits device_limits(void) {
+    static const dev_limits lim = [] {
+        dev_limits l = {1, 48 * 1024};
+        int dev = 0;
+        cudaDeviceProp p;
+        if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&p, dev) == cudaSuccess) {
+            l.sms = p.multiProcessorCount > 0 ? p.multiProcessorCount : 1;
+            l.smem = p.sharedMemPerBlockOptin > l.smem ? p.sharedMemPerBlockOptin : l.smem;
+        }
+        cudaGetLastError(); /* a failed query is not the caller's error */
+        return l;
+    }();
+    return lim;
+}
+
+/* Whether a call at shape s goes through the fused kernels (the map has them, the
+ * shared tiles fit at some chunk of 16..64 rows, lin_cuda_path is not "batched"), and
+ * its configuration. The chunk: the option rounded up to a multiple of 16 and at most
+ * 64 (auto: 32), lowered by 16 until the tiles of the largest kernel fit. */
+static bool fused_cfg(const attn *a, const attn_shape *s, lc_cfg *o) {
+    if (lin_cuda_path == 1) return false;
+    fm_spec sp;
+    lin_feature_map(a, s->qk_dim, &sp);
+    if (sp.kind == FM_ELU) o->map = LC_MAP_ELU;
+    else if (sp.kind == FM_TAYLOR) o->map = LC_MAP_TAYLOR;
+    else if (sp.kind == FM_FAVOR) o->map = LC_MAP_FAVOR;
+    else return false;
+    o->prec = a->p.precision == AB_PREC_TF32 ? LC_TF32 : LC_FP32;
+    o->threads = lin_chunk_threads;
+    o->D = s->qk_dim, o->M = s->v_dim, o->C = sp.C;
+    o->eps = a->p.eps;
+    o->W = o->WT = NULL;
+    const dev_limits lim = device_limits();
+    o->target = lin_chunk_blocks > 0 ? lin_chunk_blocks : 2LL * lim.sms;
+    int T = a->p.chunk > 0 ? lc_round16(a->p.chunk < FUSED_MAX_CHUNK ? a->p.chunk : FUSED_MAX_CHUNK) : FUSED_AUTO_CHUNK;
+    for (; T >= 16; T -= 16) {
+        o->T = T;
+        if (lc_smem_bytes(*o, LC_K_DQ) <= lim.smem && lc_smem_bytes(*o, LC_K_DKV) <= lim.smem) return true;
+    }
+    return false;
+}
+
+/* Floats in front of the fused path's workspace: favor's padded projection W, WT. */
+static size_t fused_front_floats(const lc_cfg &o) {
+    if (o.map != LC_MAP_FAVOR) return 0;
+    return 2 * (((size_t)lc_round16(o.C) * (size_t)lc_round16(o.D) + 63) / 64 * 64);
+}
+
+extern "C" size_t lin_cuda_workspace_bytes(const attn *a, const attn_shape *s) {
+    lc_cfg o;
+    if (!fused_cfg(a, s, &o)) return batched_workspace_bytes(a, s);
+    return (fused_front_floats(o) + lc_workspace_floats(o, (long long)s->batch * s->heads, s->len)) * sizeof(float);
+}
+
+/* favor's projection for the fused kernels: W drawn from the seed on the host (the CPU's
+ * favor_draw), padded to Wp [Cp x Dp] and WTp [Dp x Cp], and copied (asynchronously) to
+ * the front of the workspace. The host copies are kept in the host scratch under a tag
+ * (seed, sizes and a hash of the padded arrays), so a call with the seed of the last
+ * one skips the draw (m D normals and a Gram-Schmidt: about 0.5 ms on the host at D = 64,
+ * m = 128, twice per training step otherwise). Sets o.W, o.WT; *ws moves past them. */
+struct wtag {
+    uint64_t magic, seed;
+    int D, C;
+    uint64_t hash;
+};
+#define WTAG_MAGIC 0x6c696e6368756e6bull
+
+static uint64_t hash_floats(const float *x, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    const uint32_t *w = (const uint32_t *)x;
+    for (size_t i = 0; i < n; i++) h = (h ^ w[i]) * 1099511628211ull;
+    return h;
+}
+
+static int fused_front(attn *a, lc_cfg &o, float **ws) {
+    if (o.map != LC_MAP_FAVOR) return 0;
+    const size_t n = (size_t)lc_round16(o.C) * (size_t)lc_round16(o.D), tb = 64;
+    const size_t raw = (size_t)o.C * o.D * sizeof(float);
+    AB_TRY(attn_host_ws_ensure(a, tb + 2 * n * sizeof(float) + raw + favor_draw_scratch(o.D)));
+    wtag *tag = (wtag *)a->host_ws;
+    float *Wp = (float *)((char *)a->host_ws + tb), *WTp = Wp + n, *Wraw = WTp + n;
+    if (!(tag->magic == WTAG_MAGIC && tag->seed == a->seed && tag->D == o.D && tag->C == o.C &&
+          tag->hash == hash_floats(Wp, 2 * n))) {
+        favor_draw(a->seed, o.D, o.C, (char *)(Wraw) + raw, Wraw);
+        lc_favor_pad(Wraw, o.C, o.D, Wp, WTp);
+        *tag = wtag{WTAG_MAGIC, a->seed, o.D, o.C, hash_floats(Wp, 2 * n)};
+    }
+    float *dW = *ws, *dWT = dW + (n + 63) / 64 * 64;
+    AB_CUDA_CHECK(cudaMemcpyAsync(dW, Wp, n * sizeof(float), cudaMemcpyHostToDevice, ab_cuda_stream()));
+    AB_CUDA_CHECK(cudaMemcpyAsync(dWT, WTp, n * sizeof(float), cudaMemcpyHostToDevice, ab_cuda_stream()));
+    o.W = dW, o.WT = dWT;
+    *ws += fused_front_floats(o);
+    return 0;
+}
+
 /* ---- entry points ---- */
 
 /* favor: the call's W and WT, drawn into their fixed place at the front of the
@@ -705,11 +815,20 @@ static int draw_for_call(attn *a, lin_cfg &c) {
 extern "C" int lin_cuda_forward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,
                                 float *out, void *saved) {
     (void)saved;
+    const int N = s->len, D = s->qk_dim, M = s->v_dim;
+    const long long ND = (long long)N * D, NM = (long long)N * M;
+    lc_cfg o;
+    if (fused_cfg(a, s, &o)) {
+        float *ws = (float *)a->ws;
+        AB_TRY(fused_front(a, o, &ws));
+        return attn_cuda_runs(s, {{out, M, false}}, [&](long long s0, long long ns, int L) {
+            return lc_forward(o, ws, ns, N, L, s->causal, q + s0 * ND, k + s0 * ND, v + s0 * NM, out + s0 * NM, NULL,
+                              NULL);
+        });
+    }
     lin_cfg c;
     cfg_make(a, s, &c);
     AB_TRY(draw_for_call(a, c));
-    const int N = s->len, D = s->qk_dim, M = s->v_dim;
-    const long long ND = (long long)N * D, NM = (long long)N * M;
     return attn_cuda_runs(s, {{out, M, false}}, [&](long long s0, long long ns, int L) {
         lin_io io = {q + s0 * ND, k + s0 * ND, v + s0 * NM, NULL, out + s0 * NM, NULL, NULL, NULL, N, L};
         return s->causal ? causal_forward_run(a, c, ns, io, NULL, NULL) : noncausal_forward_run(a, c, ns, io);
@@ -719,11 +838,22 @@ extern "C" int lin_cuda_forward(attn *a, const attn_shape *s, const float *q, co
 extern "C" int lin_cuda_backward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,
                                  const float *dout, const void *saved, float *dq, float *dk, float *dv) {
     (void)saved;
+    const int N = s->len, D = s->qk_dim, M = s->v_dim;
+    const long long ND = (long long)N * D, NM = (long long)N * M;
+    lc_cfg o;
+    if (fused_cfg(a, s, &o)) {
+        float *ws = (float *)a->ws;
+        AB_TRY(fused_front(a, o, &ws));
+        return attn_cuda_runs(s, {{dq, D, false}, {dk, D, false}, {dv, M, false}},
+                              [&](long long s0, long long ns, int L) {
+                                  return lc_backward(o, ws, ns, N, L, s->causal, q + s0 * ND, k + s0 * ND,
+                                                     v + s0 * NM, dout + s0 * NM, dq + s0 * ND, dk + s0 * ND,
+                                                     dv + s0 * NM);
+                              });
+    }
     lin_cfg c;
     cfg_make(a, s, &c);
     AB_TRY(draw_for_call(a, c));
-    const int N = s->len, D = s->qk_dim, M = s->v_dim;
-    const long long ND = (long long)N * D, NM = (long long)N * M;
     return attn_cuda_runs(s, {{dq, D, false}, {dk, D, false}, {dv, M, false}}, [&](long long s0, long long ns, int L) {
         lin_io io = {q + s0 * ND, k + s0 * ND, v + s0 * NM, dout + s0 * NM, NULL, dq + s0 * ND, dk + s0 * ND,
                      dv + s0 * NM, N, L};
@@ -776,6 +906,14 @@ extern "C" int lin_cuda_prefill(attn *a, const attn_shape *s, int capacity, int 
     cfg_make(a, &ps, &c);
     float *kls = NULL;
     if (c.scaled) AB_TRY(state_projection(a, s, c, state, true, &kls));
+    lc_cfg o;
+    if (fused_cfg(a, &ps, &o)) {
+        /* the causal forward's segment scan writes the final Saug (and favor's key shift)
+         * into the state; the outputs when asked for */
+        float *ws = (float *)a->ws;
+        AB_TRY(fused_front(a, o, &ws));
+        return lc_forward(o, ws, (long long)s->batch * s->heads, P, P, true, q, k, v, out, (float *)state, kls);
+    }
     /* The state is empty here; cleared again so the prefill never builds on stale sums. */
     AB_CUDA_CHECK(cudaMemsetAsync(state, 0, state_floats(c, s) * sizeof(float), ab_cuda_stream()));
     lin_io io = {q, k, v, NULL, out, NULL, NULL, NULL, P, P};

@@ -35,6 +35,16 @@ size_t lin_cuda_step_workspace_bytes(const attn *a, const attn_shape *s, int cap
  * default; tests lower it to exercise the grouped paths. Not thread-safe. */
 extern size_t lin_cuda_ws_floats;
 
+/* Knobs of the fused chunked kernels (linear_chunk.cuh; the kernel lab and the tests set
+ * them, not thread-safe): lin_cuda_path 0 = the fused kernels where the map has them and
+ * their tiles fit (else the batched cuBLAS path), 1 = always the batched path (the
+ * previous approach; polynomial always takes it); lin_chunk_blocks: the (slice, segment)
+ * blocks a call aims for (0: twice the device's multiprocessors); lin_chunk_threads:
+ * threads per block (a multiple of 32, default 256). */
+extern int lin_cuda_path;
+extern long long lin_chunk_blocks;
+extern int lin_chunk_threads;
+
 #ifdef __cplusplus
 }
 #endif

@@ -21,6 +21,7 @@
 #ifdef TEST_CUDA_BACKEND
 /* Internal knobs of the backends (attention/linear_cuda.h, attention/local_cuda.h). */
 extern size_t lin_cuda_ws_floats;
+extern int lin_cuda_path;
 extern size_t local_cuda_scratch_floats;
 #endif
 
@@ -81,6 +82,8 @@ Test(cuda_linear, grouped_paths) {
      * once. (Checked by printing the plans while writing this test.) */
     require_cuda();
     const size_t saved = lin_cuda_ws_floats;
+    const int saved_path = lin_cuda_path;
+    lin_cuda_path = 1; /* the batched path (the linear maps' fused one: test_cuda_linear.c) */
     const size_t budgets[4] = {1, 1000, 3000, saved};
     const int len[3] = {30, 30, 17};
     const cuda_variant *vs[3] = {&LIN_ELU_C4, &LIN_TAYLOR, &POLY_C4};
@@ -94,6 +97,7 @@ Test(cuda_linear, grouped_paths) {
         check_recurrent(&LIN_ELU_C4, 2, 2, 25, 4, 3, 30, 19, true, 74);
     }
     lin_cuda_ws_floats = saved;
+    lin_cuda_path = saved_path;
 }
 
 Test(cuda_linear, workspace_is_bounded) {
@@ -104,6 +108,8 @@ Test(cuda_linear, workspace_is_bounded) {
      * (N = 65536, D = M = 64, 4161 features) stays within 128 MiB. */
     require_cuda();
     const size_t saved = lin_cuda_ws_floats;
+    const int saved_path = lin_cuda_path;
+    lin_cuda_path = 1; /* the batched path's budget (the fused path: test_cuda_linear.c) */
     attn *a = make(&LIN_ELU_C4, ATTN_DEVICE_CUDA);
     attn_shape s = {2, 2, 3072, 5, 4, true, NULL};
     lin_cuda_ws_floats = 20000;
@@ -129,6 +135,7 @@ Test(cuda_linear, workspace_is_bounded) {
     const size_t wb = attn_workspace_need(a, &big);
     cr_assert(wb > 0 && wb <= saved * sizeof(float), "polynomial N=65536 D=64: workspace %zu bytes", wb);
     attn_destroy(a);
+    lin_cuda_path = saved_path;
 }
 #endif
 
