@@ -221,6 +221,12 @@ Test(cuda_favor, large_and_growing_keys) {
      * is rescaled as later keys raise its running shift. CUDA against the CPU. */
     require_cuda();
     static const cuda_variant fv = {"linear", {"feature_map=favor"}, 1, true};
+#ifdef TEST_CUDA_BACKEND
+    /* both paths: the fused kernels' segment maxima, the batched path's key maxima */
+    const int saved_path = lin_cuda_path;
+    for (int path = 0; path < 2; path++) {
+        lin_cuda_path = path;
+#endif
     for (int causal = 0; causal < 2; causal++) {
         tu_problem p;
         tu_problem_init(&p, 1, 2, 40, 16, 4, causal, NULL, 93);
@@ -230,6 +236,10 @@ Test(cuda_favor, large_and_growing_keys) {
         check_problem(&fv, &p, false);
         tu_problem_free(&p);
     }
+#ifdef TEST_CUDA_BACKEND
+    }
+    lin_cuda_path = saved_path;
+#endif
     check_recurrent(&fv, 1, 2, 30, 6, 3, 30, 9, true, 94);
 }
 
