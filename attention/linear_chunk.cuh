@@ -488,7 +488,7 @@ template <class Map, int P> __global__ void lc_state_kernel(lc_args a, int want_
  * its m to the slice's key shift c = max over the records' m (written to kc, and to
  * state_kls for a prefill). state (prefill, mode 0): the total into the recurrent
  * state's Saug. Sums in double. */
-__global__ void lc_scan_kernel(lc_args a, int n_e, int mode, int favor) {
+static __global__ void lc_scan_kernel(lc_args a, int n_e, int mode, int favor) {
     const long long per = n_e > 0 ? n_e : 1, items = a.ns * per, mpos = (long long)a.Cp * a.Mp + a.Cp;
     for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < items;
          idx += (long long)gridDim.x * blockDim.x) {
