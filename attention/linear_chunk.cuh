@@ -70,6 +70,12 @@ struct lc_args {
     float *inv, *gd;      /* [ns][N]: 1/(den+eps) and (dout.out)/(den+eps) per position */
     float *kc;            /* [ns]: favor's key shift */
     float *state, *state_kls; /* prefill: the recurrent state's Saug [C x (M+1)] per slice, key shifts */
+    /* polynomial (poly_chunk.cuh): 1, its c, sqrt(2 c scale), scale; the state's rows are
+     * slabs (slab 0: [c, lin x] in W0p rows, slab 1 + a: scale x_a x, Dp rows each):
+     * Cp = W0p + D Dp of them; rst: the R records of its backward */
+    int poly, W0p;
+    float pc, plin, pscale;
+    float *rst;
 };
 
 /* Offsets (floats) of a kernel's shared buffers; Xq, Xk and Qf, Kf are adjacent (so
@@ -517,12 +523,16 @@ static __global__ void lc_scan_kernel(lc_args a, int n_e, int mode, int favor) {
         if (a.state) { /* Saug [C x (M+1)]: S's columns, then z as column M */
             const long long SM = (long long)a.Cp * a.Mp, M1 = a.M + 1;
             float *st = a.state + sl * (long long)a.C * M1;
-            if (e < SM) {
-                const int cc = (int)(e / a.Mp), mm = (int)(e % a.Mp);
-                if (cc < a.C && mm < a.M) st[cc * M1 + mm] = (float)acc;
-            } else if (e - SM < a.C) {
-                st[(e - SM) * M1 + a.M] = (float)acc;
+            const int row = (int)(e < SM ? e / a.Mp : e - SM), mm = e < SM ? (int)(e % a.Mp) : a.M;
+            long long f = row < a.C ? row : -1; /* the feature of a state row */
+            if (a.poly) { /* slab rows -> the CPU's feature order [c, lin x, scale x_a x_b] */
+                if (row < a.W0p) f = row <= a.D ? row : -1;
+                else {
+                    const int qa = (row - a.W0p) / a.Dp, qb = (row - a.W0p) % a.Dp;
+                    f = qb < a.D ? 1 + a.D + (long long)qa * a.D + qb : -1;
+                }
             }
+            if (f >= 0 && (e >= SM || mm < a.M)) st[f * M1 + mm] = (float)acc; /* not S's padding columns */
         }
     }
 }

@@ -87,6 +87,7 @@
  * - the step is memory-bound: S (C (M+1) floats per slice) read and written once. */
 #include "feature_maps_cuda.cuh"
 #include "linear_chunk.cuh"
+#include "poly_chunk.cuh"
 
 #include "linear_cuda.h"
 
@@ -748,6 +749,30 @@ static bool fused_cfg(const attn *a, const attn_shape *s, lc_cfg *o) {
     return false;
 }
 
+/* The same for polynomial (poly_chunk.cuh): chunk auto 64, lowered until its backward's
+ * tiles fit (48 at D = M = 64); one block per multiprocessor aimed for (each walks a
+ * 1 MB state at D = M = 64 through L2). */
+static bool poly_cfg(const attn *a, const attn_shape *s, lp_cfg *o) {
+    if (lin_cuda_path == 1) return false;
+    fm_spec sp;
+    lin_feature_map(a, s->qk_dim, &sp);
+    if (sp.kind != FM_POLY) return false;
+    o->prec = a->p.precision == AB_PREC_TF32 ? LC_TF32 : LC_FP32;
+    o->threads = lin_chunk_threads;
+    o->D = s->qk_dim, o->M = s->v_dim;
+    o->eps = a->p.eps;
+    o->c = a->p.c;
+    o->scale = attn_scale(a, s->qk_dim);
+    const dev_limits lim = device_limits();
+    o->target = lin_chunk_blocks > 0 ? lin_chunk_blocks : lim.sms;
+    int T = a->p.chunk > 0 ? lc_round16(a->p.chunk < FUSED_MAX_CHUNK ? a->p.chunk : FUSED_MAX_CHUNK) : FUSED_MAX_CHUNK;
+    for (; T >= 16; T -= 16) {
+        o->T = T;
+        if (lp_smem_bytes(*o, LC_K_DQ) <= lim.smem && lp_smem_bytes(*o, LC_K_DKV) <= lim.smem) return true;
+    }
+    return false;
+}
+
 /* Floats in front of the fused path's workspace: favor's padded projection W, WT. */
 static size_t fused_front_floats(const lc_cfg &o) {
     if (o.map != LC_MAP_FAVOR) return 0;
@@ -755,6 +780,8 @@ static size_t fused_front_floats(const lc_cfg &o) {
 }
 
 extern "C" size_t lin_cuda_workspace_bytes(const attn *a, const attn_shape *s) {
+    lp_cfg po;
+    if (poly_cfg(a, s, &po)) return lp_workspace_floats(po, (long long)s->batch * s->heads, s->len) * sizeof(float);
     lc_cfg o;
     if (!fused_cfg(a, s, &o)) return batched_workspace_bytes(a, s);
     return (fused_front_floats(o) + lc_workspace_floats(o, (long long)s->batch * s->heads, s->len)) * sizeof(float);
@@ -817,6 +844,12 @@ extern "C" int lin_cuda_forward(attn *a, const attn_shape *s, const float *q, co
     (void)saved;
     const int N = s->len, D = s->qk_dim, M = s->v_dim;
     const long long ND = (long long)N * D, NM = (long long)N * M;
+    lp_cfg po;
+    if (poly_cfg(a, s, &po))
+        return attn_cuda_runs(s, {{out, M, false}}, [&](long long s0, long long ns, int L) {
+            return lp_forward(po, (float *)a->ws, ns, N, L, s->causal, q + s0 * ND, k + s0 * ND, v + s0 * NM,
+                              out + s0 * NM, NULL);
+        });
     lc_cfg o;
     if (fused_cfg(a, s, &o)) {
         float *ws = (float *)a->ws;
@@ -840,6 +873,14 @@ extern "C" int lin_cuda_backward(attn *a, const attn_shape *s, const float *q, c
     (void)saved;
     const int N = s->len, D = s->qk_dim, M = s->v_dim;
     const long long ND = (long long)N * D, NM = (long long)N * M;
+    lp_cfg po;
+    if (poly_cfg(a, s, &po))
+        return attn_cuda_runs(s, {{dq, D, false}, {dk, D, false}, {dv, M, false}},
+                              [&](long long s0, long long ns, int L) {
+                                  return lp_backward(po, (float *)a->ws, ns, N, L, s->causal, q + s0 * ND,
+                                                     k + s0 * ND, v + s0 * NM, dout + s0 * NM, dq + s0 * ND,
+                                                     dk + s0 * ND, dv + s0 * NM);
+                              });
     lc_cfg o;
     if (fused_cfg(a, s, &o)) {
         float *ws = (float *)a->ws;
@@ -906,6 +947,9 @@ extern "C" int lin_cuda_prefill(attn *a, const attn_shape *s, int capacity, int 
     cfg_make(a, &ps, &c);
     float *kls = NULL;
     if (c.scaled) AB_TRY(state_projection(a, s, c, state, true, &kls));
+    lp_cfg po;
+    if (poly_cfg(a, &ps, &po))
+        return lp_forward(po, (float *)a->ws, (long long)s->batch * s->heads, P, P, true, q, k, v, out, (float *)state);
     lc_cfg o;
     if (fused_cfg(a, &ps, &o)) {
         /* the causal forward's segment scan writes the final Saug (and favor's key shift)
