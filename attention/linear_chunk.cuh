@@ -236,8 +236,21 @@ __device__ __forceinline__ void lc_mm(int m, int n, int k, const float *A, int l
 
 /* ---- small block-wide steps ---- */
 
-/* dst rows [0, T) x [0, Wp) = src rows (W floats each, valid for i < rows), zero elsewhere. */
+/* dst rows [0, T) x [0, Wp) = src rows (W floats each, valid for i < rows), zero elsewhere.
+ * Rows of a multiple of 4 floats at a 16-byte aligned start (D, M = 64: the usual case)
+ * go as float4 loads (a quarter of the load instructions and index divisions). */
 __device__ __forceinline__ void lc_load(float *dst, int ld, const float *src, int W, int Wp, int rows, int T) {
+    if ((W & 3) == 0 && ((uintptr_t)src & 15) == 0) {
+        const int W4 = W >> 2, Wp4 = Wp >> 2;
+        const float4 *s4 = reinterpret_cast<const float4 *>(src);
+        for (int e = threadIdx.x; e < T * Wp4; e += blockDim.x) {
+            const int i = e / Wp4, c4 = e - i * Wp4;
+            const float4 x = i < rows && c4 < W4 ? s4[(long long)i * W4 + c4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            float *d = dst + i * ld + 4 * c4;
+            d[0] = x.x, d[1] = x.y, d[2] = x.z, d[3] = x.w;
+        }
+        return;
+    }
     for (int e = threadIdx.x; e < T * Wp; e += blockDim.x) {
         const int i = e / Wp, c = e - i * Wp;
         dst[i * ld + c] = i < rows && c < W ? src[(long long)i * W + c] : 0.0f;
