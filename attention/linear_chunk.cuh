@@ -102,10 +102,11 @@ __host__ __device__ inline lc_smem lc_layout(const lc_args &a, int kind, bool fa
     s.Qf = kind == LC_K_STATE ? -1 : take(FT);
     s.Kf = take(FT);
     s.SX = bwd && favor ? take(XT) : -1;
-    s.dF = bwd ? take(FT) : -1;
+    s.dF = kind == LC_K_DKV ? take(FT) : -1;
     s.V = take(VT);
     s.G = bwd ? take(VT) : -1;
-    s.O = kind == LC_K_STATE ? -1 : take(VT);
+    s.O = kind == LC_K_STATE ? -1 : take(kind == LC_K_DQ && FT > VT ? FT : VT);
+    if (kind == LC_K_DQ) s.dF = s.O; /* pass 1 is done with O (den, gd) before it forms dphiQ */
     s.S = kind == LC_K_DKV ? -1 : take(ST);
     s.z = kind == LC_K_DKV ? -1 : take(a.Cp);
     s.R = bwd ? take(ST) : -1;
