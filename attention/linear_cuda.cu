@@ -2,14 +2,98 @@
  * the CPU version (linear.c): out_i = phi(q_i)^T S_i / (phi(q_i)^T Z_i + eps), where
  * S_i, Z_i sum phi(k_j) v_j^T, phi(k_j) over the allowed keys (j <= i when causal,
  * j < L otherwise; positions >= L are padding: never read, zero output and gradient).
- * As on the CPU, V is augmented with a column of ones: Vaug [N x (M+1)],
- * Saug = [S, Z] [C x (M+1)], Oaug = [numerator, denominator].
  *
- * Feature maps (feature_maps.h, the same definitions and float operations as the CPU):
- * kernels with one warp per row (the taylor norm is a warp sum in double), forward into
- * a feature buffer, backward from the feature gradient straight into dq / dk. They are
- * templates over each map's device functions, and a call reaches its map's through
- * the map's entry in the table (fm_maps[...].cuda, see "feature maps on the device").
+ * Two paths. The FUSED path (linear_chunk.cuh for elu, taylor and favor; poly_chunk.cuh
+ * for polynomial) is taken wherever its shared tiles fit; the BATCHED path (cuBLAS
+ * strided-batched GEMMs over chunks, described further down) serves the rest (feature
+ * counts too large for the tiles, e.g. favor with thousands of features) and, with
+ * lin_cuda_path = 1, the kernel lab's version 1 and the tests.
+ *
+ * ==== The fused path (linear, D = M = 64 as the worked example) ====
+ *
+ * Shape of the work. A slice's L positions are cut into chunks of T rows and the chunks
+ * into segments; one block of 256 threads (8 warps) owns a (slice, segment) and walks
+ * its chunks carrying the state S [C x M] and z [C] in shared memory. Segments per slice:
+ * min(chunks, ceil(target / slices)), target = 2 blocks per multiprocessor (knob
+ * lin_chunk_blocks; 264 on a 132-SM H100). A segment's entering state comes from
+ * lc_state_kernel (its own sum phi(K)^T V, z) and lc_scan_kernel (exclusive prefix over
+ * the segments, in double); with one segment per slice neither runs.
+ *   B*H = 16, N = 4096, T = 32: 128 chunks per slice, 16 segments of 8 chunks: 256 blocks
+ *   B*H = 16, N = 65536: 2048 chunks, 17 segments of 121 chunks: 272 blocks
+ *   B*H = 8, N = 65536 (the B*N = 65536 sweep point): 33 segments of 63 chunks: 264 blocks
+ * Per chunk (forward): load the q, k, v rows (float4), features into shared tiles
+ * (Qf, Kf; no feature buffer in global memory), A = Qf Kf^T masked and O = Qf S, then
+ * O += A V (k cut at the diagonal) and den = A 1 + Qf z, out = O / (den + eps), S += Kf^T V,
+ * z += Kf^T 1: five barriers, every product a tile product (lc_mm: fp32 register tiles of
+ * 4 x 4 with conflict-free shared loads, or tf32 wmma m16n16k8 with tiles above the
+ * diagonal skipped). Backward pass 1 (lc_dq_kernel, chunks in order): O and den again,
+ * 1/(den+eps) and (dout.out)/(den+eps) per position (kept: two floats per position), G,
+ * dphiQ = G S^T - gd z^T + B Kf with B = (G V^T - gd) masked, dq through the map's
+ * backward, and the segment's own R = Qf^T G; a suffix scan; pass 2 (lc_dkv_kernel,
+ * chunks in reverse): dphiK = V R^T + r + B^T Qf, dV = Kf R + A^T G, dk.
+ *
+ * Chunk T = 32 (chunk option rounded up to 16..64; auto 32): the T x T products grow with
+ * T (T (C + M) per position of the 2 C M of the state products) and the tiles must fit
+ * shared memory; 32 keeps two backward blocks per multiprocessor.
+ * Shared memory per block, T = 32 (fp32 / tf32; tf32 rows are padded to 16 bytes for
+ * wmma, fp32 rows to an odd stride): elu and taylor forward 72 / 76 KB, pass 1 99 / 104 KB,
+ * pass 2 91 / 95 KB: 3, 2, 2 blocks per H100 multiprocessor (228 KB); favor (C = 128)
+ * 106 / 110, 168 / 175, 143 / 149 KB: 2, 1, 1. Registers (ptxas, sm_90, no spills): 48-66
+ * forward and state kernels, 56-112 backward (taylor's tf32 pass 1 the most).
+ *
+ * Bytes per position and head, in units of one D = 64 row (256 bytes), against the
+ * minimal 4 (q, k, v, out) forward and 8 (q, k, v, out, dout, dq, dk, dv) for both:
+ *   forward: lc_state_kernel reads k, v (2; skipped with one segment), the forward
+ *     kernel q, k, v and writes out (4); the segment states (C M + C floats, written,
+ *     scanned, read: 4 passes) add 4 x 4168 / (segment length) floats: 0.25 rows at
+ *     segments of 256 positions (N = 4096, B*H = 16), 0.03 at 2000 (N = 65536) -> 6.0-6.3
+ *   backward: the state kernel again (2 + states), pass 1 q, k, v, dout, dq (5, + 2 floats
+ *     of scalars), the R records (as the states), pass 2 q, k, v, dout, dk, dv (6, + the
+ *     scalars) -> 13.1-13.6
+ *   both: about 19.2-19.9 rows against 8: 2.4-2.5x the memory floor in bytes (with one
+ *     segment per slice, no state kernels: 4 + 11 = 15, 1.9x).
+ * Expected on an H100 (nothing timed here): forward+backward at B*N = 65536, H = 8
+ * moves about 2.6 GB; in tf32 each chunk's tensor work (about 0.4 M multiply-adds
+ * forward, 1.3 M backward, at ~50% of wmma's rate) is about as long as its loads, so the
+ * kernels should run near the copy bandwidth with two or three blocks per SM overlapping
+ * each other's loads: ~0.8-1.0 ms (the target: 3 x the floor = 0.75 ms on an H200), 9-12x
+ * faster than the batched path's 9.3 ms. In fp32 the register tiles are bound by
+ * shared-memory issue at about half the fp32 rate: 66 GFLOP of tile products at
+ * ~25-30 TFLOP/s, ~2.5 ms; at PyTorch's B = 2, H = 8 shapes that is ~0.3 ms at N = 4096
+ * (PyTorch 1.24 ms) and ~5 ms at N = 65536 (11.3 ms): under the 0.5x target.
+ * favor: the projections add C D per row (3xtf32 on the tensor cores); its key shift is
+ * the segments' largest key log-feature, found by the state kernel (the batched path's
+ * pass over the keys with one block per slice was favor's N^1.56: favor_cuda.cu).
+ *
+ * What to try first with a GPU (attention/lab/linear_chunk.cu):
+ *   build/attention/lab/lab_linear_chunk                     (B=8 H=8 N=8192 D=M=64, causal)
+ *   build/attention/lab/lab_linear_chunk --shape 2,8,4096,64,64 --reps 50
+ *   build/attention/lab/lab_linear_chunk --shape 1,8,65536,64,64 --causal 0
+ *   LAB_MAP=favor build/attention/lab/lab_linear_chunk --version 3
+ * Compare versions 2-3 (the defaults) with 4-8 (chunk 16 / 64, 128 threads, 4 or 1
+ * blocks per SM) and with 1 (the batched path); then, under Nsight Compute, the DRAM
+ * throughput of lc_dq_kernel and lc_dkv_kernel: if they are latency-bound (loads not
+ * overlapping compute), prefetch the next chunk's rows into registers while the tile
+ * products run (the first change to make); if fp32 is shared-memory bound, 4 x 8 micro-
+ * tiles with 128 threads.
+ *
+ * ==== polynomial (poly_chunk.cuh) ====
+ * The same blocks and passes; within a chunk A = (c + scale Q K^T)^2 directly (a T x T
+ * product of q and k); the state (1 + D + D^2 features: 0.27 M floats, 1.07 MB at D = M = 64)
+ * lives in the block's global record and is streamed through shared memory in slabs
+ * ([c, lin x], then scale x_a x for each a), whose feature tiles are formed from the q, k
+ * rows and dropped. Chunk 48 at D = M = 64 (the backward's tiles; 191 KB), one block per
+ * multiprocessor aimed for. Its cost is the state's streaming: 2 C M floats per chunk
+ * (the forward kernel; its state kernel as much), 13 C M per chunk for forward and
+ * backward (state kernels 2 + 2, forward 2, pass 1 5, pass 2 2): ~290 KB per position
+ * at T = 48, against 2 C M multiply-adds per position per pass in products. In L2 where
+ * the live records fit (one per resident block: ~140 MB at 132 blocks exceed an H100's
+ * 50 MB, so partly DRAM): expected 25-50 ms forward+backward at B*N = 65536, H = 8 in
+ * tf32 (today 632-918 ms; 25-50x linear's expected time, not the 10x asked). What would close the gap: the symmetric quadratic features (a <= b,
+ * weights on the query side: half the state and the products), larger chunks (O kept in
+ * registers), and state updates batched over several chunks.
+ *
+ * ==== The batched path ====
  *
  * Work is organised in runs of batch entries of equal valid length L (attn_cuda_runs), and
  * within a run in *groups*: cn slices x g chunks of T positions (chunk option; auto is
