@@ -220,3 +220,12 @@ Test(cuda_lchunk, tf32_rounds_and_stays_close) {
         tu_problem_free(&p);
     }
 }
+
+Test(cuda_lchunk, too_large_for_the_tiles_falls_back) {
+    /* favor with 3000 features: its state (3000 x 16 floats, and R beside it in the
+     * backward) does not fit a block's shared memory at any chunk, so the call takes the
+     * batched path, with the same results. */
+    require_cuda();
+    static const cuda_variant big = {"linear", {"feature_map=favor", "features=3000"}, 2, true};
+    for (int causal = 0; causal < 2; causal++) check_parallel(&big, 1, 2, 20, 4, 3, causal, NULL, 130, false);
+}

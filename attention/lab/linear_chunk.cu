@@ -14,16 +14,20 @@
  *   version 8  fused tf32, 1 block per SM aimed for (fewer segments: less state traffic)
  *   version 9  fused fp32, chunk 16
  *   version 10 fused fp32, 128 threads per block
+ *   version 11-12 fused tf32 / fp32, chunk 48, 1 block per SM (polynomial's defaults)
  * Each version prints three lines: forward, backward (alone: it recomputes what it
  * needs) and forward + backward, each with its error against a float64 reference (the
  * scan form, paper eqs. 13-15; computed for the first two slices only, to keep it
  * quick at large shapes), time, TFLOP/s of useful work (attn_flops' rule: 4 N C (M+1)
  * per slice forward, three times that for both) and GB/s against the minimal bytes:
  * forward q, k, v, out; backward q, k, v, dout, dq, dk, dv; both: the eight tensors.
- * LAB_MAP=elu|taylor|favor in the environment picks the feature map (default elu). */
+ * LAB_MAP=elu|taylor|favor|poly in the environment picks the feature map (default elu;
+ * poly: the polynomial variant, c = 1, scale = 1/sqrt(D), through poly_chunk.cuh, whose
+ * versions that do not fit shared memory are skipped). */
 #include "lab.h"
 
 #include "../linear_chunk.cuh"
+#include "../poly_chunk.cuh"
 #include "../linear_cuda.h"
 
 extern "C" {
@@ -35,8 +39,11 @@ extern "C" {
 
 /* ---- the float64 reference (one slice) ---- */
 
+#define LAB_MAP_POLY 3
+
 struct ref_map {
     int kind, D, C;
+    double c, scale;
     std::vector<double> W; /* favor: C x D */
     void phi(const float *x, double *f) const {
         if (kind == LC_MAP_ELU) {
@@ -47,6 +54,12 @@ struct ref_map {
             const double inv = 1.0 / fmax(sqrt(s), FM_TAYLOR_NORM_FLOOR);
             f[0] = 1;
             for (int d = 0; d < D; d++) f[1 + d] = x[d] * inv;
+        } else if (kind == LAB_MAP_POLY) {
+            const double lin = sqrt(2 * c * scale);
+            f[0] = c;
+            for (int d = 0; d < D; d++) f[1 + d] = lin * x[d];
+            for (int a = 0; a < D; a++)
+                for (int b = 0; b < D; b++) f[1 + D + a * D + b] = scale * x[a] * x[b];
         } else {
             const double q4 = pow((double)D, -0.25);
             double h = 0;
@@ -74,6 +87,15 @@ struct ref_map {
             } else {
                 for (int d = 0; d < D; d++) gx[d] = g[1 + d] / FM_TAYLOR_NORM_FLOOR;
             }
+        } else if (kind == LAB_MAP_POLY) {
+            const double lin = sqrt(2 * c * scale);
+            for (int d = 0; d < D; d++) gx[d] = lin * g[1 + d];
+            for (int a = 0; a < D; a++)
+                for (int b = 0; b < D; b++) {
+                    const double ga = g[1 + D + a * D + b] * scale;
+                    gx[a] += ga * x[b];
+                    gx[b] += ga * x[a];
+                }
         } else {
             const double q4 = pow((double)D, -0.25);
             double su = 0;
@@ -170,19 +192,27 @@ static const version VERSIONS[] = {
     {"fused tf32 T32 256t 1/SM", false, LC_TF32, 32, 256, 1},
     {"fused fp32 T16 256t 2/SM", false, LC_FP32, 16, 256, 2},
     {"fused fp32 T32 128t 2/SM", false, LC_FP32, 32, 128, 2},
+    {"fused tf32 T48 256t 1/SM", false, LC_TF32, 48, 256, 1},
+    {"fused fp32 T48 256t 1/SM", false, LC_FP32, 48, 256, 1},
 };
 static const int N_VERSIONS = (int)(sizeof VERSIONS / sizeof VERSIONS[0]) - 1;
 
 int main(int argc, char **argv) {
-    lab_opts o = lab_defaults(8, 8, 8192, 64, 64, 1);
+    const char *env0 = getenv("LAB_MAP");
+    /* polynomial: a smaller default (its float64 reference costs N (1 + D + D^2) M per slice) */
+    lab_opts o = env0 && !strcmp(env0, "poly") ? lab_defaults(2, 8, 4096, 64, 64, 1) : lab_defaults(8, 8, 8192, 64, 64, 1);
     if (lab_parse(argc, argv, &o, "lab linear_chunk: linear attention forward and backward (fused chunked kernels)"))
         return 2;
     const char *env = getenv("LAB_MAP");
     const std::string mname = env ? env : "elu";
-    const int map = mname == "taylor" ? LC_MAP_TAYLOR : mname == "favor" ? LC_MAP_FAVOR : LC_MAP_ELU;
+    const int map = mname == "taylor" ? LC_MAP_TAYLOR
+                    : mname == "favor"  ? LC_MAP_FAVOR
+                    : mname == "poly"   ? LAB_MAP_POLY
+                                        : LC_MAP_ELU;
+    const bool poly = map == LAB_MAP_POLY;
     const int B = o.B, H = o.H, N = o.N, D = o.D, M = o.M;
     const bool causal = o.causal;
-    const int C = map == LC_MAP_ELU ? D : map == LC_MAP_TAYLOR ? D + 1 : 2 * D;
+    const int C = map == LC_MAP_ELU ? D : map == LC_MAP_TAYLOR ? D + 1 : poly ? 1 + D + D * D : 2 * D;
     const double eps = 1e-6;
     const long long BH = (long long)B * H, nq = BH * N * D, nv = BH * N * M;
     float *hq, *hk, *hv, *hd;
@@ -192,7 +222,7 @@ int main(int argc, char **argv) {
           *dv = lab_zeros((size_t)nv);
 
     /* favor's projection: the library's draw (seed 7), padded for the kernels */
-    ref_map mp = {map, D, C, {}};
+    ref_map mp = {map, D, C, 1.0, 1.0 / sqrt((double)D), {}};
     float *dW = NULL, *dWT = NULL;
     if (map == LC_MAP_FAVOR) {
         std::vector<float> W((size_t)C * D), Wp((size_t)lc_round16(C) * lc_round16(D)), WTp(Wp.size());
@@ -218,7 +248,7 @@ int main(int argc, char **argv) {
     const char *settings[3] = {"feature_map=elu", "eps=1e-6", "chunk=64"};
     std::string fm = "feature_map=" + mname;
     settings[0] = fm.c_str();
-    attn_options ao = {"linear", ATTN_DEVICE_CUDA, 7, 3, settings};
+    attn_options ao = {poly ? "polynomial" : "linear", ATTN_DEVICE_CUDA, 7, poly ? 2 : 3, poly ? settings + 1 : settings};
     attn *att = NULL;
     LAB_CHECK(attn_create(&ao, &att));
     attn_shape shape = {B, H, N, D, M, causal, NULL};
@@ -232,7 +262,8 @@ int main(int argc, char **argv) {
     for (int vi = 1; vi <= N_VERSIONS; vi++) {
         if (!lab_wants(&o, vi)) continue;
         const version &ver = VERSIONS[vi];
-        lc_cfg c = {map, ver.prec, ver.T, ver.threads, (long long)ver.per_sm * info.sm_count, D, M, C, eps, dW, dWT};
+        lc_cfg c = {poly ? LC_MAP_ELU : map, ver.prec, ver.T, ver.threads, (long long)ver.per_sm * info.sm_count,
+                    D, M, C, eps, dW, dWT};
         float *ws = NULL;
         std::function<int()> fwd, bwd;
         if (ver.batched) {
@@ -248,6 +279,21 @@ int main(int argc, char **argv) {
                 lin_cuda_path = 0;
                 return rc;
             };
+        } else if (poly) {
+            const lp_cfg pc = {ver.prec, ver.T, ver.threads, (long long)ver.per_sm * info.sm_count, D, M, eps, 1.0,
+                               1.0 / sqrt((double)D)};
+            const size_t need = std::max(lp_smem_bytes(pc, LC_K_DQ), lp_smem_bytes(pc, LC_K_DKV));
+            lc_args a = lp_make_args(pc, BH, N, N, causal);
+            printf("version %d: T=%d threads=%d segments=%d x %d chunks, shared memory fwd %zu dq %zu dkv %zu bytes\n",
+                   vi, pc.T, pc.threads, a.nseg, a.cps, lp_smem_bytes(pc, LC_K_FWD), lp_smem_bytes(pc, LC_K_DQ),
+                   lp_smem_bytes(pc, LC_K_DKV));
+            if (need > 227 * 1024) {
+                printf("version %d %-28s skipped: %zu bytes of shared memory per block\n", vi, ver.name, need);
+                continue;
+            }
+            LAB_CHECK(ab_cuda_malloc((void **)&ws, lp_workspace_floats(pc, BH, N) * sizeof(float)));
+            fwd = [&, pc, ws] { return lp_forward(pc, ws, BH, N, N, causal, q, k, v, out, NULL); };
+            bwd = [&, pc, ws] { return lp_backward(pc, ws, BH, N, N, causal, q, k, v, dout, dq, dk, dv); };
         } else {
             const size_t need = lc_smem_bytes(c, LC_K_DQ) > lc_smem_bytes(c, LC_K_DKV) ? lc_smem_bytes(c, LC_K_DQ)
                                                                                         : lc_smem_bytes(c, LC_K_DKV);
@@ -270,7 +316,7 @@ int main(int argc, char **argv) {
                                lab_max_err(dv, rdv.data(), rdv.size()));
         /* tolerances: fp32 sums of N terms of float products (relative to the largest
          * value) well below 1e-4; tf32 products: a few 2^-11 */
-        const double tol = ver.prec == LC_TF32 ? 1e-2 : 1e-4;
+        const double tol = (ver.prec == LC_TF32 ? 1e-2 : 1e-4) * (poly ? 4 : 1); /* poly: cancellation in c + q.k */
         const bool timed = !o.check_only;
         const double tf = timed ? lab_time_ms(o.reps, fwd) : -1, tb = timed ? lab_time_ms(o.reps, bwd) : -1;
         const double tfb = timed ? lab_time_ms(o.reps, [&] {
