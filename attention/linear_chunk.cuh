@@ -485,7 +485,7 @@ template <class Map, int P> __global__ void lc_state_kernel(lc_args a, int want_
                     }
                     m = cm;
                 }
-                lc_favor::activate(a, Kf, a.T, 0, rows, m, rw);
+                if (want_state) lc_favor::activate(a, Kf, a.T, 0, rows, m, rw); /* (else the maximum only) */
             } else {
                 Map::template features<P>(a, Xk, Kf, a.T, 0, rows, 0.0f, rw);
             }
