@@ -538,15 +538,23 @@ static __global__ void lc_scan_kernel(lc_args a, int n_e, int mode, int favor) {
             const long long SM = (long long)a.Cp * a.Mp, M1 = a.M + 1;
             float *st = a.state + sl * (long long)a.C * M1;
             const int row = (int)(e < SM ? e / a.Mp : e - SM), mm = e < SM ? (int)(e % a.Mp) : a.M;
-            long long f = row < a.C ? row : -1; /* the feature of a state row */
+            long long f = row < a.C ? row : -1, f2 = -1; /* the feature(s) of a state row */
             if (a.poly) { /* slab rows -> the CPU's feature order [c, lin x, scale x_a x_b] */
-                if (row < a.W0p) f = row <= a.D ? row : -1;
-                else {
-                    const int qa = (row - a.W0p) / a.Dp, qb = (row - a.W0p) % a.Dp;
-                    f = qb < a.D ? 1 + a.D + (long long)qa * a.D + qb : -1;
+                if (row < a.W0p) {
+                    f = row <= a.D ? row : -1;
+                } else { /* slab 1 + qa holds b >= qa rounded down to 16 (poly_chunk.cuh): (qa, b)
+                          * for b > qa is also (b, qa); b < qa is written from slab 1 + b */
+                    int qa = 0, r0 = a.W0p;
+                    while (r0 + a.Dp - 16 * (qa / 16) <= row) r0 += a.Dp - 16 * (qa / 16), qa++;
+                    const int b = 16 * (qa / 16) + (row - r0);
+                    f = b < a.D && b >= qa ? 1 + a.D + (long long)qa * a.D + b : -1;
+                    if (f >= 0 && b > qa) f2 = 1 + a.D + (long long)b * a.D + qa;
                 }
             }
-            if (f >= 0 && (e >= SM || mm < a.M)) st[f * M1 + mm] = (float)acc; /* not S's padding columns */
+            if (f >= 0 && (e >= SM || mm < a.M)) { /* not S's padding columns */
+                st[f * M1 + mm] = (float)acc;
+                if (f2 >= 0) st[f2 * M1 + mm] = (float)acc;
+            }
         }
     }
 }

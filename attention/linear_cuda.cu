@@ -79,19 +79,22 @@
  *
  * ==== polynomial (poly_chunk.cuh) ====
  * The same blocks and passes; within a chunk A = (c + scale Q K^T)^2 directly (a T x T
- * product of q and k); the state (1 + D + D^2 features: 0.27 M floats, 1.07 MB at D = M = 64)
- * lives in the block's global record and is streamed through shared memory in slabs
- * ([c, lin x], then scale x_a x for each a), whose feature tiles are formed from the q, k
- * rows and dropped. Chunk 48 at D = M = 64 (the backward's tiles; 191 KB), one block per
- * multiprocessor aimed for. Its cost is the state's streaming: 2 C M floats per chunk
- * (the forward kernel; its state kernel as much), 13 C M per chunk for forward and
- * backward (state kernels 2 + 2, forward 2, pass 1 5, pass 2 2): ~290 KB per position
- * at T = 48, against 2 C M multiply-adds per position per pass in products. In L2 where
- * the live records fit (one per resident block: ~140 MB at 132 blocks exceed an H100's
- * 50 MB, so partly DRAM): expected 25-50 ms forward+backward at B*N = 65536, H = 8 in
- * tf32 (today 632-918 ms; 25-50x linear's expected time, not the 10x asked). What would close the gap: the symmetric quadratic features (a <= b,
- * weights on the query side: half the state and the products), larger chunks (O kept in
- * registers), and state updates batched over several chunks.
+ * product of q and k); the state lives in the block's global record and is streamed
+ * through shared memory in slabs ([c, lin x], then scale x_a x_b for each a and b >= a
+ * rounded down to 16: the quadratic features taken symmetric, weights on the query
+ * side, 2640 rows at D = 64 instead of 1 + D + D^2 = 4161, 0.68 MB at M = 64), whose
+ * feature tiles are formed from the q, k rows and dropped. Chunk 48 at D = M = 64 (the
+ * backward's tiles; 191 KB), one block per multiprocessor aimed for. Its cost is the
+ * state's streaming: 2 C M floats per chunk (the forward kernel; its state kernel as
+ * much), 13 C M per chunk for forward and backward (state kernels 2 + 2, forward 2,
+ * pass 1 5, pass 2 2): ~185 KB per position at T = 48, against 2 C M multiply-adds per
+ * position per pass in products. In L2 where the live records fit (one per resident
+ * block: ~90 MB at 132 blocks exceed an H100's 50 MB, so partly DRAM): expected 16-32 ms
+ * forward+backward at B*N = 65536, H = 8 in tf32 (today 632-918 ms; 15-30x linear's
+ * expected time, not the 10x asked). What would close the gap: larger chunks (the
+ * streaming is per chunk: O kept in registers and the slab tiles per warp would allow
+ * 128 rows), state updates batched over several chunks, fewer live records (so that
+ * they stay in L2).
  *
  * ==== The batched path ====
  *

@@ -8,13 +8,15 @@
  *   comes from the T x T product of q and k (tensor cores in tf32), and the gradient
  *   through it likewise (B' = 2 scale (c + scale Q K^T) .* dA gives dq += B' K, dk +=
  *   B'^T Q);
- * - the state S [C x M] (+ z) is 1 MB at D = M = 64: it lives in global memory (the
- *   block's segment record, L2-resident while the block walks) and is streamed through
- *   shared memory in slabs of features: slab 0 = [c, lin x] (W0p = 1 + D rounded up to
- *   16 rows), slab 1 + a = scale x_a x (the D features of row a of x x^T; Dp rows). A
- *   slab's features for the chunk's rows are computed into a T x W shared tile from the
- *   q, k rows, multiplied (tile products), and dropped; the slab's state is read, and
- *   (walking) updated and written back.
+ * - the state S [C x M] (+ z) is large: it lives in global memory (the block's segment
+ *   record, L2-resident while the block walks) and is streamed through shared memory in
+ *   slabs of features: slab 0 = [c, lin x] (W0p = 1 + D rounded up to 16 rows), slab
+ *   1 + a = scale x_a x_b for b >= a rounded down to 16, the quadratic features taken
+ *   symmetric (weights 2 for b > a, 1 for b = a, 0 below, on the query side): 2640 rows
+ *   at D = 64 instead of 4161, 0.68 MB of state at M = 64. A slab's features for the
+ *   chunk's rows are computed into a T x W shared tile from the q, k rows, multiplied
+ *   (tile products), and dropped; the slab's state is read, and (walking) updated and
+ *   written back. The recurrent state (a prefill's) gets the CPU's full layout.
  *
  * Per chunk of T rows the state traffic is 2 C M floats (read and write) against
  * T (2 D + 2 M) of q, k, v, out: the chunk should be as large as the shared tiles allow
@@ -28,9 +30,19 @@ struct lp_smem {
     int Xq, Xk, dX, V, G, O, A, B, Fq, Fk, dF, Sx, zx, Rx, rx, rows, total;
 };
 
-/* slab geometry: width (padded) and first record row of slab s */
-__host__ __device__ inline int lp_width(const lc_args &a, int s) { return s == 0 ? a.W0p : a.Dp; }
-__host__ __device__ inline int lp_row0(const lc_args &a, int s) { return s == 0 ? 0 : a.W0p + (s - 1) * a.Dp; }
+/* Slab geometry. The quadratic features are taken symmetric: (q.k)^2 = sum_a sum_b
+ * w_ab q_a q_b k_a k_b with w_aa = 1, w_ab = 2 (b > a), 0 (b < a), the weights on the
+ * query side only; slab 1 + a holds the features b >= a16 = a rounded down to 16 (the
+ * few b < a of its first 16-block with weight 0), so D = 64 takes 2560 quadratic rows
+ * instead of 4096. Width (padded) and first record row of slab s: */
+__host__ __device__ inline int lp_width(const lc_args &a, int s) { return s == 0 ? a.W0p : a.Dp - 16 * ((s - 1) / 16); }
+__host__ __device__ inline int lp_row0(const lc_args &a, int s) {
+    if (s == 0) return 0;
+    const int n = s - 1, q = n / 16, rem = n % 16; /* the quadratic slabs before it */
+    return a.W0p + 16 * q * a.Dp - 128 * q * (q - 1) + rem * (a.Dp - 16 * q);
+}
+/* query weight of feature b in slab 1 + qa */
+__device__ __forceinline__ float lp_weight(int qa, int b) { return b == qa ? 1.0f : b > qa ? 2.0f : 0.0f; }
 
 /* ldC is the slab tiles' leading dimension (W0p + pad). */
 __host__ __device__ inline lp_smem lp_layout(const lc_args &a, int kind) {
@@ -65,36 +77,39 @@ __host__ __device__ inline lp_smem lp_layout(const lc_args &a, int kind) {
 }
 
 /* Slab s's features of rows [0, T) of X into F (ldC), zero for invalid rows and padding:
- * slab 0 [c, lin x], slab 1 + a scale x_a x (feature_maps.c's poly_forward floats). */
-__device__ __forceinline__ void lp_features(const lc_args &a, const float *X, float *F, int s, int rows) {
-    const int W = lp_width(a, s);
+ * slab 0 [c, lin x], slab 1 + a scale x_a x_b for b >= a16 (feature_maps.c's
+ * poly_forward floats), times w_ab for queries. */
+__device__ __forceinline__ void lp_features(const lc_args &a, const float *X, float *F, int s, int rows, bool query) {
+    const int W = lp_width(a, s), a16 = s == 0 ? 0 : 16 * ((s - 1) / 16);
     for (int e = threadIdx.x; e < a.T * W; e += blockDim.x) {
-        const int i = e / W, f = e - i * W;
+        const int i = e / W, f = e - i * W, b = a16 + f;
         const float *x = X + i * a.ldD;
         float y = 0.0f;
         if (i < rows) {
             if (s == 0) y = f == 0 ? a.pc : f <= a.D ? a.plin * x[f - 1] : 0.0f;
-            else if (f < a.D) y = (a.pscale * x[s - 1]) * x[f];
+            else if (b < a.D) y = (a.pscale * x[s - 1]) * x[b] * (query ? lp_weight(s - 1, b) : 1.0f);
         }
         F[i * a.ldC + f] = y;
     }
 }
 
 /* dX rows += (d phi_slab / d x)^T dF rows (slab s): slab 0 lin dF[1 + d]; slab 1 + a
- * scale x_a dF[d], and at d = a also scale sum_b x_b dF[b]. */
+ * scale w x_a dF[b = d], and at d = a also scale sum_b w x_b dF[b] (w: the query
+ * weights, or 1 for keys). */
 __device__ __forceinline__ void lp_features_backward(const lc_args &a, const float *X, const float *dF, float *dX,
-                                                     int s, int rows) {
+                                                     int s, int rows, bool query) {
+    const int qa = s - 1, a16 = s == 0 ? 0 : 16 * (qa / 16);
     for (int e = threadIdx.x; e < rows * a.D; e += blockDim.x) {
         const int i = e / a.D, d = e - i * a.D;
         const float *x = X + i * a.ldD, *g = dF + i * a.ldC;
-        float v;
+        float v = 0.0f;
         if (s == 0) {
             v = a.plin * g[1 + d];
         } else {
-            v = a.pscale * x[s - 1] * g[d];
-            if (d == s - 1) {
+            if (d >= a16) v = a.pscale * x[qa] * g[d - a16] * (query ? lp_weight(qa, d) : 1.0f);
+            if (d == qa) {
                 float dot = 0.0f;
-                for (int b = 0; b < a.D; b++) dot = fmaf(x[b], g[b], dot);
+                for (int b = a16; b < a.D; b++) dot = fmaf(x[b] * (query ? lp_weight(qa, b) : 1.0f), g[b - a16], dot);
                 v += a.pscale * dot;
             }
         }
@@ -185,7 +200,7 @@ template <int P> __global__ void lp_state_kernel(lc_args a) {
             __syncthreads();
             for (int s = 0; s < lp_nslabs(a); s++) {
                 const int W = lp_width(a, s), r0 = lp_row0(a, s);
-                lp_features(a, Xk, Fk, s, rows);
+                lp_features(a, Xk, Fk, s, rows, false);
                 lp_slab_in(a, rec, r0, W, S, z);
                 __syncthreads();
                 lp_update<P>(a, Fk, V, W, S, z);
@@ -241,8 +256,8 @@ template <int P> __global__ void lp_fwd_kernel(lc_args a) {
             __syncthreads();
             for (int s = 0; s < lp_nslabs(a); s++) {
                 const int W = lp_width(a, s), r0 = lp_row0(a, s);
-                lp_features(a, Xq, Fq, s, rows);
-                if (update) lp_features(a, Xk, Fk, s, rows);
+                lp_features(a, Xq, Fq, s, rows, true);
+                if (update) lp_features(a, Xk, Fk, s, rows, false);
                 lp_slab_in(a, rec, r0, W, S, z);
                 __syncthreads();
                 lp_apply<P>(a, Fq, S, z, W, O, rw);
@@ -309,7 +324,7 @@ template <int P> __global__ void lp_dq_kernel(lc_args a, int want_r) {
             __syncthreads();
             for (int s = 0; s < lp_nslabs(a); s++) { /* O, den: the state part */
                 const int W = lp_width(a, s);
-                lp_features(a, Xq, Fq, s, rows);
+                lp_features(a, Xq, Fq, s, rows, true);
                 lp_slab_in(a, rec, lp_row0(a, s), W, S, z);
                 __syncthreads();
                 lp_apply<P>(a, Fq, S, z, W, O, rw);
@@ -355,8 +370,8 @@ template <int P> __global__ void lp_dq_kernel(lc_args a, int want_r) {
             }
             for (int s = 0; s < lp_nslabs(a); s++) {
                 const int W = lp_width(a, s), r0 = lp_row0(a, s);
-                lp_features(a, Xq, Fq, s, rows);
-                if (update) lp_features(a, Xk, Fk, s, rows);
+                lp_features(a, Xq, Fq, s, rows, true);
+                if (update) lp_features(a, Xk, Fk, s, rows, false);
                 lp_slab_in(a, rec, r0, W, S, z);
                 if (want_r) lp_slab_in(a, rrec, r0, W, R, rr);
                 __syncthreads();
@@ -367,7 +382,7 @@ template <int P> __global__ void lp_dq_kernel(lc_args a, int want_r) {
                     dF[i * a.ldC + c] += rw[LC_RW_GCOL * T + i] * z[c];
                 }
                 __syncthreads();
-                lp_features_backward(a, Xq, dF, dX, s, rows);
+                lp_features_backward(a, Xq, dF, dX, s, rows, true);
                 if (update) lp_update<P>(a, Fk, V, W, S, z);
                 if (want_r) {
                     lc_mm<P, true, false>(W, a.Mp, T, Fq, a.ldC, G, a.ldM, R, a.ldM, true);
@@ -445,8 +460,8 @@ template <int P> __global__ void lp_dkv_kernel(lc_args a) {
             __syncthreads();
             for (int s = 0; s < lp_nslabs(a); s++) {
                 const int W = lp_width(a, s), r0 = lp_row0(a, s);
-                lp_features(a, Xk, Fk, s, rows);
-                if (update) lp_features(a, Xq, Fq, s, rows);
+                lp_features(a, Xk, Fk, s, rows, false);
+                if (update) lp_features(a, Xq, Fq, s, rows, true);
                 lp_slab_in(a, rec, r0, W, R, rr);
                 __syncthreads();
                 lc_mm<P, false, true>(T, W, a.Mp, V, a.ldM, R, a.ldM, dF, a.ldC, false);
@@ -457,7 +472,7 @@ template <int P> __global__ void lp_dkv_kernel(lc_args a) {
                     dF[j * a.ldC + c] += rr[c];
                 }
                 __syncthreads();
-                lp_features_backward(a, Xk, dF, dX, s, rows);
+                lp_features_backward(a, Xk, dF, dX, s, rows, false);
                 if (update) {
                     lc_mm<P, true, false>(W, a.Mp, T, Fq, a.ldC, G, a.ldM, R, a.ldM, true);
                     for (int c = threadIdx.x; c < W; c += blockDim.x) {
@@ -494,7 +509,7 @@ static inline lc_args lp_make_args(const lp_cfg &c, long long ns, int N, int L, 
     lc_args a = lc_make_args(lc, ns, N, L, causal);
     a.poly = 1;
     a.W0p = lc_round16(1 + c.D);
-    a.Cp = a.W0p + c.D * a.Dp; /* state rows: the slabs */
+    a.Cp = lp_row0(a, 1 + c.D); /* state rows: the slabs */
     a.ldC = a.W0p + (c.prec == LC_FP32 ? 1 : 4);
     a.E = lc_round8((long long)a.Cp * a.Mp + a.Cp + 1);
     a.pc = (float)c.c;

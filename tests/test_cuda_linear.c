@@ -129,8 +129,8 @@ Test(cuda_lchunk, workspace_grows_only_by_per_position_scalars) {
      * (favor: and its projection), so from N = 1024 to 8192 it grows by exactly
      * 2 * B*H * 7168 floats once the segments are bounded by the target, and (the linear
      * maps) stays under a quarter of q's bytes (13% here: 72 states of 4168 floats and
-     * the scalars). polynomial's states are (C + 15) M floats (1.07 MB) at D = M = 64:
-     * 72 for S and as many for R, 154 MB, bounded by the target but not small. */
+     * the scalars). polynomial's states are 2640 x 65 floats (0.68 MB) at D = M = 64:
+     * 72 for S and as many for R, 99 MB, bounded by the target but not small. */
     require_cuda();
     const long long saved = lin_chunk_blocks;
     lin_chunk_blocks = 64;
