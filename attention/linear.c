@@ -71,7 +71,9 @@
      1e30, false, NULL}
 #define OPT_CHUNK                                                                                                     \
     {"chunk", ATTN_OPT_INT, offsetof(attn_params, chunk), "auto",                                                     \
-     "chunk length of the chunk-parallel algorithm, 1..65536 or auto (CPU: 32, measured best; CUDA: 64)", NULL, 1,     \
+     "chunk length of the chunk-parallel algorithm, 1..65536 or auto (CPU: 32, measured best; CUDA: rounded up to "   \
+     "16..64, lowered until the kernels' tiles fit; auto 32, polynomial 64)",                                         \
+     NULL, 1,                                                                                                          \
      65536, true, NULL}
 
 /* feature_map's values and help come from the feature maps' table (feature_maps.c);

@@ -1,4 +1,5 @@
-/* Internal: the CUDA backend of `linear` and `polynomial` (linear_cuda.cu). linear.c
+/* Internal: the CUDA backend of `linear` and `polynomial` (linear_cuda.cu, with its fused
+ * kernels in linear_chunk.cuh and poly_chunk.cuh). linear.c
  * puts these functions into the attn_backend table of both variants when the build
  * has CUDA (ATTNBENCH_HAVE_CUDA); check_shape (the CPU's, plus: the feature map has
  * CUDA kernels), saved_bytes (0: forward saves nothing) and state_bytes (Saug,
@@ -31,10 +32,21 @@ int lin_cuda_step(attn *a, const attn_shape *s, int capacity, void *state, int t
                   const float *v, float *out);
 size_t lin_cuda_step_workspace_bytes(const attn *a, const attn_shape *s, int capacity);
 
-/* Floats of workspace the parallel calls may use: they work on as many slices and
- * chunks at a time as fit (at least one chunk of one slice). 32 Mi floats (128 MiB) by
- * default; tests lower it to exercise the grouped paths. Not thread-safe. */
+/* Floats of workspace the batched path's parallel calls may use: they work on as many
+ * slices and chunks at a time as fit (at least one chunk of one slice). 32 Mi floats
+ * (128 MiB) by default; tests lower it to exercise the grouped paths. (The fused path's
+ * workspace is bounded by its segment target instead.) Not thread-safe. */
 extern size_t lin_cuda_ws_floats;
+
+/* Knobs of the fused chunked kernels (linear_chunk.cuh; the kernel lab and the tests set
+ * them, not thread-safe): lin_cuda_path 0 = the fused kernels where the map has them and
+ * their tiles fit (else the batched cuBLAS path), 1 = always the batched path (the
+ * previous approach; polynomial always takes it); lin_chunk_blocks: the (slice, segment)
+ * blocks a call aims for (0: twice the device's multiprocessors); lin_chunk_threads:
+ * threads per block (a multiple of 32, default 256). */
+extern int lin_cuda_path;
+extern long long lin_chunk_blocks;
+extern int lin_chunk_threads;
 
 #ifdef __cplusplus
 }

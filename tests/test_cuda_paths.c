@@ -19,8 +19,9 @@
 #include <string.h>
 
 #ifdef TEST_CUDA_BACKEND
-/* Internal knob of the backend (attention/linear_cuda.h). */
+/* Internal knobs of the backend (attention/linear_cuda.h). */
 extern size_t lin_cuda_ws_floats;
+extern int lin_cuda_path;
 #endif
 
 /* ---- linear and polynomial: their own paths ---- */
@@ -80,6 +81,8 @@ Test(cuda_linear, grouped_paths) {
      * once. (Checked by printing the plans while writing this test.) */
     require_cuda();
     const size_t saved = lin_cuda_ws_floats;
+    const int saved_path = lin_cuda_path;
+    lin_cuda_path = 1; /* the batched path (the linear maps' fused one: test_cuda_linear.c) */
     const size_t budgets[4] = {1, 1000, 3000, saved};
     const int len[3] = {30, 30, 17};
     const cuda_variant *vs[3] = {&LIN_ELU_C4, &LIN_TAYLOR, &POLY_C4};
@@ -93,6 +96,7 @@ Test(cuda_linear, grouped_paths) {
         check_recurrent(&LIN_ELU_C4, 2, 2, 25, 4, 3, 30, 19, true, 74);
     }
     lin_cuda_ws_floats = saved;
+    lin_cuda_path = saved_path;
 }
 
 Test(cuda_linear, workspace_is_bounded) {
@@ -103,6 +107,8 @@ Test(cuda_linear, workspace_is_bounded) {
      * (N = 65536, D = M = 64, 4161 features) stays within 128 MiB. */
     require_cuda();
     const size_t saved = lin_cuda_ws_floats;
+    const int saved_path = lin_cuda_path;
+    lin_cuda_path = 1; /* the batched path's budget (the fused path: test_cuda_linear.c) */
     attn *a = make(&LIN_ELU_C4, ATTN_DEVICE_CUDA);
     attn_shape s = {2, 2, 3072, 5, 4, true, NULL};
     lin_cuda_ws_floats = 20000;
@@ -128,6 +134,7 @@ Test(cuda_linear, workspace_is_bounded) {
     const size_t wb = attn_workspace_need(a, &big);
     cr_assert(wb > 0 && wb <= saved * sizeof(float), "polynomial N=65536 D=64: workspace %zu bytes", wb);
     attn_destroy(a);
+    lin_cuda_path = saved_path;
 }
 #endif
 
@@ -205,6 +212,12 @@ Test(cuda_favor, large_and_growing_keys) {
      * is rescaled as later keys raise its running shift. CUDA against the CPU. */
     require_cuda();
     static const cuda_variant fv = {"linear", {"feature_map=favor"}, 1, true};
+#ifdef TEST_CUDA_BACKEND
+    /* both paths: the fused kernels' segment maxima, the batched path's key maxima */
+    const int saved_path = lin_cuda_path;
+    for (int path = 0; path < 2; path++) {
+        lin_cuda_path = path;
+#endif
     for (int causal = 0; causal < 2; causal++) {
         tu_problem p;
         tu_problem_init(&p, 1, 2, 40, 16, 4, causal, NULL, 93);
@@ -214,6 +227,10 @@ Test(cuda_favor, large_and_growing_keys) {
         check_problem(&fv, &p, false);
         tu_problem_free(&p);
     }
+#ifdef TEST_CUDA_BACKEND
+    }
+    lin_cuda_path = saved_path;
+#endif
     check_recurrent(&fv, 1, 2, 30, 6, 3, 30, 9, true, 94);
 }
 

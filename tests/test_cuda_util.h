@@ -41,6 +41,21 @@
  * (efficient), 4.5e-7 (local, steps included); at N = 1 the floored dq, dk figures reach
  * 2e-6 of 1e-5. */
 #define POLY_TOL_FACTOR 4.0
+/* precision=tf32 (cases whose settings say so): the fused kernels' products round their
+ * operands to TF32 (unit roundoff 2^-11 = 4.9e-4, 8192 times float's) on the tensor
+ * cores and sum in float; favor's projections, which go into exponentials, are split
+ * into two TF32 parts (about float accuracy). An output is a ratio of sums of products
+ * of two rounded operands each, so its error is a few units of 4.9e-4 relative to the
+ * terms: TF32_TOL_FACTOR makes the bounds 100 x FWD_TOL = 4e-3 forward and 1e-2
+ * backward (polynomial 4x that). Measured on the emulator (whose tensor-core products
+ * are exact and summed in float; the hardware's order differs): elu, taylor, favor out
+ * up to 8.9e-4, steps 8.2e-4, dq, dk, dv up to 1.8e-3 (5.5x margin); at N = 1 the
+ * floored dq, dk (floor 1) 1.8e-3; polynomial out 1.9e-3, dq 5.7e-3, dk 1.0e-2 (4x
+ * margin: c + scale q.k cancelling, as in fp32). The fused kernels in fp32 (the plain
+ * bounds): elu, taylor out 3.9e-7, backward 1.4e-6; favor 5.8e-7 and 3.5e-6 (keys
+ * large enough for the shifts); at N = 1 (floor 0.1) 5.6e-6; polynomial out 1.2e-5,
+ * backward 6.4e-5 (D = 48), steps 1.3e-5. */
+#define TF32_TOL_FACTOR 100.0
 
 typedef struct {
     const char *variant;

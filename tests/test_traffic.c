@@ -379,8 +379,8 @@ Test(traffic, the_names_add_up_to_the_total) {
  * for a name in this list, so that holding a kernel to it is uncommenting one line
  * here, once the kernel that meets it has landed. */
 static const char *const HELD_TO_TRAFFIC[] = {
-    /* "linear", */  /* linear (elu) causal forward+backward: DRAM bytes <= 3x the minimal */
-    /* "softmax", */ /* softmax causal forward+backward: DRAM bytes grow as N between N = 512 and 2048 */
+    "linear", /* linear (elu) causal forward+backward: DRAM bytes <= 3x the minimal */
+    "softmax", /* softmax causal forward+backward: DRAM bytes grow as N between N = 512 and 2048 */
     "decode", /* stateful-softmax step: reads its key/value cache once */
     NULL,
 };

@@ -307,6 +307,39 @@ extern "C" void __tsan_func_exit(void) {}
 extern "C" void __tsan_vptr_update(void **, void *) {}
 extern "C" void __tsan_vptr_read(void **) {}
 
+/* Atomic operations of instrumented host code (std::atomic, the guards of function-
+ * local statics) become __tsan_atomicN_* calls: done here with the compiler's builtins,
+ * with the order asked for (the memory-order values are the C++ ones, which the
+ * builtins take), and not counted (device atomics are plain read-modify-writes in the
+ * emulator, cuda_emu.h, and counted as such). */
+#define AB_TSAN_ATOMICS(N, T)                                                                                          \
+    extern "C" T __tsan_atomic##N##_load(const volatile T *a, int mo) { return __atomic_load_n(a, mo); }              \
+    extern "C" void __tsan_atomic##N##_store(volatile T *a, T v, int mo) { __atomic_store_n(a, v, mo); }             \
+    extern "C" T __tsan_atomic##N##_exchange(volatile T *a, T v, int mo) { return __atomic_exchange_n(a, v, mo); }   \
+    extern "C" T __tsan_atomic##N##_fetch_add(volatile T *a, T v, int mo) { return __atomic_fetch_add(a, v, mo); }   \
+    extern "C" T __tsan_atomic##N##_fetch_sub(volatile T *a, T v, int mo) { return __atomic_fetch_sub(a, v, mo); }   \
+    extern "C" T __tsan_atomic##N##_fetch_and(volatile T *a, T v, int mo) { return __atomic_fetch_and(a, v, mo); }   \
+    extern "C" T __tsan_atomic##N##_fetch_or(volatile T *a, T v, int mo) { return __atomic_fetch_or(a, v, mo); }     \
+    extern "C" T __tsan_atomic##N##_fetch_xor(volatile T *a, T v, int mo) { return __atomic_fetch_xor(a, v, mo); }   \
+    extern "C" T __tsan_atomic##N##_fetch_nand(volatile T *a, T v, int mo) { return __atomic_fetch_nand(a, v, mo); } \
+    extern "C" int __tsan_atomic##N##_compare_exchange_strong(volatile T *a, T *c, T v, int mo, int fmo) {           \
+        return __atomic_compare_exchange_n(a, c, v, false, mo, fmo);                                                   \
+    }                                                                                                                  \
+    extern "C" int __tsan_atomic##N##_compare_exchange_weak(volatile T *a, T *c, T v, int mo, int fmo) {             \
+        return __atomic_compare_exchange_n(a, c, v, true, mo, fmo);                                                    \
+    }                                                                                                                  \
+    extern "C" T __tsan_atomic##N##_compare_exchange_val(volatile T *a, T c, T v, int mo, int fmo) {                 \
+        __atomic_compare_exchange_n(a, &c, v, false, mo, fmo);                                                         \
+        return c;                                                                                                      \
+    }
+AB_TSAN_ATOMICS(8, char)
+AB_TSAN_ATOMICS(16, short)
+AB_TSAN_ATOMICS(32, int)
+AB_TSAN_ATOMICS(64, long)
+#undef AB_TSAN_ATOMICS
+extern "C" void __tsan_atomic_thread_fence(int mo) { __atomic_thread_fence(mo); }
+extern "C" void __tsan_atomic_signal_fence(int mo) { __atomic_signal_fence(mo); }
+
 /* ---- C entry points ---- */
 
 extern "C" int ab_emu_traffic_instrumented(void) { return 1; }
