@@ -4,6 +4,7 @@ instrumented CPU emulator (build/attnbench-emu; experiments/sweep/TRAFFIC.md).
 
     python3 experiments/sweep/traffic_table.py RUN.json
     python3 experiments/sweep/traffic_table.py --compact RUN.json OUT.json
+    python3 experiments/sweep/traffic_table.py --compare BEFORE.json AFTER.json
 
 Prints the run's command, the shape, and one row per point that counted its traffic
 (the records' "traffic": one forward+backward, or one step): launches, DRAM bytes read
@@ -11,6 +12,9 @@ and written (MiB), the op's minimal bytes (its inputs read and outputs written o
 DRAM and requested bytes over the minimum, and the operation that moved the most DRAM
 bytes with its share; then, per variant with several lengths, the fitted exponent of
 DRAM bytes against N (1: linear, 2: quadratic).
+
+--compare prints, for the points both runs counted, the launches and the ratios to the
+minimal bytes side by side, and the growth exponents before and after.
 
 --compact writes a copy of RUN.json for experiments/sweep/runs/: the same document
 with one record per line, and machine.os cut to the system and architecture (as the
@@ -107,6 +111,48 @@ def table(doc):
         print()
 
 
+def keyed(doc):
+    """(variant, point) -> record, for the records that counted their traffic."""
+    return {(r["variant"], point(r)): r for r in doc["records"]
+            if isinstance(r, dict) and isinstance(r.get("traffic"), dict)}
+
+
+def growth_of(doc, v):
+    pts = [(r["len"], r["traffic"]["dram_read_bytes"] + r["traffic"]["dram_write_bytes"])
+           for r in doc["records"] if isinstance(r, dict) and isinstance(r.get("traffic"), dict)
+           and r.get("kind") == "parallel" and r["variant"] == v]
+    return slope(pts) if len(pts) >= 2 else None
+
+
+def compare(before, after):
+    """Each point of both runs: launches and DRAM / min before and after, and the
+    variants' growth exponents."""
+    kb, ka = keyed(before), keyed(after)
+    both = [k for k in kb if k in ka]
+    if not both:
+        die("the two runs share no point with traffic")
+    print("| variant | counted | launches before | after | DRAM / min before | after | requested / min before | after |")
+    print("|---|---|---|---|---|---|---|---|")
+    for k in both:
+        tb, ta = kb[k]["traffic"], ka[k]["traffic"]
+        print(f"| {k[0]} | {k[1]} | {tb['launches']} | {ta['launches']} | {tb['dram_over_min']:.2f} | "
+              f"{ta['dram_over_min']:.2f} | {tb['requested_over_min']:.2f} | {ta['requested_over_min']:.2f} |")
+    print()
+    rows = []
+    for v in dict.fromkeys(k[0] for k in both):
+        gb, ga = growth_of(before, v), growth_of(after, v)
+        if gb is not None and ga is not None:
+            rows.append((v, gb, ga))
+    if rows:
+        print("growth of forward+backward DRAM bytes with N (fitted exponent):")
+        print()
+        print("| variant | before | after |")
+        print("|---|---|---|")
+        for v, gb, ga in rows:
+            print(f"| {v} | {gb:.2f} | {ga:.2f} |")
+        print()
+
+
 def compact(src, dst):
     doc = load(src)
     m = doc.get("machine")
@@ -130,8 +176,12 @@ def main(argv):
     if len(argv) == 3 and argv[0] == "--compact":
         compact(argv[1], argv[2])
         return
+    if len(argv) == 3 and argv[0] == "--compare":
+        compare(load(argv[1]), load(argv[2]))
+        return
     if len(argv) != 1 or argv[0].startswith("-"):
-        die("usage: traffic_table.py RUN.json | traffic_table.py --compact RUN.json OUT.json")
+        die("usage: traffic_table.py RUN.json | traffic_table.py --compact RUN.json OUT.json | "
+            "traffic_table.py --compare BEFORE.json AFTER.json")
     table(load(argv[0]))
 
 
