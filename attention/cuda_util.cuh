@@ -15,7 +15,10 @@
  *   (attn_cuda_runs) and pass the run's length to the kernels as a number; padded rows
  *   of outputs and gradients are set to zero (attn_cuda_runs' `zero`, or
  *   attn_cuda_zero_tail), padded inputs are never read;
- * - matrix products go through ab_cuda_sgemm / ab_cuda_sgemm_batched (row-major).
+ * - matrix products go through ab_cuda_sgemm / ab_cuda_sgemm_batched (row-major);
+ * - meson 1.0 writes no dependency files for nvcc's objects: after editing a header,
+ *   `bash harness/scripts/build.sh` rebuilds them (it touches the .cu files when a
+ *   header is newer than the library), a bare `ninja -C build` does not.
  *
  * Adding a variant's CUDA backend:
  * 1. attention/<variant>_cuda.h: extern "C" declarations of the backend functions (the
