@@ -899,7 +899,8 @@ static uint64_t hash_floats(const float *x, size_t n) {
 static int fused_front(attn *a, lc_cfg &o, float **ws) {
     if (o.map != LC_MAP_FAVOR) return 0;
     const size_t n = (size_t)lc_round16(o.C) * (size_t)lc_round16(o.D), tb = 64;
-    const size_t raw = (size_t)o.C * o.D * sizeof(float);
+    /* the raw W, then favor_draw's scratch of doubles: at an 8-byte boundary (C D may be odd) */
+    const size_t raw = ((size_t)o.C * o.D * sizeof(float) + 7) / 8 * 8;
     AB_TRY(attn_host_ws_ensure(a, tb + 2 * n * sizeof(float) + raw + favor_draw_scratch(o.D)));
     wtag *tag = (wtag *)a->host_ws;
     float *Wp = (float *)((char *)a->host_ws + tb), *WTp = Wp + n, *Wraw = WTp + n;
