@@ -206,6 +206,65 @@ Test(images, idx_refuses_truncated_foreign_and_mislabelled_files) {
     expect_refused(img_read_idx_images(p, &s), p, NULL, "gzip data damaged");
     free(bytes);
 
+    /* the 8-byte trailer (CRC-32, length) cut off, wholly or in part: every data byte
+     * is there, but nothing vouches for it, so a changed byte would go unseen (zlib's
+     * gzread took these files: issue 28, defect 2) */
+    p = P("whole.gz");
+    write_idx(p, 0x08, 3, d3, im, B, true);
+    bytes = tp_read_bytes(p, &nb);
+    for (size_t cut = 1; cut <= 8; cut++) {
+        char what[64];
+        snprintf(what, sizeof what, "trailer short by %zu bytes", cut);
+        p = P("trailer%zu.gz", cut);
+        tp_write_bytes(p, bytes, nb - cut);
+        expect_refused(img_read_idx_images(p, &s), p, "trailer", what);
+    }
+    /* a byte of the CRC changed: refused by the check the trailer makes possible */
+    unsigned char *crcbad = malloc(nb);
+    memcpy(crcbad, bytes, nb);
+    crcbad[nb - 8] ^= 0x01;
+    p = P("crc.gz");
+    tp_write_bytes(p, crcbad, nb);
+    expect_refused(img_read_idx_images(p, &s), p, "does not decompress", "CRC-32 changed");
+    /* bytes after the gzip member (defect 3): zeros, text, a lone 1f; and a second
+     * whole member, which gzip's format allows (its data is then more IDX data) */
+    static const char *const tails[3] = {"\0\0\0", "junk", "\x1f"};
+    static const size_t tail_len[3] = {3, 4, 1};
+    for (int t = 0; t < 3; t++) {
+        unsigned char *tb = malloc(nb + 4);
+        memcpy(tb, bytes, nb);
+        memcpy(tb + nb, tails[t], tail_len[t]);
+        p = P("tail%d.gz", t);
+        tp_write_bytes(p, tb, nb + tail_len[t]);
+        free(tb);
+        char what[64];
+        snprintf(what, sizeof what, "%zu bytes after the gzip member", tail_len[t]);
+        expect_refused(img_read_idx_images(p, &s), p, "after the end of the gzip data", what);
+    }
+    free(crcbad);
+    free(bytes);
+    {
+        /* the file as two members: the header and part of the data, then the rest */
+        size_t nr, na, nz;
+        write_idx(P("two.plain"), 0x08, 3, d3, im, B, false);
+        unsigned char *raw = tp_read_bytes(P("two.plain"), &nr);
+        write_gz(P("two.a"), raw, 21);
+        write_gz(P("two.b"), raw + 21, nr - 21);
+        unsigned char *a = tp_read_bytes(P("two.a"), &na), *z = tp_read_bytes(P("two.b"), &nz);
+        unsigned char *two = malloc(na + nz);
+        memcpy(two, a, na);
+        memcpy(two + na, z, nz);
+        p = P("two.gz");
+        tp_write_bytes(p, two, na + nz);
+        cr_expect_eq(img_read_idx_images(p, &s), 0, "two gzip members: %s", ab_error());
+        if (s.pixels) cr_expect(memcmp(s.pixels, im, B) == 0, "two gzip members: the pixels differ");
+        img_set_free(&s);
+        free(raw);
+        free(a);
+        free(z);
+        free(two);
+    }
+
     /* bytes after the data */
     p = P("long");
     unsigned char more[B + 3];

@@ -6,6 +6,8 @@
 #include "memory.h"
 
 #include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -15,12 +17,25 @@
 
 /* ---- a file read plainly or through zlib ---- */
 
+/* A gzip file is inflated here rather than through zlib's gzFile, which takes a stream
+ * whose 8-byte trailer (CRC-32 and length) is cut off, wholly or in part, as complete
+ * (so the CRC is never checked) and ignores bytes after the last member. Here the data
+ * counts as whole only when inflate reached a member's end, trailer checked; members
+ * may follow one another (gzip's concatenation); anything else after a member is
+ * refused, as extra bytes after a raw IDX file are. */
 typedef struct {
     const char *path;
-    FILE *f;             /* plain files */
-    gzFile gz;           /* gzip files */
+    FILE *f;             /* the file on disk (plain or gzip) */
+    bool gz;             /* the file is gzip */
+    z_stream z;          /* gzip: the inflater (initialised when gz) */
+    unsigned char *in;   /* gzip: compressed bytes read from f, not yet inflated */
+    bool member_end;     /* gzip: the last member ended with its trailer checked */
+    bool ended;          /* gzip: the data is over (and whole: member_end) */
+    const char *cut;     /* gzip: why the data stopped early, or NULL */
     long long file_size; /* bytes on disk */
 } reader;
+
+enum { GZ_IN = 1 << 17 };
 
 static int reader_open(const char *path, reader *r) {
     memset(r, 0, sizeof *r);
@@ -37,33 +52,87 @@ static int reader_open(const char *path, reader *r) {
         return ab_fail(AB_EIO, "cannot read %s: %s", path, strerror(e));
     }
     r->file_size = (long long)st.st_size;
+    r->f = f;
     if (got == 2 && m[0] == 0x1f && m[1] == 0x8b) {
-        int fd = dup(fileno(f));
-        fclose(f);
-        if (fd < 0 || !(r->gz = gzdopen(fd, "rb"))) {
-            if (fd >= 0) close(fd);
+        r->gz = true;
+        /* 16 + 15: a gzip wrapper (header and trailer checked), the largest window */
+        if (!(r->in = malloc(GZ_IN)) || inflateInit2(&r->z, 16 + MAX_WBITS) != Z_OK) {
+            free(r->in);
+            fclose(f);
+            r->f = NULL;
+            r->gz = false;
             return ab_fail(AB_ENOMEM, "cannot read %s: out of memory for the gzip stream", path);
         }
-        gzbuffer(r->gz, 1 << 17);
-        return 0;
     }
-    r->f = f;
     return 0;
 }
 
 static void reader_close(reader *r) {
+    if (r->gz) inflateEnd(&r->z);
+    free(r->in);
     if (r->f) fclose(r->f);
-    if (r->gz) gzclose(r->gz);
     r->f = NULL;
-    r->gz = NULL;
+    r->in = NULL;
+    r->gz = false;
+}
+
+/* Refills the inflater's input: false at the end of the file (or a read error, set
+ * as a message and *err). */
+static bool gz_fill(reader *r, bool *err) {
+    size_t k = fread(r->in, 1, GZ_IN, r->f);
+    if (k == 0) {
+        if (ferror(r->f)) {
+            ab_fail(AB_EIO, "cannot read %s: %s", r->path, strerror(errno));
+            *err = true;
+        }
+        return false;
+    }
+    r->z.next_in = r->in;
+    r->z.avail_in = (uInt)k;
+    return true;
+}
+
+/* Bytes after a member: the next member (it starts 1f 8b), or the file's end. Returns
+ * -1 with a message for anything else. */
+static int gz_after_member(reader *r) {
+    bool err = false;
+    if (r->z.avail_in == 0 && !gz_fill(r, &err)) {
+        if (err) return -1;
+        r->ended = true; /* the file ends where a member ends: whole */
+        return 0;
+    }
+    /* the next member's magic, which may straddle a refill */
+    unsigned char m0 = r->z.next_in[0], m1;
+    if (r->z.avail_in >= 2) m1 = r->z.next_in[1];
+    else {
+        int c = fgetc(r->f);
+        if (c == EOF && ferror(r->f)) {
+            ab_fail(AB_EIO, "cannot read %s: %s", r->path, strerror(errno));
+            return -1;
+        }
+        if (c != EOF) ungetc(c, r->f);
+        m1 = c == EOF ? 0 : (unsigned char)c;
+    }
+    if (m0 == 0x1f && m1 == 0x8b) {
+        r->member_end = false;
+        return inflateReset(&r->z) == Z_OK ? 0 : (ab_fail(AB_EINVAL, "%s: the gzip data does not decompress", r->path), -1);
+    }
+    /* count what is left: the message says how much */
+    long long extra = r->z.avail_in;
+    while (gz_fill(r, &err)) extra += r->z.avail_in;
+    if (err) return -1;
+    ab_fail(AB_EINVAL, "%s: %lld bytes after the end of the gzip data (not another gzip member)", r->path, extra);
+    return -1;
 }
 
 /* Reads up to n bytes (fewer only at the end of the data): the count, or -1 with a
- * message (a read error, a gzip stream that does not decompress). A gzip stream that
- * stops in the middle reads as its end: the caller reports the data short. */
+ * message (a read error, a gzip stream that does not decompress, bytes after it). A
+ * gzip stream that stops in the middle (of its data, or of its 8-byte trailer) reads as
+ * its end, with r->cut set: the caller reports the data short (gz_note), or, when the
+ * data was all there, reader_finish refuses the file. */
 static long long reader_read(reader *r, void *buf, size_t n) {
     size_t got = 0;
-    if (r->f) {
+    if (!r->gz) {
         got = fread(buf, 1, n, r->f);
         if (got < n && ferror(r->f)) {
             ab_fail(AB_EIO, "cannot read %s: %s", r->path, strerror(errno));
@@ -71,31 +140,42 @@ static long long reader_read(reader *r, void *buf, size_t n) {
         }
         return (long long)got;
     }
-    while (got < n) {
+    while (got < n && !r->ended) {
+        if (r->member_end) {
+            if (gz_after_member(r)) return -1;
+            continue;
+        }
+        bool err = false;
+        if (r->z.avail_in == 0 && !gz_fill(r, &err)) {
+            if (err) return -1;
+            r->ended = true;
+            r->cut = "the gzip stream ends early: its data or its 8-byte trailer (CRC-32 and length) is cut off";
+            break;
+        }
         size_t want = n - got > (1u << 30) ? (1u << 30) : n - got;
-        int k = gzread(r->gz, (char *)buf + got, (unsigned)want);
-        if (k < 0) {
-            int err;
-            const char *msg = gzerror(r->gz, &err);
-            /* zlib prefixes the message with the stream's name, "<fd:N>" here */
-            const char *colon = strncmp(msg, "<fd:", 4) == 0 ? strstr(msg, ": ") : NULL;
-            if (colon) msg = colon + 2;
-            ab_fail(err == Z_ERRNO ? AB_EIO : AB_EINVAL, "%s: the gzip data does not decompress (%s)", r->path,
-                    err == Z_ERRNO ? strerror(errno) : msg);
+        r->z.next_out = (unsigned char *)buf + got;
+        r->z.avail_out = (uInt)want;
+        int zr = inflate(&r->z, Z_NO_FLUSH);
+        got += want - r->z.avail_out;
+        if (zr == Z_STREAM_END) {
+            r->member_end = true;
+        } else if (zr == Z_BUF_ERROR) {
+            continue; /* no progress possible without more input: refilled above */
+        } else if (zr != Z_OK) {
+            ab_fail(zr == Z_MEM_ERROR ? AB_ENOMEM : AB_EINVAL, "%s: the gzip data does not decompress (%s)", r->path,
+                    zr == Z_MEM_ERROR ? "out of memory" : r->z.msg ? r->z.msg : "corrupt");
             return -1;
         }
-        if (k == 0) break;
-        got += (size_t)k;
     }
     return (long long)got;
 }
 
-/* "(the gzip stream ends early)" for a compressed file that stopped in the middle. */
+/* " (the gzip stream ends early: ...)" for a compressed file that stopped in the middle. */
 static const char *gz_note(reader *r) {
-    if (!r->gz) return "";
-    int err;
-    gzerror(r->gz, &err);
-    return err == Z_BUF_ERROR ? " (the gzip stream ends early)" : "";
+    static _Thread_local char note[200];
+    if (!r->gz || !r->cut) return "";
+    snprintf(note, sizeof note, " (%s)", r->cut);
+    return note;
 }
 
 /* ---- IDX ---- */
@@ -171,7 +251,7 @@ static int idx_read(const char *path, int want_ndim, const char *what, long long
             goto done;
         }
     }
-    if (r.f) {
+    if (!r.gz) {
         /* plain file: its size is known, so a short or long one is refused before
          * anything is allocated. Unsigned: the dimensions may multiply to 2^63 bytes or
          * more, past what a signed size holds. */
@@ -190,7 +270,7 @@ static int idx_read(const char *path, int want_ndim, const char *what, long long
     /* The buffer grows as the data arrives (a gzip file's size says nothing of its
      * contents), so a header that promises more than the file holds costs at most
      * twice what the file does hold. */
-    size_t cap = total < ((size_t)1 << 22) || r.f ? total : ((size_t)1 << 22), n = 0;
+    size_t cap = total < ((size_t)1 << 22) || !r.gz ? total : ((size_t)1 << 22), n = 0;
     if (!(buf = ab_alloc(cap))) {
         rc = ab_fail(AB_ENOMEM, "%s: out of memory for %zu bytes", path, cap);
         goto done;
@@ -231,6 +311,10 @@ static int idx_read(const char *path, int want_ndim, const char *what, long long
     if (more > 0) {
         rc = ab_fail(AB_EINVAL, "%s: %lld bytes after the %zu bytes of data its IDX header announces", path, more,
                      total);
+        goto done;
+    }
+    if (r.cut) { /* every byte of data arrived, but the trailer that vouches for it did not */
+        rc = ab_fail(AB_EINVAL, "%s: %s", path, r.cut);
         goto done;
     }
     *data = buf;
