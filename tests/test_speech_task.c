@@ -225,6 +225,35 @@ Test(speech_task, rows_are_stacked_subsampled_frames_and_phones) {
     task_destroy(t);
 }
 
+/* An utterance whose text line holds only its id has no phones: its row's labels are
+ * empty, and filling them reads nothing (the sanitized build checks that no null
+ * pointer reaches memcpy, which it did: issue 28, defect 1). */
+Test(speech_task, an_utterance_with_an_empty_transcript_has_no_labels) {
+    const char *dir = corpus("c");
+    put(P("c/train/text"), "train_00 a b\ntrain_01\ntrain_02 c\ntrain_03 d a\n");
+    char text[1400];
+    snprintf(text, sizeof text, "{\"name\": \"speech\", \"path\": \"%s\"}", dir);
+    json_t *cfg = parse(text);
+    train_task *t;
+    cr_assert_eq(task_create(cfg, &t), 0, "%s", ab_error());
+    json_decref(cfg);
+    cr_assert_eq(t->split_rows[0], 4);
+    int lab[8] = {-7, -7}, count = -1;
+    t->fill_labels(t, 0, 1, lab, &count);
+    cr_expect_eq(count, 0, "train_01's text holds only its id");
+    cr_expect_eq(lab[0], -7, "nothing is written for an empty transcript");
+    task_batch b;
+    cr_assert_eq(task_batch_alloc(t, 4, &b), 0, "%s", ab_error());
+    const long long rows[4] = {1, 0, 1, 2};
+    task_batch_fill_rows(t, 0, rows, 4, &b);
+    cr_expect_eq(b.label_counts[0], 0);
+    cr_expect_eq(b.label_counts[1], 2);
+    cr_expect_eq(b.label_counts[2], 0);
+    cr_expect_eq(b.label_counts[3], 1);
+    task_batch_free(&b);
+    task_destroy(t);
+}
+
 /* ---- training ---- */
 
 /* A run config: 4 epochs of batches of 4 over the 12 training utterances (3 steps an
@@ -439,6 +468,35 @@ Test(speech_task, bad_configs_and_data_are_one_line_exit_2) {
     st = run("train", cfg, "--out", P("t2"));
     tp_usage_error(st, g_err, "no audio", TP_ARGV("valid_09", NULL));
     cr_expect(!tp_exists(P("t1")) && !tp_exists(P("t2")));
+}
+
+/* A data directory whose audio comes from commands: training runs them only with
+ * --allow-commands, and so does `decode` when it reloads the checkpoint's data (with no
+ * feature cache to read instead): a checkpoint from someone else, naming such a
+ * directory, runs nothing unasked (issue 28, defect 6). */
+Test(speech_task, reloading_a_checkpoint_runs_no_command_unasked) {
+    char dir[1100], cfg[1100];
+    snprintf(dir, sizeof dir, "%s", corpus("c"));
+    for (int sp = 0; sp < 3; sp++) { /* every wav.scp line "ID PATH" as "ID cat PATH |" */
+        char *scp = tp_slurp(P("c/%s/wav.scp", SPLITS[sp]), NULL), out[16000] = "", *save = NULL;
+        for (char *line = strtok_r(scp, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+            char *sp1 = strchr(line, ' ');
+            *sp1 = '\0';
+            snprintf(out + strlen(out), sizeof out - strlen(out), "%s cat %s |\n", line, sp1 + 1);
+        }
+        put(P("c/%s/wav.scp", SPLITS[sp]), out);
+        free(scp);
+    }
+    snprintf(cfg, sizeof cfg, "%s", run_config(dir, LSTM_BODY, "{\"kind\": \"adam\"}"));
+    int st = run("train", cfg, "--out", P("a"), "--quiet", "--set", "steps=1", "--set", "task.cache=null");
+    tp_usage_error(st, g_err, "train without consent", TP_ARGV("--allow-commands", "wav.scp:1", NULL));
+    cr_expect(!tp_exists(P("a")), "a refused run wrote its folder");
+    st = run("--allow-commands", "train", cfg, "--out", P("a"), "--quiet", "--set", "steps=1", "--set", "task.cache=null");
+    cr_assert_eq(st, 0, "%s", g_err);
+    st = run("decode", P("a/checkpoint.bin"), "--n", "1");
+    tp_usage_error(st, g_err, "decode without consent", TP_ARGV("--allow-commands", NULL));
+    st = run("--allow-commands", "decode", P("a/checkpoint.bin"), "--n", "1");
+    cr_expect_eq(st, 0, "decode with consent: %s", g_err);
 }
 
 /* A run whose data changed under it is not resumed: the canonical config's CRC-32 of

@@ -56,7 +56,9 @@ static void speech_fill(const train_task *t, int split, long long index, int *to
 static void speech_fill_labels(const train_task *t, int split, long long index, int *labels, int *count) {
     const speech_state *st = t->priv;
     const sd_utt *u = &st->data[split].utts[index];
-    memcpy(labels, u->phones, sizeof(int) * (size_t)u->n_phones);
+    /* an utterance with an empty transcript has no phones (and may have no array):
+     * memcpy from a null pointer is undefined even for 0 bytes */
+    if (u->n_phones > 0) memcpy(labels, u->phones, sizeof(int) * (size_t)u->n_phones);
     *count = u->n_phones;
 }
 
