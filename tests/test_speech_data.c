@@ -11,6 +11,7 @@
 #include <criterion/criterion.h>
 
 #include "blas.h"
+#include "data_command.h"
 #include "error.h"
 #include "fbank.h"
 #include "kaldi_ark.h"
@@ -35,8 +36,19 @@
 static char g_dir[600];
 static char *g_out, *g_err;
 
-static void setup(void) { tp_scratch_make(g_dir, sizeof g_dir, TEST_DATA_DIR "/speech-data-tmp"); }
+/* The corpus reads one utterance through a command: allowed here (the policy's own
+ * tests are test_speech_commands.c), refused again after each test. */
+static void setup(void) {
+    tp_scratch_make(g_dir, sizeof g_dir, TEST_DATA_DIR "/speech-data-tmp");
+    dc_policy p;
+    dc_policy_default(&p);
+    p.allowed = true;
+    dc_set_policy(&p);
+}
 static void teardown(void) {
+    dc_policy p;
+    dc_policy_default(&p);
+    dc_set_policy(&p);
     tp_rm_tree(g_dir);
     free(g_out);
     free(g_err);
@@ -631,7 +643,8 @@ Test(speech_data, options_from_text_and_json) {
 
 /* ---- attnbench features ---- */
 
-#define run(...) tp_run(g_dir, ATTNBENCH_EXE, NULL, TP_ARGV("--threads", "1", __VA_ARGS__, NULL), &g_out, &g_err)
+#define run(...)                                                                                                       \
+    tp_run(g_dir, ATTNBENCH_EXE, NULL, TP_ARGV("--threads", "1", "--allow-commands", __VA_ARGS__, NULL), &g_out, &g_err)
 
 Test(speech_data, the_features_command) {
     char dir[900];

@@ -2,13 +2,16 @@
 #include "blas.h"
 #include "cli_util.h"
 #include "commands.h"
+#include "data_command.h"
 
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const char USAGE[] =
-    "usage: attnbench [--threads N] COMMAND [ARGS]\n"
+    "usage: attnbench [--threads N] [--allow-commands] COMMAND [ARGS]\n"
     "\n"
     "Commands:\n"
     "  list                 every attention variant with its options and defaults\n"
@@ -28,6 +31,11 @@ static const char USAGE[] =
     "\n"
     "Options:\n"
     "  --threads N          threads for OpenMP loops and OpenBLAS (default: all cores)\n"
+    "  --allow-commands     run the commands of data directories (wav.scp lines ending\n"
+    "                       in '|'); without it they are refused, also when a checkpoint\n"
+    "                       names the directory\n"
+    "  --command-timeout S  such a command is killed after S seconds (default 60)\n"
+    "  --command-max-mb MB  ... or when it has written more than MB MiB (default 1024)\n"
     "  --help               this text\n"
     "  --version            the version\n"
     "\n"
@@ -72,8 +80,37 @@ static int run_command(const char *cmd, int argc, char **argv, int sub_argc, cha
     cli_die(AB_EXIT_USAGE, "unknown command '%s' (commands: list, op, inputs, bench, plot, train, generate, sample, decode, features; see attnbench --help)", cmd);
 }
 
+/* A signal that ends attnbench ends the commands of data directories it runs too (their
+ * own process groups do not get a terminal's Ctrl-C), then attnbench as the signal
+ * would have. train and bench replace this for SIGINT and SIGTERM once their data is
+ * loaded (they stop cleanly, and no command runs after loading). */
+static void on_fatal_signal(int sig) {
+    dc_kill_all();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* The options every command takes (before or after its name): true if argv[*i] is one,
+ * its value consumed. */
+static bool global_option(int argc, char **argv, int *i, int *threads, dc_policy *pol) {
+    if (strcmp(argv[*i], "--threads") == 0) {
+        *threads = (int)cli_parse_int("--threads", cli_value(argc, argv, i), 1, 4096);
+    } else if (strcmp(argv[*i], "--allow-commands") == 0) {
+        pol->allowed = true;
+    } else if (strcmp(argv[*i], "--command-timeout") == 0) {
+        pol->timeout_s = (double)cli_parse_int("--command-timeout", cli_value(argc, argv, i), 1, 86400 * 7);
+    } else if (strcmp(argv[*i], "--command-max-mb") == 0) {
+        pol->max_bytes = (size_t)cli_parse_int("--command-max-mb", cli_value(argc, argv, i), 1, 1 << 20) << 20;
+    } else {
+        return false;
+    }
+    return true;
+}
+
 int main(int argc, char **argv) {
     int threads = 0, i = 1;
+    dc_policy pol;
+    dc_policy_default(&pol);
     for (; i < argc && argv[i][0] == '-'; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             fputs(USAGE, stdout);
@@ -81,9 +118,8 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--version") == 0) {
             printf("attnbench %s\n", ATTNBENCH_VERSION);
             return 0;
-        } else if (strcmp(argv[i], "--threads") == 0) {
-            const char *v = cli_value(argc, argv, &i);
-            threads = (int)cli_parse_int("--threads", v, 1, 4096);
+        } else if (global_option(argc, argv, &i, &threads, &pol)) {
+            continue;
         } else {
             cli_die(AB_EXIT_USAGE, "unknown option %s (see attnbench --help)", argv[i]);
         }
@@ -92,22 +128,22 @@ int main(int argc, char **argv) {
         fputs(USAGE, stderr);
         return AB_EXIT_USAGE;
     }
-    /* --threads N may also follow the command name: it is taken out here, so the
-     * commands never see it. */
+    /* The global options may also follow the command name: they are taken out here, so
+     * the commands never see them. */
     const char *cmd = argv[i];
     char **sub_argv = malloc(sizeof(char *) * (size_t)argc);
     if (!sub_argv) cli_die(AB_EXIT_FAILURE, "out of memory");
     int sub_argc = 0;
     for (int j = i + 1; j < argc; j++) {
-        if (strcmp(argv[j], "--threads") == 0) {
-            const char *v = cli_value(argc, argv, &j);
-            threads = (int)cli_parse_int("--threads", v, 1, 4096);
-        } else {
-            sub_argv[sub_argc++] = argv[j];
-        }
+        if (!global_option(argc, argv, &j, &threads, &pol)) sub_argv[sub_argc++] = argv[j];
     }
     sub_argv[sub_argc] = NULL;
     ab_set_threads(threads);
+    dc_set_policy(&pol);
+    signal(SIGINT, on_fatal_signal);
+    signal(SIGTERM, on_fatal_signal);
+    signal(SIGHUP, on_fatal_signal);
+    atexit(dc_kill_all); /* an exit (cli_die) while another thread waits on a command */
     int rc = run_command(cmd, argc, argv, sub_argc, sub_argv);
     free(sub_argv); /* a leak checker runs the whole test suite through here */
     return rc;

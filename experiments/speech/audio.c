@@ -1,7 +1,7 @@
 /* The audio of a wav.scp entry (audio.h). */
-#define _GNU_SOURCE /* pipe2 */
 #include "audio.h"
 
+#include "data_command.h"
 #include "error.h"
 #include "fileio.h"
 #include "memory.h"
@@ -9,17 +9,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <poll.h>
 #include <pthread.h>
 #include <sndfile.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-extern char **environ;
 
 void au_free(au_signal *s) {
     if (!s) return;
@@ -143,20 +138,6 @@ typedef struct {
     size_t size, cap;
 } buffer;
 
-static int buffer_add(buffer *b, const unsigned char *p, size_t n) {
-    if (b->size + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 1 << 16;
-        while (cap < b->size + n) cap *= 2;
-        unsigned char *d = realloc(b->data, cap);
-        if (!d) return -1;
-        b->data = d;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->size, p, n);
-    b->size += n;
-    return 0;
-}
-
 typedef struct {
     const buffer *b;
     sf_count_t pos;
@@ -188,96 +169,10 @@ static sf_count_t vio_write(const void *ptr, sf_count_t count, void *u) {
 }
 static sf_count_t vio_tell(void *u) { return ((vio_state *)u)->pos; }
 
-/* The last non-empty line of what a command wrote to stderr (in place). */
-static const char *last_line(buffer *e) {
-    if (!e->size) return "";
-    if (buffer_add(e, (const unsigned char *)"", 1)) return "";
-    char *s = (char *)e->data;
-    size_t n = strlen(s);
-    while (n && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' ')) s[--n] = '\0';
-    char *nl = strrchr(s, '\n');
-    s = nl ? nl + 1 : s;
-    for (char *c = s; *c; c++)
-        if ((unsigned char)*c < 0x20) *c = ' ';
-    return s;
-}
-
-/* Runs /bin/sh -c CMD with stdin from /dev/null, collecting its stdout into `outb`
- * and its stderr into `errb` (the first 64 KiB). */
-static int run_command(const char *cmd, const char *where, buffer *outb, buffer *errb) {
-    int po[2], pe[2];
-    if (pipe2(po, O_CLOEXEC) != 0) return ab_fail(AB_EIO, "%s: cannot make a pipe: %s", where, strerror(errno));
-    if (pipe2(pe, O_CLOEXEC) != 0) {
-        int e = errno;
-        close(po[0]);
-        close(po[1]);
-        return ab_fail(AB_EIO, "%s: cannot make a pipe: %s", where, strerror(e));
-    }
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&fa, po[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, pe[1], 2);
-    char *argv[] = {"sh", "-c", (char *)cmd, NULL};
-    pid_t pid;
-    int src = posix_spawn(&pid, "/bin/sh", &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    close(po[1]);
-    close(pe[1]);
-    if (src != 0) {
-        close(po[0]);
-        close(pe[0]);
-        return ab_fail(AB_EIO, "%s: cannot start /bin/sh: %s", where, strerror(src));
-    }
-    struct pollfd pf[2] = {{po[0], POLLIN, 0}, {pe[0], POLLIN, 0}};
-    int open_fds = 2, rc = 0;
-    unsigned char chunk[65536];
-    while (open_fds > 0) {
-        int k = poll(pf, 2, -1);
-        if (k < 0) {
-            if (errno == EINTR) continue;
-            rc = ab_fail(AB_EIO, "%s: waiting for the command: %s", where, strerror(errno));
-            break;
-        }
-        for (int i = 0; i < 2; i++) {
-            if (pf[i].fd < 0 || !(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-            ssize_t n = read(pf[i].fd, chunk, sizeof chunk);
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) {
-                close(pf[i].fd);
-                pf[i].fd = -1;
-                open_fds--;
-                continue;
-            }
-            buffer *b = i == 0 ? outb : errb;
-            if (i == 1 && b->size + (size_t)n > (1 << 16)) continue; /* enough of stderr */
-            if (!rc && buffer_add(b, chunk, (size_t)n))
-                rc = ab_fail(AB_ENOMEM, "%s: out of memory for the command's output (%zu bytes so far)", where,
-                             outb->size);
-        }
-        if (rc) break;
-    }
-    for (int i = 0; i < 2; i++)
-        if (pf[i].fd >= 0) close(pf[i].fd);
-    int status;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) return rc ? rc : ab_fail(AB_EIO, "%s: waiting for the command: %s", where, strerror(errno));
-    if (rc) return rc;
-    if (WIFSIGNALED(status))
-        return ab_fail(AB_EINVAL, "%s: the command '%s' was killed by signal %d%s%s", where, cmd, WTERMSIG(status),
-                       errb->size ? ": " : "", last_line(errb));
-    if (WEXITSTATUS(status) != 0)
-        return ab_fail(AB_EINVAL, "%s: the command '%s' failed (exit status %d)%s%s", where, cmd,
-                       WEXITSTATUS(status), errb->size ? ": " : "", last_line(errb));
-    if (outb->size == 0)
-        return ab_fail(AB_EINVAL, "%s: the command '%s' wrote no audio%s%s", where, cmd, errb->size ? ": " : "",
-                       last_line(errb));
-    return 0;
-}
-
 static int read_command(const char *cmd, const char *where, au_signal *out) {
-    buffer outb = {0}, errb = {0};
-    int rc = run_command(cmd, where, &outb, &errb);
+    buffer outb = {0};
+    int rc = dc_run(cmd, where, &outb.data, &outb.size);
+    outb.cap = outb.size;
     if (!rc) {
         vio_state st = {&outb, 0};
         SF_VIRTUAL_IO vio = {vio_len, vio_seek, vio_read, vio_write, vio_tell};
@@ -297,7 +192,6 @@ static int read_command(const char *cmd, const char *where, au_signal *out) {
         }
     }
     free(outb.data);
-    free(errb.data);
     return rc;
 }
 

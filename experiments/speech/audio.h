@@ -1,8 +1,9 @@
 /* The audio of a wav.scp entry (experiments/speech/README.md), read with libsndfile:
  * a file, or the standard output of a command (Kaldi's "extended filename": a line
  * ending in '|', e.g. "sph2pipe -f wav -p -c 1 X.wv1 |" in WSJ's data directories),
- * run with /bin/sh as Kaldi does, read whole into memory and decoded from there
- * (libsndfile's virtual I/O). Any format libsndfile reads (WAV, FLAC, NIST SPHERE
+ * run with /bin/sh as Kaldi does, under the user's policy (data_command.h: only when
+ * allowed, in a process group of its own, with a time and an output limit), read whole
+ * into memory and decoded from there (libsndfile's virtual I/O). Any format libsndfile reads (WAV, FLAC, NIST SPHERE
  * without shorten compression, ...).
  *
  * Samples are floats at 16-bit integer scale, as Kaldi reads them: a 16-bit file's
