@@ -1,9 +1,13 @@
-#define _POSIX_C_SOURCE 200809L
 #include "fileio.h"
 
 #include "error.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -11,9 +15,67 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* This machine's name as it goes into a temporary name: letters, digits, '-' and '_'
+ * kept, anything else as '_' ("localhost" when it has none). */
+static void host_tag(char *out, size_t cap) {
+    char h[256] = "";
+    if (gethostname(h, sizeof h - 1) != 0 || !h[0]) snprintf(h, sizeof h, "localhost");
+    size_t i = 0;
+    for (; h[i] && i + 1 < cap; i++) {
+        unsigned char c = (unsigned char)h[i];
+        out[i] = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ? (char)c : '_';
+    }
+    out[i] = '\0';
+}
+
+/* "DIGITS.DIGITS" and nothing more: the PID (its value in *pid) and the counter. */
+static bool pid_and_counter(const char *s, long *pid) {
+    char *end;
+    if (*s < '0' || *s > '9') return false;
+    errno = 0;
+    *pid = strtol(s, &end, 10);
+    if (errno || *end != '.' || end[1] < '0' || end[1] > '9') return false;
+    return end[1 + strspn(end + 1, "0123456789")] == '\0';
+}
+
+/* Removes what a writer of PATH that died without committing or aborting (kill -9,
+ * a power cut) left: PATH.tmp.HOST.PID.N of this machine whose process is gone. Others'
+ * (another machine's, on a shared file system; a live writer's) are left alone. Best
+ * effort: a failure here is not the write's. */
+static void remove_stale_temps(const char *path, const char *host) {
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    const char *base = slash ? slash + 1 : path;
+    if (slash) {
+        size_t dn = slash == path ? 1 : (size_t)(slash - path);
+        if (dn >= sizeof dir) return;
+        memcpy(dir, path, dn);
+        dir[dn] = '\0';
+    } else {
+        snprintf(dir, sizeof dir, ".");
+    }
+    char prefix[600];
+    if ((size_t)snprintf(prefix, sizeof prefix, "%s.tmp.%s.", base, host) >= sizeof prefix) return;
+    const size_t pn = strlen(prefix);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    const long self = (long)getpid();
+    for (struct dirent *e; (e = readdir(d));) {
+        long pid;
+        if (strncmp(e->d_name, prefix, pn) != 0 || !pid_and_counter(e->d_name + pn, &pid)) continue;
+        if (pid <= 0 || pid == self || pid > INT_MAX) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive (or not ours to ask: EPERM) */
+        unlinkat(dirfd(d), e->d_name, 0);
+    }
+    closedir(d);
+}
+
 int ab_atomic_open(ab_atomic_file *af, const char *path) {
     memset(af, 0, sizeof *af);
-    size_t n = strlen(path) + 48;
+    char host[64];
+    host_tag(host, sizeof host);
+    remove_stale_temps(path, host);
+    size_t n = strlen(path) + strlen(host) + 48;
     af->tmp_path = malloc(n);
     af->path = strdup(path);
     if (!af->tmp_path || !af->path) {
@@ -21,9 +83,10 @@ int ab_atomic_open(ab_atomic_file *af, const char *path) {
         free(af->path);
         return ab_fail(AB_ENOMEM, "out of memory");
     }
-    /* PID and a per-process counter: two threads writing one path do not collide. */
+    /* The machine, the PID and a per-process counter: two threads writing one path do
+     * not collide, and the next writer knows a dead writer's file (remove_stale_temps). */
     static atomic_uint counter;
-    snprintf(af->tmp_path, n, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&counter, 1u));
+    snprintf(af->tmp_path, n, "%s.tmp.%s.%ld.%u", path, host, (long)getpid(), atomic_fetch_add(&counter, 1u));
     af->f = fopen(af->tmp_path, "wb");
     if (!af->f) {
         int e = errno;

@@ -1,5 +1,8 @@
-/* Atomic file writes: write to PATH.tmp.PID, flush, fsync, rename over PATH, so a
- * reader never sees a half-written file and an old file survives a failed write. */
+/* Atomic file writes: write to PATH.tmp.HOST.PID.N, flush, fsync, rename over PATH, so
+ * a reader never sees a half-written file and an old file survives a failed write. A
+ * writer killed before it could commit or abort (kill -9) leaves its temporary file;
+ * the next ab_atomic_open of the same PATH removes those of this machine whose process
+ * is gone. */
 #ifndef AB_FILEIO_H
 #define AB_FILEIO_H
 

@@ -16,6 +16,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <float.h>
+#include <signal.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,6 +24,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------------------------------
@@ -814,6 +816,56 @@ Test(fileio, abort_keeps_old_file) {
     raw = tp_read_bytes(path_in("keep.txt"), &n);
     cr_assert_eq(n, 5u);
     cr_assert_eq(memcmp(raw, "newer", 5), 0);
+    free(raw);
+}
+
+/* A writer killed between open and commit (kill -9) leaves PATH.tmp.HOST.PID.N; the next
+ * writer of PATH removes it (issue 28, defect 7: checkpoint-sized files piled up, even
+ * past a resume that ran to the end). A live writer's temporary, another machine's (a
+ * shared file system) and another file's are left alone. */
+Test(fileio, a_dead_writers_temporary_is_removed_by_the_next_writer) {
+    const char *path = path_in("ckpt.bin");
+    tp_write_bytes(path, "old", 3);
+    pid_t child = fork();
+    cr_assert_geq(child, 0);
+    if (child == 0) { /* opens, writes half, and dies as kill -9 would have it */
+        ab_atomic_file af;
+        if (ab_atomic_open(&af, path) == 0) {
+            fputs("half of a checkpoint", af.f);
+            fflush(af.f);
+        }
+        raise(SIGKILL);
+        _exit(3);
+    }
+    int status;
+    cr_assert_eq(waitpid(child, &status, 0), child);
+    cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    cr_assert_eq(count_named(g_dir, ".tmp."), 1, "the dead writer's temporary is there");
+    /* beside it: another machine's (a dead PID there means nothing here), another file's */
+    char other_host[1100], other_file[1100];
+    snprintf(other_host, sizeof other_host, "%s.tmp.some-other-node.%d.0", path, (int)child);
+    tp_write_bytes(other_host, "x", 1);
+    DIR *d = opendir(g_dir);
+    for (struct dirent *e; (e = readdir(d));) /* the dead one's name, for another base */
+        if (strstr(e->d_name, "ckpt.bin.tmp.") && !strstr(e->d_name, "some-other-node"))
+            snprintf(other_file, sizeof other_file, "%s/x%s", g_dir, e->d_name);
+    closedir(d);
+    tp_write_bytes(other_file, "x", 1);
+    /* a live writer of the same path, mid-write */
+    ab_atomic_file live;
+    cr_assert_eq(ab_atomic_open(&live, path), 0, "%s", ab_error());
+    fputs("new", live.f);
+    cr_assert_eq(count_named(g_dir, "ckpt.bin.tmp."), 3, "the dead writer's temporary is gone, the others stay");
+    cr_expect(tp_exists(other_host) && tp_exists(other_file));
+    /* a second writer while the first is live: the live one's temporary stays */
+    ab_atomic_file second;
+    cr_assert_eq(ab_atomic_open(&second, path), 0, "%s", ab_error());
+    ab_atomic_abort(&second);
+    cr_assert_eq(ab_atomic_commit(&live), 0, "the live writer's temporary was removed under it: %s", ab_error());
+    cr_assert_eq(count_named(g_dir, "ckpt.bin.tmp."), 2, "other_host and other_file only");
+    size_t n;
+    unsigned char *raw = tp_read_bytes(path, &n);
+    cr_expect(n == 3 && memcmp(raw, "new", 3) == 0);
     free(raw);
 }
 
