@@ -315,6 +315,37 @@ Test(speech_data, bad_directories_are_one_line_naming_file_and_line) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_bad(&cases[i], (int)i);
 }
 
+/* An optional file (utt2spk, phones.txt, feats.scp, segments) that is a symbolic link
+ * leading nowhere, or into a loop, is refused naming it: a dangling utt2spk was taken
+ * for absent, so CMVN silently became per utterance (issue 28, defect 8). A folder in
+ * its place is refused too. */
+Test(speech_data, an_optional_file_that_cannot_be_followed_is_refused) {
+    static const char *const names[4] = {"utt2spk", "phones.txt", "feats.scp", "segments"};
+    for (int i = 0; i < 4; i++)
+        for (int kind = 0; kind < 3; kind++) {
+            char name[32], dir[900], path[1000];
+            snprintf(name, sizeof name, "o%d%d", i, kind);
+            snprintf(dir, sizeof dir, "%s", corpus(name));
+            snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+            remove(path);
+            if (kind == 0) cr_assert_eq(symlink("nowhere", path), 0);
+            if (kind == 1) { /* a loop of two links */
+                char other[1000];
+                snprintf(other, sizeof other, "%s/other", dir);
+                cr_assert_eq(symlink(other, path), 0);
+                cr_assert_eq(symlink(path, other), 0);
+            }
+            if (kind == 2) cr_assert_eq(mkdir(path, 0755), 0);
+            sd_options o = opts();
+            sd_data d;
+            int rc = sd_load(dir, &o, NULL, &d);
+            char what[80];
+            snprintf(what, sizeof what, "%s as %s", names[i], kind == 0 ? "a dangling link" : kind == 1 ? "a link loop" : "a folder");
+            expect_fail(rc, AB_EINVAL, what, path, NULL);
+            if (!rc) sd_data_free(&d);
+        }
+}
+
 Test(speech_data, bad_audio_is_refused) {
     char dir[900];
     snprintf(dir, sizeof dir, "%s", corpus("a"));

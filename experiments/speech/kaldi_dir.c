@@ -353,9 +353,22 @@ static char *join(const char *dir, const char *name) {
     return p;
 }
 
-static bool is_file(const char *path) {
+/* Whether an optional file of the directory is there (*yes): no entry of its name is
+ * "not there"; an entry that cannot be followed (a dangling symbolic link, a loop of
+ * them) is refused, not taken for absent (utt2spk so would silently turn CMVN per
+ * speaker into per utterance). What is there is then read, and refused if it is not a
+ * readable regular file. */
+static int present(const char *path, bool *yes) {
     struct stat st;
-    return stat(path, &st) == 0;
+    *yes = false;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT || errno == ENOTDIR) return 0;
+        return ab_fail(AB_EIO, "cannot read %s: %s", path, strerror(errno));
+    }
+    if (stat(path, &st) != 0)
+        return ab_fail(AB_EINVAL, "%s: a symbolic link that cannot be followed (%s)", path, strerror(errno));
+    *yes = true;
+    return 0;
 }
 
 /* wav.scp's value: a path, or a command ending in '|'. */
@@ -433,7 +446,9 @@ int kd_read(const char *dir, const kd_options *o, kd_dir *d) {
     if ((rc = drop_parse(o->drop, &drop))) goto done;
 
     if (!(p = join(dir, "segments"))) goto nomem;
-    if (is_file(p)) {
+    bool there;
+    if ((rc = present(p, &there))) goto done;
+    if (there) {
         rc = ab_fail(AB_EINVAL, "%s: segments files are not supported (cut the recordings into one file per utterance, "
                                 "e.g. with Kaldi's extract-segments)", p);
         goto done;
@@ -448,17 +463,23 @@ int kd_read(const char *dir, const kd_options *o, kd_dir *d) {
         goto nomem;
     }
     d->source = o->source;
-    if (d->source == KD_SOURCE_AUTO) d->source = is_file(feats) ? KD_SOURCE_FEATS : KD_SOURCE_WAV;
+    if (d->source == KD_SOURCE_AUTO && (rc = present(feats, &there))) {
+        free(wav);
+        free(feats);
+        goto done;
+    }
+    if (d->source == KD_SOURCE_AUTO) d->source = there ? KD_SOURCE_FEATS : KD_SOURCE_WAV;
     d->scp_path = d->source == KD_SOURCE_FEATS ? feats : wav;
     free(d->source == KD_SOURCE_FEATS ? wav : feats);
-    if (o->source == KD_SOURCE_AUTO && !is_file(d->scp_path)) {
+    if (o->source == KD_SOURCE_AUTO && d->source == KD_SOURCE_WAV && (rc = present(d->scp_path, &there))) goto done;
+    if (o->source == KD_SOURCE_AUTO && !there) {
         rc = ab_fail(AB_EINVAL, "data directory %s: neither wav.scp nor feats.scp", dir);
         goto done;
     }
     if ((rc = table_read(d->scp_path, d->source == KD_SOURCE_FEATS ? "feature index" : "audio index", true, false, &scp)))
         goto done;
     if (!(p = join(dir, "utt2spk"))) goto nomem;
-    d->has_utt2spk = is_file(p);
+    if ((rc = present(p, &d->has_utt2spk))) goto done;
     if (d->has_utt2spk && (rc = table_read(p, "speaker table", true, false, &spk))) goto done;
     for (int i = 0; i < spk.n; i++)
         if (spk.rows[i].value[strcspn(spk.rows[i].value, WS)]) {
@@ -484,7 +505,8 @@ int kd_read(const char *dir, const kd_options *o, kd_dir *d) {
         const char *pt = o->phones;
         if (!pt) {
             if (!(p = join(dir, "phones.txt"))) goto nomem;
-            if (is_file(p)) pt = p;
+            if ((rc = present(p, &there))) goto done;
+            if (there) pt = p;
         }
         if (pt) {
             if ((rc = read_phones_txt(pt, &drop, &d->phones))) goto done;

@@ -112,9 +112,11 @@ static bool is_dir(const char *p) {
     return stat(p, &s) == 0 && S_ISDIR(s.st_mode);
 }
 
-static bool is_file(const char *p) {
+/* An entry of that name is there: a file, or what is then refused when it is read (a
+ * folder, a symbolic link that leads nowhere), never taken for absent. */
+static bool has_entry(const char *p) {
     struct stat s;
-    return stat(p, &s) == 0 && S_ISREG(s.st_mode);
+    return lstat(p, &s) == 0;
 }
 
 /* The CRC-32 of a split: every utterance's features and phone ids (and for the
@@ -250,7 +252,7 @@ static int load_splits(const json_t *obj, speech_state *st) {
     char phones[4200];
     if (st->path && !o.phones) { /* the corpus's inventory, when it declares one */
         snprintf(phones, sizeof phones, "%s/phones.txt", st->path);
-        if (is_file(phones)) o.phones = phones;
+        if (has_entry(phones)) o.phones = phones;
     }
     if (!(st->features = sd_options_to_json(&o))) return ab_fail(AB_ENOMEM, "out of memory");
     json_object_del(st->features, "cache");
