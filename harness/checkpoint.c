@@ -452,7 +452,7 @@ int ab_ckpt_get_json(const ab_ckpt_reader *r, const char *name, json_t **out) {
     int rc = ab_ckpt_get(r, name, &p, &n);
     if (rc) return rc;
     json_error_t err;
-    json_t *v = json_loadb(p, n, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
+    json_t *v = json_loadb(p, n, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &err);
     if (!v) return ab_fail(AB_EINVAL, "%s: blob '%s' is not valid JSON: %s", r->path, name, err.text);
     *out = v;
     return 0;
