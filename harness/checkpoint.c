@@ -301,6 +301,8 @@ static int slurp(ab_ckpt_reader *r, header_fields *hf) {
     if (fread(head, 1, nh, f) != nh)
         rc = ab_fail(AB_EIO, "cannot read checkpoint %s: %s", r->path, ferror(f) ? strerror(errno) : "it shrank");
     if (!rc) rc = check_header(r->path, head, r->size, hf);
+    const char *big = rc ? NULL : ab_too_large(r->size);
+    if (big) rc = ab_fail(AB_EINVAL, "checkpoint %s: %zu bytes, %s", r->path, r->size, big);
     if (!rc) {
         r->buf = ab_alloc(r->size); /* size >= 64 here */
         if (!r->buf)

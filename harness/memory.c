@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sysinfo.h>
 
 /* Each block carries a 64-byte header holding its size, so ab_free needs no table. */
 #define AB_HEADER 64u
@@ -101,3 +102,13 @@ static size_t status_kib(const char *key) {
 }
 
 size_t ab_process_peak_rss(void) { return status_kib("VmHWM:"); }
+
+const char *ab_too_large(size_t bytes) {
+    static _Thread_local char why[96];
+    struct sysinfo si;
+    if (sysinfo(&si) != 0) return NULL; /* unknown: let the allocation decide */
+    const double cap = ((double)si.totalram + (double)si.totalswap) * (double)si.mem_unit;
+    if ((double)bytes <= cap) return NULL;
+    snprintf(why, sizeof why, "more than this machine's memory and swap (%.1f GiB)", cap / (1024.0 * 1024 * 1024));
+    return why;
+}

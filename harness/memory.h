@@ -31,6 +31,13 @@ void ab_mem_reset_peak(ab_device dev);
  * unknown. */
 size_t ab_process_peak_rss(void);
 
+/* An input that asks for more memory than this machine has (RAM and swap, sysinfo) is
+ * bad input, refused with exit status 2 like other impossible sizes, not an
+ * out-of-memory failure: NULL when `bytes` could be held, else "more than this
+ * machine's memory and swap (X GiB)" for the caller's one-line message (a per-thread
+ * buffer, valid until the next call). */
+const char *ab_too_large(size_t bytes);
+
 /* a * b (* c) with overflow check: returns 0 and sets *out, or -1 on overflow. */
 int ab_mul_size(size_t a, size_t b, size_t *out);
 

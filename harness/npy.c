@@ -163,6 +163,11 @@ int ab_npy_read(const char *path, ab_array *out) {
                      (unsigned long long)((uint64_t)st.st_size - (uint64_t)here), bytes);
         goto done;
     }
+    const char *big = ab_too_large(bytes);
+    if (big) {
+        rc = ab_fail(AB_EINVAL, "%s: %zu bytes of data, %s", path, bytes, big);
+        goto done;
+    }
     if (bytes > 0) {
         out->data = ab_alloc(bytes);
         if (!out->data) {

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <sys/sysinfo.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -721,6 +722,31 @@ Test(npy, short_file_with_a_huge_shape_is_truncated_not_allocated) {
     cr_assert(strstr(ab_error(), "truncated data (24 of 68719476736 bytes)"), "%s", ab_error());
     cr_assert_lt(ab_mem_peak(AB_DEV_CPU) - base, 1u << 20, "refusing it allocated %zu bytes",
                  ab_mem_peak(AB_DEV_CPU) - base);
+}
+
+/* This machine's memory and swap in bytes (what ab_too_large compares with). */
+static double memory_capacity(void) {
+    struct sysinfo si;
+    cr_assert_eq(sysinfo(&si), 0);
+    return ((double)si.totalram + (double)si.totalswap) * (double)si.mem_unit;
+}
+
+/* A whole file whose data is larger than this machine's memory and swap (sparse: it
+ * takes no disk) is bad input, exit status 2, like other impossible sizes, not an
+ * out-of-memory failure (exit 1): issue 28. */
+Test(npy, a_file_larger_than_memory_is_bad_input) {
+    const unsigned long long rows = (unsigned long long)(memory_capacity() / (1 << 20)) + 1; /* rows of 1 MiB */
+    char hdr[200];
+    snprintf(hdr, sizeof hdr, "{'descr': '<f4', 'fortran_order': False, 'shape': (%llu, 262144), }", rows);
+    unsigned char buf[512];
+    size_t n = make_npy(buf, 1, hdr, NULL, 0);
+    const char *p = path_in("larger.npy");
+    tp_write_bytes(p, buf, n);
+    if (truncate(p, (off_t)(n + rows * (1ull << 20))) != 0) cr_skip_test("no sparse file of %llu MiB here", rows);
+    ab_array a;
+    cr_assert_eq(ab_npy_read(p, &a), AB_EINVAL, "%s", ab_error());
+    cr_assert(strstr(ab_error(), "more than this machine's memory and swap") && strstr(ab_error(), p), "%s",
+              ab_error());
 }
 
 Test(npy, write_rejects_bad_arguments) {

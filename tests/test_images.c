@@ -27,6 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysinfo.h>
+#include <unistd.h>
 #include <zlib.h>
 
 static char g_dir[600];
@@ -164,6 +166,24 @@ Test(images, idx_reads_plain_and_gzip_files) {
     }
     free(im);
     free(lab);
+}
+
+/* An IDX file whose data is larger than this machine's memory and swap (sparse: it
+ * takes no disk) is bad input, exit status 2, like other impossible sizes, not an
+ * out-of-memory failure, exit 1 (issue 28: a 3 TB file). */
+Test(images, an_idx_file_larger_than_memory_is_bad_input) {
+    struct sysinfo si;
+    cr_assert_eq(sysinfo(&si), 0);
+    const double cap = ((double)si.totalram + (double)si.totalswap) * (double)si.mem_unit;
+    const double count = cap / (1 << 20) + 1; /* images of 1024 x 1024 */
+    if (count > 4294967295.0) cr_skip_test("more memory than an IDX file of 2^32 - 1 images of 1 MiB holds");
+    const uint32_t d3[3] = {(uint32_t)count, 1024, 1024};
+    const char *p = P("larger");
+    write_idx(p, 0x08, 3, d3, NULL, 0, false);
+    if (truncate(p, (off_t)(16 + (unsigned long long)d3[0] * (1ull << 20))) != 0)
+        cr_skip_test("no sparse file of %u MiB here", d3[0]);
+    img_set s;
+    expect_refused(img_read_idx_images(p, &s), p, "more than this machine's memory and swap", "larger than memory");
 }
 
 Test(images, idx_refuses_truncated_foreign_and_mislabelled_files) {
@@ -898,6 +918,45 @@ Test(images, the_logistic_mixture_head_trains_and_samples) {
     json_t *task = json_object_get(json_object_get(doc, "config"), "task");
     cr_expect_eq(json_integer_value(json_object_get(task, "mixtures")), 3);
     json_decref(doc);
+}
+
+/* A checkpoint of a run that diverged (its parameters hold a NaN and an infinity) has
+ * no model to run: `sample` refuses it in one line, exit 2 (it wrote images of zeros
+ * and exited 0: issue 28); so do `generate` and `decode`, which load it the same way. */
+Test(images, a_checkpoint_with_non_finite_parameters_is_refused) {
+    const char *cfg = fixture_config("");
+    cr_assert_eq(run("train", cfg, "--out", P("r"), "--quiet", "--set", "steps=1"), 0, "%s", g_err);
+    char ck[4096], bad[4096];
+    snprintf(ck, sizeof ck, "%s", P("r/checkpoint.bin"));
+    snprintf(bad, sizeof bad, "%s", P("r/diverged.bin"));
+    ab_ckpt_reader *r;
+    ab_ckpt_writer *w;
+    cr_assert_eq(ab_ckpt_open(ck, &r), 0, "%s", ab_error());
+    cr_assert_eq(ab_ckpt_begin(bad, &w), 0, "%s", ab_error());
+    for (int i = 0; i < ab_ckpt_count(r); i++) { /* every blob as it is, the parameters spoilt */
+        const char *name = ab_ckpt_name(r, i);
+        const void *p;
+        size_t n;
+        cr_assert_eq(ab_ckpt_get(r, name, &p, &n), 0);
+        if (strcmp(name, AB_CKPT_PARAMS) == 0) {
+            float *x = malloc(n);
+            memcpy(x, p, n);
+            x[3] = NAN;
+            x[n / sizeof(float) - 1] = INFINITY;
+            cr_assert_eq(ab_ckpt_add(w, name, x, n), 0);
+            free(x);
+        } else {
+            cr_assert_eq(ab_ckpt_add(w, name, p, n), 0);
+        }
+    }
+    cr_assert_eq(ab_ckpt_commit(w), 0, "%s", ab_error());
+    ab_ckpt_close(r);
+    int st = run("sample", bad, "--n", "2", "--out", P("s"));
+    tp_usage_error(st, g_err, "sample of a diverged run", TP_ARGV("diverged.bin", "2 of its", "not finite", NULL));
+    cr_expect(!tp_exists(P("s")), "a refused sample wrote its folder");
+    st = run("generate", bad, "--n", "1");
+    tp_usage_error(st, g_err, "generate from a diverged run", TP_ARGV("not finite", NULL));
+    cr_expect_eq(run("sample", ck, "--n", "2", "--out", P("s")), 0, "the checkpoint it came from samples: %s", g_err);
 }
 
 /* The samples of a run folder's samples.npy as a heap array (caller frees). */

@@ -603,6 +603,26 @@ Test(speech_data, the_cache_is_read_back_and_recomputed_when_stale) {
     cr_assert_eq(sd_load(dir, &o, NULL, &d), 0, "%s", ab_error());
     cr_expect(!strcmp(d.features_from, "audio") && d.cache_written);
     sd_data_free(&d);
+    /* one flipped bit in a stored float (the archive still parses): refused by the
+     * features' CRC-32, which the cache had none of (issue 28) */
+    b = tp_read_bytes(P("cache/k/feats.ark"), &n);
+    b[n - 3] ^= 0x01; /* inside the last utterance's last float */
+    tp_write_bytes(P("cache/k/feats.ark"), b, n);
+    free(b);
+    expect_fail(sd_load(dir, &o, NULL, &d), AB_EINVAL, "a flipped value in the cache", "feature cache", "CRC-32",
+                "delete", NULL);
+    /* a cache written before the checksum (no features_crc32): computed again */
+    json_t *meta = json_load_file(P("cache/k/feats.json"), 0, NULL);
+    cr_assert_not_null(meta);
+    json_object_del(meta, "features_crc32");
+    cr_assert_eq(json_dump_file(meta, P("cache/k/feats.json"), 0), 0);
+    json_decref(meta);
+    cr_assert_eq(sd_load(dir, &o, NULL, &d), 0, "%s", ab_error());
+    cr_expect(!strcmp(d.features_from, "audio") && d.cache_written, "an old cache without a checksum is rewritten");
+    sd_data_free(&d);
+    cr_assert_eq(sd_load(dir, &o, NULL, &d), 0, "%s", ab_error());
+    cr_expect_str_eq(d.features_from, "cache");
+    sd_data_free(&d);
     sd_data_free(&first);
 }
 
@@ -715,6 +735,15 @@ Test(speech_data, the_features_command) {
     tp_usage_error(st, g_err, "a duplicate utterance", TP_ARGV("cli/text:2", "'u1' again", NULL));
     st = run("features");
     tp_usage_error(st, g_err, "no directory", TP_ARGV("a data directory is needed", NULL));
+    /* a cache whose archive path the .scp index cannot hold (whitespace): refused before
+     * any feature is computed, and no folder is left behind (issue 28) */
+    put(P("cli/text"), "u1 a\n");
+    st = run("features", dir, "--out", P("nd/a b"));
+    tp_usage_error(st, g_err, "whitespace in the cache's name", TP_ARGV("whitespace", "a b.ark", NULL));
+    cr_expect(!tp_exists(P("nd")), "a refused cache left its folder");
+    st = run("features", dir, "--out", P("sp ace/nd/x"));
+    tp_usage_error(st, g_err, "whitespace in the cache's folder", TP_ARGV("whitespace", "sp ace", NULL));
+    cr_expect(!tp_exists(P("sp ace")), "a refused cache left its folder");
     st = run("features", "--help");
     cr_expect_eq(st, 0);
     cr_expect(strstr(g_out, "usage: attnbench features"));

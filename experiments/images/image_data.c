@@ -267,6 +267,11 @@ static int idx_read(const char *path, int want_ndim, const char *what, long long
             goto done;
         }
     }
+    const char *big = r.gz ? NULL : ab_too_large(total); /* gzip: the data decides, below */
+    if (big) {
+        rc = ab_fail(AB_EINVAL, "%s: the IDX header announces %zu bytes of data, %s", path, total, big);
+        goto done;
+    }
     /* The buffer grows as the data arrives (a gzip file's size says nothing of its
      * contents), so a header that promises more than the file holds costs at most
      * twice what the file does hold. */
@@ -278,6 +283,10 @@ static int idx_read(const char *path, int want_ndim, const char *what, long long
     while (n < total) {
         if (n == cap) {
             size_t nc = cap > total / 2 ? total : 2 * cap;
+            if ((big = ab_too_large(nc))) { /* bytes that arrived, not announced */
+                rc = ab_fail(AB_EINVAL, "%s: %zu bytes of data decompressed and more to come, %s", path, n, big);
+                goto done;
+            }
             unsigned char *nb = ab_alloc(nc);
             if (!nb) {
                 rc = ab_fail(AB_ENOMEM, "%s: out of memory for %zu bytes", path, nc);
@@ -409,6 +418,8 @@ int img_read_cifar(const char *const *paths, int n_paths, img_set *s) {
     size_t pbytes;
     if (ab_mul_size((size_t)total, CIFAR_PIXELS, &pbytes))
         return ab_fail(AB_EINVAL, "%s: %lld CIFAR-10 records are too many to address", paths[0], total);
+    const char *big = ab_too_large(pbytes + (size_t)total);
+    if (big) return ab_fail(AB_EINVAL, "%s: %lld CIFAR-10 records, %s", paths[0], total, big);
     s->pixels = ab_alloc(pbytes);
     s->labels = ab_alloc((size_t)total);
     if (!s->pixels || !s->labels) {

@@ -64,6 +64,12 @@ static int decode(SNDFILE *sf, const SF_INFO *info, const char *where, au_signal
     while (got < info->frames) {
         if (got == cap) {
             const sf_count_t bigger = cap > info->frames / 2 ? info->frames : 2 * cap;
+            /* samples decoded, not claimed: audio that really is larger than memory */
+            const char *big = ab_too_large((size_t)bigger * sizeof(float));
+            if (big) {
+                ab_free(x);
+                return ab_fail(AB_EINVAL, "%s: %lld samples decoded and more to come, %s", where, (long long)got, big);
+            }
             float *y = ab_alloc((size_t)bigger * sizeof(float));
             if (!y) {
                 ab_free(x);

@@ -6,9 +6,11 @@
 #include "kaldi_ark.h"
 #include "memory.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <libgen.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +93,14 @@ json_t *fc_key(const kd_dir *d, const fb_options *o) {
     return key;
 }
 
+/* The CRC-32 of the features as stored: every utterance's floats, in order. */
+static uint32_t features_crc(const kd_dir *d, int dim, float *const *feats, const int *frames) {
+    uLong c = crc32_z(0L, Z_NULL, 0);
+    for (int i = 0; i < d->n; i++)
+        c = crc32_z(c, (const Bytef *)feats[i], sizeof(float) * (size_t)frames[i] * (size_t)dim);
+    return (uint32_t)c;
+}
+
 int fc_load(const char *prefix, const json_t *key, const kd_dir *d, int dim, float **feats, int *frames,
             double *seconds) {
     char *jp = with_ext(prefix, ".json"), *ap = with_ext(prefix, ".ark");
@@ -104,8 +114,9 @@ int fc_load(const char *prefix, const json_t *key, const kd_dir *d, int dim, flo
     json_error_t err;
     struct stat st;
     if (stat(jp, &st) != 0 || !S_ISREG(st.st_mode) || !(j = json_load_file(jp, 0, &err))) goto done; /* no cache */
-    const json_t *k = json_object_get(j, "key");
+    const json_t *k = json_object_get(j, "key"), *crc = json_object_get(j, "features_crc32");
     if (!k || !json_equal((json_t *)k, (json_t *)key)) goto done; /* another key: stale */
+    if (!json_is_integer(crc)) goto done; /* written before the features had a checksum: computed again */
     *seconds = json_number_value(json_object_get(j, "seconds"));
     if ((rc = ka_reader_open(ap, &r))) {
         char why[700];
@@ -138,6 +149,9 @@ int fc_load(const char *prefix, const json_t *key, const kd_dir *d, int dim, flo
         }
         if (rc || got == 0) break;
     }
+    if (!rc && features_crc(d, dim, feats, frames) != (uint32_t)json_integer_value(crc))
+        rc = ab_fail(AB_EINVAL, "feature cache %s: the features are not those written (their CRC-32 differs from the one "
+                                "%s records; delete %s to compute the features again)", ap, jp, jp);
     if (rc)
         for (int i = 0; i < d->n; i++) {
             ab_free(feats[i]);
@@ -152,6 +166,60 @@ done:
     return rc;
 }
 
+/* Whether the archive's absolute path, FOLDER/BASE.ark, could go into a .scp index (no
+ * whitespace or control character), found before FOLDER is made, so that a refusal
+ * leaves no folder behind: the real path of FOLDER's deepest existing ancestor, then the
+ * rest of FOLDER as given, then BASE. */
+static int check_index_name(const char *folder, const char *base) {
+    char probe[PATH_MAX], real[PATH_MAX];
+    if (snprintf(probe, sizeof probe, "%s", folder) >= (int)sizeof probe)
+        return ab_fail(AB_EINVAL, "feature cache %s: the path is too long", folder);
+    size_t keep = strlen(probe);
+    while (!realpath(probe, real)) { /* up one component */
+        char *slash = strrchr(probe, '/');
+        if (!slash) {
+            snprintf(probe, sizeof probe, ".");
+            if (!realpath(probe, real)) return ab_fail(AB_EIO, "feature cache %s: %s", folder, strerror(errno));
+            keep = 0;
+            break;
+        }
+        *slash = '\0';
+        keep = (size_t)(slash - probe);
+        if (!*probe) { /* the root */
+            snprintf(real, sizeof real, "/");
+            break;
+        }
+    }
+    const char *parts[3] = {real, folder + keep, base};
+    for (int k = 0; k < 3; k++)
+        for (const char *s = parts[k]; *s; s++)
+            if (isspace((unsigned char)*s) || iscntrl((unsigned char)*s))
+                return ab_fail(AB_EINVAL, "feature cache %s/%s.ark: a path with whitespace or a control character "
+                                          "cannot be written into a .scp index%s%s%s",
+                               folder, base, k ? "" : " (its absolute path begins ", k ? "" : real, k ? "" : ")");
+    return 0;
+}
+
+/* PREFIX split into its folder and base (in c1 and c2, strdup'd copies of it), checked:
+ * the base names files, and the archive's absolute path can go into an index. */
+static int split_prefix(const char *prefix, char *c1, char *c2, const char **folder, const char **base) {
+    *folder = dirname(c1);
+    *base = basename(c2);
+    if (!**base || strcmp(*base, "/") == 0 || strcmp(*base, ".") == 0 || strcmp(*base, "..") == 0)
+        return ab_fail(AB_EINVAL, "feature cache '%s': a prefix names files (FOLDER/NAME gives NAME.ark, NAME.scp, "
+                                  "NAME.json)", prefix);
+    return check_index_name(*folder, *base);
+}
+
+int fc_check_prefix(const char *prefix) {
+    char *c1 = strdup(prefix), *c2 = strdup(prefix);
+    const char *folder, *base;
+    int rc = !c1 || !c2 ? ab_fail(AB_ENOMEM, "out of memory") : split_prefix(prefix, c1, c2, &folder, &base);
+    free(c1);
+    free(c2);
+    return rc;
+}
+
 int fc_save(const char *prefix, const json_t *key, const kd_dir *d, int dim, float *const *feats, const int *frames,
             double seconds) {
     char *jp = with_ext(prefix, ".json"), *ap = with_ext(prefix, ".ark"), *sp = with_ext(prefix, ".scp");
@@ -163,13 +231,8 @@ int fc_save(const char *prefix, const json_t *key, const kd_dir *d, int dim, flo
         goto done;
     }
     /* the archive's absolute path for the index, which Kaldi reads from anywhere */
-    const char *folder = dirname(c1), *base = basename(c2);
-    if (!*base || strcmp(base, "/") == 0 || strcmp(base, ".") == 0 || strcmp(base, "..") == 0) {
-        rc = ab_fail(AB_EINVAL, "feature cache '%s': a prefix names files (FOLDER/NAME gives NAME.ark, NAME.scp, "
-                                "NAME.json)", prefix);
-        goto done;
-    }
-    if ((rc = ab_mkdir_p(folder))) goto done;
+    const char *folder, *base;
+    if ((rc = split_prefix(prefix, c1, c2, &folder, &base)) || (rc = ab_mkdir_p(folder))) goto done;
     char real[PATH_MAX];
     if (!realpath(folder, real)) {
         rc = ab_fail(AB_EIO, "feature cache %s: %s", folder, strerror(errno));
@@ -196,8 +259,9 @@ int fc_save(const char *prefix, const json_t *key, const kd_dir *d, int dim, flo
         goto done;
     }
     if ((rc = ka_writer_commit(w))) goto done;
-    json_t *doc = json_pack("{s:s, s:O, s:f, s:I, s:i}", "schema", "attnbench/feature-cache/1", "key", key, "seconds",
-                            seconds, "frames", (json_int_t)total, "dim", dim);
+    json_t *doc = json_pack("{s:s, s:O, s:f, s:I, s:i, s:I}", "schema", "attnbench/feature-cache/1", "key", key,
+                            "seconds", seconds, "frames", (json_int_t)total, "dim", dim, "features_crc32",
+                            (json_int_t)features_crc(d, dim, feats, frames));
     ab_atomic_file af;
     if (!doc) rc = ab_fail(AB_ENOMEM, "out of memory");
     else if (!(rc = ab_atomic_open(&af, jp))) {

@@ -6,7 +6,8 @@
  *   {"schema": "attnbench/feature-cache/1",
  *    "key": {"implementation": 1, "fbank": {the options}, "wav_scp": {"bytes", "crc32"},
  *            "utterances": N, "ids_crc32": ..., "audio": {"files", "crc32"}},
- *    "seconds": audio seconds, "frames": total frames, "dim": D}
+ *    "seconds": audio seconds, "frames": total frames, "dim": D,
+ *    "features_crc32": the CRC-32 of every utterance's floats, in order}
  *
  * The key holds the feature options, the CRC-32 of wav.scp's bytes and of the
  * utterance ids in order, and the CRC-32 of the size and modification time of every
@@ -18,7 +19,9 @@
  * Writing: the archive and index are written as temporary files and renamed into
  * place, PREFIX.json last (it is removed first), so a cache is either complete or
  * ignored. A cache whose key matches but whose archive does not hold exactly the
- * utterances in order (a damaged file) is an error naming it, not recomputed. */
+ * utterances in order, or whose floats do not match features_crc32 (a damaged file,
+ * a flipped value), is an error naming it, not recomputed; one written before
+ * features_crc32 existed is recomputed. */
 #ifndef AB_SPEECH_FEAT_CACHE_H
 #define AB_SPEECH_FEAT_CACHE_H
 
@@ -37,6 +40,11 @@ json_t *fc_key(const kd_dir *d, const fb_options *o);
  * negative with a message when the cache is damaged. */
 int fc_load(const char *prefix, const json_t *key, const kd_dir *d, int dim, float **feats, int *frames,
             double *seconds);
+
+/* Whether PREFIX can hold a cache: its last component names files, and the archive's
+ * absolute path has no whitespace or control character (the .scp index could not hold
+ * it). Checked before any feature is computed or any folder made; AB_EINVAL. */
+int fc_check_prefix(const char *prefix);
 
 /* Writes the cache (making PREFIX's folder when needed). */
 int fc_save(const char *prefix, const json_t *key, const kd_dir *d, int dim, float *const *feats, const int *frames,

@@ -165,6 +165,8 @@ static int read_object(FILE *f, long long file_size, const place *p, ka_matrix *
     if ((unsigned long long)(file_size - here) < (unsigned long long)bytes)
         return fail_at(AB_EINVAL, p, "truncated: the %s matrix of %lld x %lld needs %zu bytes, the file holds %lld",
                        FMT_NAME[fmt], rows, cols, bytes, file_size - here);
+    const char *big = ab_too_large(count * sizeof(float) + (fmt == FMT_FM || fmt == FMT_DM ? 0 : bytes));
+    if (big) return fail_at(AB_EINVAL, p, "a %lld x %lld matrix, %s", rows, cols, big);
     float *out = ab_alloc(count * sizeof(float));
     if (!out) return fail_at(AB_ENOMEM, p, "out of memory for a %lld x %lld matrix", rows, cols);
     unsigned char *raw = NULL;

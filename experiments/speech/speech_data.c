@@ -405,6 +405,7 @@ int sd_load(const char *dir, const sd_options *o, const kd_phones *inventory, sd
         dim = fb_dim(fb);
         int got = 0;
         if (o->cache) {
+            if ((rc = fc_check_prefix(o->cache))) goto done;
             if (!(key = fc_key(&d, &o->fbank))) {
                 rc = AB_EINVAL;
                 goto done;

@@ -36,6 +36,19 @@ static int read_params(const ab_ckpt_reader *r, tf_model *m, float *host) {
     return rc ? rc : tf_params_upload(m, host);
 }
 
+/* A model to run from (sample, generate, decode) needs finite parameters: a checkpoint
+ * of a run that diverged holds NaN or infinities, which would give NaN outputs (sample
+ * wrote images of zeros and exited 0). Bad input: AB_EINVAL naming the first. */
+static int check_finite(const char *path, const float *p, size_t n) {
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(p[i]) && bad++ == 0) first = i;
+    if (bad)
+        return ab_fail(AB_EINVAL, "%s: %zu of its %zu parameters are not finite (the first, %zu, is %g): the run "
+                                  "diverged, there is no model to run", path, bad, n, first, (double)p[first]);
+    return 0;
+}
+
 int trainer_save(trainer *t, const char *path, double elapsed_s, double cpu_s) {
     const float *params = host_params(t->model, t->host_params);
     if (!params) return AB_EDEVICE;
@@ -295,6 +308,7 @@ int train_ckpt_load_model(const char *path, int max_batch, attn_device device, c
         if (device != ATTN_DEVICE_CPU && !(host = ab_alloc(sizeof(float) * tf_param_count(*model))))
             rc = ab_fail(AB_ENOMEM, "out of memory for a host copy of the parameters");
         if (!rc) rc = read_params(r, *model, host);
+        if (!rc) rc = check_finite(path, host ? host : tf_params(*model), tf_param_count(*model));
     }
     ab_free(host);
     ab_ckpt_close(r);
