@@ -87,7 +87,7 @@ static int write_zeros(ab_ckpt_writer *w, uint64_t n) {
 
 static int io_fail(ab_ckpt_writer *w) {
     int e = errno ? errno : EIO;
-    return ab_fail(AB_EIO, "cannot write checkpoint %s: %s", w->af.path, strerror(e));
+    return ab_fail(ab_io_code(e), "cannot write checkpoint %s: %s", w->af.path, strerror(e));
 }
 
 int ab_ckpt_begin(const char *path, ab_ckpt_writer **out) {
@@ -289,7 +289,7 @@ static int slurp(ab_ckpt_reader *r, header_fields *hf) {
     if (fstat(fileno(f), &st) != 0) {
         int e = errno;
         fclose(f);
-        return ab_fail(AB_EIO, "cannot read checkpoint %s: %s", r->path, strerror(e));
+        return ab_fail(ab_io_code(e), "cannot read checkpoint %s: %s", r->path, strerror(e));
     }
     if ((unsigned long long)st.st_size > (unsigned long long)SIZE_MAX) {
         fclose(f);
@@ -299,7 +299,8 @@ static int slurp(ab_ckpt_reader *r, header_fields *hf) {
     unsigned char head[HEADER_BYTES];
     size_t nh = r->size < HEADER_BYTES ? r->size : HEADER_BYTES;
     if (fread(head, 1, nh, f) != nh)
-        rc = ab_fail(AB_EIO, "cannot read checkpoint %s: %s", r->path, ferror(f) ? strerror(errno) : "it shrank");
+        rc = ab_fail(ferror(f) ? ab_io_code(errno) : AB_EIO, "cannot read checkpoint %s: %s", r->path,
+                     ferror(f) ? strerror(errno) : "it shrank");
     if (!rc) rc = check_header(r->path, head, r->size, hf);
     const char *big = rc ? NULL : ab_too_large(r->size);
     if (big) rc = ab_fail(AB_EINVAL, "checkpoint %s: %zu bytes, %s", r->path, r->size, big);
@@ -312,7 +313,7 @@ static int slurp(ab_ckpt_reader *r, header_fields *hf) {
         memcpy(r->buf, head, HEADER_BYTES);
         size_t rest = r->size - HEADER_BYTES;
         if (fread(r->buf + HEADER_BYTES, 1, rest, f) != rest)
-            rc = ab_fail(AB_EIO, "cannot read checkpoint %s: %s", r->path,
+            rc = ab_fail(ferror(f) ? ab_io_code(errno) : AB_EIO, "cannot read checkpoint %s: %s", r->path,
                          ferror(f) ? strerror(errno) : "the file shrank while being read");
     }
     fclose(f);

@@ -1,5 +1,6 @@
 #include "error.h"
 
+#include <errno.h>
 #include <stdio.h>
 
 static _Thread_local char g_msg[1024];
@@ -15,6 +16,21 @@ int ab_fail(int code, const char *fmt, ...) {
     ab_vfail(code, fmt, ap);
     va_end(ap);
     return code;
+}
+
+int ab_io_code(int err) {
+    switch (err) {
+    case ENOSPC:
+    case EDQUOT:
+    case EIO:
+    case EFBIG:
+    case EMFILE:
+    case ENFILE:
+    case EAGAIN:
+    case ENOBUFS: return AB_ESYSTEM;
+    case ENOMEM: return AB_ENOMEM;
+    default: return AB_EIO;
+    }
 }
 
 const char *ab_error(void) { return g_msg; }

@@ -16,7 +16,15 @@ enum {
     AB_EUNSUPPORTED = -3, /* valid request the variant or device cannot do */
     AB_EIO = -4,         /* file system failure */
     AB_EDEVICE = -5,     /* device (CUDA) failure */
+    AB_ESYSTEM = -6,     /* a resource or system failure: a full disk or quota, an I/O error, too many open
+                          * files or processes (ab_io_code) */
 };
+
+/* The code of a failed file or process call by its errno: AB_ESYSTEM for a resource or
+ * system failure (ENOSPC, EDQUOT, EIO, EFBIG, EMFILE, ENFILE, EAGAIN, ENOBUFS), AB_ENOMEM
+ * for ENOMEM, AB_EIO otherwise (a path that is missing, not permitted, read-only: the
+ * user's input). */
+int ab_io_code(int err);
 
 /* Sets this thread's message (printf-style) and returns `code`, so call sites read
  * `return ab_fail(AB_EINVAL, "...", ...);`. */

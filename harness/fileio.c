@@ -93,7 +93,7 @@ int ab_atomic_open(ab_atomic_file *af, const char *path) {
         free(af->tmp_path);
         free(af->path);
         af->tmp_path = af->path = NULL;
-        return ab_fail(AB_EIO, "cannot write %s: %s", path, strerror(e));
+        return ab_fail(ab_io_code(e), "cannot write %s: %s", path, strerror(e));
     }
     return 0;
 }
@@ -120,7 +120,7 @@ int ab_atomic_commit(ab_atomic_file *af) {
     }
     if (bad) {
         remove(af->tmp_path);
-        int rc = ab_fail(AB_EIO, "cannot write %s: %s", af->path, strerror(e));
+        int rc = ab_fail(ab_io_code(e), "cannot write %s: %s", af->path, strerror(e));
         release(af);
         return rc;
     }
@@ -145,7 +145,7 @@ int ab_mkdir_p(const char *dir) {
             p[i] = '\0';
             if (mkdir(p, 0777) != 0 && errno != EEXIST) {
                 int e = errno;
-                int rc = ab_fail(AB_EIO, "cannot create directory %s: %s", p, strerror(e));
+                int rc = ab_fail(ab_io_code(e), "cannot create directory %s: %s", p, strerror(e));
                 free(p);
                 return rc;
             }
@@ -177,7 +177,7 @@ FILE *ab_fopen_regular(const char *path, const char *what, int *rc) {
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        *rc = ab_fail(AB_EIO, "cannot read %s%s%s: %s", what, sep, path, strerror(e));
+        *rc = ab_fail(ab_io_code(e), "cannot read %s%s%s: %s", what, sep, path, strerror(e));
         return NULL;
     }
     if (!S_ISREG(st.st_mode)) {
@@ -194,7 +194,7 @@ FILE *ab_fopen_regular(const char *path, const char *what, int *rc) {
     if (!f) {
         int e = errno;
         close(fd);
-        *rc = ab_fail(AB_EIO, "cannot read %s%s%s: %s", what, sep, path, strerror(e));
+        *rc = ab_fail(ab_io_code(e), "cannot read %s%s%s: %s", what, sep, path, strerror(e));
         return NULL;
     }
     *rc = 0;

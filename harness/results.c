@@ -9,6 +9,7 @@
 #include <gnu/libc-version.h>
 #include <math.h>
 #include <omp.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -252,9 +253,11 @@ int ab_run_save(ab_run *r) {
     ab_atomic_file af;
     int rc = ab_atomic_open(&af, r->path);
     if (rc) return rc;
+    errno = 0;
     if (json_dumpf(r->doc, af.f, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9)) != 0) {
         ab_atomic_abort(&af);
-        return ab_fail(AB_EIO, "cannot write %s", r->path);
+        return ab_fail(errno ? ab_io_code(errno) : AB_ESYSTEM, "cannot write %s: %s", r->path,
+                       errno ? strerror(errno) : "the write failed");
     }
     fputc('\n', af.f);
     if ((rc = ab_atomic_commit(&af))) return rc;

@@ -8,18 +8,23 @@
 
 #include <jansson.h>
 
-/* Exit statuses, the same in every command (main.c's usage text lists them):
+/* Exit statuses, the same in every command: README.md's "Exit status" is where they are
+ * documented for users (main.c's usage text repeats them):
  *   0    done
- *   1    the run itself failed on a valid request: out of memory (host or device,
- *        whatever the command and wherever the allocation), device errors, a training
- *        run that diverged, a point of a sweep that failed
- *   2    bad input: unknown names or options, malformed or foreign files (including
- *        files that promise more data than they hold, refused before any allocation,
- *        and inputs that are not regular files), configs, shapes, output paths; also
- *        a request this build or machine cannot serve (no CUDA device)
- *   130  interrupted (Ctrl-C, SIGTERM), with what was done so far written
- * Out of memory is always 1: a library error code goes through cli_status_for, which
- * maps AB_ENOMEM (and AB_EDEVICE) to 1 and the codes of bad input to 2. */
+ *   1    a resource or system failure on a valid request: out of memory (host or
+ *        device, whatever the command and wherever the allocation), a full disk or
+ *        quota, an I/O error, too many open files (AB_ESYSTEM), device errors, a
+ *        training run that diverged, a point of a sweep that failed
+ *   2    bad input or usage: unknown names or options, malformed or foreign files
+ *        (including files that promise more data than they hold, refused before any
+ *        allocation, inputs larger than the machine's memory, and inputs that are not
+ *        regular files), configs, shapes, paths that are missing or not permitted,
+ *        output paths, a data directory's command run without consent; also a request
+ *        this build or machine cannot serve (no CUDA device)
+ *   130  interrupted (Ctrl-C, SIGTERM) where a command stops cleanly (train, bench),
+ *        with what was done so far written; elsewhere the signal ends the process
+ * A library error code goes through cli_status_for: AB_EINVAL, AB_EUNSUPPORTED and
+ * AB_EIO to 2; AB_ENOMEM, AB_EDEVICE and AB_ESYSTEM to 1. */
 #define AB_EXIT_USAGE 2
 #define AB_EXIT_FAILURE 1
 
@@ -31,7 +36,8 @@ _Noreturn void cli_die(int status, const char *fmt, ...) __attribute__((format(p
  * returns: for what went wrong beside a measurement that is kept (a figure not drawn). */
 void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Exit status for a library error code: AB_EXIT_USAGE for bad input (AB_EINVAL,
- * AB_EUNSUPPORTED, AB_EIO), AB_EXIT_FAILURE for everything else (AB_ENOMEM, AB_EDEVICE). */
+ * AB_EUNSUPPORTED, AB_EIO), AB_EXIT_FAILURE for everything else (AB_ENOMEM, AB_EDEVICE,
+ * AB_ESYSTEM). */
 int cli_status_for(int code);
 
 /* How the commands' JSON documents are dumped (indented, in insertion order, 9 digits). */

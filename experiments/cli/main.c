@@ -39,11 +39,12 @@ static const char USAGE[] =
     "  --help               this text\n"
     "  --version            the version\n"
     "\n"
-    "Exit status (every command): 0 done; 1 the run failed on a valid request (out of\n"
-    "memory, on the host or a device, is always 1; device errors; a diverged training\n"
-    "run); 2 bad input (options, configs, files, output paths; one line\n"
+    "Exit status (every command; README.md, \"Exit status\"): 0 done; 1 a resource or\n"
+    "system failure on a valid request (out of memory, on the host or a device; a full\n"
+    "disk; an I/O error; device errors; a diverged training run); 2 bad input or usage\n"
+    "(options, configs, files, paths, inputs larger than memory; one line\n"
     "'attnbench: error: ...' on stderr, and no file already there is changed);\n"
-    "130 interrupted (Ctrl-C, SIGTERM), with what was done so far written.\n";
+    "130 interrupted (Ctrl-C, SIGTERM) in train and bench, with what was done written.\n";
 
 /* Runs command `cmd` with its arguments (sub_argv, without --threads); argv is the
  * whole command line, recorded by the commands that write a run document. */

@@ -49,7 +49,7 @@ static int reader_open(const char *path, reader *r) {
     if (fstat(fileno(f), &st) != 0 || ferror(f) || fseek(f, 0, SEEK_SET) != 0) {
         int e = errno;
         fclose(f);
-        return ab_fail(AB_EIO, "cannot read %s: %s", path, strerror(e));
+        return ab_fail(ab_io_code(e), "cannot read %s: %s", path, strerror(e));
     }
     r->file_size = (long long)st.st_size;
     r->f = f;
@@ -82,7 +82,7 @@ static bool gz_fill(reader *r, bool *err) {
     size_t k = fread(r->in, 1, GZ_IN, r->f);
     if (k == 0) {
         if (ferror(r->f)) {
-            ab_fail(AB_EIO, "cannot read %s: %s", r->path, strerror(errno));
+            ab_fail(ab_io_code(errno), "cannot read %s: %s", r->path, strerror(errno));
             *err = true;
         }
         return false;
@@ -107,7 +107,7 @@ static int gz_after_member(reader *r) {
     else {
         int c = fgetc(r->f);
         if (c == EOF && ferror(r->f)) {
-            ab_fail(AB_EIO, "cannot read %s: %s", r->path, strerror(errno));
+            ab_fail(ab_io_code(errno), "cannot read %s: %s", r->path, strerror(errno));
             return -1;
         }
         if (c != EOF) ungetc(c, r->f);
@@ -135,7 +135,7 @@ static long long reader_read(reader *r, void *buf, size_t n) {
     if (!r->gz) {
         got = fread(buf, 1, n, r->f);
         if (got < n && ferror(r->f)) {
-            ab_fail(AB_EIO, "cannot read %s: %s", r->path, strerror(errno));
+            ab_fail(ab_io_code(errno), "cannot read %s: %s", r->path, strerror(errno));
             return -1;
         }
         return (long long)got;
@@ -403,7 +403,7 @@ int img_read_cifar(const char *const *paths, int n_paths, img_set *s) {
         if (fstat(fileno(f), &st) != 0) {
             int e = errno;
             fclose(f);
-            return ab_fail(AB_EIO, "cannot read %s: %s", paths[i], strerror(e));
+            return ab_fail(ab_io_code(e), "cannot read %s: %s", paths[i], strerror(e));
         }
         fclose(f);
         long long size = (long long)st.st_size;
@@ -460,7 +460,7 @@ int img_read_cifar(const char *const *paths, int n_paths, img_set *s) {
         fclose(f);
         if (err) {
             img_set_free(s);
-            return ab_fail(AB_EIO, "cannot read %s: %s", paths[i], strerror(errno));
+            return ab_fail(ab_io_code(errno), "cannot read %s: %s", paths[i], strerror(errno));
         }
         if (got != 0 && got != CIFAR_RECORD) {
             img_set_free(s);

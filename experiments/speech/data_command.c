@@ -145,12 +145,13 @@ int dc_run(const char *cmd, const char *where, unsigned char **out, size_t *n) {
                        "when allowed: attnbench --allow-commands COMMAND ... (experiments/speech/README.md)",
                        where, cmd);
     int po[2], pe[2];
-    if (pipe2(po, O_CLOEXEC) != 0) return ab_fail(AB_EIO, "%s: cannot make a pipe: %s", where, strerror(errno));
+    if (pipe2(po, O_CLOEXEC) != 0)
+        return ab_fail(ab_io_code(errno), "%s: cannot make a pipe: %s", where, strerror(errno));
     if (pipe2(pe, O_CLOEXEC) != 0) {
         int e = errno;
         close(po[0]);
         close(po[1]);
-        return ab_fail(AB_EIO, "%s: cannot make a pipe: %s", where, strerror(e));
+        return ab_fail(ab_io_code(e), "%s: cannot make a pipe: %s", where, strerror(e));
     }
     pid_t pid = start_shell(cmd, po[1], pe[1]);
     int spawn_errno = errno;
@@ -159,7 +160,7 @@ int dc_run(const char *cmd, const char *where, unsigned char **out, size_t *n) {
     if (pid < 0) {
         close(po[0]);
         close(pe[0]);
-        return ab_fail(AB_EIO, "%s: cannot start /bin/sh: %s", where, strerror(spawn_errno));
+        return ab_fail(ab_io_code(spawn_errno), "%s: cannot start /bin/sh: %s", where, strerror(spawn_errno));
     }
     const int slot = live_add(pid);
     buffer outb = {0}, errb = {0};
@@ -189,7 +190,7 @@ int dc_run(const char *cmd, const char *where, unsigned char **out, size_t *n) {
         int k = poll(pf, 2, left > 0.1 ? 100 : (int)(left * 1000) + 1);
         if (k < 0) {
             if (errno == EINTR) continue;
-            rc = ab_fail(AB_EIO, "%s: waiting for the command: %s", where, strerror(errno));
+            rc = ab_fail(ab_io_code(errno), "%s: waiting for the command: %s", where, strerror(errno));
             break;
         }
         for (int i = 0; i < 2 && !rc; i++) {
@@ -226,12 +227,12 @@ int dc_run(const char *cmd, const char *where, unsigned char **out, size_t *n) {
         }
     }
     live_remove(slot);
-    if (!rc && w < 0) rc = ab_fail(AB_EIO, "%s: waiting for the command: %s", where, strerror(errno));
+    if (!rc && w < 0) rc = ab_fail(ab_io_code(errno), "%s: waiting for the command: %s", where, strerror(errno));
     if (!rc && WIFSIGNALED(status))
         rc = ab_fail(AB_EINVAL, "%s: the command '%s' was killed by signal %d%s%s", where, cmd, WTERMSIG(status),
                      errb.size ? ": " : "", last_line(&errb));
     else if (!rc && WEXITSTATUS(status) == 126 && outb.size == 0 && errb.size == 0)
-        rc = ab_fail(AB_EIO, "%s: cannot start the command '%s' in a process group of its own", where, cmd);
+        rc = ab_fail(AB_ESYSTEM, "%s: cannot start the command '%s' in a process group of its own", where, cmd);
     else if (!rc && WEXITSTATUS(status) != 0)
         rc = ab_fail(AB_EINVAL, "%s: the command '%s' failed (exit status %d)%s%s", where, cmd, WEXITSTATUS(status),
                      errb.size ? ": " : "", last_line(&errb));

@@ -40,7 +40,7 @@ static int file_crc(const char *path, uLong *crc, long long *bytes) {
         *crc = crc32(*crc, buf, (uInt)k);
         *bytes += (long long)k;
     }
-    rc = ferror(f) ? ab_fail(AB_EIO, "cannot read %s: %s", path, strerror(errno)) : 0;
+    rc = ferror(f) ? ab_fail(ab_io_code(errno), "cannot read %s: %s", path, strerror(errno)) : 0;
     fclose(f);
     return rc;
 }
@@ -179,7 +179,8 @@ static int check_index_name(const char *folder, const char *base) {
         char *slash = strrchr(probe, '/');
         if (!slash) {
             snprintf(probe, sizeof probe, ".");
-            if (!realpath(probe, real)) return ab_fail(AB_EIO, "feature cache %s: %s", folder, strerror(errno));
+            if (!realpath(probe, real))
+                return ab_fail(ab_io_code(errno), "feature cache %s: %s", folder, strerror(errno));
             keep = 0;
             break;
         }
@@ -235,7 +236,7 @@ int fc_save(const char *prefix, const json_t *key, const kd_dir *d, int dim, flo
     if ((rc = split_prefix(prefix, c1, c2, &folder, &base)) || (rc = ab_mkdir_p(folder))) goto done;
     char real[PATH_MAX];
     if (!realpath(folder, real)) {
-        rc = ab_fail(AB_EIO, "feature cache %s: %s", folder, strerror(errno));
+        rc = ab_fail(ab_io_code(errno), "feature cache %s: %s", folder, strerror(errno));
         goto done;
     }
     size_t n = strlen(real) + strlen(base) + 8;
@@ -245,7 +246,7 @@ int fc_save(const char *prefix, const json_t *key, const kd_dir *d, int dim, flo
     }
     snprintf(name, n, "%s/%s.ark", strcmp(real, "/") == 0 ? "" : real, base);
     if (remove(jp) != 0 && errno != ENOENT) {
-        rc = ab_fail(AB_EIO, "cannot remove %s: %s", jp, strerror(errno));
+        rc = ab_fail(ab_io_code(errno), "cannot remove %s: %s", jp, strerror(errno));
         goto done;
     }
     if ((rc = ka_writer_open(ap, sp, name, &w))) goto done;
@@ -265,9 +266,11 @@ int fc_save(const char *prefix, const json_t *key, const kd_dir *d, int dim, flo
     ab_atomic_file af;
     if (!doc) rc = ab_fail(AB_ENOMEM, "out of memory");
     else if (!(rc = ab_atomic_open(&af, jp))) {
+        errno = 0;
         if (json_dumpf(doc, af.f, JSON_INDENT(1) | JSON_SORT_KEYS) != 0 || fputc('\n', af.f) == EOF) {
             ab_atomic_abort(&af);
-            rc = ab_fail(AB_EIO, "cannot write %s", jp);
+            rc = ab_fail(errno ? ab_io_code(errno) : AB_ESYSTEM, "cannot write %s: %s", jp,
+                         errno ? strerror(errno) : "the write failed");
         } else {
             rc = ab_atomic_commit(&af);
         }

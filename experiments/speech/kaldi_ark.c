@@ -49,7 +49,7 @@ static int fail_at(int code, const place *p, const char *fmt, ...) {
 static int read_exact(FILE *f, void *buf, size_t n, const place *p, const char *what) {
     size_t got = fread(buf, 1, n, f);
     if (got == n) return 0;
-    if (ferror(f)) return fail_at(AB_EIO, p, "cannot read: %s", strerror(errno));
+    if (ferror(f)) return fail_at(ab_io_code(errno), p, "cannot read: %s", strerror(errno));
     return fail_at(AB_EINVAL, p, "truncated: the file ends inside %s", what);
 }
 
@@ -92,7 +92,7 @@ static int read_object(FILE *f, long long file_size, const place *p, ka_matrix *
     int rc;
     size_t got = fread(h, 1, 2, f);
     if (got < 2) {
-        if (ferror(f)) return fail_at(AB_EIO, p, "cannot read: %s", strerror(errno));
+        if (ferror(f)) return fail_at(ab_io_code(errno), p, "cannot read: %s", strerror(errno));
         return fail_at(AB_EINVAL, p, "truncated: the file ends where a matrix should start");
     }
     if (h[0] != 0 || h[1] != 'B') {
@@ -158,7 +158,7 @@ static int read_object(FILE *f, long long file_size, const place *p, ka_matrix *
     const bool fits = count <= (SIZE_MAX - extra) / width;
     const size_t bytes = fits ? extra + width * count : SIZE_MAX;
     long long here = ftello(f);
-    if (here < 0) return fail_at(AB_EIO, p, "cannot tell the position: %s", strerror(errno));
+    if (here < 0) return fail_at(ab_io_code(errno), p, "cannot tell the position: %s", strerror(errno));
     if (!fits)
         return fail_at(AB_EINVAL, p, "truncated: the %s matrix of %lld x %lld needs more than 2^64 bytes, the file "
                                      "holds %lld", FMT_NAME[fmt], rows, cols, file_size - here);
@@ -225,7 +225,7 @@ static FILE *open_sized(const char *path, long long *size, int *rc) {
     if (!f) return NULL;
     struct stat st;
     if (fstat(fileno(f), &st) != 0) {
-        *rc = ab_fail(AB_EIO, "cannot read archive %s: %s", path, strerror(errno));
+        *rc = ab_fail(ab_io_code(errno), "cannot read archive %s: %s", path, strerror(errno));
         fclose(f);
         return NULL;
     }
@@ -243,7 +243,7 @@ int ka_read_at(const char *path, long long offset, const char *key, ka_matrix *m
     if (offset < 0 || offset >= size)
         rc = fail_at(AB_EINVAL, &p, "the offset is past the end of the file (%lld bytes)", size);
     else if (fseeko(f, (off_t)offset, SEEK_SET) != 0)
-        rc = fail_at(AB_EIO, &p, "cannot seek: %s", strerror(errno));
+        rc = fail_at(ab_io_code(errno), &p, "cannot seek: %s", strerror(errno));
     else
         rc = read_object(f, size, &p, m);
     fclose(f);
@@ -287,7 +287,7 @@ int ka_reader_next(ka_reader *r, const char **key, ka_matrix *m, long long *offs
     for (;;) {
         int c = getc(r->f);
         if (c == EOF) {
-            if (ferror(r->f)) return fail_at(AB_EIO, &p, "cannot read: %s", strerror(errno));
+            if (ferror(r->f)) return fail_at(ab_io_code(errno), &p, "cannot read: %s", strerror(errno));
             if (n == 0) return 0; /* the end, between records */
             r->key[n] = '\0';
             return fail_at(AB_EINVAL, &p, "truncated: the archive ends inside the key '%.60s'", r->key);
@@ -370,7 +370,7 @@ int ka_writer_add(ka_writer *w, const char *key, int rows, int cols, const float
     if (fwrite(key, 1, klen, w->ark.f) != klen || fputc(' ', w->ark.f) == EOF ||
         fwrite(h, 1, sizeof h, w->ark.f) != sizeof h || fwrite(data, sizeof(float), count, w->ark.f) != count ||
         fprintf(w->scp.f, "%s %s:%lld\n", key, w->ark_name, obj) < 0)
-        return ab_fail(AB_EIO, "cannot write %s: %s", w->ark.path, strerror(errno));
+        return ab_fail(ab_io_code(errno), "cannot write %s: %s", w->ark.path, strerror(errno));
     w->pos = obj + (long long)sizeof h + (long long)(count * sizeof(float));
     return 0;
 }

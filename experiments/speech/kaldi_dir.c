@@ -168,7 +168,7 @@ static int table_read(const char *path, const char *what, bool value_required, b
             rc = ab_fail(AB_EINVAL, "%s:%d: '%s' again (first on line %d)", path, line, r->key,
                          t->rows[smap_get(&t->index, r->key)].line);
     }
-    if (!rc && ferror(f)) rc = ab_fail(AB_EIO, "cannot read %s: %s", path, strerror(errno));
+    if (!rc && ferror(f)) rc = ab_fail(ab_io_code(errno), "cannot read %s: %s", path, strerror(errno));
     free(buf);
     fclose(f);
     if (rc) table_free(t);
@@ -363,7 +363,7 @@ static int present(const char *path, bool *yes) {
     *yes = false;
     if (lstat(path, &st) != 0) {
         if (errno == ENOENT || errno == ENOTDIR) return 0;
-        return ab_fail(AB_EIO, "cannot read %s: %s", path, strerror(errno));
+        return ab_fail(ab_io_code(errno), "cannot read %s: %s", path, strerror(errno));
     }
     if (stat(path, &st) != 0)
         return ab_fail(AB_EINVAL, "%s: a symbolic link that cannot be followed (%s)", path, strerror(errno));
