@@ -227,6 +227,13 @@ def images_corpora():
     put("idx", "bad_type_int.idx", bytes([0, 0, 0x0C, 1]) + struct.pack(">I", 1) + b"\0\0\0\1")
     put("idx", "bad_truncated.idx", idx((2, 3, 3), pix[:-1]))
     put("idx", "bad_gz_truncated.idx.gz", gzip.compress(idx((2, 3, 3), pix), mtime=0)[:-6])
+    # idx_gz (fuzz_idx_gz.c): a damage byte (its high nibble the deflate level), its
+    # parameter, then the IDX file, which the target compresses itself
+    for damage, level, param, name in ((0, 6, 0, "whole"), (1, 9, 3, "trailer_cut_4"), (2, 1, 7, "tail_8"),
+                                       (3, 0, 128, "two_members_stored"), (4, 6, 2, "flip_header")):
+        put("idx_gz", name + "_images", bytes([damage | level << 4, param]) + idx((2, 3, 3), pix))
+    put("idx_gz", "whole_labels", bytes([0x60, 0]) + idx((2,), b"\x03\x09"))
+    put("idx_gz", "two_members_bad_label", bytes([0x63, 200]) + idx((2,), b"\x01\x0a"))
 
     def record(label, seed):
         return bytes([label]) + bytes((seed * 7 + i) % 256 for i in range(3072))
@@ -341,6 +348,18 @@ def speech_corpora():
     put("kaldi_dir", "bad_offset", sections_of([("text", "u1 a\n"), ("feats.scp", "u1 a.ark:5\n"), ("a.ark", ark)]))
     put("kaldi_dir", "command_not_run", sections_of([("text", "w1 a\n"), ("wav.scp", "w1 cat a.wav |\n"),
                                                      ("a.wav", wav_bytes(tone(600, 3)))]))
+
+    # kaldi_text (fuzz_kaldi_text.c): wav.scp, text and utt2spk as sections
+    put("kaldi_text", "paths_and_speakers", sections_of([("wav.scp", "u1 a.wav\nu2\tb.wav \n\nu3 c.wav\n"),
+                                                         ("text", "u2 b a\nu1 a  c\n u3\n"),
+                                                         ("utt2spk", "u1 s1\nu2 s2\nu3 s1\n")]))
+    put("kaldi_text", "commands_need_consent", sections_of([("wav.scp", "u1 sph2pipe -f wav u1.wv1 |\nu2 cat b.wav|\n"),
+                                                            ("text", "u1 a\nu2 b b\n")]))
+    put("kaldi_text", "no_utt2spk_crlf", sections_of([("wav.scp", "x a.wav\r\ny b.wav\r\n"), ("text", "x p q\r\ny q\r\n")]))
+    put("kaldi_text", "bad_no_audio", sections_of([("wav.scp", "u1 a.wav\n"), ("text", "u1 a\nu2 b\n")]))
+    put("kaldi_text", "bad_spaced_path", sections_of([("wav.scp", "u1 a b.wav\n"), ("text", "u1 a\n")]))
+    put("kaldi_text", "bad_duplicate_speaker_line", sections_of([("wav.scp", "u1 a.wav\n"), ("text", "u1 a\n"),
+                                                                 ("utt2spk", "u1 s\nu1 t\n")]))
 
     # wav: files libsndfile reads, and near-valid ones
     put("wav", "pcm16_16k.wav", wav_bytes(tone(600, 1)))
