@@ -108,6 +108,17 @@ Test(speech_commands, a_command_runs_only_when_allowed) {
     cr_expect(strstr(ab_error(), "--allow-commands") && strstr(ab_error(), "wav.scp:1") &&
                   strstr(ab_error(), "cat ") && !strchr(ab_error(), '\n'),
               "the refusal names the entry, the command and the option: %s", ab_error());
+    /* a command of 3000 bytes: the refusal still names the option (it was cut off) */
+    char longcmd[3100];
+    memset(longcmd, 'x', 3000);
+    snprintf(longcmd + 3000, sizeof longcmd - 3000, " |");
+    char line[3200];
+    snprintf(line, sizeof line, "u1 %s\n", longcmd);
+    put(P("d/wav.scp"), line);
+    cr_expect_eq(sd_load(dir, &o, NULL, &d), AB_EINVAL);
+    cr_expect(strstr(ab_error(), "--allow-commands") && strstr(ab_error(), "xxx..."), "a long command: %s", ab_error());
+    snprintf(line, sizeof line, "u1 %s\n", cmd);
+    put(P("d/wav.scp"), line);
     allow(DC_DEFAULT_TIMEOUT_S, (size_t)DC_DEFAULT_MAX_MB << 20);
     cr_assert_eq(sd_load(dir, &o, NULL, &d), 0, "%s", ab_error());
     cr_expect_eq(d.n, 1);

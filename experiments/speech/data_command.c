@@ -134,15 +134,25 @@ static pid_t start_shell(const char *cmd, int out_fd, int err_fd) {
     _exit(127);
 }
 
-int dc_run(const char *cmd, const char *where, unsigned char **out, size_t *n) {
+/* The command as a message quotes it: its first 160 bytes, "..." after them, so that
+ * what a message says after it (the option to use) fits in one message. */
+static const char *clip(const char *cmd, char *buf, size_t cap) {
+    const size_t n = strlen(cmd);
+    snprintf(buf, cap, "%.160s%s", cmd, n > 160 ? "..." : "");
+    return buf;
+}
+
+int dc_run(const char *full_cmd, const char *where, unsigned char **out, size_t *n) {
     *out = NULL;
     *n = 0;
     dc_policy pol;
     dc_get_policy(&pol);
+    char quoted[200];
+    const char *cmd = clip(full_cmd, quoted, sizeof quoted);
     if (!pol.allowed)
         return ab_fail(AB_EINVAL,
-                       "%s: the audio is the output of a command ('%s |'), and the commands of a data directory run only "
-                       "when allowed: attnbench --allow-commands COMMAND ... (experiments/speech/README.md)",
+                       "commands of data directories run only with attnbench --allow-commands "
+                       "(experiments/speech/README.md): %.400s: the audio is the output of '%s |'",
                        where, cmd);
     int po[2], pe[2];
     if (pipe2(po, O_CLOEXEC) != 0)
@@ -153,7 +163,7 @@ int dc_run(const char *cmd, const char *where, unsigned char **out, size_t *n) {
         close(po[1]);
         return ab_fail(ab_io_code(e), "%s: cannot make a pipe: %s", where, strerror(e));
     }
-    pid_t pid = start_shell(cmd, po[1], pe[1]);
+    pid_t pid = start_shell(full_cmd, po[1], pe[1]);
     int spawn_errno = errno;
     close(po[1]);
     close(pe[1]);
@@ -181,7 +191,7 @@ int dc_run(const char *cmd, const char *where, unsigned char **out, size_t *n) {
         const double left = deadline - now_s();
         if (left <= 0) {
             rc = ab_fail(AB_EINVAL,
-                         "%s: the command '%s' ran past its time limit of %g s and was killed (attnbench "
+                         "%.400s: the command '%s' ran past its time limit of %g s and was killed (attnbench "
                          "--command-timeout SECONDS sets the limit)",
                          where, cmd, pol.timeout_s);
             break;
@@ -209,7 +219,7 @@ int dc_run(const char *cmd, const char *where, unsigned char **out, size_t *n) {
             }
             if (outb.size + (size_t)got > pol.max_bytes)
                 rc = ab_fail(AB_EINVAL,
-                             "%s: the command '%s' wrote more than its output limit of %.0f MiB and was killed "
+                             "%.400s: the command '%s' wrote more than its output limit of %.0f MiB and was killed "
                              "(attnbench --command-max-mb MB sets the limit)",
                              where, cmd, (double)pol.max_bytes / (1 << 20));
             else if (buffer_add(&outb, chunk, (size_t)got))
