@@ -101,7 +101,7 @@ run_one() {
     printf '%s\t%s\t%s\t%s\t%s\n' "$t" "$took" "${runs:-0}" "$files" "$crashes" >"$out/results/$t"
     if [ "$crashes" -gt 0 ]; then
         echo "fuzz: $t: CRASHED after $took s (log build-fuzz/logs/$t.log, input in build-fuzz/artifacts/$t/):"
-        grep -E 'ERROR|runtime error|fuzz: |SUMMARY|Test unit written' "$out/logs/$t.log" | head -n 20
+        grep -a -E 'ERROR|runtime error|fuzz: |SUMMARY|Test unit written' "$out/logs/$t.log" | head -n 20
     else
         echo "fuzz: $t: ${runs:-0} runs in $took s, corpus $files, no crash"
     fi
