@@ -6,7 +6,6 @@
 #include "kaldi_ark.h"
 #include "memory.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <libgen.h>
 #include <limits.h>
@@ -193,11 +192,10 @@ static int check_index_name(const char *folder, const char *base) {
     }
     const char *parts[3] = {real, folder + keep, base};
     for (int k = 0; k < 3; k++)
-        for (const char *s = parts[k]; *s; s++)
-            if (isspace((unsigned char)*s) || iscntrl((unsigned char)*s))
-                return ab_fail(AB_EINVAL, "feature cache %s/%s.ark: a path with whitespace or a control character "
-                                          "cannot be written into a .scp index%s%s%s",
-                               folder, base, k ? "" : " (its absolute path begins ", k ? "" : real, k ? "" : ")");
+        if (!ka_index_name_ok(parts[k]))
+            return ab_fail(AB_EINVAL, "feature cache %s/%s.ark: a path with whitespace or a control character "
+                                      "cannot be written into a .scp index%s%s%s",
+                           folder, base, k ? "" : " (its absolute path begins ", k ? "" : real, k ? "" : ")");
     return 0;
 }
 

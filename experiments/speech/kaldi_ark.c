@@ -325,6 +325,12 @@ struct ka_writer {
     long long pos; /* bytes written to the archive */
 };
 
+bool ka_index_name_ok(const char *s) {
+    for (; *s; s++)
+        if (isspace((unsigned char)*s) || iscntrl((unsigned char)*s)) return false;
+    return true;
+}
+
 int ka_writer_open(const char *ark_path, const char *scp_path, const char *ark_name, ka_writer **out) {
     *out = NULL;
     ka_writer *w = calloc(1, sizeof *w);
@@ -332,13 +338,11 @@ int ka_writer_open(const char *ark_path, const char *scp_path, const char *ark_n
         free(w);
         return ab_fail(AB_ENOMEM, "out of memory");
     }
-    for (const char *s = ark_name; *s; s++)
-        if (isspace((unsigned char)*s) || iscntrl((unsigned char)*s)) {
-            free(w->ark_name);
-            free(w);
-            return ab_fail(AB_EINVAL, "archive %s: a name with whitespace cannot be written into a .scp index",
-                           ark_name);
-        }
+    if (!ka_index_name_ok(ark_name)) {
+        free(w->ark_name);
+        free(w);
+        return ab_fail(AB_EINVAL, "archive %s: a name with whitespace cannot be written into a .scp index", ark_name);
+    }
     int rc = ab_atomic_open(&w->ark, ark_path);
     if (!rc && (rc = ab_atomic_open(&w->scp, scp_path))) ab_atomic_abort(&w->ark);
     if (rc) {

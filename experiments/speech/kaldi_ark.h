@@ -59,6 +59,9 @@ void ka_reader_close(ka_reader *r);
 
 typedef struct ka_writer ka_writer;
 
+/* Whether a .scp index can hold `s` as a name: no whitespace or control character. */
+bool ka_index_name_ok(const char *s);
+
 /* Starts PATH.ark and PATH.scp... as temporary files: they appear under their names
  * (ark_path, scp_path) only at ka_writer_commit, so an old archive survives a failed
  * or abandoned write. scp lines name the archive as `ark_name` (e.g. its absolute path). */
