@@ -54,7 +54,7 @@
  * max(r factor, min_lr / lr) (when that is lower) and the count restarts. NaN never
  * improves. The state (r, best, the bad count, the reductions) is part of the
  * optimiser's state blob, so a resumed run continues it bit for bit. The optimiser
- * does not interpret the metric's name: the driver does (experiments/train/).
+ * does not interpret the metric's name: the driver does (experiments/driver/).
  *
  * Arithmetic: m and v are float32 like the parameters; the per-step scalars (lr_t,
  * bias corrections, r_t) are computed in double and rounded once. Results do not

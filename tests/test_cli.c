@@ -11,6 +11,7 @@
 #include "npy.h"
 #include "test_proc.h"
 #include "task.h"
+#include "task_list.h"
 #include "test_util.h"
 #include "transformer.h"
 
@@ -85,6 +86,7 @@ static void write_f32(const char *name, int ndim, const int64_t *shape, uint64_t
 }
 
 static void setup(void) {
+    task_list_install();
     tp_scratch_make(g_dir, sizeof g_dir, TEST_DATA_DIR "/cli-tmp");
 
     const int64_t sq[4] = {B, H, N, D}, sv[4] = {B, H, N, M};

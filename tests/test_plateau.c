@@ -1,5 +1,5 @@
 /* The reduce-on-plateau schedule (models/optim.h: schedule.plateau, ab_optim_plateau;
- * experiments/train: the watched metric): the rule on a hand-made sequence of values
+ * experiments/driver: the watched metric): the rule on a hand-made sequence of values
  * (improvements by the relative threshold, bad evaluations, the patience, the floor of
  * min_lr, NaN, negative values), the learning rate the steps then use, the state in
  * the optimiser's blob (version 2 with a schedule, version 1 without, a version 1 blob
@@ -12,6 +12,7 @@
 #include "error.h"
 #include "optim.h"
 #include "train_config.h"
+#include "task_list.h"
 #include "trainer.h"
 
 #include <jansson.h>
@@ -37,6 +38,10 @@ static ab_optim *make(const ab_optim_config *c, size_t n) {
     cr_assert_eq(ab_optim_create(c, n, NULL, 0, &o), 0, "%s", ab_error());
     return o;
 }
+
+/* The driver knows the tasks the program installs (task_list.h). */
+static void install_tasks(void) { task_list_install(); }
+TestSuite(plateau, .init = install_tasks);
 
 Test(plateau, the_rule_on_a_hand_made_sequence) {
     ab_optim_config c = plateau_cfg();

@@ -1,4 +1,4 @@
-/* The commands of data directories (experiments/speech/data_command.h), part of the
+/* The commands of data directories (experiments/tasks/speech/data_command.h), part of the
  * speech_data suite: refused unless the user allows them (in the library, in
  * `features`, and when `decode` reloads a checkpoint's data: test_speech_task.c); a
  * command past its time or output limit is killed with every process of its group;

@@ -1,4 +1,4 @@
-/* The speech experiment's data directories (experiments/speech/kaldi_dir.h,
+/* The speech experiment's data directories (experiments/tasks/speech/kaldi_dir.h,
  * speech_data.h, feat_cache.h, audio.h) and `attnbench features`, part of the
  * speech_data suite: a tiny corpus of synthetic WAVs that the tests write with
  * libsndfile (one read through a wav.scp command) loads end to end with the features

@@ -1,4 +1,4 @@
-/* The speech experiment's Kaldi archives and filterbanks (experiments/speech/kaldi_ark.h,
+/* The speech experiment's Kaldi archives and filterbanks (experiments/tasks/speech/kaldi_ark.h,
  * fbank.h), part of the speech_data suite: float archives written and read back
  * (sequentially and by offset through their index), the committed fixtures of every
  * matrix type (FM, DM, CM, CM2, CM3: tests/speech/make_kaldi_fixtures.py wrote them

@@ -1,4 +1,4 @@
-/* The speech task (experiments/speech/speech_task.h) and `attnbench decode`, on a tiny
+/* The speech task (experiments/tasks/speech/speech_task.h) and `attnbench decode`, on a tiny
  * corpus of synthetic speech the tests write: utterances of 3 to 6 "phones" out of 4,
  * each phone a tone of its own pitch for 80 to 160 ms, between short stretches of
  * quiet noise, as 16 kHz WAVs in Kaldi data directories train/ (12 utterances),
@@ -21,6 +21,7 @@
 #include "memory.h"
 #include "speech_data.h"
 #include "task.h"
+#include "task_list.h"
 #include "test_proc.h"
 
 #include <jansson.h>
@@ -36,7 +37,10 @@ static char g_dir[600];
 static char *g_out, *g_err;
 static const char *g_exe = ATTNBENCH_EXE;
 
-static void setup(void) { tp_scratch_make(g_dir, sizeof g_dir, TEST_DATA_DIR "/speech-task-tmp"); }
+static void setup(void) {
+    task_list_install();
+    tp_scratch_make(g_dir, sizeof g_dir, TEST_DATA_DIR "/speech-task-tmp");
+}
 
 static void teardown(void) {
     tp_rm_tree(g_dir);

@@ -1,4 +1,4 @@
-/* The training driver as a library (experiments/train, experiments/copy): the copy
+/* The training driver as a library (experiments/driver, experiments/tasks/copy): the copy
  * task's rows (format, weights, determinism, length distribution), a tiny model's
  * full training step (forward, weighted loss, backward, clipping, RAdam update with
  * schedule and weight decay) against the double references, a save/restore that
@@ -14,6 +14,7 @@
 #include "rng.h"
 #include "test_model_util.h"
 #include "test_util.h"
+#include "task_list.h"
 #include "trainer.h"
 
 #include <jansson.h>
@@ -48,6 +49,13 @@ static train_task *make_copy(int max_symbols, int symbols, int min_symbols) {
 }
 
 /* ---- the copy task ---- */
+
+/* The driver knows the tasks the program installs (task_list.h). */
+static void install_tasks(void) { task_list_install(); }
+TestSuite(copy_task, .init = install_tasks);
+TestSuite(train_config, .init = install_tasks);
+TestSuite(train_restore, .init = install_tasks);
+TestSuite(train_step, .init = install_tasks);
 
 Test(copy_task, row_format_and_weights) {
     const int X = 7, S = 4;

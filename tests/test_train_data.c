@@ -21,6 +21,7 @@
 #include "error.h"
 #include "npy.h"
 #include "task.h"
+#include "task_list.h"
 #include "test_proc.h"
 #include "train_config.h"
 #include "trainer.h"
@@ -37,7 +38,10 @@ static char g_dir[600];
 static char *g_out, *g_err;
 static const char *g_exe = ATTNBENCH_EXE;
 
-static void setup(void) { tp_scratch_make(g_dir, sizeof g_dir, TEST_DATA_DIR "/train-data-tmp"); }
+static void setup(void) {
+    task_list_install();
+    tp_scratch_make(g_dir, sizeof g_dir, TEST_DATA_DIR "/train-data-tmp");
+}
 
 static void teardown(void) {
     tp_rm_tree(g_dir);

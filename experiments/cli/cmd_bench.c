@@ -1,4 +1,4 @@
-/* attnbench bench: runs the attention sweep of a config (experiments/sweep/sweep.h)
+/* attnbench bench: runs the attention sweep of a config (experiments/driver/sweep.h)
  * and writes its run document, rewritten after each point. */
 #include "commands.h"
 

@@ -1,5 +1,5 @@
 /* attnbench features DATA_DIR: loads a Kaldi data directory as the speech task will
- * (experiments/speech/speech_data.h: features from the audio, a cache or feats.scp;
+ * (experiments/tasks/speech/speech_data.h: features from the audio, a cache or feats.scp;
  * CMVN; phone targets) and prints a JSON summary, so a user can check a directory
  * before training on it. */
 #include "commands.h"

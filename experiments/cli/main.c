@@ -3,6 +3,7 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "data_command.h"
+#include "task_list.h"
 
 #include <signal.h>
 #include <stdbool.h>
@@ -109,6 +110,7 @@ static bool global_option(int argc, char **argv, int *i, int *threads, dc_policy
 }
 
 int main(int argc, char **argv) {
+    task_list_install();
     int threads = 0, i = 1;
     dc_policy pol;
     dc_policy_default(&pol);

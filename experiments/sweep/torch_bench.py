@@ -30,7 +30,7 @@ of the config is mapped to PyTorch methods (--list prints them):
 carry the method as "variant" and the labels it stands against as "peer_of"; a method
 mapped from two labels with the same options runs once.
 
-Protocol, as attnbench's (experiments/sweep/sweep_measure.c): per point a first
+Protocol, as attnbench's (experiments/driver/sweep_measure.c): per point a first
 forward+backward call (the time-budget probe: over time_budget_s is "timeout"), the
 rest of the warm-up, then `repeats` timed forwards and `repeats` timed
 forward+backwards (fewer when 1.5x the first call times them would pass the budget);

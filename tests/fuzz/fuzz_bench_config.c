@@ -1,4 +1,4 @@
-/* experiments/sweep/sweep_config.c: `attnbench bench CONFIG.json` as far as the config
+/* experiments/driver/sweep_config.c: `attnbench bench CONFIG.json` as far as the config
  * goes (loaded by ab_config_load, as the command does, then parsed and validated, every
  * variant created once with its options). */
 #include "config.h"

@@ -1,4 +1,4 @@
-/* experiments/images/image_data.c: the CIFAR-10 binary reader on any bytes, as one file
+/* experiments/tasks/images/image_data.c: the CIFAR-10 binary reader on any bytes, as one file
  * and as the same file twice (one set from several files). */
 #include "error.h"
 #include "fuzz_util.h"

@@ -1,4 +1,4 @@
-/* experiments/images/image_data.c: the IDX reader (plain or gzip) on any bytes, as
+/* experiments/tasks/images/image_data.c: the IDX reader (plain or gzip) on any bytes, as
  * images (3 dimensions) and as labels (1 dimension) of a set of as many images as the
  * input's first dimension says, so that the label checks are reached. */
 #include "error.h"

@@ -1,4 +1,4 @@
-/* experiments/images/image_data.c: the gzip path of the IDX reader, against the plain
+/* experiments/tasks/images/image_data.c: the gzip path of the IDX reader, against the plain
  * path on the same bytes. Random bytes rarely make a gzip stream (its CRC-32 must hold),
  * so this target compresses the input itself and then damages the compressed file in a
  * way the input chooses; `idx` feeds the reader raw bytes.

@@ -1,4 +1,4 @@
-/* experiments/speech/kaldi_ark.c: a Kaldi binary archive of matrices on any bytes, read
+/* experiments/tasks/speech/kaldi_ark.c: a Kaldi binary archive of matrices on any bytes, read
  * the three ways the speech experiment reads one:
  *
  *   1. record by record (ka_reader_open, ka_reader_next), as an archive;

@@ -1,4 +1,4 @@
-/* experiments/speech/kaldi_dir.c and speech_data.c: a Kaldi data directory made of the
+/* experiments/tasks/speech/kaldi_dir.c and speech_data.c: a Kaldi data directory made of the
  * input, read as the speech task reads a split (kd_read, then sd_load: the features,
  * CMVN per speaker) and then as it reads another split, with the first one's phone
  * inventory given.

@@ -1,4 +1,4 @@
-/* experiments/speech/kaldi_dir.c: the three text files of a data directory that name
+/* experiments/tasks/speech/kaldi_dir.c: the three text files of a data directory that name
  * its utterances (wav.scp, text, utt2spk), read by kd_read and held against a parse of
  * their own here, and the consent the commands of wav.scp need (data_command.h).
  *

@@ -1,4 +1,4 @@
-/* experiments/train/train_ckpt.c: what `attnbench generate` and `attnbench train
+/* experiments/driver/train_ckpt.c: what `attnbench generate` and `attnbench train
  * --resume` read from a training checkpoint (its config, state record, parameters,
  * optimiser state and losses), behind a valid container: the blobs of the input are
  * written with the checkpoint writer (harness/checkpoint.h), so every mutation reaches
@@ -18,6 +18,7 @@
 #include "checkpoint.h"
 #include "error.h"
 #include "fuzz_util.h"
+#include "task_list.h"
 #include "trainer.h"
 
 #include <string.h>
@@ -117,6 +118,7 @@ static void resume_path(const char *path) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    task_list_install();
     const char *path = fuzz_path("train.ckpt");
     if (write_blobs(path, data, size)) {
         generate_path(path);

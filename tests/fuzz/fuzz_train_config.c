@@ -1,4 +1,4 @@
-/* experiments/train/train_config.c: `attnbench train CONFIG.json` as far as the config
+/* experiments/driver/train_config.c: `attnbench train CONFIG.json` as far as the config
  * goes (ab_config_load, then train_config_parse: the task, the model, the attention
  * variant and its options, the optimiser). An accepted config's canonical form parses
  * again, to itself. Runs in its own folder (fuzz.sh), so a dataset task's relative data
@@ -6,9 +6,11 @@
 #include "config.h"
 #include "error.h"
 #include "fuzz_util.h"
+#include "task_list.h"
 #include "train_config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    task_list_install();
     json_t *root = ab_config_load(fuzz_file("train.json", data, size));
     if (!root) {
         fuzz_refused(AB_EINVAL, "ab_config_load");

@@ -1,4 +1,4 @@
-/* experiments/speech/audio.c: audio read with libsndfile (au_read of a file, as a
+/* experiments/tasks/speech/audio.c: audio read with libsndfile (au_read of a file, as a
  * wav.scp line UTT PATH gives it) on any bytes: WAV, and whatever else libsndfile
  * recognises in them (AIFF, AU, FLAC, NIST SPHERE, ...). Commands (a wav.scp line
  * ending in '|') are not fuzzed: their output goes through the same decoding.

@@ -211,7 +211,7 @@ def checkpoint_corpora(attnbench):
     put("train_checkpoint", "short_params", sections([(n, d[:-4] if n == "params" else d) for n, d in blobs]))
 
 
-# ---- images (experiments/images/image_data.h) ----
+# ---- images (experiments/tasks/images/image_data.h) ----
 
 def idx(dims, payload):
     return bytes([0, 0, 8, len(dims)]) + b"".join(struct.pack(">I", d) for d in dims) + payload
@@ -243,7 +243,7 @@ def images_corpora():
     put("cifar", "bad_truncated.bin", record(1, 5)[:-1])
 
 
-# ---- speech (experiments/speech/kaldi_ark.h, kaldi_dir.h, audio.h) ----
+# ---- speech (experiments/tasks/speech/kaldi_ark.h, kaldi_dir.h, audio.h) ----
 
 def kaldi_fm(rows, cols, seed, double=False):
     """A Kaldi binary float (or double) matrix object: "\\0BFM " 4 rows 4 cols values."""

@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """The dependency direction of the source tree: experiments -> models -> attention ->
-harness, never back up (DESIGN: "harness includes nothing above it").
+harness, never back up (DESIGN: "harness includes nothing above it"); inside
+experiments/, cli -> tasks -> driver (the driver knows tasks only through
+experiments/driver/task.h; the list of tasks is made in experiments/cli/task_list.c).
 
     python3 tests/layout/check_layout.py SOURCE_ROOT
 
 Every `#include "..."` in a C, C++ or CUDA file under harness/, attention/, models/ and
 experiments/ is resolved (beside the including file, then in the include folders the
 build uses) and the folder of the file it names must be at or below the including
-folder's level. The one exception: harness/cuda_compat.h includes the CUDA emulator's
+folder's level. Code under experiments/ lives in cli/, tasks/ or driver/ only (the
+other folders there hold an experiment's configs, scripts and results). The one exception: harness/cuda_compat.h includes the CUDA emulator's
 header (tests/cuda_emu/cuda_emu.h) in the emulated build only. An include that resolves
 nowhere is an error too (it would hide a dependency). Prints one line per violation and
 exits 1 if there is any; 0 otherwise."""
@@ -15,7 +18,9 @@ import os
 import re
 import sys
 
-LEVEL = {"harness": 0, "attention": 1, "models": 2, "experiments": 3}
+LEVEL = {"harness": 0, "attention": 1, "models": 2, "experiments/driver": 3, "experiments/tasks": 4,
+         "experiments/cli": 5}
+TOPS = ("harness", "attention", "models", "experiments")
 ALLOWED = {("harness/cuda_compat.h", "tests/cuda_emu/cuda_emu.h")}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 EXTS = (".c", ".h", ".cu", ".cuh", ".cpp")
@@ -28,8 +33,14 @@ def include_dirs(root):
     return dirs
 
 
-def top(rel):
-    return rel.split("/", 1)[0]
+def level_of(rel):
+    """The level's folder of a path: harness, ..., or experiments/driver, tasks, cli;
+    None for anything else (tests/, or code in another folder of experiments/)."""
+    parts = rel.split("/")
+    if parts[0] == "experiments":
+        key = "/".join(parts[:2])
+        return key if key in LEVEL and len(parts) > 2 else None
+    return parts[0] if parts[0] in LEVEL else None
 
 
 def main():
@@ -37,13 +48,17 @@ def main():
     dirs = include_dirs(root)
     bad = []
     checked = 0
-    for folder in LEVEL:
+    for folder in TOPS:
         for d, _, files in os.walk(os.path.join(root, folder)):
             for f in sorted(files):
                 if not f.endswith(EXTS):
                     continue
                 path = os.path.join(d, f)
                 rel = os.path.relpath(path, root)
+                here = level_of(rel)
+                if here is None:
+                    bad.append(f"{rel}: code outside experiments/cli, experiments/tasks and experiments/driver")
+                    continue
                 with open(path, encoding="utf-8") as fh:
                     text = fh.read()
                 for name in INCLUDE.findall(text):
@@ -56,13 +71,13 @@ def main():
                     target = os.path.relpath(hit, root)
                     if (rel, target) in ALLOWED:
                         continue
-                    t = top(target)
-                    if t not in LEVEL or LEVEL[t] > LEVEL[folder]:
-                        bad.append(f"{rel}: includes {target} ({t}/ is above {folder}/)")
+                    t = level_of(target)
+                    if t is None or LEVEL[t] > LEVEL[here]:
+                        bad.append(f"{rel}: includes {target} ({t or target}/ is above {here}/)")
     for b in bad:
         print("layout: " + b)
     print(f"layout: {checked} includes checked, {len(bad)} against the direction "
-          "experiments -> models -> attention -> harness")
+          "experiments (cli -> tasks -> driver) -> models -> attention -> harness")
     return 1 if bad else 0
 
 

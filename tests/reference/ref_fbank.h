@@ -1,5 +1,5 @@
 /* Plain double-precision reference of Kaldi's log-mel filterbanks
- * (experiments/speech/fbank.h), written from the definition for clarity: every frame
+ * (experiments/tasks/speech/fbank.h), written from the definition for clarity: every frame
  * cut, centred, pre-emphasised and windowed in double, its power spectrum by a direct
  * DFT (a sum per frequency, no FFT), each triangle's weight evaluated where it is
  * used. Used only by the tests. */

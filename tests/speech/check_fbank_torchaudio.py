@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""attnbench's filterbanks (experiments/speech/fbank.h) against torchaudio's
+"""attnbench's filterbanks (experiments/tasks/speech/fbank.h) against torchaudio's
 Kaldi-compatible fbank on whole utterances of real speech: the meson test
 `speech_torchaudio`.
 

@@ -1,5 +1,5 @@
 """torchaudio's Kaldi-compatible filterbanks with the options of attnbench's
-(experiments/speech/fbank.h), for the fixture and the whole-utterance check. Needs
+(experiments/tasks/speech/fbank.h), for the fixture and the whole-utterance check. Needs
 torch and torchaudio (Debian python3-torchaudio) and numpy."""
 import wave
 

@@ -2,23 +2,22 @@
  * task (task.h). */
 #include "task.h"
 
-#include "copy_task.h"
 #include "ctc.h"
 #include "error.h"
-#include "frames_task.h"
-#include "images_task.h"
 #include "memory.h"
-#include "sequences_task.h"
-#include "speech_task.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-/* The one list of tasks: a new task is its own files plus one line here. */
-static const task_kind *const KINDS[] = {&copy_task_kind,   &sequences_task_kind, &frames_task_kind,
-                                         &images_task_kind, &speech_task_kind};
-#define N_KINDS ((int)(sizeof KINDS / sizeof *KINDS))
+/* The installed list (task_kinds_install; the CLI's is experiments/cli/task_list.c). */
+static const task_kind *const *KINDS;
+static int N_KINDS;
+
+void task_kinds_install(const task_kind *const *kinds, int n) {
+    KINDS = kinds;
+    N_KINDS = kinds ? n : 0;
+}
 
 const task_kind *task_kind_at(int i) { return i >= 0 && i < N_KINDS ? KINDS[i] : NULL; }
 
@@ -31,11 +30,11 @@ const task_kind *task_kind_find(const char *name) {
 
 const char *task_kind_names(void) {
     static char buf[256];
-    if (!buf[0]) {
-        size_t n = 0;
-        for (int i = 0; i < N_KINDS && n < sizeof buf; i++)
-            n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s", i ? ", " : "", KINDS[i]->name);
-    }
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < N_KINDS && n < sizeof buf; i++)
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s", i ? ", " : "", KINDS[i]->name);
+    if (N_KINDS == 0) snprintf(buf, sizeof buf, "none installed");
     return buf;
 }
 

@@ -1,5 +1,5 @@
 /* "speech": phone recognition with CTC from Kaldi data directories (the paper's third
- * experiment, Table 3), a dataset task with splits (experiments/train/task.h).
+ * experiment, Table 3), a dataset task with splits (experiments/driver/task.h).
  *
  * Data: the splits "train" (required), "valid" and "test" (each optional), each a
  * Kaldi data directory loaded by speech_data.h (40 log-mel filterbanks from wav.scp,

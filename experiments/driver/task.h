@@ -192,7 +192,12 @@ typedef struct {
     int (*create)(const json_t *obj, train_task **out);
 } task_kind;
 
-/* The registered kinds, by name; NULL if unknown. */
+/* The tasks a program knows, installed by the program before any config is parsed:
+ * the list is made at the top (experiments/cli/task_list.c, task_list_install), so the
+ * driver includes no task. `kinds` (n of them) must outlive every use; a later call
+ * replaces the list. Without one, every task name is unknown. */
+void task_kinds_install(const task_kind *const *kinds, int n);
+/* The installed kinds, by name; NULL if unknown. */
 const task_kind *task_kind_find(const char *name);
 /* Names of every kind, comma-separated (for messages), built from the list. */
 const char *task_kind_names(void);
