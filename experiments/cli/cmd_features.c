@@ -42,7 +42,8 @@ static json_t *doubles(const double *x, int n) {
     return a;
 }
 
-int cmd_features(int argc, char **argv) {
+int cmd_features(int argc, char **argv, const char *command_line) {
+    (void)command_line;
     const char *dir = NULL, *out = NULL;
     sd_options o;
     sd_options_default(&o);

@@ -19,7 +19,8 @@ static const char INPUTS_USAGE[] =
     "standard normal from the Philox generator with seed S, default 0) and, with\n"
     "--lengths, DIR/lengths.npy (int32 [B]).\n";
 
-int cmd_inputs(int argc, char **argv) {
+int cmd_inputs(int argc, char **argv, const char *command_line) {
+    (void)command_line;
     const char *shape = NULL, *out = NULL, *lens = NULL;
     uint64_t seed = 0;
     for (int i = 0; i < argc; i++) {

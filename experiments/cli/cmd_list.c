@@ -145,7 +145,8 @@ static void print_json(void) {
     json_decref(doc);
 }
 
-int cmd_list(int argc, char **argv) {
+int cmd_list(int argc, char **argv, const char *command_line) {
+    (void)command_line;
     bool json = false;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0) {

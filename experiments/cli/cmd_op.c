@@ -165,7 +165,8 @@ static void dev_download(attn_device d, float *host, const float *dev, size_t n)
     if (ab_dev_download((ab_device)d, host, dev, n * sizeof(float))) cli_die(AB_EXIT_FAILURE, "%s", ab_error());
 }
 
-int cmd_op(int argc, char **argv) {
+int cmd_op(int argc, char **argv, const char *command_line) {
+    (void)command_line;
     op_args a;
     parse_args(argc, argv, &a);
 

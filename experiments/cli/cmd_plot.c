@@ -137,7 +137,8 @@ static int plot_train(json_t **docs, const char **ins, int n, const char *prefix
     return 0;
 }
 
-int cmd_plot(int argc, char **argv) {
+int cmd_plot(int argc, char **argv, const char *command_line) {
+    (void)command_line;
     const char *ins[MAX_INPUTS], *prefix = NULL, *title = NULL;
     int n_in = 0;
     for (int i = 0; i < argc; i++) {

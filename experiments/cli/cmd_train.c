@@ -17,6 +17,7 @@
 #include "commands.h"
 
 #include "blas.h"
+#include "cli_args.h"
 #include "cli_util.h"
 #include "config.h"
 #include "cuda_device.h"
@@ -353,35 +354,31 @@ static json_t *adopt_earlier(run_state *s, const char *path, long long upto, jso
     return started;
 }
 
+/* train's own options. */
+typedef struct {
+    bool resume, overwrite;
+} train_opts;
+
+static bool train_option(int argc, char **argv, int *i, void *ctx) {
+    (void)argc;
+    train_opts *o = ctx;
+    if (strcmp(argv[*i], "--resume") == 0) o->resume = true;
+    else if (strcmp(argv[*i], "--overwrite") == 0) o->overwrite = true;
+    else return false;
+    return true;
+}
+
 int cmd_train(int argc, char **argv, const char *command_line) {
-    const char *config_path = NULL, *out_dir = NULL;
-    const char *sets[64];
-    int n_sets = 0;
-    bool resume = false, overwrite = false, quiet = false;
-    attn_device device = ATTN_DEVICE_CPU;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0) {
-            fputs(TRAIN_USAGE, stdout);
-            return 0;
-        } else if (strcmp(argv[i], "--set") == 0) {
-            if (n_sets == 64) cli_die(AB_EXIT_USAGE, "train: too many --set options");
-            sets[n_sets++] = cli_value(argc, argv, &i);
-        } else if (strcmp(argv[i], "--out") == 0) out_dir = cli_path_value(argc, argv, &i);
-        else if (strcmp(argv[i], "--device") == 0) {
-            const char *d = cli_value(argc, argv, &i);
-            if (strcmp(d, "cuda") == 0) device = ATTN_DEVICE_CUDA;
-            else if (strcmp(d, "cpu") == 0) device = ATTN_DEVICE_CPU;
-            else cli_die(AB_EXIT_USAGE, "--device %s: must be cpu or cuda", d);
-        } else if (strcmp(argv[i], "--resume") == 0) resume = true;
-        else if (strcmp(argv[i], "--overwrite") == 0) overwrite = true;
-        else if (strcmp(argv[i], "--quiet") == 0) quiet = true;
-        else if (argv[i][0] == '-') cli_die(AB_EXIT_USAGE, "train: unknown argument '%s' (see attnbench train --help)", argv[i]);
-        else if (!config_path) config_path = argv[i];
-        else cli_die(AB_EXIT_USAGE, "train: more than one config given ('%s' and '%s')", config_path, argv[i]);
-    }
+    train_opts o = {false, false};
+    cli_args args = {.cmd = "train", .usage = TRAIN_USAGE, .positional = "config",
+                     .takes = CLI_DEVICE | CLI_OUT | CLI_SET | CLI_QUIET};
+    cli_parse(argc, argv, &args, train_option, &o);
+    const char *config_path = args.arg, *out_dir = args.out;
+    const char *const *sets = args.sets;
+    const int n_sets = args.n_sets;
+    const bool resume = o.resume, overwrite = o.overwrite, quiet = args.quiet;
+    const attn_device device = args.device;
     if (resume && overwrite) cli_die(AB_EXIT_USAGE, "train: --resume and --overwrite exclude each other");
-    /* The device is checked up front: a machine or build without CUDA says so before any work. */
-    if (device == ATTN_DEVICE_CUDA && ab_cuda_init()) cli_die(AB_EXIT_USAGE, "%s", ab_error());
     if (!config_path && !(resume && out_dir))
         cli_die(AB_EXIT_USAGE, "train: a CONFIG.json is required (or --resume --out DIR to continue a run)");
 
@@ -498,7 +495,7 @@ int cmd_train(int argc, char **argv, const char *command_line) {
     s.run = ab_run_begin(json_path, command_line, t->cfg.canon, t->cfg.seed, columns);
     if (!s.run) cli_die(AB_EXIT_USAGE, "%s", ab_error());
     ab_run_set(s.run, "task", json_string(t->cfg.task->name));
-    ab_run_set(s.run, "device", json_string(device == ATTN_DEVICE_CUDA ? "cuda" : "cpu"));
+    ab_run_set(s.run, "device", json_string(cli_device_name(device)));
     json_t *resumes = json_array();
     if (resume) {
         json_t *started = adopt_earlier(&s, json_path, t->step, resumes);

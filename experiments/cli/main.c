@@ -11,23 +11,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char USAGE[] =
-    "usage: attnbench [--threads N] [--allow-commands] COMMAND [ARGS]\n"
-    "\n"
-    "Commands:\n"
-    "  list                 every attention variant with its options and defaults\n"
-    "  op                   one attention call on .npy tensors (forward, backward, recurrent)\n"
-    "  inputs               write seeded random q, k, v, dout .npy files for op\n"
-    "  bench CONFIG.json    the attention sweep over sequence lengths (Figure 1) -> results/\n"
-    "  plot RESULT.json..   draw a figure (PNG and SVG) with gnuplot: a sweep's Figure 1, or\n"
-    "                       the loss curves of training runs (Figure 2)\n"
-    "  train CONFIG.json    train a model (e.g. the copy task, experiments/copy/) -> results/NAME/\n"
-    "  generate CHECKPOINT  greedy generation from a training checkpoint: accuracy and tokens/s\n"
-    "  sample CHECKPOINT    ancestral sampling (or completion) of images or rows: images/s\n"
-    "  decode CHECKPOINT    best-path decoding of a CTC model (speech) on rows of a split,\n"
-    "                       against their references, with the phone error rate\n"
-    "  features DATA_DIR    load a Kaldi data directory (log-mel features, CMVN, phone\n"
-    "                       targets) as the speech task will, and print a summary\n"
+const cli_command cli_commands[] = {
+    {"list", cmd_list, "list", "every attention variant with its options and defaults"},
+    {"op", cmd_op, "op", "one attention call on .npy tensors (forward, backward, recurrent)"},
+    {"inputs", cmd_inputs, "inputs", "write seeded random q, k, v, dout .npy files for op"},
+    {"bench", cmd_bench, "bench CONFIG.json", "the attention sweep over sequence lengths (Figure 1) -> results/"},
+    {"plot", cmd_plot, "plot RESULT.json..",
+     "draw a figure (PNG and SVG) with gnuplot: a sweep's Figure 1, or\n"
+     "the loss curves of training runs (Figure 2)"},
+    {"train", cmd_train, "train CONFIG.json", "train a model (e.g. the copy task, experiments/copy/) -> results/NAME/"},
+    {"generate", cmd_generate, "generate CHECKPOINT", "greedy generation from a training checkpoint: accuracy and tokens/s"},
+    {"sample", cmd_sample, "sample CHECKPOINT", "ancestral sampling (or completion) of images or rows: images/s"},
+    {"decode", cmd_decode, "decode CHECKPOINT",
+     "best-path decoding of a CTC model (speech) on rows of a split,\n"
+     "against their references, with the phone error rate"},
+    {"features", cmd_features, "features DATA_DIR",
+     "load a Kaldi data directory (log-mel features, CMVN, phone\n"
+     "targets) as the speech task will, and print a summary"},
+    {NULL, NULL, NULL, NULL},
+};
+
+static const char USAGE_HEAD[] = "usage: attnbench [--threads N] [--allow-commands] COMMAND [ARGS]\n\nCommands:\n";
+static const char USAGE_TAIL[] =
     "Run `attnbench COMMAND --help` for a command's arguments.\n"
     "\n"
     "Options:\n"
@@ -47,39 +52,50 @@ static const char USAGE[] =
     "'attnbench: error: ...' on stderr, and no file already there is changed);\n"
     "130 interrupted (Ctrl-C, SIGTERM) in train and bench, with what was done written.\n";
 
-/* Runs command `cmd` with its arguments (sub_argv, without --threads); argv is the
- * whole command line, recorded by the commands that write a run document. */
-static int run_command(const char *cmd, int argc, char **argv, int sub_argc, char **sub_argv) {
-    if (strcmp(cmd, "list") == 0) return cmd_list(sub_argc, sub_argv);
-    if (strcmp(cmd, "op") == 0) return cmd_op(sub_argc, sub_argv);
-    if (strcmp(cmd, "inputs") == 0) return cmd_inputs(sub_argc, sub_argv);
-    if (strcmp(cmd, "plot") == 0) return cmd_plot(sub_argc, sub_argv);
-    if (strcmp(cmd, "features") == 0) return cmd_features(sub_argc, sub_argv);
-    if (strcmp(cmd, "bench") == 0 || strcmp(cmd, "train") == 0 || strcmp(cmd, "generate") == 0 ||
-        strcmp(cmd, "sample") == 0 || strcmp(cmd, "decode") == 0) {
-        /* The command line, recorded in the result so it can be rerun. */
-        size_t n = 1;
-        for (int j = 0; j < argc; j++) n += strlen(argv[j]) + 1;
-        char *line = malloc(n);
-        if (!line) cli_die(AB_EXIT_FAILURE, "out of memory");
-        line[0] = '\0';
-        for (int j = 0; j < argc; j++) {
-            strcat(line, argv[j]);
-            if (j + 1 < argc) strcat(line, " ");
+/* The usage text: the commands' lines come from the table (a summary's further lines
+ * are indented under its first). */
+static void usage(FILE *f) {
+    fputs(USAGE_HEAD, f);
+    for (const cli_command *c = cli_commands; c->name; c++) {
+        fprintf(f, "  %-20s ", c->synopsis);
+        for (const char *p = c->summary; *p; p++) {
+            fputc(*p, f);
+            if (*p == '\n') fprintf(f, "%23s", "");
         }
-        int rc = strcmp(cmd, "bench") == 0   ? cmd_bench(sub_argc, sub_argv, line)
-                 : strcmp(cmd, "train") == 0 ? cmd_train(sub_argc, sub_argv, line)
-                 : strcmp(cmd, "sample") == 0 ? cmd_sample(sub_argc, sub_argv, line)
-                 : strcmp(cmd, "decode") == 0 ? cmd_decode(sub_argc, sub_argv, line)
-                                             : cmd_generate(sub_argc, sub_argv, line);
-        free(line);
-        return rc;
+        fputc('\n', f);
     }
+    fputs(USAGE_TAIL, f);
+}
+
+/* Runs command `cmd` with its arguments (sub_argv, without the global options); argv is
+ * the whole command line, recorded by the commands that write a run document. */
+static int run_command(const char *cmd, int argc, char **argv, int sub_argc, char **sub_argv) {
     if (strcmp(cmd, "help") == 0) {
-        fputs(USAGE, stdout);
+        usage(stdout);
         return 0;
     }
-    cli_die(AB_EXIT_USAGE, "unknown command '%s' (commands: list, op, inputs, bench, plot, train, generate, sample, decode, features; see attnbench --help)", cmd);
+    const cli_command *c = cli_commands;
+    while (c->name && strcmp(c->name, cmd) != 0) c++;
+    if (!c->name) {
+        char names[256];
+        size_t n = 0;
+        for (const cli_command *k = cli_commands; k->name && n < sizeof names; k++)
+            n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", k == cli_commands ? "" : ", ", k->name);
+        cli_die(AB_EXIT_USAGE, "unknown command '%s' (commands: %s; see attnbench --help)", cmd, names);
+    }
+    /* The command line, recorded in a run document so it can be rerun. */
+    size_t n = 1;
+    for (int j = 0; j < argc; j++) n += strlen(argv[j]) + 1;
+    char *line = malloc(n);
+    if (!line) cli_die(AB_EXIT_FAILURE, "out of memory");
+    line[0] = '\0';
+    for (int j = 0; j < argc; j++) {
+        strcat(line, argv[j]);
+        if (j + 1 < argc) strcat(line, " ");
+    }
+    int rc = c->run(sub_argc, sub_argv, line);
+    free(line);
+    return rc;
 }
 
 /* A signal that ends attnbench ends the commands of data directories it runs too (their
@@ -116,7 +132,7 @@ int main(int argc, char **argv) {
     dc_policy_default(&pol);
     for (; i < argc && argv[i][0] == '-'; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            fputs(USAGE, stdout);
+            usage(stdout);
             return 0;
         } else if (strcmp(argv[i], "--version") == 0) {
             printf("attnbench %s\n", ATTNBENCH_VERSION);
@@ -128,7 +144,7 @@ int main(int argc, char **argv) {
         }
     }
     if (i >= argc) {
-        fputs(USAGE, stderr);
+        usage(stderr);
         return AB_EXIT_USAGE;
     }
     /* The global options may also follow the command name: they are taken out here, so
