@@ -103,7 +103,8 @@ int gen_run(const char *checkpoint, const gen_opts *opts, gen_result *r) {
         goto done;
     }
     if (r->recurrent && (rc = tf_gen_create(m, 1, N, &g))) goto done;
-    tf_gen_set_seed(g, tf_step_seed(r->cfg.seed, TRAIN_EVAL_STEP)); /* both modes draw the attention's random choices alike */
+    /* both modes draw the attention's random choices alike */
+    tf_gen_set_seed(g, tf_step_seed(r->cfg.seed, TRAIN_EVAL_STEP));
     r->tokens = opts->keep_tokens ? json_array() : NULL;
     for (long long k = 0; k < opts->n && !rc; k++) rc = gen_prompt(m, g, opts, k, prompt, expected, seq, logits, r);
     r->prompts = opts->n;

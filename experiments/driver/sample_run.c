@@ -220,7 +220,8 @@ static int estimate_at(sample_session *s, tf_gen *g, uint64_t attn_seed, sample_
             continue;
         }
         if (tf_gen_position(g) >= N) { /* the last positions: a step from j again */
-            if (!(rc = tf_gen_init(g))) rc = tf_gen_prefill(g, take_prefix(k->prefix, k->tokens, B, N, j), j, k->logits);
+            if (!(rc = tf_gen_init(g)))
+                rc = tf_gen_prefill(g, take_prefix(k->prefix, k->tokens, B, N, j), j, k->logits);
             if (rc) break;
         }
         t0 = ab_now_ns();
@@ -296,10 +297,14 @@ static int sample_rows(sample_session *s, tf_gen *g, uint64_t attn_seed, sample_
     for (int j = P; j < N; j++) {
         /* logits (B, V) predicting value j, from the inputs 0..j */
         int rc;
-        if (!g) rc = tf_last_logits(s->m, take_prefix(k->prefix, k->tokens, B, N, j + 1), B, j + 1, attn_seed, k->logits);
-        else if (j > P) rc = tf_gen_step(g, k->next, k->logits);
-        else if (!(rc = tf_gen_init(g)))
+        if (!g) {
+            const int *in = take_prefix(k->prefix, k->tokens, B, N, j + 1);
+            rc = tf_last_logits(s->m, in, B, j + 1, attn_seed, k->logits);
+        } else if (j > P) {
+            rc = tf_gen_step(g, k->next, k->logits);
+        } else if (!(rc = tf_gen_init(g))) {
             rc = tf_gen_prefill(g, take_prefix(k->prefix, k->tokens, B, N, P + 1), P + 1, k->logits);
+        }
         if (rc) {
             char prefix[96];
             snprintf(prefix, sizeof prefix, "sample: rows %lld.., value %d: ", i0, j);
