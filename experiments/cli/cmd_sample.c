@@ -1,9 +1,8 @@
-/* attnbench sample CHECKPOINT: ancestral sampling of whole rows (images) from a
- * training checkpoint, with its speed (driver/sample_run.h); here the options and the
- * files: DIR/samples.npy (int32: (K, H, W, C) for image tasks, else (K, N)), with
- * --complete DIR/originals.npy, for image tasks the grid samples.png (plots/samples.gp)
- * and its data samples.grid.tsv, and sample.json; each replaced only by a complete new
- * one. The grid is drawn last: without gnuplot it is one warning line, exit status 0. */
+/* attnbench sample CHECKPOINT: rows (images) sampled from a checkpoint's model and the
+ * speed (driver/sample_run.h). Here the options and the files, each replaced only by a
+ * complete new one: DIR/samples.npy (int32: (K, H, W, C) for images, else (K, N)), with
+ * --complete DIR/originals.npy, for images samples.grid.tsv and the grid samples.png
+ * (plots/samples.gp; drawn last: without gnuplot one warning, exit 0), sample.json. */
 #include "commands.h"
 
 #include "cli_args.h"
