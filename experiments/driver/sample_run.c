@@ -1,0 +1,423 @@
+/* Sampling rows from a model, and its timing (sample_run.h). */
+#include "sample_run.h"
+
+#include "blas.h"
+#include "config.h"
+#include "error.h"
+#include "fileio.h"
+#include "layers.h"
+#include "memory.h"
+#include "results.h"
+#include "timer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool sample_mode_parse(const char *s, sample_mode *mode) {
+    if (strcmp(s, "auto") == 0) *mode = SAMPLE_MODE_AUTO;
+    else if (strcmp(s, "recurrent") == 0) *mode = SAMPLE_MODE_RECURRENT;
+    else if (strcmp(s, "recompute") == 0) *mode = SAMPLE_MODE_RECOMPUTE;
+    else return false;
+    return true;
+}
+
+static int argmax(const float *x, int n) {
+    int a = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[a]) a = i;
+    return a;
+}
+
+int sample_draw(const float *x, int n, double T, double u) {
+    if (!(T > 0)) return argmax(x, n);
+    double mx = x[argmax(x, n)], z = 0;
+    for (int i = 0; i < n; i++) z += exp(((double)x[i] - mx) / T);
+    double c = 0, target = u * z;
+    for (int i = 0; i < n; i++) {
+        c += exp(((double)x[i] - mx) / T);
+        if (c > target) return i;
+    }
+    return argmax(x, n); /* u z at the top of the sum's rounding: the likeliest class */
+}
+
+/* The first n tokens of each of the B rows of tokens (B, N), contiguous (B, n) in out. */
+static const int *take_prefix(int *out, const int *tokens, int B, int N, int n) {
+    for (int b = 0; b < B; b++) memcpy(out + (size_t)b * n, tokens + (size_t)b * N, sizeof(int) * (size_t)n);
+    return out;
+}
+
+/* The message of the failure just seen, prefixed (ab_error's buffer is the one
+ * ab_fail writes: it is copied first). */
+static int fail_with(int rc, const char *prefix) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", ab_error());
+    return ab_fail(rc, "%s%s", prefix, msg);
+}
+
+int sample_grid_write(const char *path, const int *img, const int *below, int n, int h, int w, int c, int cols,
+                      int *gw, int *gh) {
+    const int bands = (n + cols - 1) / cols, per_band = below ? 2 : 1;
+    *gw = cols * (w + 1) - 1;
+    *gh = bands * per_band * (h + 1) - 1;
+    ab_atomic_file af;
+    int rc = ab_atomic_open(&af, path);
+    if (rc) return rc;
+    for (int y = 0; y < *gh; y++) {
+        int band = y / (per_band * (h + 1)), yy = y % (per_band * (h + 1)), sub = yy / (h + 1), py = yy % (h + 1);
+        const int *src = below && sub == 1 ? below : img;
+        for (int x = 0; x < *gw; x++) {
+            int col = x / (w + 1), px = x % (w + 1), k = band * cols + col;
+            int rgb[3] = {128, 128, 128}; /* the gaps: mid-grey, apart from black and white images */
+            if (px < w && py < h && k < n) {
+                const int *p = src + (((size_t)k * h + py) * w + px) * c;
+                for (int ch = 0; ch < 3; ch++) rgb[ch] = p[c == 3 ? ch : 0];
+            }
+            fprintf(af.f, "%d\t%d\t%d\t%d\t%d\n", x, y, rgb[0], rgb[1], rgb[2]);
+        }
+    }
+    return ab_atomic_commit(&af);
+}
+
+/* The model a training config initialises (its seed), with --set overrides and an
+ * optional stand-in variant, for B rows on `device`. 0 or an error code with a message. */
+static int config_model(const sample_source *src, int B, train_config *cfg, tf_model **m) {
+    *m = NULL;
+    json_t *root = ab_config_load(src->config);
+    if (!root) return AB_EINVAL;
+    int rc = train_config_apply_sets(root, src->sets, src->n_sets);
+    if (!rc) rc = train_config_parse(root, cfg);
+    json_decref(root);
+    if (rc) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", ab_error());
+        return ab_fail(rc, "%s: %s", src->config, msg);
+    }
+    if (src->variant) {
+        if (cfg->model.body != TF_BODY_TRANSFORMER)
+            rc = ab_fail(AB_EINVAL, "%s: the model's body is %s: it has no attention variant to change", src->config,
+                         tf_body_name(cfg->model.body));
+        else if (!train_variant_interchangeable(cfg->model.attention, src->variant)) rc = AB_EINVAL;
+        else cfg->model.attention = src->variant;
+    }
+    cfg->model.device = src->device;
+    if (!rc) rc = tf_create_inference(&cfg->model, B, m);
+    if (rc) train_config_free(cfg);
+    return rc;
+}
+
+/* The request against the model: sample_open's checks, in the order the command has
+ * always made them (the first refusal is the one reported). */
+static int check_request(sample_session *s) {
+    const train_task *task = s->cfg.task;
+    const sample_opts *o = &s->opts;
+    if (!task->samplable || task->input != TASK_INPUT_TOKENS)
+        return ab_fail(AB_EINVAL, "sample: the task '%s' is not predicted value by value behind a start token "
+                                  "(sample takes image and sequence tasks)", task->name);
+    if (s->cfg.model.head == TF_HEAD_LOGISTIC_MIXTURE && o->temperature != 0 && o->temperature != 1)
+        return ab_fail(AB_EINVAL, "sample --temperature %g: a logistic-mixture head samples at 1 (ancestral) or "
+                                  "takes the most probable value at 0, nothing between", o->temperature);
+    s->seed = o->have_seed ? o->seed : s->cfg.seed;
+    s->recurrent = o->mode == SAMPLE_MODE_RECURRENT || (o->mode == SAMPLE_MODE_AUTO && tf_has_recurrent(s->m));
+    if (s->recurrent && !tf_has_recurrent(s->m)) return fail_with(AB_EINVAL, "sample --mode recurrent: ");
+    ab_clear_error();
+    s->N = task->seq_len;
+    s->P = (int)floor(o->complete * s->N); /* values kept from the test rows */
+    s->test = -1;
+    if (o->complete > 0) {
+        s->test = task_split_find(task, "test");
+        if (s->test < 0) s->test = task->n_splits - 1;
+        if (s->test < 0 || task->split_rows[s->test] < 1)
+            return ab_fail(AB_EINVAL, "sample --complete: the task '%s' has no test rows to complete", task->name);
+    }
+    return 0;
+}
+
+int sample_open(sample_session *s, const sample_source *src, const sample_opts *opts) {
+    memset(s, 0, sizeof *s);
+    s->src = *src;
+    s->opts = *opts;
+    s->meta.step = -1;
+    int rc = src->checkpoint ? train_ckpt_load_model(src->checkpoint, opts->batch, src->device, src->variant, &s->cfg,
+                                                     &s->m, &s->meta)
+                             : config_model(src, opts->batch, &s->cfg, &s->m);
+    if (rc) {
+        s->m = NULL;
+        return rc;
+    }
+    if ((rc = check_request(s))) sample_close(s);
+    return rc;
+}
+
+void sample_close(sample_session *s) {
+    if (!s->m) return;
+    tf_destroy(s->m);
+    train_config_free(&s->cfg);
+    s->m = NULL;
+}
+
+void sample_result_free(sample_result *r) {
+    free(r->samples);
+    free(r->originals);
+    free(r->at);
+    free(r->secs);
+    free(r->cpu_secs);
+    memset(r, 0, sizeof *r);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The sum over positions 0..pos[n-1] of a cost measured at pos[0] = 0 < pos[1] < ..,
+ * linear in between. */
+static double integrate(const int *pos, const double *cost, int n) {
+    double total = cost[0];
+    for (int p = 1; p < n; p++) { /* positions pos[p-1]+1 .. pos[p] */
+        const double span = pos[p] - pos[p - 1];
+        for (int j = pos[p - 1] + 1; j <= pos[p]; j++)
+            total += cost[p - 1] + (cost[p] - cost[p - 1]) * (double)(j - pos[p - 1]) / span;
+    }
+    return total;
+}
+
+/* The buffers a run draws with: B rows of N tokens, their contiguous prefixes, the
+ * values just drawn, the logits (B, V). */
+typedef struct {
+    int *tokens, *prefix, *next;
+    float *logits;
+} sample_bufs;
+
+enum { EST_REPEATS = 3 };
+
+/* The time of value j of B rows, REPEATS times into t and tc (wall and CPU seconds):
+ * recompute: one forward over the prefix of j + 1 inputs; recurrent: an untimed prefill
+ * of j inputs (or of the one input at j = 0: the prefill is what sampling times there),
+ * then one timed step (the repeats are the steps at j, j + 1, j + 2). */
+static int estimate_at(sample_session *s, tf_gen *g, uint64_t attn_seed, sample_bufs *k, int j, double *t, double *tc) {
+    const int B = s->opts.batch, N = s->N;
+    int rc = 0;
+    if (!g) {
+        for (int r = 0; r < EST_REPEATS && !rc; r++) {
+            uint64_t t0 = ab_now_ns(), c0 = ab_cpu_ns();
+            rc = tf_last_logits(s->m, take_prefix(k->prefix, k->tokens, B, N, j + 1), B, j + 1, attn_seed, k->logits);
+            t[r] = (double)(ab_now_ns() - t0) * 1e-9;
+            tc[r] = (double)(ab_cpu_ns() - c0) * 1e-9;
+        }
+        return rc;
+    }
+    if ((rc = tf_gen_init(g))) return rc;
+    const int P = j > 0 ? j : 1; /* j = 0: the timed prefill of the start token */
+    uint64_t t0 = ab_now_ns(), c0 = ab_cpu_ns();
+    rc = tf_gen_prefill(g, take_prefix(k->prefix, k->tokens, B, N, P), P, k->logits);
+    double prefill_s = (double)(ab_now_ns() - t0) * 1e-9, prefill_cpu = (double)(ab_cpu_ns() - c0) * 1e-9;
+    for (int r = 0; r < EST_REPEATS && !rc; r++) {
+        if (j == 0) {
+            t[r] = prefill_s; /* one measurement: repeat it */
+            tc[r] = prefill_cpu;
+            continue;
+        }
+        if (tf_gen_position(g) >= N) { /* the last positions: a step from j again */
+            if (!(rc = tf_gen_init(g)))
+                rc = tf_gen_prefill(g, take_prefix(k->prefix, k->tokens, B, N, j), j, k->logits);
+            if (rc) break;
+        }
+        t0 = ab_now_ns();
+        c0 = ab_cpu_ns();
+        rc = tf_gen_step(g, k->next, k->logits);
+        t[r] = (double)(ab_now_ns() - t0) * 1e-9;
+        tc[r] = (double)(ab_cpu_ns() - c0) * 1e-9;
+    }
+    return rc;
+}
+
+/* The estimate: the time to produce value j of B rows (logits of position j from the
+ * inputs 0..j) at j = 0, every, 2 every, .., and N-1, each the median of the repeats,
+ * summed over all N positions with the cost between two measured positions
+ * interpolated linearly; the same for the process's CPU time. The inputs are the start
+ * token and then value 0: the time does not depend on them. */
+static int estimate(sample_session *s, tf_gen *g, uint64_t attn_seed, sample_bufs *k, sample_result *r) {
+    const int B = s->opts.batch, N = s->N, every = s->opts.estimate, start = s->cfg.task->classes;
+    const int cap = N / every + 2;
+    r->at = malloc(sizeof(int) * (size_t)cap);
+    r->secs = malloc(sizeof(double) * (size_t)cap);
+    r->cpu_secs = malloc(sizeof(double) * (size_t)cap);
+    if (!r->at || !r->secs || !r->cpu_secs)
+        return ab_fail(AB_ENOMEM, "out of memory for the estimate's %d positions", cap);
+    int n = 0;
+    for (int j = 0; j < N; j += every) r->at[n++] = j;
+    if (r->at[n - 1] != N - 1) r->at[n++] = N - 1;
+    for (int b = 0; b < B; b++) {
+        k->tokens[(size_t)b * N] = start;
+        for (int j = 1; j < N; j++) k->tokens[(size_t)b * N + j] = 0;
+        k->next[b] = 0;
+    }
+    for (int p = 0; p < n; p++) {
+        double t[EST_REPEATS], tc[EST_REPEATS];
+        int rc = estimate_at(s, g, attn_seed, k, r->at[p], t, tc);
+        if (rc) {
+            char prefix[64];
+            snprintf(prefix, sizeof prefix, "sample --estimate: value %d: ", r->at[p]);
+            return fail_with(rc, prefix);
+        }
+        qsort(t, EST_REPEATS, sizeof(double), cmp_double);
+        qsort(tc, EST_REPEATS, sizeof(double), cmp_double);
+        r->secs[p] = t[EST_REPEATS / 2];
+        r->cpu_secs[p] = tc[EST_REPEATS / 2];
+    }
+    r->n_points = n;
+    r->n = B; /* an estimate is for one batch of rows */
+    r->wall_s = integrate(r->at, r->secs, n);
+    r->cpu_s = integrate(r->at, r->cpu_secs, n);
+    return 0;
+}
+
+/* Rows i0 .. i0 + B - 1: the prompts (START, then the first P values of test rows, the
+ * originals kept), then value by value, timed from the first logits to the last draw. */
+static int sample_rows(sample_session *s, tf_gen *g, uint64_t attn_seed, sample_bufs *k, task_batch *tb,
+                       long long *rows, long long i0, sample_result *r) {
+    const train_task *task = s->cfg.task;
+    const int B = s->opts.batch, N = s->N, P = s->P, V = tf_classes(s->m), K = s->cfg.model.mixtures;
+    const bool mixture = s->cfg.model.head == TF_HEAD_LOGISTIC_MIXTURE;
+    const double T = s->opts.temperature;
+    for (int b = 0; b < B; b++) k->tokens[(size_t)b * N] = task->classes; /* the start token */
+    if (P > 0) {
+        for (int b = 0; b < B; b++) rows[b] = (i0 + b) % task->split_rows[s->test];
+        task_batch_fill_rows(task, s->test, rows, B, tb);
+        for (int b = 0; b < B; b++) {
+            const int *x = tb->targets + (size_t)b * tb->N;
+            memcpy(r->originals + (size_t)(i0 + b) * N, x, sizeof(int) * (size_t)N);
+            memcpy(r->samples + (size_t)(i0 + b) * N, x, sizeof(int) * (size_t)P);
+            for (int j = 1; j <= P && j < N; j++) k->tokens[(size_t)b * N + j] = x[j - 1];
+        }
+    }
+    const uint64_t t0 = ab_now_ns(), c0 = ab_cpu_ns();
+    for (int j = P; j < N; j++) {
+        /* logits (B, V) predicting value j, from the inputs 0..j */
+        int rc;
+        if (!g) {
+            const int *in = take_prefix(k->prefix, k->tokens, B, N, j + 1);
+            rc = tf_last_logits(s->m, in, B, j + 1, attn_seed, k->logits);
+        } else if (j > P) {
+            rc = tf_gen_step(g, k->next, k->logits);
+        } else if (!(rc = tf_gen_init(g))) {
+            rc = tf_gen_prefill(g, take_prefix(k->prefix, k->tokens, B, N, P + 1), P + 1, k->logits);
+        }
+        if (rc) {
+            char prefix[96];
+            snprintf(prefix, sizeof prefix, "sample: rows %lld.., value %d: ", i0, j);
+            return fail_with(rc, prefix);
+        }
+        for (int b = 0; b < B; b++) {
+            const uint64_t idx = (uint64_t)(i0 + b) * (uint64_t)N + (uint64_t)j;
+            const float *lb = k->logits + (size_t)b * V;
+            const double u = ab_rng_uniform(s->seed, TASK_STREAM_SAMPLE, idx);
+            const int x = !mixture ? sample_draw(lb, V, T, u)
+                          : T == 0 ? mixture_mode(lb, K)
+                                   : mixture_sample(lb, K, u, ab_rng_uniform(s->seed, TASK_STREAM_SAMPLE2, idx));
+            r->samples[(size_t)(i0 + b) * N + j] = x;
+            k->next[b] = x;
+            if (j + 1 < N) k->tokens[(size_t)b * N + j + 1] = x;
+        }
+    }
+    r->wall_s += (double)(ab_now_ns() - t0) * 1e-9;
+    r->cpu_s += (double)(ab_cpu_ns() - c0) * 1e-9;
+    return 0;
+}
+
+int sample_run(sample_session *s, sample_result *r) {
+    memset(r, 0, sizeof *r);
+    const int B = s->opts.batch, N = s->N, P = s->P, V = tf_classes(s->m);
+    const long long K = s->opts.n;
+    const bool draws = !s->opts.estimate;
+    sample_bufs k = {malloc(sizeof(int) * (size_t)B * (size_t)N), malloc(sizeof(int) * (size_t)B * (size_t)N),
+                     calloc((size_t)B, sizeof(int)), malloc(sizeof(float) * (size_t)B * (size_t)V)};
+    long long *rows = malloc(sizeof(long long) * (size_t)B);
+    if (draws) {
+        r->samples = malloc(sizeof(int) * (size_t)K * (size_t)N);
+        r->originals = P > 0 ? malloc(sizeof(int) * (size_t)K * (size_t)N) : NULL;
+    }
+    task_batch tb = {0};
+    tf_gen *g = NULL;
+    int rc = 0;
+    if (!k.tokens || !k.prefix || !k.next || !k.logits || !rows || (draws && !r->samples) ||
+        (draws && P > 0 && !r->originals))
+        rc = ab_fail(AB_ENOMEM, "out of memory for %lld samples of %d values", K, N);
+    if (!rc && P > 0) rc = task_batch_alloc(s->cfg.task, B, &tb);
+    if (!rc && s->recurrent) rc = tf_gen_create(s->m, B, N, &g);
+    const uint64_t attn_seed = tf_step_seed(s->cfg.seed, TRAIN_EVAL_STEP);
+    tf_gen_set_seed(g, attn_seed); /* both modes draw the attention's random choices alike */
+    if (!rc && !draws) rc = estimate(s, g, attn_seed, &k, r);
+    for (long long i0 = 0; !rc && draws && i0 < K; i0 += B) rc = sample_rows(s, g, attn_seed, &k, &tb, rows, i0, r);
+    if (!rc && draws) r->n = K;
+    tf_gen_destroy(g);
+    task_batch_free(&tb);
+    free(k.tokens);
+    free(k.prefix);
+    free(k.next);
+    free(k.logits);
+    free(rows);
+    if (rc) sample_result_free(r);
+    return rc;
+}
+
+/* The estimate's object: its step, repeats, and each measured position's medians. */
+static json_t *estimate_json(const sample_session *s, const sample_result *r) {
+    json_t *at = json_array(), *secs = json_array(), *cpu = json_array();
+    for (int p = 0; p < r->n_points; p++) {
+        json_array_append_new(at, json_integer(r->at[p]));
+        json_array_append_new(secs, ab_json_num(r->secs[p]));
+        json_array_append_new(cpu, ab_json_num(r->cpu_secs[p]));
+    }
+    return json_pack("{s:I, s:i, s:o, s:o, s:o}", "every", (json_int_t)s->opts.estimate, "repeats", EST_REPEATS,
+                     "positions", at, "seconds", secs, "cpu_seconds", cpu);
+}
+
+json_t *sample_document(const sample_session *s, const sample_result *r, const char *command_line) {
+    const train_config *cfg = &s->cfg;
+    const sample_source *src = &s->src;
+    const bool est = s->opts.estimate > 0;
+    const double images = (double)r->n, values = (double)r->n * (double)(s->N - s->P), t = r->wall_s;
+    json_t *doc = json_object();
+    json_object_set_new(doc, "schema", json_string("attnbench/sample/1"));
+    json_object_set_new(doc, "command", json_string(command_line));
+    json_object_set_new(doc, "checkpoint", src->checkpoint ? json_string(src->checkpoint) : json_null());
+    json_object_set_new(doc, "config", src->config ? json_string(src->config) : json_null());
+    json_object_set_new(doc, "run", json_string(cfg->name));
+    /* trained weights (a checkpoint at a step) or the config's initialisation */
+    json_object_set_new(doc, "weights", json_string(src->checkpoint ? "trained" : "initialised"));
+    json_object_set_new(doc, "step", src->checkpoint ? json_integer((json_int_t)s->meta.step) : json_null());
+    json_object_set_new(doc, "model", json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "body", tf_body_name(cfg->model.body),
+                                                "layers", cfg->model.layers, "d_model", cfg->model.d_model, "heads",
+                                                cfg->model.heads, "d_ff", cfg->model.d_ff, "params",
+                                                (int)tf_param_count(s->m)));
+    json_object_set_new(doc, "task", json_string(cfg->task->name));
+    json_object_set_new(doc, "variant", cfg->model.attention ? json_string(cfg->model.attention) : json_null());
+    json_object_set_new(doc, "mode", json_string(s->recurrent ? "recurrent" : "recompute"));
+    json_object_set_new(doc, "head", json_string(tf_head_name(cfg->model.head)));
+    json_object_set_new(doc, "temperature", json_real(s->opts.temperature));
+    json_object_set_new(doc, "seed", json_integer((json_int_t)s->seed));
+    json_object_set_new(doc, "n", json_integer(r->n));
+    json_object_set_new(doc, "batch", json_integer(s->opts.batch));
+    json_object_set_new(doc, "values_per_row", json_integer(s->N));
+    json_object_set_new(doc, "complete", json_real(s->opts.complete));
+    json_object_set_new(doc, "prompt_values", json_integer(s->P));
+    json_object_set_new(doc, "device", json_string(src->device == ATTN_DEVICE_CUDA ? "cuda" : "cpu"));
+    /* "sampled": whole rows drawn and timed; "estimated": the estimate's sum */
+    json_object_set_new(doc, "method", json_string(est ? "estimated" : "sampled"));
+    if (est) json_object_set_new(doc, "estimate", estimate_json(s, r));
+    json_object_set_new(doc, "wall_s", ab_json_num(t));
+    json_object_set_new(doc, "images_per_s", ab_json_num(t > 0 ? images / t : NAN));
+    json_object_set_new(doc, "s_per_image", ab_json_num(t / images));
+    json_object_set_new(doc, "values_per_s", ab_json_num(t > 0 ? values / t : NAN));
+    json_object_set_new(doc, "cpu_s", ab_json_num(r->cpu_s));
+    json_object_set_new(doc, "cpu_s_per_image", ab_json_num(r->cpu_s / images));
+    json_object_set_new(doc, "threads", json_integer(ab_threads()));
+    json_object_set_new(doc, "peak_bytes", json_integer((json_int_t)ab_mem_peak(AB_DEV_CPU)));
+    if (src->device == ATTN_DEVICE_CUDA)
+        json_object_set_new(doc, "device_peak_bytes", json_integer((json_int_t)ab_mem_peak(AB_DEV_CUDA)));
+    json_object_set_new(doc, "machine", ab_machine_info());
+    return doc;
+}

@@ -1,0 +1,370 @@
+/* Sampling, generation and CTC decoding as library calls (experiments/driver:
+ * sample_run.h, gen_run.h, decode_run.h), on tiny models trained here through the
+ * trainer API and saved as checkpoints: sampled rows are a pure function of the seed
+ * (whatever the batch and the mode), completions keep their prompts, the estimate
+ * measures the positions it names; greedy generation agrees across modes and a trained
+ * copy model scores above an untrained one; best-path decoding counts its errors
+ * consistently, whatever the batch; refusals are error codes with one line. */
+#include <criterion/criterion.h>
+
+#include "decode_run.h"
+#include "error.h"
+#include "gen_run.h"
+#include "npy.h"
+#include "sample_run.h"
+#include "task_list.h"
+#include "test_proc.h"
+#include "trainer.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static char g_dir[600];
+
+static void setup(void) {
+    task_list_install();
+    tp_scratch_make(g_dir, sizeof g_dir, TEST_DATA_DIR "/sample-run-tmp");
+}
+
+static void teardown(void) { tp_rm_tree(g_dir); }
+
+TestSuite(sample_run, .init = setup, .fini = teardown, .timeout = 300);
+
+#define P(...) tp_path(g_dir, __VA_ARGS__)
+
+/* ---- data, configs, training ---- */
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static double unif(void) { /* xorshift64*: fixed sequence, [0, 1) */
+    g_rng ^= g_rng >> 12;
+    g_rng ^= g_rng << 25;
+    g_rng ^= g_rng >> 27;
+    return (double)((g_rng * 2685821657736338717ull) >> 11) / 9007199254740992.0;
+}
+
+static void save(const char *path, ab_dtype t, int nd, int64_t a, int64_t b, int64_t c, const void *data) {
+    int64_t shape[3] = {a, b, c};
+    cr_assert_eq(ab_npy_write(path, t, nd, shape, data), 0, "%s", ab_error());
+}
+
+enum { SEQ_L = 10, FR_N = 12, FR_F = 3 };
+static const char *const SPLITS[3] = {"train", "valid", "test"};
+static const int ROWS[3] = {40, 12, 10};
+
+/* sequences (in the scratch folder's `dir`): row r counts up from a start s in 0..4,
+ * modulo 5 */
+static void write_sequences(const char *dir) {
+    cr_assert_eq(mkdir(P("%s", dir), 0755), 0);
+    for (int sp = 0; sp < 3; sp++) {
+        int n = ROWS[sp], *x = malloc(sizeof(int) * n * SEQ_L);
+        for (int r = 0; r < n; r++) {
+            int s = (int)(unif() * 5);
+            for (int i = 0; i < SEQ_L; i++) x[r * SEQ_L + i] = (s + i) % 5;
+        }
+        save(P("%s/%s.npy", dir, SPLITS[sp]), AB_I32, 2, n, SEQ_L, 0, x);
+        free(x);
+    }
+}
+
+/* ctc frames: runs of 2..4 frames each pointing at its class (feature c = 2 + noise),
+ * labelled by the runs' classes with adjacent equal ones merged; lengths 6..12 */
+static void write_frames_ctc(const char *dir) {
+    cr_assert_eq(mkdir(P("%s", dir), 0755), 0);
+    for (int sp = 0; sp < 3; sp++) {
+        int n = ROWS[sp];
+        float *x = calloc((size_t)n * FR_N * FR_F, sizeof(float));
+        int *y = malloc(sizeof(int) * n * FR_N), *len = malloc(sizeof(int) * n);
+        for (int r = 0; r < n; r++) {
+            len[r] = 6 + (int)(unif() * 7);
+            int count = 0;
+            for (int i = 0; i < FR_N; i++) y[r * FR_N + i] = -1;
+            for (int t = 0; t < len[r];) {
+                const int c = (int)(unif() * 3), run = 2 + (int)(unif() * 3);
+                for (int i = t; i < len[r] && i < t + run; i++)
+                    for (int j = 0; j < FR_F; j++)
+                        x[((size_t)r * FR_N + i) * FR_F + j] = (float)((unif() * 2 - 1) * 0.3 + 2.0 * (j == c));
+                if (count == 0 || y[r * FR_N + count - 1] != c) y[r * FR_N + count++] = c;
+                t += run;
+            }
+        }
+        save(P("%s/%s.frames.npy", dir, SPLITS[sp]), AB_F32, 3, n, FR_N, FR_F, x);
+        save(P("%s/%s.labels.npy", dir, SPLITS[sp]), AB_I32, 2, n, FR_N, 0, y);
+        save(P("%s/%s.lengths.npy", dir, SPLITS[sp]), AB_I32, 1, n, 0, 0, len);
+        free(x);
+        free(y);
+        free(len);
+    }
+}
+
+/* Trains the config `text` for `steps` steps and saves its checkpoint as `path`. */
+static void train_to(const char *text, int steps, const char *path) {
+    json_error_t e;
+    json_t *j = json_loads(text, 0, &e);
+    cr_assert_not_null(j, "bad JSON in the test: %s", e.text);
+    train_config c;
+    cr_assert_eq(train_config_parse(j, &c), 0, "%s", ab_error());
+    json_decref(j);
+    trainer *t;
+    cr_assert_eq(trainer_create(&c, &t), 0, "%s", ab_error());
+    train_step_info info;
+    for (int s = 0; s < steps; s++) cr_assert_eq(trainer_step(t, &info), 0, "%s", ab_error());
+    cr_assert_eq(trainer_save(t, path, 0, 0), 0, "%s", ab_error());
+    trainer_destroy(t);
+}
+
+/* A linear model of the sequences task, 40 steps (8 epochs of 5 batches) */
+static const char *train_sequences(void) {
+    write_sequences("seq");
+    char text[2000];
+    snprintf(text, sizeof text,
+             "{\"name\": \"seq\", \"task\": {\"name\": \"sequences\", \"path\": \"%s\"},"
+             " \"model\": {\"d_model\": 16, \"heads\": 2, \"layers\": 1, \"d_ff\": 16, \"dropout\": 0.1,"
+             "            \"attention\": {\"variant\": \"linear\"}},"
+             " \"optim\": {\"kind\": \"radam\", \"lr\": 0.01}, \"epochs\": 8, \"batch\": 8,"
+             " \"eval_split\": \"valid\", \"test_split\": \"test\", \"seed\": 3}",
+             P("seq"));
+    train_to(text, 40, P("seq.bin"));
+    return P("seq.bin");
+}
+
+static const char COPY_FMT[] =
+    "{\"name\": \"copy\", \"task\": {\"name\": \"copy\", \"max_symbols\": 4, \"symbols\": 4},"
+    " \"model\": {\"d_model\": 16, \"heads\": 2, \"layers\": 2, \"d_ff\": 32, \"dropout\": 0.0,"
+    "            \"attention\": {\"variant\": \"%s\"}},"
+    " \"optim\": {\"kind\": \"radam\", \"lr\": 0.01}, \"steps\": 100, \"batch\": 16, \"seed\": 1}";
+
+/* ---- sampling ---- */
+
+/* Opens the checkpoint, samples with opts and returns the rows (n x N, malloc'd). */
+static int *sample_rows(const char *ckpt, sample_opts o, sample_result *keep) {
+    const sample_source src = {.checkpoint = ckpt, .device = ATTN_DEVICE_CPU};
+    sample_session s;
+    cr_assert_eq(sample_open(&s, &src, &o), 0, "%s", ab_error());
+    cr_assert_eq(s.N, SEQ_L);
+    sample_result r;
+    cr_assert_eq(sample_run(&s, &r), 0, "%s", ab_error());
+    cr_assert_eq(r.n, o.n);
+    cr_expect_gt(r.wall_s, 0, "the sampling is timed");
+    json_t *doc = sample_document(&s, &r, "test");
+    cr_expect_str_eq(json_string_value(json_object_get(doc, "mode")),
+                     o.mode == SAMPLE_MODE_RECOMPUTE ? "recompute" : "recurrent", "linear samples as an RNN in auto");
+    /* the seed given, else the run's */
+    cr_expect_eq(json_integer_value(json_object_get(doc, "seed")), (json_int_t)(o.have_seed ? o.seed : s.cfg.seed));
+    cr_expect_eq(json_integer_value(json_object_get(doc, "prompt_values")), s.P);
+    json_decref(doc);
+    int *rows = malloc(sizeof(int) * (size_t)r.n * SEQ_L);
+    memcpy(rows, r.samples, sizeof(int) * (size_t)r.n * SEQ_L);
+    if (keep) *keep = r;
+    else sample_result_free(&r);
+    sample_close(&s);
+    return rows;
+}
+
+Test(sample_run, rows_are_a_function_of_the_seed) {
+    const char *ck = train_sequences();
+    const size_t bytes = sizeof(int) * 8 * SEQ_L;
+    sample_opts o = {.n = 8, .batch = 4, .temperature = 1, .mode = SAMPLE_MODE_AUTO, .seed = 7, .have_seed = true};
+    int *a = sample_rows(ck, o, NULL), *again = sample_rows(ck, o, NULL);
+    o.batch = 2;
+    o.mode = SAMPLE_MODE_RECURRENT;
+    int *b2 = sample_rows(ck, o, NULL);
+    o.batch = 8;
+    o.mode = SAMPLE_MODE_RECOMPUTE;
+    int *c8 = sample_rows(ck, o, NULL);
+    o.seed = 8;
+    o.batch = 4;
+    o.mode = SAMPLE_MODE_AUTO;
+    int *s8 = sample_rows(ck, o, NULL);
+    cr_expect(memcmp(a, again, bytes) == 0, "the same request twice gives other rows");
+    cr_expect(memcmp(a, b2, bytes) == 0, "batch 4 and batch 2 differ");
+    cr_expect(memcmp(a, c8, bytes) == 0, "recurrent and recompute differ");
+    cr_expect(memcmp(a, s8, bytes) != 0, "seeds 7 and 8 give the same rows");
+    int in_range = 1, follow = 0;
+    for (int i = 0; i < 8 * SEQ_L; i++) in_range &= a[i] >= 0 && a[i] < 5;
+    cr_expect(in_range, "a sampled value outside the task's 5 classes");
+    for (int r = 0; r < 8; r++)
+        for (int j = 1; j < SEQ_L; j++) follow += a[r * SEQ_L + j] == (a[r * SEQ_L + j - 1] + 1) % 5;
+    cr_expect_gt(follow, 8 * (SEQ_L - 1) / 2, "only %d of %d sampled values follow the rule", follow, 8 * (SEQ_L - 1));
+    /* temperature 0: the likeliest value, the same whatever the seed */
+    o.temperature = 0;
+    int *g7 = sample_rows(ck, o, NULL);
+    o.seed = 1234;
+    int *g1234 = sample_rows(ck, o, NULL);
+    cr_expect(memcmp(g7, g1234, bytes) == 0, "greedy rows depend on the seed");
+    free(a);
+    free(again);
+    free(b2);
+    free(c8);
+    free(s8);
+    free(g7);
+    free(g1234);
+}
+
+Test(sample_run, completion_keeps_the_prompt_and_estimate_measures) {
+    const char *ck = train_sequences();
+    sample_opts o = {.n = 6, .batch = 3, .temperature = 1, .complete = 0.5, .mode = SAMPLE_MODE_AUTO};
+    sample_result r;
+    int *s = sample_rows(ck, o, &r);
+    cr_assert_not_null(r.originals);
+    for (int k = 0; k < 6; k++) {
+        const int *orig = r.originals + k * SEQ_L;
+        cr_expect(memcmp(s + k * SEQ_L, orig, sizeof(int) * 5) == 0, "row %d: the prompt's 5 values not kept", k);
+        int rule = 1; /* the originals are test rows: they count up modulo 5 */
+        for (int j = 1; j < SEQ_L; j++) rule &= orig[j] == (orig[j - 1] + 1) % 5;
+        cr_expect(rule, "row %d: the original is not a row of the data", k);
+    }
+    sample_result_free(&r);
+    free(s);
+
+    /* the estimate: positions 0, 3, 6 and the last, one batch, nothing drawn */
+    const sample_opts e = {.n = 4, .batch = 2, .temperature = 1, .estimate = 3, .mode = SAMPLE_MODE_RECOMPUTE};
+    const sample_source src = {.checkpoint = ck, .device = ATTN_DEVICE_CPU};
+    sample_session ss;
+    cr_assert_eq(sample_open(&ss, &src, &e), 0, "%s", ab_error());
+    cr_assert_eq(sample_run(&ss, &r), 0, "%s", ab_error());
+    cr_expect_null(r.samples);
+    cr_expect_eq(r.n, 2, "an estimate is for one batch");
+    cr_assert_eq(r.n_points, 4);
+    const int want[4] = {0, 3, 6, SEQ_L - 1};
+    double sum = 0;
+    for (int p = 0; p < 4; p++) {
+        cr_expect_eq(r.at[p], want[p]);
+        cr_expect_gt(r.secs[p], 0);
+        sum += r.secs[p];
+    }
+    cr_expect_geq(r.wall_s, sum, "the estimate sums over all %d positions: %g < %g", SEQ_L, r.wall_s, sum);
+    sample_result_free(&r);
+    sample_close(&ss);
+}
+
+Test(sample_run, refusals_are_codes_with_one_line) {
+    write_sequences("seq");
+    char text[1000];
+    snprintf(text, sizeof text,
+             "{\"name\": \"seq\", \"task\": {\"name\": \"sequences\", \"path\": \"%s\"},"
+             " \"model\": {\"d_model\": 8, \"heads\": 2, \"layers\": 1, \"attention\": {\"variant\": \"softmax\"}}}",
+             P("seq"));
+    tp_write_bytes(P("seq.json"), text, strlen(text));
+    sample_session s;
+    sample_opts o = {.n = 2, .batch = 1, .temperature = 1, .mode = SAMPLE_MODE_RECURRENT};
+    sample_source src = {.config = P("seq.json"), .device = ATTN_DEVICE_CPU};
+    cr_expect_eq(sample_open(&s, &src, &o), AB_EINVAL, "softmax has no recurrent mode");
+    cr_expect(strncmp(ab_error(), "sample --mode recurrent: ", 25) == 0 && !strchr(ab_error(), '\n'), "%s",
+              ab_error());
+    /* with the override to linear it has: the initialised model samples */
+    const char *sets[] = {"model.attention.variant=linear"};
+    src.sets = sets;
+    src.n_sets = 1;
+    cr_assert_eq(sample_open(&s, &src, &o), 0, "%s", ab_error());
+    cr_expect(s.recurrent);
+    cr_expect_eq(s.meta.step, -1, "no checkpoint: no step");
+    sample_close(&s);
+    /* a copy model is not sampled value by value behind a start token */
+    char copy[1000];
+    snprintf(copy, sizeof copy, COPY_FMT, "linear");
+    tp_write_bytes(P("copy.json"), copy, strlen(copy));
+    src = (sample_source){.config = P("copy.json"), .device = ATTN_DEVICE_CPU};
+    cr_expect_eq(sample_open(&s, &src, &o), AB_EINVAL);
+    cr_expect(strstr(ab_error(), "the task 'copy' is not predicted value by value") != NULL, "%s", ab_error());
+}
+
+/* ---- generation ---- */
+
+static void generate(const char *ckpt, sample_mode mode, gen_result *r) {
+    const gen_opts o = {.n = 12, .mode = mode, .keep_tokens = true, .device = ATTN_DEVICE_CPU};
+    cr_assert_eq(gen_run(ckpt, &o, r), 0, "%s", ab_error());
+    cr_assert_eq(r->prompts, 12);
+    cr_expect(r->generated >= 12 && r->generated <= 48, "%lld tokens", r->generated);
+    cr_expect_eq(r->accuracy, (double)r->correct / (double)r->generated);
+    cr_expect_eq(r->exact_rate, (double)r->exact / 12.0);
+    cr_assert(json_is_array(r->tokens) && json_array_size(r->tokens) == 12);
+    cr_expect_gt(r->wall_s, 0);
+}
+
+Test(sample_run, generate_scores_a_trained_copy_model) {
+    char text[1000];
+    snprintf(text, sizeof text, COPY_FMT, "linear");
+    train_to(text, 0, P("copy0.bin"));
+    train_to(text, 100, P("copy.bin"));
+    gen_result rec, cmp, untrained;
+    generate(P("copy.bin"), SAMPLE_MODE_AUTO, &rec);
+    generate(P("copy.bin"), SAMPLE_MODE_RECOMPUTE, &cmp);
+    generate(P("copy0.bin"), SAMPLE_MODE_AUTO, &untrained);
+    cr_expect(rec.recurrent && !cmp.recurrent);
+    cr_expect(json_equal(rec.tokens, cmp.tokens), "recurrent and recomputed greedy tokens differ");
+    cr_expect_eq(rec.correct, cmp.correct);
+    cr_expect_eq(rec.generated, untrained.generated, "the same prompts, whatever the weights");
+    cr_expect_gt(rec.accuracy, untrained.accuracy + 0.2, "trained %g vs untrained %g", rec.accuracy,
+                 untrained.accuracy);
+    json_t *doc = gen_document(&rec, &(gen_opts){.n = 12, .device = ATTN_DEVICE_CPU}, P("copy.bin"), "test");
+    cr_expect_eq(json_number_value(json_object_get(doc, "accuracy")), rec.accuracy);
+    cr_expect_eq(json_integer_value(json_object_get(doc, "step")), 100);
+    cr_expect(json_is_array(json_object_get(doc, "generated")));
+    json_decref(doc);
+    gen_result_free(&rec);
+    gen_result_free(&cmp);
+    gen_result_free(&untrained);
+    /* softmax has no recurrent mode: refused, nothing kept */
+    snprintf(text, sizeof text, COPY_FMT, "softmax");
+    train_to(text, 0, P("sm.bin"));
+    gen_result r;
+    const gen_opts o = {.n = 2, .mode = SAMPLE_MODE_RECURRENT, .device = ATTN_DEVICE_CPU};
+    cr_expect_eq(gen_run(P("sm.bin"), &o, &r), AB_EINVAL);
+    cr_expect(strncmp(ab_error(), "generate --mode recurrent: ", 27) == 0, "%s", ab_error());
+    cr_expect_null(r.tokens);
+}
+
+/* ---- decoding ---- */
+
+Test(sample_run, decode_counts_errors_whatever_the_batch) {
+    write_frames_ctc("ctc");
+    char text[2000];
+    snprintf(text, sizeof text,
+             "{\"name\": \"ctc\", \"task\": {\"name\": \"frames\", \"path\": \"%s\", \"targets\": \"ctc\"},"
+             " \"model\": {\"d_model\": 16, \"heads\": 2, \"layers\": 1, \"d_ff\": 16, \"dropout\": 0.0,"
+             "            \"attention\": {\"variant\": \"softmax\"}},"
+             " \"optim\": {\"kind\": \"adam\", \"lr\": 0.02}, \"epochs\": 8, \"batch\": 8, \"seed\": 7}",
+             P("ctc"));
+    train_to(text, 40, P("ctc.bin"));
+    decode_result all, part;
+    cr_assert_eq(decode_run(P("ctc.bin"), &(decode_opts){.n = 0}, &all), 0, "%s", ab_error());
+    cr_expect_str_eq(all.cfg.task->split_names[all.split], "test");
+    cr_assert_eq(all.rows, ROWS[2]);
+    cr_assert_eq(json_array_size(all.utterances), (size_t)ROWS[2]);
+    long long errors = 0, refs = 0, exact = 0;
+    for (size_t i = 0; i < json_array_size(all.utterances); i++) {
+        json_t *u = json_array_get(all.utterances, i);
+        errors += json_integer_value(json_object_get(u, "errors"));
+        refs += json_integer_value(json_object_get(u, "ref_len"));
+        exact += json_integer_value(json_object_get(u, "errors")) == 0;
+        cr_expect_eq(json_integer_value(json_object_get(u, "row")), (json_int_t)i);
+    }
+    cr_expect_eq(all.errors, errors);
+    cr_expect_eq(all.ref_labels, refs);
+    cr_expect_eq(all.exact, exact);
+    cr_expect_eq(all.per, (double)errors / (double)refs);
+    cr_expect_lt(all.per, 0.5, "a trained model's label error rate: %g", all.per);
+    /* the first 3 rows of test in batches of 2: what the whole split's batches of 8 gave
+     * for them (rows are independent in evaluation mode) */
+    cr_assert_eq(decode_run(P("ctc.bin"), &(decode_opts){.n = 3, .batch = 2}, &part), 0, "%s", ab_error());
+    cr_assert_eq(part.rows, 3);
+    for (size_t i = 0; i < 3; i++)
+        cr_expect(json_equal(json_array_get(part.utterances, i), json_array_get(all.utterances, i)), "row %zu", i);
+    decode_result_free(&part);
+    cr_assert_eq(decode_run(P("ctc.bin"), &(decode_opts){.split = "valid", .n = 100}, &part), 0, "%s", ab_error());
+    cr_expect_eq(part.rows, ROWS[1], "n beyond the split: every row");
+    decode_result_free(&part);
+    decode_result_free(&all);
+    /* refusals: an unknown split, a model without a ctc head */
+    cr_expect_eq(decode_run(P("ctc.bin"), &(decode_opts){.split = "nope"}, &part), AB_EINVAL);
+    cr_expect(strstr(ab_error(), "decode --split nope: the task has no such split") != NULL, "%s", ab_error());
+    char copy[1000];
+    snprintf(copy, sizeof copy, COPY_FMT, "linear");
+    train_to(copy, 0, P("copy.bin"));
+    cr_expect_eq(decode_run(P("copy.bin"), &(decode_opts){.n = 1}, &part), AB_EINVAL);
+    cr_expect(strstr(ab_error(), "has no ctc head (task 'copy')") != NULL, "%s", ab_error());
+}
