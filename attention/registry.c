@@ -30,9 +30,9 @@ const char *attn_variant_summary(int i) { return (i >= 0 && i < N_VARIANTS) ? g_
 bool attn_variant_has_step(int i) { return i >= 0 && i < N_VARIANTS && g_variants[i]->cpu->step != NULL; }
 bool attn_variant_has_causal(int i) { return i >= 0 && i < N_VARIANTS && !g_variants[i]->noncausal_only; }
 bool attn_variant_has_params(int i) { return i >= 0 && i < N_VARIANTS && g_variants[i]->param_count != NULL; }
-bool attn_variant_has_device(int i, attn_device d) {
+bool attn_variant_has_device(int i, ab_device d) {
     if (i < 0 || i >= N_VARIANTS) return false;
-    return d == ATTN_DEVICE_CPU ? true : d == ATTN_DEVICE_CUDA ? g_variants[i]->cuda != NULL : false;
+    return d == AB_DEV_CPU ? true : d == AB_DEV_CUDA ? g_variants[i]->cuda != NULL : false;
 }
 
 /* Options every variant has, after its own (attn_variant_option lists them last). */
@@ -205,8 +205,8 @@ int attn_create(const attn_options *opt, attn **out) {
     }
     const attn_variant *v = g_variants[vi];
     const attn_backend *be = NULL;
-    if (opt->device == ATTN_DEVICE_CPU) be = v->cpu;
-    else if (opt->device == ATTN_DEVICE_CUDA) {
+    if (opt->device == AB_DEV_CPU) be = v->cpu;
+    else if (opt->device == AB_DEV_CUDA) {
         /* No CUDA in the build, or no device: "this build has no CUDA backend ..." or
          * "no CUDA device: ..." (AB_EDEVICE). */
         int rc = ab_cuda_init();
@@ -227,7 +227,7 @@ int attn_create(const attn_options *opt, attn **out) {
         int rc = parse_setting(v, &p, opt->settings[i]);
         if (rc) return rc;
     }
-    if (p.precision != AB_PREC_FP32 && opt->device != ATTN_DEVICE_CUDA)
+    if (p.precision != AB_PREC_FP32 && opt->device != AB_DEV_CUDA)
         return ab_fail(AB_EINVAL, "option precision=%s: the CPU computes in fp32 only (use --device cuda, or "
                                   "precision=fp32)",
                        ab_precision_name((ab_precision)p.precision));
@@ -242,12 +242,9 @@ int attn_create(const attn_options *opt, attn **out) {
     return 0;
 }
 
-/* Memory of the attention's device, from the tracked allocator (the two device enums
- * have the same values). */
-static int dev_alloc(attn_device dev, size_t bytes, void **out) { return ab_dev_malloc((ab_device)dev, out, bytes); }
-static void dev_free(attn_device dev, void *p) { ab_dev_free((ab_device)dev, p); }
-_Static_assert((int)ATTN_DEVICE_CPU == (int)AB_DEV_CPU && (int)ATTN_DEVICE_CUDA == (int)AB_DEV_CUDA,
-               "attn_device and ab_device agree");
+/* Memory of the attention's device, from the tracked allocator. */
+static int dev_alloc(ab_device dev, size_t bytes, void **out) { return ab_dev_malloc(dev, out, bytes); }
+static void dev_free(ab_device dev, void *p) { ab_dev_free(dev, p); }
 
 void attn_destroy(attn *a) {
     if (!a) return;
@@ -371,10 +368,10 @@ size_t attn_workspace_bytes(const attn *a) { return a ? a->ws_bytes : 0; }
 /* The device's matrix products follow the object's precision option during a call
  * (cuBLAS's math mode; the kernels read a->p.precision themselves). */
 static ab_precision prec_enter(const attn *a) {
-    return a->device == ATTN_DEVICE_CUDA ? ab_cuda_set_gemm_precision((ab_precision)a->p.precision) : AB_PREC_FP32;
+    return a->device == AB_DEV_CUDA ? ab_cuda_set_gemm_precision((ab_precision)a->p.precision) : AB_PREC_FP32;
 }
 static void prec_leave(const attn *a, ab_precision p0) {
-    if (a->device == ATTN_DEVICE_CUDA) ab_cuda_set_gemm_precision(p0);
+    if (a->device == AB_DEV_CUDA) ab_cuda_set_gemm_precision(p0);
 }
 
 /* ---- checked entry points ---- */
@@ -476,7 +473,7 @@ int attn_backward(attn *a, const attn_shape *s, const float *q, const float *k, 
 struct attn_state {
     uint64_t magic;
     const attn *owner;
-    attn_device device;
+    ab_device device;
     attn_shape shape; /* len = capacity, causal, no lengths */
     int capacity, count;
     void *mem; /* the backend's state, state_bytes of the owner's device memory */

@@ -43,5 +43,3 @@ int ab_dev_copy(ab_device d, void *dst, const void *src, size_t bytes) {
 }
 
 int ab_dev_sync(ab_device d) { return d == AB_DEV_CUDA ? ab_cuda_sync() : 0; }
-
-const char *ab_dev_name(ab_device d) { return d == AB_DEV_CUDA ? "cuda" : "cpu"; }

@@ -24,7 +24,6 @@ int ab_dev_memset(ab_device d, void *p, int value, size_t bytes);
 int ab_dev_copy(ab_device d, void *dst, const void *src, size_t bytes);
 /* Waits for the device's queued work (nothing to wait for on the CPU). */
 int ab_dev_sync(ab_device d);
-const char *ab_dev_name(ab_device d);
 
 #ifdef __cplusplus
 }

@@ -235,9 +235,9 @@ void lstm_step_backward(const lstm_step_shape *s, float *dgates, float *dstep, f
 /* ---- the stack ---- */
 
 /* C = alpha op(A) op(B) + beta C on the device of the tensors */
-static int gemm(attn_device dev, bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
+static int gemm(ab_device dev, bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
                 const float *b, int ldb, float beta, float *c, int ldc) {
-    if (dev == ATTN_DEVICE_CUDA) return ab_cuda_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (dev == AB_DEV_CUDA) return ab_cuda_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     ab_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return 0;
 }
@@ -245,7 +245,7 @@ static int gemm(attn_device dev, bool ta, bool tb, int m, int n, int k, float al
 static int check_call(const lstm_config *c, const lstm_dims *d, const lstm_acts *a, const char *what) {
     TRY(lstm_check_config(c));
     if (!d) return ab_fail(AB_EINVAL, "%s: NULL dims", what);
-    if (d->device != ATTN_DEVICE_CPU && d->device != ATTN_DEVICE_CUDA)
+    if (d->device != AB_DEV_CPU && d->device != AB_DEV_CUDA)
         return ab_fail(AB_EINVAL, "%s: unknown device %d", what, (int)d->device);
     if (d->B < 1 || d->N < 1 || d->B > a->max_B || d->N > a->max_N)
         return ab_fail(AB_EINVAL, "%s: batch %d and length %d must be in [1, %d] and [1, %d] (as carved)", what,
@@ -284,7 +284,7 @@ static const float *layer_input(const lstm_acts *a, const float *x, int l, bool 
 static int dir_forward(const lstm_config *c, const lstm_dims *d, int l, int dir, const float *x,
                        const lstm_dir_params *p, lstm_layer_acts *la, const int *dlen, int kmax, lstm_scratch *ws) {
     const int B = d->B, N = d->N, H = c->H, DH = lstm_out_width(c);
-    const attn_device dev = d->device;
+    const ab_device dev = d->device;
     /* the input part of every position at once: gates = x W_ih^T + b */
     TRY(ld_dense_forward(dev, la->gates[dir], x, p->w_ih, p->b, B * N, lstm_in_width(c, l), 4 * H));
     lstm_step_shape s = {B, N, H, 0, dir == 1, dlen};
@@ -303,13 +303,13 @@ int lstm_stack_forward(const lstm_config *c, const lstm_dims *d, const float *x,
     const bool drop = use_dropout(c, train);
     if (drop && !act->with_dropout)
         return ab_fail(AB_EINVAL, "lstm_stack_forward: dropout requested but no masks were carved");
-    const attn_device dev = d->device;
+    const ab_device dev = d->device;
     const size_t n = (size_t)d->B * d->N * lstm_out_width(c);
     bool padded;
     const int kmax = steps_of(d, &padded);
     const int *dlen = NULL;
     if (d->lengths) {
-        TRY(ab_dev_upload((ab_device)dev, act->lengths, d->lengths, sizeof(int) * (size_t)d->B));
+        TRY(ab_dev_upload(dev, act->lengths, d->lengths, sizeof(int) * (size_t)d->B));
         dlen = act->lengths;
     }
     for (int l = 0; l < c->layers; l++) {
@@ -333,7 +333,7 @@ static int dir_backward(const lstm_config *c, const lstm_dims *d, int l, int dir
                         const lstm_dir_params *g, const float *dout, const float *x, const lstm_dir_params *p,
                         const lstm_layer_acts *la, const int *dlen, int kmax, bool padded, lstm_scratch *ws) {
     const int B = d->B, N = d->N, H = c->H, DH = lstm_out_width(c), rows = d->B * d->N;
-    const attn_device dev = d->device;
+    const ab_device dev = d->device;
     if (padded) { /* the steps write only valid positions; the products below read all */
         TRY(ld_zero(dev, ws->dgates, sizeof(float) * (size_t)rows * 4 * H));
         TRY(ld_zero(dev, ws->hprev, sizeof(float) * (size_t)rows * H));
@@ -359,7 +359,7 @@ int lstm_stack_backward(const lstm_config *c, const lstm_dims *d, float *dx, con
     const bool drop = use_dropout(c, train);
     if (drop && !act->with_dropout)
         return ab_fail(AB_EINVAL, "lstm_stack_backward: dropout requested but no masks were carved");
-    const attn_device dev = d->device;
+    const ab_device dev = d->device;
     const size_t n = (size_t)d->B * d->N * lstm_out_width(c);
     bool padded;
     const int kmax = steps_of(d, &padded);

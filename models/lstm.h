@@ -46,7 +46,7 @@
  * The tensors of one call (B, N) are the first B N rows of buffers carved for the
  * maxima (max_B, max_N).
  *
- * Devices: with ATTN_DEVICE_CUDA the tensors (x, dx, dout, parameters, gradients,
+ * Devices: with AB_DEV_CUDA the tensors (x, dx, dout, parameters, gradients,
  * activations, scratch) are device memory; lengths are always host memory (forward
  * copies them into the activations, one synchronous upload per call). CUDA calls
  * return once their work is queued. Results agree with the CPU's to float rounding
@@ -86,7 +86,7 @@ typedef struct {
 typedef struct {
     int B, N;            /* batch and length, at most the carved maxima */
     const int *lengths;  /* NULL (all N) or B valid lengths in [0, N]; host memory */
-    attn_device device;  /* where the tensors are (ATTN_DEVICE_CPU when left zero) */
+    ab_device device;    /* where the tensors are (AB_DEV_CPU when left zero) */
 } lstm_dims;
 
 typedef struct {

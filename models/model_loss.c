@@ -31,7 +31,7 @@ int tf_loss(tf_model *m, const int *targets, const float *weights, ce_stats *st)
     }
     m->has_weights = weights != NULL;
     int rc;
-    if (m->dev == ATTN_DEVICE_CPU) {
+    if (m->dev == AB_DEV_CPU) {
         memcpy(m->targets, targets, sizeof(int) * n);
         if (weights) memcpy(m->weights, weights, sizeof(float) * n);
     } else {
@@ -85,7 +85,7 @@ int tf_loss_ctc(tf_model *m, const int *labels, const int *counts, const float *
                            b, L, need - L, need, T);
     }
     /* one block: counts, lengths, weights, labels; on CUDA staged on the host, uploaded once */
-    int *in = m->dev == ATTN_DEVICE_CPU ? m->ctc_in : m->h_ctc;
+    int *in = m->dev == AB_DEV_CPU ? m->ctc_in : m->h_ctc;
     for (int b = 0; b < B; b++) {
         in[b] = counts[b];
         in[B + b] = m->has_lengths ? m->lengths[b] : N;
@@ -94,7 +94,7 @@ int tf_loss_ctc(tf_model *m, const int *labels, const int *counts, const float *
     }
     memcpy(in + 3 * (size_t)B, labels, sizeof(int) * (size_t)B * S);
     int rc;
-    if (m->dev != ATTN_DEVICE_CPU &&
+    if (m->dev != AB_DEV_CPU &&
         (rc = ab_dev_upload(AB_DEV_CUDA, m->ctc_in, m->h_ctc, sizeof(int) * (size_t)B * (3 + (size_t)S))))
         return rc;
     m->ctc_counts = m->ctc_in;

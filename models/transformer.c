@@ -73,7 +73,7 @@ void tf_config_default(tf_config *c) {
     c->causal = true;
     c->attention = "linear";
     c->seed = 1;
-    c->device = ATTN_DEVICE_CPU;
+    c->device = AB_DEV_CPU;
 }
 
 uint64_t tf_step_seed(uint64_t run_seed, uint64_t step) {
@@ -138,7 +138,7 @@ static int check_config(const tf_config *c, int max_batch) {
     if (c->max_len < 1) return ab_fail(AB_EINVAL, "model max_len %d must be >= 1", c->max_len);
     if (c->precision < 0 || c->precision >= AB_PREC_COUNT)
         return ab_fail(AB_EINVAL, "model precision %d is not a precision (fp32 or tf32)", c->precision);
-    if (c->precision != AB_PREC_FP32 && c->device != ATTN_DEVICE_CUDA)
+    if (c->precision != AB_PREC_FP32 && c->device != AB_DEV_CUDA)
         return ab_fail(AB_EINVAL, "model precision %s: the CPU computes in fp32 only (use the CUDA device, or fp32)",
                        ab_precision_name((ab_precision)c->precision));
     for (int i = 0; i < c->n_attn_settings; i++)
@@ -181,9 +181,9 @@ static int check_config(const tf_config *c, int max_batch) {
     if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
         return ab_fail(AB_EINVAL, "model dropout %g must be in [0, 1)", (double)c->dropout);
     if (max_batch < 1) return ab_fail(AB_EINVAL, "model max batch %d must be >= 1", max_batch);
-    if (c->device != ATTN_DEVICE_CPU && c->device != ATTN_DEVICE_CUDA)
+    if (c->device != AB_DEV_CPU && c->device != AB_DEV_CUDA)
         return ab_fail(AB_EINVAL, "model device %d is neither the CPU (%d) nor CUDA (%d)", (int)c->device,
-                       (int)ATTN_DEVICE_CPU, (int)ATTN_DEVICE_CUDA);
+                       (int)AB_DEV_CPU, (int)AB_DEV_CUDA);
     if (c->body == TF_BODY_TRANSFORMER && (!c->attention || !*c->attention))
         return ab_fail(AB_EINVAL, "model attention variant is not set");
     if (c->n_attn_settings < 0 || (c->n_attn_settings > 0 && !c->attn_settings))
@@ -260,7 +260,7 @@ static void carve_params(tf_model *m, tf_table *t, bool grads) {
 
 static void carve_acts(tf_model *m, tf_table *t) {
     const tf_config *c = &m->cfg;
-    const bool cuda = m->dev == ATTN_DEVICE_CUDA, tokens = c->input == TF_INPUT_TOKENS;
+    const bool cuda = m->dev == AB_DEV_CUDA, tokens = c->input == TF_INPUT_TOKENS;
     const bool transformer = c->body == TF_BODY_TRANSFORMER;
     int B = m->max_batch, N = m->max_len, C = c->d_model, V = tokens ? c->vocab : 0, K = m->classes;
     int64_t W = m->width > C ? m->width : C;
@@ -322,7 +322,7 @@ static void carve_acts(tf_model *m, tf_table *t) {
  * one upload), then the frames (frame input) and the lengths. Needs the sized
  * activation table. */
 static int make_staging(tf_model *m) {
-    if (m->dev != ATTN_DEVICE_CUDA) return 0;
+    if (m->dev != AB_DEV_CUDA) return 0;
     const tf_tensor *tt = tf_table_find(&m->atab, "tokens"), *ti = tf_table_find(&m->atab, "token_index");
     const tf_tensor *tg = tf_table_find(&m->atab, "targets"), *tw = tf_table_find(&m->atab, "weights");
     const tf_tensor *tf = tf_table_find(&m->atab, "frames");
@@ -434,7 +434,7 @@ static int body_init(const init_ctx *x) {
 }
 
 int tf_init_params(tf_model *m, uint64_t seed) {
-    const bool cuda = m->dev == ATTN_DEVICE_CUDA;
+    const bool cuda = m->dev == AB_DEV_CUDA;
     const size_t bytes = sizeof(float) * m->ptab.total;
     init_ctx x = {m, cuda ? ab_alloc(bytes) : m->params, seed};
     if (!x.h) return AB_ENOMEM;
@@ -451,7 +451,7 @@ int tf_init_params(tf_model *m, uint64_t seed) {
 static int init_tables(tf_model *m) {
     int N = m->max_len, C = m->cfg.d_model;
     if (!m->pos_table) return 0; /* a body without positions */
-    if (m->dev == ATTN_DEVICE_CPU) {
+    if (m->dev == AB_DEV_CPU) {
         positions_table(m->pos_table, N, C);
         return 0;
     }
@@ -506,7 +506,7 @@ int tf_param_count_for(const tf_config *cfg, size_t *count) {
     if (cfg->body == TF_BODY_TRANSFORMER) {
         /* the attention's own parameters: a CPU object of the variant says how many
          * (the count does not depend on the device; nothing is allocated for it) */
-        attn_options ao = {.variant = cfg->attention, .device = ATTN_DEVICE_CPU,
+        attn_options ao = {.variant = cfg->attention, .device = AB_DEV_CPU,
                            .n_settings = cfg->n_attn_settings, .settings = cfg->attn_settings};
         attn *a = NULL;
         if (!(rc = attn_create(&ao, &a))) rc = set_attn_params(m, a);
@@ -532,9 +532,9 @@ int tf_param_count_for(const tf_config *cfg, size_t *count) {
 void tf_destroy(tf_model *m) {
     if (!m) return;
     attn_destroy(m->att);
-    ab_dev_free((ab_device)m->dev, m->params);
-    ab_dev_free((ab_device)m->dev, m->grads);
-    ab_dev_free((ab_device)m->dev, m->acts);
+    ab_dev_free(m->dev, m->params);
+    ab_dev_free(m->dev, m->grads);
+    ab_dev_free(m->dev, m->acts);
     ab_free(m->host_in);
     tf_table_free(&m->ptab);
     tf_table_free(&m->atab);
@@ -611,7 +611,7 @@ static int create(const tf_config *cfg, int max_batch, bool forward_only, tf_mod
             tf_destroy(m);
             return rc;
         }
-    } else if (m->dev != ATTN_DEVICE_CPU && (rc = ab_cuda_init())) {
+    } else if (m->dev != AB_DEV_CPU && (rc = ab_cuda_init())) {
         tf_destroy(m);
         return rc;
     }
@@ -632,7 +632,7 @@ static int create(const tf_config *cfg, int max_batch, bool forward_only, tf_mod
         tf_destroy(m);
         return ab_fail(AB_EINVAL, "model parameters overflow");
     }
-    if (m->dev == ATTN_DEVICE_CPU) {
+    if (m->dev == AB_DEV_CPU) {
         m->params = ab_calloc(pbytes);
         m->grads = ab_calloc(pbytes);
         m->acts = ab_calloc(m->atab.total);
@@ -649,7 +649,7 @@ static int create(const tf_config *cfg, int max_batch, bool forward_only, tf_mod
         char msg[512];
         snprintf(msg, sizeof msg, "%s", ab_error());
         size_t total = 2 * pbytes + m->atab.total;
-        const char *where = m->dev == ATTN_DEVICE_CUDA ? "the CUDA device" : "the host";
+        const char *where = m->dev == AB_DEV_CUDA ? "the CUDA device" : "the host";
         tf_destroy(m);
         return ab_fail(rc, "model needs %.1f MiB (parameters, gradients, activations) on %s: %s",
                        (double)total / 1048576.0, where, msg);
@@ -677,7 +677,7 @@ static int create(const tf_config *cfg, int max_batch, bool forward_only, tf_mod
 }
 
 const tf_config *tf_get_config(const tf_model *m) { return &m->cfg; }
-attn_device tf_device(const tf_model *m) { return m->dev; }
+ab_device tf_device(const tf_model *m) { return m->dev; }
 size_t tf_param_count(const tf_model *m) { return m->ptab.total; }
 float *tf_params(tf_model *m) { return m->params; }
 float *tf_grads(tf_model *m) { return m->grads; }
@@ -692,23 +692,23 @@ const float *tf_logits(const tf_model *m) { return m->logits; }
 
 int tf_params_download(const tf_model *m, float *host) {
     if (!m || !host) return ab_fail(AB_EINVAL, "tf_params_download: NULL argument");
-    return ab_dev_download((ab_device)m->dev, host, m->params, sizeof(float) * m->ptab.total);
+    return ab_dev_download(m->dev, host, m->params, sizeof(float) * m->ptab.total);
 }
 
 int tf_params_upload(tf_model *m, const float *host) {
     if (!m || !host) return ab_fail(AB_EINVAL, "tf_params_upload: NULL argument");
-    return ab_dev_upload((ab_device)m->dev, m->params, host, sizeof(float) * m->ptab.total);
+    return ab_dev_upload(m->dev, m->params, host, sizeof(float) * m->ptab.total);
 }
 
 int tf_grads_download(const tf_model *m, float *host) {
     if (!m || !host) return ab_fail(AB_EINVAL, "tf_grads_download: NULL argument");
-    return ab_dev_download((ab_device)m->dev, host, m->grads, sizeof(float) * m->ptab.total);
+    return ab_dev_download(m->dev, host, m->grads, sizeof(float) * m->ptab.total);
 }
 
 int tf_logits_download(const tf_model *m, float *host) {
     if (!m || !host) return ab_fail(AB_EINVAL, "tf_logits_download: NULL argument");
     if (!m->have_forward) return ab_fail(AB_EINVAL, "tf_logits_download: no forward (call tf_forward first)");
-    return ab_dev_download((ab_device)m->dev, host, m->logits, sizeof(float) * (size_t)m->B * m->N * m->classes);
+    return ab_dev_download(m->dev, host, m->logits, sizeof(float) * (size_t)m->B * m->N * m->classes);
 }
 
 /* ---- forward ---- */
@@ -766,7 +766,7 @@ static int head_forward(tf_model *m, int BT) {
 /* The tokens (B N) into the model's buffer; on CUDA with their token index for the
  * embedding backward, in one upload. */
 static int put_tokens(tf_model *m, const int *tokens, int BT) {
-    if (m->dev == ATTN_DEVICE_CPU) {
+    if (m->dev == AB_DEV_CPU) {
         memcpy(m->tokens, tokens, sizeof(int) * (size_t)BT);
         return 0;
     }
@@ -779,7 +779,7 @@ static int put_tokens(tf_model *m, const int *tokens, int BT) {
 /* The frames (B N F) into the model's buffer (one upload on CUDA). */
 static int put_frames(tf_model *m, const float *frames, int BT) {
     size_t bytes = sizeof(float) * (size_t)BT * (size_t)m->cfg.features;
-    if (m->dev == ATTN_DEVICE_CPU) {
+    if (m->dev == AB_DEV_CPU) {
         memcpy(m->frames, frames, bytes);
         return 0;
     }
@@ -798,11 +798,11 @@ static int forward_run(tf_model *m, const tf_in *in, int B, int N, int pos0, con
 }
 
 ab_precision tf_precision_enter(const tf_model *m) {
-    return m->dev == ATTN_DEVICE_CUDA ? ab_cuda_set_gemm_precision((ab_precision)m->cfg.precision) : AB_PREC_FP32;
+    return m->dev == AB_DEV_CUDA ? ab_cuda_set_gemm_precision((ab_precision)m->cfg.precision) : AB_PREC_FP32;
 }
 
 void tf_precision_leave(const tf_model *m, ab_precision p0) {
-    if (m->dev == ATTN_DEVICE_CUDA) ab_cuda_set_gemm_precision(p0);
+    if (m->dev == AB_DEV_CUDA) ab_cuda_set_gemm_precision(p0);
 }
 
 int tf_forward_run(tf_model *m, const tf_in *in, int B, int N, int pos0, const int *lengths, bool train,

@@ -69,7 +69,7 @@ static json_t *labels_text(const train_task *t, const int *x, int n) {
 int cmd_decode(int argc, char **argv, const char *command_line) {
     const char *ckpt = NULL, *out = NULL, *split_name = NULL;
     long long K = 5, batch = 0;
-    attn_device device = ATTN_DEVICE_CPU;
+    ab_device device = AB_DEV_CPU;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0) {
             fputs(DECODE_USAGE, stdout);
@@ -79,16 +79,13 @@ int cmd_decode(int argc, char **argv, const char *command_line) {
         else if (strcmp(argv[i], "--split") == 0) split_name = cli_value(argc, argv, &i);
         else if (strcmp(argv[i], "--out") == 0) out = cli_path_value(argc, argv, &i);
         else if (strcmp(argv[i], "--device") == 0) {
-            const char *d = cli_value(argc, argv, &i);
-            if (strcmp(d, "cuda") == 0) device = ATTN_DEVICE_CUDA;
-            else if (strcmp(d, "cpu") == 0) device = ATTN_DEVICE_CPU;
-            else cli_die(AB_EXIT_USAGE, "--device %s: must be cpu or cuda", d);
+            device = cli_device_value(argc, argv, &i);
         } else if (argv[i][0] == '-') cli_die(AB_EXIT_USAGE, "decode: unknown argument '%s' (see attnbench decode --help)", argv[i]);
         else if (!ckpt) ckpt = argv[i];
         else cli_die(AB_EXIT_USAGE, "decode: more than one checkpoint given ('%s' and '%s')", ckpt, argv[i]);
     }
     if (!ckpt) cli_die(AB_EXIT_USAGE, "decode: a CHECKPOINT (e.g. results/NAME/checkpoint.bin) is required");
-    if (device == ATTN_DEVICE_CUDA && ab_cuda_init()) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+    if (device == AB_DEV_CUDA && ab_cuda_init()) cli_die(AB_EXIT_USAGE, "%s", ab_error());
 
     /* the run's batch unless given: the config first, for its batch and its task */
     ab_ckpt_reader *r;
@@ -182,7 +179,7 @@ int cmd_decode(int argc, char **argv, const char *command_line) {
     json_object_set_new(doc, "ref_labels", json_integer(ref_total));
     json_object_set_new(doc, "per", ab_json_num(ref_total ? (double)errors / (double)ref_total : NAN));
     json_object_set_new(doc, "exact_rows", json_integer(exact));
-    json_object_set_new(doc, "device", json_string(device == ATTN_DEVICE_CUDA ? "cuda" : "cpu"));
+    json_object_set_new(doc, "device", json_string(ab_device_name(device)));
     json_object_set_new(doc, "threads", json_integer(ab_threads()));
     json_object_set_new(doc, "utterances", utts);
     if (out) cli_write_json(out, doc);

@@ -71,7 +71,7 @@ int cmd_generate(int argc, char **argv, const char *command_line) {
     double temperature = 0;
     uint64_t seed = 0;
     bool have_seed = false, tokens_out = false;
-    attn_device device = ATTN_DEVICE_CPU;
+    ab_device device = AB_DEV_CPU;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0) {
             fputs(GEN_USAGE, stdout);
@@ -93,16 +93,13 @@ int cmd_generate(int argc, char **argv, const char *command_line) {
         } else if (strcmp(argv[i], "--out") == 0) out = cli_path_value(argc, argv, &i);
         else if (strcmp(argv[i], "--tokens") == 0) tokens_out = true;
         else if (strcmp(argv[i], "--device") == 0) {
-            const char *d = cli_value(argc, argv, &i);
-            if (strcmp(d, "cuda") == 0) device = ATTN_DEVICE_CUDA;
-            else if (strcmp(d, "cpu") == 0) device = ATTN_DEVICE_CPU;
-            else cli_die(AB_EXIT_USAGE, "--device %s: must be cpu or cuda", d);
+            device = cli_device_value(argc, argv, &i);
         } else if (argv[i][0] == '-') cli_die(AB_EXIT_USAGE, "generate: unknown argument '%s' (see attnbench generate --help)", argv[i]);
         else if (!ckpt) ckpt = argv[i];
         else cli_die(AB_EXIT_USAGE, "generate: more than one checkpoint given ('%s' and '%s')", ckpt, argv[i]);
     }
     if (!ckpt) cli_die(AB_EXIT_USAGE, "generate: a CHECKPOINT (e.g. results/NAME/checkpoint.bin) is required");
-    if (device == ATTN_DEVICE_CUDA && ab_cuda_init()) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+    if (device == AB_DEV_CUDA && ab_cuda_init()) cli_die(AB_EXIT_USAGE, "%s", ab_error());
 
     train_config cfg;
     tf_model *m;
@@ -180,7 +177,7 @@ int cmd_generate(int argc, char **argv, const char *command_line) {
     json_object_set_new(doc, "mode", json_string(recurrent ? "recurrent" : "recompute"));
     json_object_set_new(doc, "decoding", json_string(temperature > 0 ? "sample" : "greedy"));
     json_object_set_new(doc, "temperature", json_real(temperature));
-    json_object_set_new(doc, "device", json_string(device == ATTN_DEVICE_CUDA ? "cuda" : "cpu"));
+    json_object_set_new(doc, "device", json_string(ab_device_name(device)));
     json_object_set_new(doc, "seed", json_integer((json_int_t)seed));
     json_object_set_new(doc, "prompts", json_integer(K));
     json_object_set_new(doc, "prompt_tokens", json_integer(prompt_tokens));
@@ -193,7 +190,7 @@ int cmd_generate(int argc, char **argv, const char *command_line) {
     json_object_set_new(doc, "tokens_per_s", ab_json_num(decode_s > 0 ? (double)generated / decode_s : NAN));
     json_object_set_new(doc, "threads", json_integer(ab_threads()));
     json_object_set_new(doc, "peak_bytes", json_integer((json_int_t)ab_mem_peak(AB_DEV_CPU)));
-    if (device == ATTN_DEVICE_CUDA)
+    if (device == AB_DEV_CUDA)
         json_object_set_new(doc, "device_peak_bytes", json_integer((json_int_t)ab_mem_peak(AB_DEV_CUDA)));
     json_object_set_new(doc, "machine", ab_machine_info());
     if (gen_tokens) json_object_set_new(doc, "generated", gen_tokens);

@@ -139,7 +139,7 @@ static void write_npy(const char *path, int ndim, const int64_t *shape, const in
 
 /* The model a training config initialises (its seed), with --set overrides and an
  * optional stand-in variant, for B rows on `device`. 0 or an error code with a message. */
-static int config_model(const char *path, const char *const *sets, int n, const char *variant, int B, attn_device device,
+static int config_model(const char *path, const char *const *sets, int n, const char *variant, int B, ab_device device,
                         train_config *cfg, tf_model **m) {
     *m = NULL;
     json_t *root = ab_config_load(path);
@@ -270,7 +270,7 @@ int cmd_sample(int argc, char **argv, const char *command_line) {
     double temperature = 1.0, complete = 0.0;
     uint64_t seed = 0;
     bool have_seed = false;
-    attn_device device = ATTN_DEVICE_CPU;
+    ab_device device = AB_DEV_CPU;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0) {
             fputs(SAMPLE_USAGE, stdout);
@@ -302,10 +302,7 @@ int cmd_sample(int argc, char **argv, const char *command_line) {
         else if (strcmp(argv[i], "--estimate") == 0)
             every = cli_parse_int("--estimate", cli_value(argc, argv, &i), 1, 1 << 30);
         else if (strcmp(argv[i], "--device") == 0) {
-            const char *d = cli_value(argc, argv, &i);
-            if (strcmp(d, "cuda") == 0) device = ATTN_DEVICE_CUDA;
-            else if (strcmp(d, "cpu") == 0) device = ATTN_DEVICE_CPU;
-            else cli_die(AB_EXIT_USAGE, "--device %s: must be cpu or cuda", d);
+            device = cli_device_value(argc, argv, &i);
         } else if (argv[i][0] == '-') cli_die(AB_EXIT_USAGE, "sample: unknown argument '%s' (see attnbench sample --help)", argv[i]);
         else if (!ckpt) ckpt = argv[i];
         else cli_die(AB_EXIT_USAGE, "sample: more than one checkpoint given ('%s' and '%s')", ckpt, argv[i]);
@@ -317,7 +314,7 @@ int cmd_sample(int argc, char **argv, const char *command_line) {
     if (n_sets && !config_path) cli_die(AB_EXIT_USAGE, "sample: --set goes with --config (a checkpoint's config is fixed)");
     if (K % B) cli_die(AB_EXIT_USAGE, "sample: --n %lld is not a multiple of --batch %lld", K, B);
     if (every && complete > 0) cli_die(AB_EXIT_USAGE, "sample: --estimate and --complete exclude each other");
-    if (device == ATTN_DEVICE_CUDA && ab_cuda_init()) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+    if (device == AB_DEV_CUDA && ab_cuda_init()) cli_die(AB_EXIT_USAGE, "%s", ab_error());
 
     train_config cfg;
     tf_model *m;
@@ -484,7 +481,7 @@ int cmd_sample(int argc, char **argv, const char *command_line) {
     json_object_set_new(doc, "values_per_row", json_integer(N));
     json_object_set_new(doc, "complete", json_real(complete));
     json_object_set_new(doc, "prompt_values", json_integer(P));
-    json_object_set_new(doc, "device", json_string(device == ATTN_DEVICE_CUDA ? "cuda" : "cpu"));
+    json_object_set_new(doc, "device", json_string(ab_device_name(device)));
     /* "sampled": whole rows drawn and timed; "estimated": --estimate's sum */
     json_object_set_new(doc, "method", json_string(every ? "estimated" : "sampled"));
     if (every)
@@ -499,7 +496,7 @@ int cmd_sample(int argc, char **argv, const char *command_line) {
     json_object_set_new(doc, "cpu_s_per_image", ab_json_num(sample_cpu_s / images));
     json_object_set_new(doc, "threads", json_integer(ab_threads()));
     json_object_set_new(doc, "peak_bytes", json_integer((json_int_t)ab_mem_peak(AB_DEV_CPU)));
-    if (device == ATTN_DEVICE_CUDA)
+    if (device == AB_DEV_CUDA)
         json_object_set_new(doc, "device_peak_bytes", json_integer((json_int_t)ab_mem_peak(AB_DEV_CUDA)));
     json_object_set_new(doc, "machine", ab_machine_info());
     snprintf(path, sizeof path, "%s/sample.json", dir);

@@ -358,7 +358,7 @@ int cmd_train(int argc, char **argv, const char *command_line) {
     const char *sets[64];
     int n_sets = 0;
     bool resume = false, overwrite = false, quiet = false;
-    attn_device device = ATTN_DEVICE_CPU;
+    ab_device device = AB_DEV_CPU;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0) {
             fputs(TRAIN_USAGE, stdout);
@@ -368,10 +368,7 @@ int cmd_train(int argc, char **argv, const char *command_line) {
             sets[n_sets++] = cli_value(argc, argv, &i);
         } else if (strcmp(argv[i], "--out") == 0) out_dir = cli_path_value(argc, argv, &i);
         else if (strcmp(argv[i], "--device") == 0) {
-            const char *d = cli_value(argc, argv, &i);
-            if (strcmp(d, "cuda") == 0) device = ATTN_DEVICE_CUDA;
-            else if (strcmp(d, "cpu") == 0) device = ATTN_DEVICE_CPU;
-            else cli_die(AB_EXIT_USAGE, "--device %s: must be cpu or cuda", d);
+            device = cli_device_value(argc, argv, &i);
         } else if (strcmp(argv[i], "--resume") == 0) resume = true;
         else if (strcmp(argv[i], "--overwrite") == 0) overwrite = true;
         else if (strcmp(argv[i], "--quiet") == 0) quiet = true;
@@ -381,7 +378,7 @@ int cmd_train(int argc, char **argv, const char *command_line) {
     }
     if (resume && overwrite) cli_die(AB_EXIT_USAGE, "train: --resume and --overwrite exclude each other");
     /* The device is checked up front: a machine or build without CUDA says so before any work. */
-    if (device == ATTN_DEVICE_CUDA && ab_cuda_init()) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+    if (device == AB_DEV_CUDA && ab_cuda_init()) cli_die(AB_EXIT_USAGE, "%s", ab_error());
     if (!config_path && !(resume && out_dir))
         cli_die(AB_EXIT_USAGE, "train: a CONFIG.json is required (or --resume --out DIR to continue a run)");
 
@@ -498,7 +495,7 @@ int cmd_train(int argc, char **argv, const char *command_line) {
     s.run = ab_run_begin(json_path, command_line, t->cfg.canon, t->cfg.seed, columns);
     if (!s.run) cli_die(AB_EXIT_USAGE, "%s", ab_error());
     ab_run_set(s.run, "task", json_string(t->cfg.task->name));
-    ab_run_set(s.run, "device", json_string(device == ATTN_DEVICE_CUDA ? "cuda" : "cpu"));
+    ab_run_set(s.run, "device", json_string(ab_device_name(device)));
     json_t *resumes = json_array();
     if (resume) {
         json_t *started = adopt_earlier(&s, json_path, t->step, resumes);

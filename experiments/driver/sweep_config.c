@@ -63,7 +63,7 @@ static int parse_variants(const json_t *arr, sweep_config *c) {
             }
         }
         /* Validate the variant and its options now, before anything runs. */
-        attn_options o = {sv->variant, ATTN_DEVICE_CPU, 0, sv->n_settings, sv->settings};
+        attn_options o = {sv->variant, AB_DEV_CPU, 0, sv->n_settings, sv->settings};
         attn *a;
         if ((rc = attn_create(&o, &a))) {
             char msg[512]; /* copied: ab_fail writes the buffer attn_error() points to */

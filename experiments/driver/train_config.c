@@ -62,7 +62,7 @@ static int parse_attention(const json_t *obj, train_config *c, json_t *canon_mod
         return rc;
     }
     /* the variant checks its options now (names, values) */
-    attn_options o = {variant, ATTN_DEVICE_CPU, 0, n, (const char *const *)c->attn_settings};
+    attn_options o = {variant, AB_DEV_CPU, 0, n, (const char *const *)c->attn_settings};
     attn *a;
     if ((rc = attn_create(&o, &a))) {
         char msg[512]; /* copied: ab_fail writes the buffer attn_error() points to */
