@@ -10,7 +10,7 @@
 #include "attention.h"
 #include "ctc.h"
 #include "layers.h"
-#include "lstm.h"
+#include "lstm_step.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -76,7 +76,7 @@ int ld_ctc_forward(ab_device dev, ce_stats *st, float *nll, const ctc_dims *d, c
                    const int *lengths, const int *labels, const int *counts, const float *weights, void *ws);
 int ld_ctc_backward(ab_device dev, float *dlogits, const ctc_dims *d, const float *logits, const int *lengths,
                     const int *labels, const int *counts, const float *weights, double weight_sum, void *ws);
-/* One direction's LSTM step (lstm.h: lstm_step_forward, lstm_step_backward) */
+/* One direction's LSTM step (lstm_step.h: lstm_step_forward, lstm_step_backward) */
 int ld_lstm_step_forward(ab_device dev, const lstm_step_shape *s, float *gates, float *c, float *out, int out_ld,
                          float *h, float *cs, const float *hw);
 int ld_lstm_step_backward(ab_device dev, const lstm_step_shape *s, float *dgates, float *dstep, float *hprev,
