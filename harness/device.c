@@ -5,6 +5,10 @@
 
 #include <string.h>
 
+bool ab_dev_host_memory(ab_device d) { return d == AB_DEV_CPU; }
+
+int ab_dev_init(ab_device d) { return d == AB_DEV_CUDA ? ab_cuda_init() : 0; }
+
 int ab_dev_malloc(ab_device d, void **out, size_t bytes) {
     *out = NULL;
     if (bytes == 0) return 0;

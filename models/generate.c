@@ -26,7 +26,7 @@ struct tf_gen {
 static int copy_last(const tf_model *m, int B, int N, float *out) {
     size_t V = (size_t)m->classes;
     const float *last = m->logits + (size_t)(N - 1) * V;
-    if (m->dev == AB_DEV_CPU) {
+    if (ab_dev_host_memory(m->dev)) {
         for (int b = 0; b < B; b++) memcpy(out + (size_t)b * V, last + (size_t)b * N * V, sizeof(float) * V);
         return 0;
     }

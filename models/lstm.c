@@ -1,13 +1,11 @@
 /* LSTM stack (lstm.h): the parameter/activation/scratch tables, initialisation, the
  * step loops of forward and backward on the device of lstm_dims (matrix products
- * through layers_dev.h and ab_sgemm / ab_cuda_sgemm, the element-wise step through
- * ld_lstm_step_*; the CPU version of that step is lstm_step.c). */
+ * and the element-wise step, ld_lstm_step_*, through the device's table of layers,
+ * layers_dev.h; the CPU version of that step is lstm_step.c). */
 #include "lstm.h"
 
 #include "layers_dev.h"
 
-#include "../harness/blas.h"
-#include "../harness/cuda_blas.h"
 #include "../harness/device.h"
 #include "../harness/error.h"
 #include "../harness/rng.h"
@@ -142,18 +140,10 @@ void lstm_init_params(const lstm_config *c, const lstm_params *host, uint64_t se
 
 /* ---- the stack ---- */
 
-/* C = alpha op(A) op(B) + beta C on the device of the tensors */
-static int gemm(ab_device dev, bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
-                const float *b, int ldb, float beta, float *c, int ldc) {
-    if (dev == AB_DEV_CUDA) return ab_cuda_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    ab_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    return 0;
-}
-
 static int check_call(const lstm_config *c, const lstm_dims *d, const lstm_acts *a, const char *what) {
     TRY(lstm_check_config(c));
     if (!d) return ab_fail(AB_EINVAL, "%s: NULL dims", what);
-    if (d->device != AB_DEV_CPU && d->device != AB_DEV_CUDA)
+    if ((unsigned)d->device >= AB_DEV_COUNT)
         return ab_fail(AB_EINVAL, "%s: unknown device %d", what, (int)d->device);
     if (d->B < 1 || d->N < 1 || d->B > a->max_B || d->N > a->max_N)
         return ab_fail(AB_EINVAL, "%s: batch %d and length %d must be in [1, %d] and [1, %d] (as carved)", what,
@@ -253,7 +243,7 @@ static int dir_backward(const lstm_config *c, const lstm_dims *d, int l, int dir
         TRY(ld_lstm_step_backward(dev, &s, ws->dgates, ws->step, ws->hprev, ws->c, k < kmax - 1 ? ws->h : NULL,
                                   dout + off, DH, la->gates[dir], la->c[dir], la->out + off, DH));
         /* the carried dh of the previous step: dstep (B, 4H) W_hh (4H, H) */
-        if (k > 0) TRY(gemm(dev, false, false, B, H, 4 * H, 1.0f, ws->step, 4 * H, p->w_hh, H, 0.0f, ws->h, H));
+        if (k > 0) TRY(ld_gemm(dev, false, false, B, H, 4 * H, 1.0f, ws->step, 4 * H, p->w_hh, H, 0.0f, ws->h, H));
     }
     /* dW_hh += dgates^T h_prev; dx += dgates W_ih, dW_ih += dgates^T x, db += sums */
     TRY(ld_dense_backward(dev, NULL, g->w_hh, NULL, ws->dgates, ws->hprev, p->w_hh, rows, H, 4 * H));

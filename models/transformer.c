@@ -8,7 +8,6 @@
 #include "layers_dev.h"
 
 #include "../harness/cuda_blas.h"
-#include "../harness/cuda_device.h"
 #include "../harness/device.h"
 #include "../harness/error.h"
 #include "../harness/memory.h"
@@ -181,7 +180,7 @@ static int check_config(const tf_config *c, int max_batch) {
     if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
         return ab_fail(AB_EINVAL, "model dropout %g must be in [0, 1)", (double)c->dropout);
     if (max_batch < 1) return ab_fail(AB_EINVAL, "model max batch %d must be >= 1", max_batch);
-    if (c->device != AB_DEV_CPU && c->device != AB_DEV_CUDA)
+    if ((unsigned)c->device >= AB_DEV_COUNT)
         return ab_fail(AB_EINVAL, "model device %d is neither the CPU (%d) nor CUDA (%d)", (int)c->device,
                        (int)AB_DEV_CPU, (int)AB_DEV_CUDA);
     if (c->body == TF_BODY_TRANSFORMER && (!c->attention || !*c->attention))
@@ -260,21 +259,24 @@ static void carve_params(tf_model *m, tf_table *t, bool grads) {
 
 static void carve_acts(tf_model *m, tf_table *t) {
     const tf_config *c = &m->cfg;
-    const bool cuda = m->dev == AB_DEV_CUDA, tokens = c->input == TF_INPUT_TOKENS;
+    /* a device whose memory is not the host's stages its inputs in host memory (and
+     * keeps the lengths there, make_staging); one whose embedding backward reads the
+     * token index gets it here */
+    const bool host = ab_dev_host_memory(m->dev), tokens = c->input == TF_INPUT_TOKENS;
     const bool transformer = c->body == TF_BODY_TRANSFORMER;
     int B = m->max_batch, N = m->max_len, C = c->d_model, V = tokens ? c->vocab : 0, K = m->classes;
     int64_t W = m->width > C ? m->width : C;
     m->tokens = tf_carve(t, "tokens", sizeof(int), false, 2, B, tokens ? N : 0, 0, 0);
     /* CUDA: embedding_token_index of the tokens, starts (V + 1) then order (B N) */
     int *index = tf_carve(t, "token_index", sizeof(int), false, 1,
-                          cuda && tokens ? (int64_t)V + 1 + (int64_t)B * N : 0, 0, 0, 0);
+                          ld_token_index(m->dev) && tokens ? (int64_t)V + 1 + (int64_t)B * N : 0, 0, 0, 0);
     m->starts = index;
     m->order = index ? index + V + 1 : NULL;
     m->targets = tf_carve(t, "targets", sizeof(int), false, 2, B, N, 0, 0);
     m->weights = tf_carve_f(t, "weights", false, 2, B, N, 0, 0);
     /* lengths stay in host memory (attention.h): here on the CPU, in the staging on CUDA */
-    int *lengths = tf_carve(t, "lengths", sizeof(int), false, 1, cuda ? 0 : B, 0, 0, 0);
-    if (!cuda) m->lengths = lengths;
+    int *lengths = tf_carve(t, "lengths", sizeof(int), false, 1, host ? B : 0, 0, 0, 0);
+    if (host) m->lengths = lengths;
     m->frames = tf_carve_f(t, "frames", false, 3, B, N, tokens ? 0 : c->features, 0);
     m->pos_table = tf_carve_f(t, "positions", false, 2, N, transformer ? C : 0, 0, 0);
     m->emb = tf_carve_f(t, "emb", false, 3, B, N, C, 0);
@@ -322,7 +324,7 @@ static void carve_acts(tf_model *m, tf_table *t) {
  * one upload), then the frames (frame input) and the lengths. Needs the sized
  * activation table. */
 static int make_staging(tf_model *m) {
-    if (m->dev != AB_DEV_CUDA) return 0;
+    if (ab_dev_host_memory(m->dev)) return 0;
     const tf_tensor *tt = tf_table_find(&m->atab, "tokens"), *ti = tf_table_find(&m->atab, "token_index");
     const tf_tensor *tg = tf_table_find(&m->atab, "targets"), *tw = tf_table_find(&m->atab, "weights");
     const tf_tensor *tf = tf_table_find(&m->atab, "frames");
@@ -434,15 +436,15 @@ static int body_init(const init_ctx *x) {
 }
 
 int tf_init_params(tf_model *m, uint64_t seed) {
-    const bool cuda = m->dev == AB_DEV_CUDA;
+    const bool host = ab_dev_host_memory(m->dev); /* else drawn on the host, then uploaded */
     const size_t bytes = sizeof(float) * m->ptab.total;
-    init_ctx x = {m, cuda ? ab_alloc(bytes) : m->params, seed};
+    init_ctx x = {m, host ? m->params : ab_alloc(bytes), seed};
     if (!x.h) return AB_ENOMEM;
     input_init(&x);
     int rc = body_init(&x);
     init_dense(&x, m->head_w, m->head_b, m->classes, m->width);
-    if (!cuda) return rc;
-    if (!rc) rc = ab_dev_upload(AB_DEV_CUDA, m->params, x.h, bytes);
+    if (host) return rc;
+    if (!rc) rc = ab_dev_upload(m->dev, m->params, x.h, bytes);
     ab_free(x.h);
     return rc;
 }
@@ -451,7 +453,7 @@ int tf_init_params(tf_model *m, uint64_t seed) {
 static int init_tables(tf_model *m) {
     int N = m->max_len, C = m->cfg.d_model;
     if (!m->pos_table) return 0; /* a body without positions */
-    if (m->dev == AB_DEV_CPU) {
+    if (ab_dev_host_memory(m->dev)) {
         positions_table(m->pos_table, N, C);
         return 0;
     }
@@ -459,7 +461,7 @@ static int init_tables(tf_model *m) {
     float *h = ab_alloc(bytes);
     if (!h) return AB_ENOMEM;
     positions_table(h, N, C);
-    int rc = ab_dev_upload(AB_DEV_CUDA, m->pos_table, h, bytes);
+    int rc = ab_dev_upload(m->dev, m->pos_table, h, bytes);
     ab_free(h);
     return rc;
 }
@@ -611,7 +613,7 @@ static int create(const tf_config *cfg, int max_batch, bool forward_only, tf_mod
             tf_destroy(m);
             return rc;
         }
-    } else if (m->dev != AB_DEV_CPU && (rc = ab_cuda_init())) {
+    } else if ((rc = ab_dev_init(m->dev))) {
         tf_destroy(m);
         return rc;
     }
@@ -632,7 +634,7 @@ static int create(const tf_config *cfg, int max_batch, bool forward_only, tf_mod
         tf_destroy(m);
         return ab_fail(AB_EINVAL, "model parameters overflow");
     }
-    if (m->dev == AB_DEV_CPU) {
+    if (ab_dev_host_memory(m->dev)) {
         m->params = ab_calloc(pbytes);
         m->grads = ab_calloc(pbytes);
         m->acts = ab_calloc(m->atab.total);
@@ -640,16 +642,16 @@ static int create(const tf_config *cfg, int max_batch, bool forward_only, tf_mod
     } else {
         /* device memory comes uninitialised: the gradients are zeroed below, the
          * parameters initialised, and the activations are written before being read */
-        if (!(rc = ab_dev_malloc(AB_DEV_CUDA, (void **)&m->params, pbytes)) &&
-            !(rc = ab_dev_malloc(AB_DEV_CUDA, (void **)&m->grads, pbytes)))
-            rc = ab_dev_malloc(AB_DEV_CUDA, &m->acts, m->atab.total);
+        if (!(rc = ab_dev_malloc(m->dev, (void **)&m->params, pbytes)) &&
+            !(rc = ab_dev_malloc(m->dev, (void **)&m->grads, pbytes)))
+            rc = ab_dev_malloc(m->dev, &m->acts, m->atab.total);
         if (!rc) rc = make_staging(m);
     }
     if (rc) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", ab_error());
         size_t total = 2 * pbytes + m->atab.total;
-        const char *where = m->dev == AB_DEV_CUDA ? "the CUDA device" : "the host";
+        const char *where = ab_dev_host_memory(m->dev) ? "the host" : "the CUDA device";
         tf_destroy(m);
         return ab_fail(rc, "model needs %.1f MiB (parameters, gradients, activations) on %s: %s",
                        (double)total / 1048576.0, where, msg);
@@ -766,24 +768,24 @@ static int head_forward(tf_model *m, int BT) {
 /* The tokens (B N) into the model's buffer; on CUDA with their token index for the
  * embedding backward, in one upload. */
 static int put_tokens(tf_model *m, const int *tokens, int BT) {
-    if (m->dev == AB_DEV_CPU) {
+    if (ab_dev_host_memory(m->dev)) {
         memcpy(m->tokens, tokens, sizeof(int) * (size_t)BT);
         return 0;
     }
     memcpy(m->h_tokens, tokens, sizeof(int) * (size_t)BT);
     embedding_token_index(m->h_order, m->h_starts, tokens, BT, m->cfg.vocab);
     size_t bytes = (size_t)((char *)(m->h_order + BT) - (char *)m->h_tokens);
-    return ab_dev_upload(AB_DEV_CUDA, m->tokens, m->h_tokens, bytes);
+    return ab_dev_upload(m->dev, m->tokens, m->h_tokens, bytes);
 }
 
 /* The frames (B N F) into the model's buffer (one upload on CUDA). */
 static int put_frames(tf_model *m, const float *frames, int BT) {
     size_t bytes = sizeof(float) * (size_t)BT * (size_t)m->cfg.features;
-    if (m->dev == AB_DEV_CPU) {
+    if (ab_dev_host_memory(m->dev)) {
         memcpy(m->frames, frames, bytes);
         return 0;
     }
-    return ab_dev_upload(AB_DEV_CUDA, m->frames, frames, bytes);
+    return ab_dev_upload(m->dev, m->frames, frames, bytes);
 }
 
 static int forward_run(tf_model *m, const tf_in *in, int B, int N, int pos0, const int *lengths, bool train,
@@ -798,11 +800,11 @@ static int forward_run(tf_model *m, const tf_in *in, int B, int N, int pos0, con
 }
 
 ab_precision tf_precision_enter(const tf_model *m) {
-    return m->dev == AB_DEV_CUDA ? ab_cuda_set_gemm_precision((ab_precision)m->cfg.precision) : AB_PREC_FP32;
+    return ld_set_gemm_precision(m->dev, (ab_precision)m->cfg.precision);
 }
 
 void tf_precision_leave(const tf_model *m, ab_precision p0) {
-    if (m->dev == AB_DEV_CUDA) ab_cuda_set_gemm_precision(p0);
+    ld_set_gemm_precision(m->dev, p0);
 }
 
 int tf_forward_run(tf_model *m, const tf_in *in, int B, int N, int pos0, const int *lengths, bool train,
