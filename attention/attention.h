@@ -135,6 +135,17 @@ const char *attn_variant_option_choice(int i, int j, int c);
 int attn_feature_map_count(void);
 bool attn_feature_map_info(int i, const char **name, const char **features, const char **help);
 
+/* Checks what attn_create would check of opt without creating anything: the variant's
+ * name, the device (one of ab_device's), and the settings against the variant's
+ * option table (names, values, ranges, and precision against the device). 0, or
+ * AB_EINVAL with the message attn_create would give. Whether this build and machine can
+ * run the variant on the device is attn_variant_has_device's and attn_create's answer. */
+int attn_variant_check(const attn_options *opt);
+/* The same check, then the learned parameters of the variant's own that the object
+ * attn_create would make has for sequences of up to max_len (attn_param_count) and
+ * whether one set serves every layer (attn_params_shared_by_layers), without making it. */
+int attn_variant_params(const attn_options *opt, int max_len, size_t *count, bool *shared);
+
 /* ---- lifetime ---- */
 
 int attn_create(const attn_options *opt, attn **out);

@@ -191,19 +191,77 @@ static int parse_setting(const attn_variant *v, attn_params *p, const char *sett
     return ab_fail(AB_EINVAL, "option %s: internal type error", o->name);
 }
 
-int attn_create(const attn_options *opt, attn **out) {
-    if (!opt || !out) return ab_fail(AB_EINVAL, "attn_create: NULL argument");
-    *out = NULL;
+/* The variant opt names, or NULL with the message set. */
+static const attn_variant *variant_of(const attn_options *opt) {
     int vi = attn_variant_find(opt->variant);
     if (vi < 0) {
         char list[256];
         size_t n = 0;
         for (int i = 0; i < N_VARIANTS && n < sizeof list; i++)
             n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "", g_variants[i]->name);
-        return ab_fail(AB_EINVAL, "unknown attention variant '%s' (known: %s)", opt->variant ? opt->variant : "(null)",
-                       list);
+        ab_fail(AB_EINVAL, "unknown attention variant '%s' (known: %s)", opt->variant ? opt->variant : "(null)", list);
+        return NULL;
     }
-    const attn_variant *v = g_variants[vi];
+    return g_variants[vi];
+}
+
+/* opt's settings over v's defaults into *p, checked against v's option table, and
+ * the precision against the device: 0, or AB_EINVAL with the message attn_create
+ * gives. */
+static int settings_of(const attn_variant *v, const attn_options *opt, attn_params *p) {
+    memset(p, 0, sizeof *p);
+    v->defaults(p);
+    if (opt->n_settings < 0 || (opt->n_settings > 0 && !opt->settings))
+        return ab_fail(AB_EINVAL, "attn_create: bad settings list");
+    for (int i = 0; i < opt->n_settings; i++) {
+        int rc = parse_setting(v, p, opt->settings[i]);
+        if (rc) return rc;
+    }
+    if (p->precision != AB_PREC_FP32 && opt->device != AB_DEV_CUDA)
+        return ab_fail(AB_EINVAL, "option precision=%s: the CPU computes in fp32 only (use --device cuda, or "
+                                  "precision=fp32)",
+                       ab_precision_name((ab_precision)p->precision));
+    return 0;
+}
+
+/* The object attn_create would make, without its device: on the caller's stack, for
+ * the questions its variant and parameters answer (the parameter count). */
+static int describe(const attn_options *opt, attn *a) {
+    if (!opt) return ab_fail(AB_EINVAL, "attn_variant_check: NULL options");
+    memset(a, 0, sizeof *a);
+    const attn_variant *v = variant_of(opt);
+    if (!v) return AB_EINVAL;
+    if ((unsigned)opt->device >= AB_DEV_COUNT) return ab_fail(AB_EINVAL, "unknown device %d", (int)opt->device);
+    int rc = settings_of(v, opt, &a->p);
+    if (rc) return rc;
+    a->v = v;
+    a->be = v->cpu;
+    a->device = opt->device;
+    a->seed = opt->seed;
+    return 0;
+}
+
+int attn_variant_check(const attn_options *opt) {
+    attn a;
+    return describe(opt, &a);
+}
+
+int attn_variant_params(const attn_options *opt, int max_len, size_t *count, bool *shared) {
+    if (!count || !shared) return ab_fail(AB_EINVAL, "attn_variant_params: NULL argument");
+    *count = 0;
+    *shared = false;
+    attn a;
+    int rc = describe(opt, &a);
+    if (rc || (rc = attn_param_count(&a, max_len, count))) return rc;
+    *shared = attn_params_shared_by_layers(&a);
+    return 0;
+}
+
+int attn_create(const attn_options *opt, attn **out) {
+    if (!opt || !out) return ab_fail(AB_EINVAL, "attn_create: NULL argument");
+    *out = NULL;
+    const attn_variant *v = variant_of(opt);
+    if (!v) return AB_EINVAL;
     const attn_backend *be = NULL;
     if (opt->device == AB_DEV_CPU) be = v->cpu;
     else if (opt->device == AB_DEV_CUDA) {
@@ -219,18 +277,8 @@ int attn_create(const attn_options *opt, attn **out) {
         return ab_fail(AB_EINVAL, "unknown device %d", (int)opt->device);
 
     attn_params p;
-    memset(&p, 0, sizeof p);
-    v->defaults(&p);
-    if (opt->n_settings < 0 || (opt->n_settings > 0 && !opt->settings))
-        return ab_fail(AB_EINVAL, "attn_create: bad settings list");
-    for (int i = 0; i < opt->n_settings; i++) {
-        int rc = parse_setting(v, &p, opt->settings[i]);
-        if (rc) return rc;
-    }
-    if (p.precision != AB_PREC_FP32 && opt->device != AB_DEV_CUDA)
-        return ab_fail(AB_EINVAL, "option precision=%s: the CPU computes in fp32 only (use --device cuda, or "
-                                  "precision=fp32)",
-                       ab_precision_name((ab_precision)p.precision));
+    int rc = settings_of(v, opt, &p);
+    if (rc) return rc;
     attn *a = calloc(1, sizeof *a);
     if (!a) return ab_fail(AB_ENOMEM, "out of memory");
     a->v = v;

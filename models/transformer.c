@@ -468,14 +468,15 @@ static int init_tables(tf_model *m) {
 
 /* ---- lifetime ---- */
 
-/* The layout of the attention's own parameters (a transformer body's attention a):
- * per layer in each layer's table (enc.attn_params), or one block for all
- * (attn_shared), sized for the model's max_len. */
-static int set_attn_params(tf_model *m, const attn *a) {
+/* The layout of the attention's own parameters (a transformer body's attention, as ao
+ * asks for it): per layer in each layer's table (enc.attn_params), or one block for all
+ * (attn_shared), sized for the model's max_len. The registry answers from the variant
+ * and its settings (attn_variant_params), with or without an attention object. */
+static int set_attn_params(tf_model *m, const attn_options *ao) {
     size_t n;
-    int rc = attn_param_count(a, m->cfg.max_len, &n);
+    bool shared;
+    int rc = attn_variant_params(ao, m->cfg.max_len, &n, &shared);
     if (rc) return rc;
-    const bool shared = attn_params_shared_by_layers(a);
     m->enc.attn_params = shared ? 0 : n;
     m->enc.attn_len = m->cfg.max_len;
     m->attn_shared = shared ? n : 0;
@@ -487,7 +488,7 @@ static void set_dims(tf_model *m, const tf_config *cfg) {
     m->classes = classes_of(cfg);
     m->width = width_of(cfg);
     m->enc = (enc_config){cfg->d_model, cfg->heads, cfg->d_ff, cfg->dropout, cfg->pre_norm, cfg->causal, 0, 0};
-    /* the attention's own parameters: set_attn_params, once the attention exists */
+    /* the attention's own parameters: set_attn_params (from the registry) */
     m->lc = (lstm_config){cfg->d_model, cfg->lstm_hidden, cfg->layers, cfg->bidirectional, cfg->dropout};
 }
 
@@ -506,14 +507,11 @@ int tf_param_count_for(const tf_config *cfg, size_t *count) {
     m->cfg = *cfg;
     set_dims(m, cfg);
     if (cfg->body == TF_BODY_TRANSFORMER) {
-        /* the attention's own parameters: a CPU object of the variant says how many
-         * (the count does not depend on the device; nothing is allocated for it) */
+        /* the attention's own parameters: the registry says how many from the variant
+         * and its settings (the count does not depend on the device; nothing is made) */
         attn_options ao = {.variant = cfg->attention, .device = AB_DEV_CPU,
                            .n_settings = cfg->n_attn_settings, .settings = cfg->attn_settings};
-        attn *a = NULL;
-        if (!(rc = attn_create(&ao, &a))) rc = set_attn_params(m, a);
-        attn_destroy(a);
-        if (rc) {
+        if ((rc = set_attn_params(m, &ao))) {
             free(m->lp);
             free(m);
             return rc;
@@ -609,7 +607,7 @@ static int create(const tf_config *cfg, int max_batch, bool forward_only, tf_mod
             return ab_fail(rc, "model attention at batch %d, length %d: %s", max_batch, cfg->max_len, msg);
         }
         m->attn_saved = forward_only && attn_can_forward_unsaved(m->att) ? 0 : attn_saved_bytes(m->att, &as);
-        if ((rc = set_attn_params(m, m->att))) {
+        if ((rc = set_attn_params(m, &ao))) {
             tf_destroy(m);
             return rc;
         }

@@ -89,6 +89,12 @@ static void expect_create_fails(const char *variant, const char *setting, int co
     for (int i = 0; must && must[i]; i++)
         cr_assert(strstr(msg, must[i]) != NULL, "attn_create(%s, %s): message '%s' lacks '%s'", variant,
                   setting ? setting : "-", msg, must[i]);
+    /* the registry's check without an object says the same */
+    char want[512];
+    snprintf(want, sizeof want, "%s", msg);
+    ab_clear_error();
+    cr_assert_eq(attn_variant_check(&o), code, "attn_variant_check(%s, %s)", variant, setting ? setting : "-");
+    cr_assert_str_eq(attn_error(), want);
 }
 
 static attn_shape shape(int B, int H, int N, int D, int M, bool causal, const int *lengths) {
@@ -331,6 +337,32 @@ Test(registry, create_errors) {
     o.n_settings = 0;
     o.device = 7; /* outside the enum */
     cr_assert_eq(attn_create(&o, &a), ATTN_EINVAL);
+}
+
+Test(registry, check_without_objects) {
+    /* attn_variant_check accepts what attn_create accepts, and attn_variant_params
+     * answers what the object's attn_param_count and attn_params_shared_by_layers do. */
+    static const struct {
+        const char *variant, *setting;
+    } ok[] = {{"softmax", NULL}, {"linformer", NULL}, {"linformer", "k=8"}, {"linformer", "share=kv"},
+              {"linformer", "share=layer"}, {"lsh", "rounds=2"}};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        const char *settings[1] = {ok[i].setting};
+        attn_options o = {ok[i].variant, AB_DEV_CPU, 3, ok[i].setting ? 1 : 0, settings};
+        cr_assert_eq(attn_variant_check(&o), 0, "%s %s: %s", ok[i].variant, ok[i].setting, attn_error());
+        attn *a;
+        cr_assert_eq(attn_create(&o, &a), 0, "%s", attn_error());
+        size_t want, got;
+        bool shared;
+        cr_assert_eq(attn_param_count(a, 64, &want), 0, "%s", attn_error());
+        cr_assert_eq(attn_variant_params(&o, 64, &got, &shared), 0, "%s", attn_error());
+        cr_assert_eq(got, want, "%s %s: %zu parameters, the object has %zu", ok[i].variant, ok[i].setting, got, want);
+        cr_assert_eq(shared, attn_params_shared_by_layers(a));
+        attn_destroy(a);
+    }
+    attn_options o = {"softmax", 7, 0, 0, NULL}; /* a device outside the enum */
+    cr_assert_eq(attn_variant_check(&o), ATTN_EINVAL);
+    cr_assert_eq(attn_variant_check(NULL), ATTN_EINVAL);
 }
 
 Test(registry, devices_of_variants) {
