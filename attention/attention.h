@@ -28,7 +28,7 @@
  *   position for all B x H at once. Steps over t = 0..N-1 equal the causal forward.
  *   The state is an opaque object (its bookkeeping on the host, its contents on the
  *   device) and belongs to the attn object that created it.
- * - Devices: with ATTN_DEVICE_CUDA every tensor argument (q, k, v, out, saved, dout,
+ * - Devices: with AB_DEV_CUDA every tensor argument (q, k, v, out, saved, dout,
  *   dq, dk, dv, and the step's inputs and outputs) is a device pointer (from
  *   ab_cuda_malloc, harness/cuda_device.h, or cudaMalloc), and calls return once their
  *   work is queued on the library's stream: synchronise (ab_cuda_sync, or a copy back)
@@ -48,6 +48,8 @@
 #ifndef ATTNBENCH_ATTENTION_H
 #define ATTNBENCH_ATTENTION_H
 
+#include "device_type.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -65,7 +67,13 @@ enum {
     ATTN_EDEVICE = -5, /* device (CUDA) failure or no device */
 };
 
-typedef enum { ATTN_DEVICE_CPU = 0, ATTN_DEVICE_CUDA = 1 } attn_device;
+/* Devices are harness's ab_device (device_type.h: AB_DEV_CPU, AB_DEV_CUDA), the one
+ * device type of the library, the models and the tools. The names below are the
+ * library's earlier spelling, kept as aliases for programs written against it; nothing
+ * in attnbench itself uses them. */
+typedef ab_device attn_device;
+#define ATTN_DEVICE_CPU AB_DEV_CPU
+#define ATTN_DEVICE_CUDA AB_DEV_CUDA
 
 typedef struct {
     int batch, heads, len, qk_dim, v_dim; /* B, H, N, D, M */
@@ -75,7 +83,7 @@ typedef struct {
 
 typedef struct {
     const char *variant;          /* registry name */
-    attn_device device;           /* where tensors live and the work runs */
+    ab_device device;             /* where tensors live and the work runs */
     uint64_t seed;                /* random choices (LSH rotations, FAVOR+ features) derive from it */
     int n_settings;               /* number of "key=value" strings */
     const char *const *settings;  /* variant options, see attn_variant_option */
@@ -97,7 +105,7 @@ bool attn_variant_has_causal(int i);
 bool attn_variant_has_params(int i);
 /* Whether this build has an implementation of variant i on device d (whether the
  * machine has such a device is attn_create's answer). */
-bool attn_variant_has_device(int i, attn_device d);
+bool attn_variant_has_device(int i, ab_device d);
 /* Options of variant i: name, default as text, help (includes the allowed values).
  * Returns false past the last option. */
 bool attn_variant_option(int i, int j, const char **name, const char **def, const char **help);
@@ -126,6 +134,17 @@ const char *attn_variant_option_choice(int i, int j, int c);
  * `linear` offers some of them as its feature_map choices; `polynomial` uses "poly". */
 int attn_feature_map_count(void);
 bool attn_feature_map_info(int i, const char **name, const char **features, const char **help);
+
+/* Checks what attn_create would check of opt without creating anything: the variant's
+ * name, the device (one of ab_device's), and the settings against the variant's
+ * option table (names, values, ranges, and precision against the device). 0, or
+ * AB_EINVAL with the message attn_create would give. Whether this build and machine can
+ * run the variant on the device is attn_variant_has_device's and attn_create's answer. */
+int attn_variant_check(const attn_options *opt);
+/* The same check, then the learned parameters of the variant's own that the object
+ * attn_create would make has for sequences of up to max_len (attn_param_count) and
+ * whether one set serves every layer (attn_params_shared_by_layers), without making it. */
+int attn_variant_params(const attn_options *opt, int max_len, size_t *count, bool *shared);
 
 /* ---- lifetime ---- */
 

@@ -695,9 +695,9 @@ int attn_lsh_buckets(attn *a, const attn_shape *s, const float *q, int *buckets)
     int rc = attn_reserve(a, s);
     if (rc) return rc;
 #ifdef ATTNBENCH_HAVE_CUDA
-    if (a->device == ATTN_DEVICE_CUDA) return lsh_cuda_buckets(a, s, q, buckets);
+    if (a->device == AB_DEV_CUDA) return lsh_cuda_buckets(a, s, q, buckets);
 #endif
-    if (a->device != ATTN_DEVICE_CPU) return ab_fail(AB_EUNSUPPORTED, "attn_lsh_buckets: no such device");
+    if (a->device != AB_DEV_CPU) return ab_fail(AB_EUNSUPPORTED, "attn_lsh_buckets: no such device");
     lsh_dims d = get_dims(a, s);
     lsh_ws ws = ws_of(a, &d);
     make_rotations(a, &d, ws.rot);

@@ -30,9 +30,9 @@ const char *attn_variant_summary(int i) { return (i >= 0 && i < N_VARIANTS) ? g_
 bool attn_variant_has_step(int i) { return i >= 0 && i < N_VARIANTS && g_variants[i]->cpu->step != NULL; }
 bool attn_variant_has_causal(int i) { return i >= 0 && i < N_VARIANTS && !g_variants[i]->noncausal_only; }
 bool attn_variant_has_params(int i) { return i >= 0 && i < N_VARIANTS && g_variants[i]->param_count != NULL; }
-bool attn_variant_has_device(int i, attn_device d) {
+bool attn_variant_has_device(int i, ab_device d) {
     if (i < 0 || i >= N_VARIANTS) return false;
-    return d == ATTN_DEVICE_CPU ? true : d == ATTN_DEVICE_CUDA ? g_variants[i]->cuda != NULL : false;
+    return d == AB_DEV_CPU ? true : d == AB_DEV_CUDA ? g_variants[i]->cuda != NULL : false;
 }
 
 /* Options every variant has, after its own (attn_variant_option lists them last). */
@@ -191,22 +191,80 @@ static int parse_setting(const attn_variant *v, attn_params *p, const char *sett
     return ab_fail(AB_EINVAL, "option %s: internal type error", o->name);
 }
 
-int attn_create(const attn_options *opt, attn **out) {
-    if (!opt || !out) return ab_fail(AB_EINVAL, "attn_create: NULL argument");
-    *out = NULL;
+/* The variant opt names, or NULL with the message set. */
+static const attn_variant *variant_of(const attn_options *opt) {
     int vi = attn_variant_find(opt->variant);
     if (vi < 0) {
         char list[256];
         size_t n = 0;
         for (int i = 0; i < N_VARIANTS && n < sizeof list; i++)
             n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "", g_variants[i]->name);
-        return ab_fail(AB_EINVAL, "unknown attention variant '%s' (known: %s)", opt->variant ? opt->variant : "(null)",
-                       list);
+        ab_fail(AB_EINVAL, "unknown attention variant '%s' (known: %s)", opt->variant ? opt->variant : "(null)", list);
+        return NULL;
     }
-    const attn_variant *v = g_variants[vi];
+    return g_variants[vi];
+}
+
+/* opt's settings over v's defaults into *p, checked against v's option table, and
+ * the precision against the device: 0, or AB_EINVAL with the message attn_create
+ * gives. */
+static int settings_of(const attn_variant *v, const attn_options *opt, attn_params *p) {
+    memset(p, 0, sizeof *p);
+    v->defaults(p);
+    if (opt->n_settings < 0 || (opt->n_settings > 0 && !opt->settings))
+        return ab_fail(AB_EINVAL, "attn_create: bad settings list");
+    for (int i = 0; i < opt->n_settings; i++) {
+        int rc = parse_setting(v, p, opt->settings[i]);
+        if (rc) return rc;
+    }
+    if (p->precision != AB_PREC_FP32 && opt->device != AB_DEV_CUDA)
+        return ab_fail(AB_EINVAL, "option precision=%s: the CPU computes in fp32 only (use --device cuda, or "
+                                  "precision=fp32)",
+                       ab_precision_name((ab_precision)p->precision));
+    return 0;
+}
+
+/* The object attn_create would make, without its device: on the caller's stack, for
+ * the questions its variant and parameters answer (the parameter count). */
+static int describe(const attn_options *opt, attn *a) {
+    if (!opt) return ab_fail(AB_EINVAL, "attn_variant_check: NULL options");
+    memset(a, 0, sizeof *a);
+    const attn_variant *v = variant_of(opt);
+    if (!v) return AB_EINVAL;
+    if ((unsigned)opt->device >= AB_DEV_COUNT) return ab_fail(AB_EINVAL, "unknown device %d", (int)opt->device);
+    int rc = settings_of(v, opt, &a->p);
+    if (rc) return rc;
+    a->v = v;
+    a->be = v->cpu;
+    a->device = opt->device;
+    a->seed = opt->seed;
+    return 0;
+}
+
+int attn_variant_check(const attn_options *opt) {
+    attn a;
+    return describe(opt, &a);
+}
+
+int attn_variant_params(const attn_options *opt, int max_len, size_t *count, bool *shared) {
+    if (!count || !shared) return ab_fail(AB_EINVAL, "attn_variant_params: NULL argument");
+    *count = 0;
+    *shared = false;
+    attn a;
+    int rc = describe(opt, &a);
+    if (rc || (rc = attn_param_count(&a, max_len, count))) return rc;
+    *shared = attn_params_shared_by_layers(&a);
+    return 0;
+}
+
+int attn_create(const attn_options *opt, attn **out) {
+    if (!opt || !out) return ab_fail(AB_EINVAL, "attn_create: NULL argument");
+    *out = NULL;
+    const attn_variant *v = variant_of(opt);
+    if (!v) return AB_EINVAL;
     const attn_backend *be = NULL;
-    if (opt->device == ATTN_DEVICE_CPU) be = v->cpu;
-    else if (opt->device == ATTN_DEVICE_CUDA) {
+    if (opt->device == AB_DEV_CPU) be = v->cpu;
+    else if (opt->device == AB_DEV_CUDA) {
         /* No CUDA in the build, or no device: "this build has no CUDA backend ..." or
          * "no CUDA device: ..." (AB_EDEVICE). */
         int rc = ab_cuda_init();
@@ -219,18 +277,8 @@ int attn_create(const attn_options *opt, attn **out) {
         return ab_fail(AB_EINVAL, "unknown device %d", (int)opt->device);
 
     attn_params p;
-    memset(&p, 0, sizeof p);
-    v->defaults(&p);
-    if (opt->n_settings < 0 || (opt->n_settings > 0 && !opt->settings))
-        return ab_fail(AB_EINVAL, "attn_create: bad settings list");
-    for (int i = 0; i < opt->n_settings; i++) {
-        int rc = parse_setting(v, &p, opt->settings[i]);
-        if (rc) return rc;
-    }
-    if (p.precision != AB_PREC_FP32 && opt->device != ATTN_DEVICE_CUDA)
-        return ab_fail(AB_EINVAL, "option precision=%s: the CPU computes in fp32 only (use --device cuda, or "
-                                  "precision=fp32)",
-                       ab_precision_name((ab_precision)p.precision));
+    int rc = settings_of(v, opt, &p);
+    if (rc) return rc;
     attn *a = calloc(1, sizeof *a);
     if (!a) return ab_fail(AB_ENOMEM, "out of memory");
     a->v = v;
@@ -242,12 +290,9 @@ int attn_create(const attn_options *opt, attn **out) {
     return 0;
 }
 
-/* Memory of the attention's device, from the tracked allocator (the two device enums
- * have the same values). */
-static int dev_alloc(attn_device dev, size_t bytes, void **out) { return ab_dev_malloc((ab_device)dev, out, bytes); }
-static void dev_free(attn_device dev, void *p) { ab_dev_free((ab_device)dev, p); }
-_Static_assert((int)ATTN_DEVICE_CPU == (int)AB_DEV_CPU && (int)ATTN_DEVICE_CUDA == (int)AB_DEV_CUDA,
-               "attn_device and ab_device agree");
+/* Memory of the attention's device, from the tracked allocator. */
+static int dev_alloc(ab_device dev, size_t bytes, void **out) { return ab_dev_malloc(dev, out, bytes); }
+static void dev_free(ab_device dev, void *p) { ab_dev_free(dev, p); }
 
 void attn_destroy(attn *a) {
     if (!a) return;
@@ -371,10 +416,10 @@ size_t attn_workspace_bytes(const attn *a) { return a ? a->ws_bytes : 0; }
 /* The device's matrix products follow the object's precision option during a call
  * (cuBLAS's math mode; the kernels read a->p.precision themselves). */
 static ab_precision prec_enter(const attn *a) {
-    return a->device == ATTN_DEVICE_CUDA ? ab_cuda_set_gemm_precision((ab_precision)a->p.precision) : AB_PREC_FP32;
+    return a->device == AB_DEV_CUDA ? ab_cuda_set_gemm_precision((ab_precision)a->p.precision) : AB_PREC_FP32;
 }
 static void prec_leave(const attn *a, ab_precision p0) {
-    if (a->device == ATTN_DEVICE_CUDA) ab_cuda_set_gemm_precision(p0);
+    if (a->device == AB_DEV_CUDA) ab_cuda_set_gemm_precision(p0);
 }
 
 /* ---- checked entry points ---- */
@@ -476,7 +521,7 @@ int attn_backward(attn *a, const attn_shape *s, const float *q, const float *k, 
 struct attn_state {
     uint64_t magic;
     const attn *owner;
-    attn_device device;
+    ab_device device;
     attn_shape shape; /* len = capacity, causal, no lengths */
     int capacity, count;
     void *mem; /* the backend's state, state_bytes of the owner's device memory */

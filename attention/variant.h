@@ -107,7 +107,7 @@ typedef struct {
 struct attn {
     const attn_variant *v;
     const attn_backend *be;
-    attn_device device;
+    ab_device device;
     uint64_t seed;
     attn_params p;
     void *ws; /* workspace on the object's device, tracked allocator */

@@ -5,6 +5,10 @@
 
 #include <string.h>
 
+bool ab_dev_host_memory(ab_device d) { return d == AB_DEV_CPU; }
+
+int ab_dev_init(ab_device d) { return d == AB_DEV_CUDA ? ab_cuda_init() : 0; }
+
 int ab_dev_malloc(ab_device d, void **out, size_t bytes) {
     *out = NULL;
     if (bytes == 0) return 0;
@@ -43,5 +47,3 @@ int ab_dev_copy(ab_device d, void *dst, const void *src, size_t bytes) {
 }
 
 int ab_dev_sync(ab_device d) { return d == AB_DEV_CUDA ? ab_cuda_sync() : 0; }
-
-const char *ab_dev_name(ab_device d) { return d == AB_DEV_CUDA ? "cuda" : "cpu"; }

@@ -6,11 +6,20 @@
 
 #include "memory.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Whether device d's memory is the host's (the CPU): its pointers are read and written
+ * directly, with no staging and no copies in between. */
+bool ab_dev_host_memory(ab_device d);
+
+/* Makes device d ready for use: nothing on the CPU; on CUDA ab_cuda_init (AB_EDEVICE
+ * "this build has no CUDA backend ..." or "no CUDA device: ..."). */
+int ab_dev_init(ab_device d);
 
 /* Tracked allocation on device d: 0 and *out, or AB_ENOMEM / AB_EDEVICE with a
  * message. bytes == 0 gives *out = NULL. */
@@ -24,7 +33,6 @@ int ab_dev_memset(ab_device d, void *p, int value, size_t bytes);
 int ab_dev_copy(ab_device d, void *dst, const void *src, size_t bytes);
 /* Waits for the device's queued work (nothing to wait for on the CPU). */
 int ab_dev_sync(ab_device d);
-const char *ab_dev_name(ab_device d);
 
 #ifdef __cplusplus
 }

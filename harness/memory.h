@@ -3,13 +3,13 @@
 #ifndef AB_MEMORY_H
 #define AB_MEMORY_H
 
+#include "device_type.h"
+
 #include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum { AB_DEV_CPU = 0, AB_DEV_CUDA = 1, AB_DEV_COUNT } ab_device;
 
 /* 64-byte aligned host allocation, counted on AB_DEV_CPU. NULL (with a message set)
  * on failure or on a zero size. */

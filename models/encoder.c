@@ -73,7 +73,7 @@ static bool use_dropout(const enc_config *c, bool train) { return train && c->dr
 static int enc_step(attn *a, const enc_config *c, const mha_dims *d, const mha_run *run, const float *x,
                     const enc_params *p, enc_acts *act, enc_scratch *ws) {
     const int B = d->B, C = c->C, F = c->F;
-    attn_device dev = d->device;
+    ab_device dev = d->device;
     if (!c->pre_norm) {
         TRY(mha_step_forward(a, d, run, ws->branch, x, &p->attn, &act->attn, &ws->attn));
         TRY(ld_bias_residual_layernorm(dev, act->res1, act->ln1_out, act->ln1_mean, act->ln1_rstd, x, ws->branch,
@@ -99,7 +99,7 @@ int enc_forward(attn *a, const enc_config *c, const mha_dims *d, const mha_run *
     int BT = d->B * d->N, C = c->C, F = c->F;
     size_t n = (size_t)BT * C;
     bool drop = use_dropout(c, train);
-    attn_device dev = d->device;
+    ab_device dev = d->device;
     if (run && run->mode == MHA_STEP && !drop && d->N == 1) return enc_step(a, c, d, run, x, p, act, ws);
     if (drop && (!act->mask_attn || !act->mask_hidden || !act->mask_ffn))
         return ab_fail(AB_EINVAL, "encoder layer: dropout requested but no masks were carved");
@@ -136,7 +136,7 @@ int enc_forward(attn *a, const enc_config *c, const mha_dims *d, const mha_run *
 }
 
 /* dst = dropout backward of src (or a copy without dropout); dst is overwritten */
-static int through_dropout(attn_device dev, float *dst, const float *src, const uint8_t *mask, size_t n, float p,
+static int through_dropout(ab_device dev, float *dst, const float *src, const uint8_t *mask, size_t n, float p,
                            bool drop) {
     if (!drop) return ld_copy(dev, dst, src, sizeof(float) * n);
     TRY(ld_zero(dev, dst, sizeof(float) * n));
@@ -148,7 +148,7 @@ int enc_backward(attn *a, const enc_config *c, const mha_dims *d, float *dx, con
     int BT = d->B * d->N, C = c->C, F = c->F;
     size_t n = (size_t)BT * C;
     bool drop = use_dropout(c, train);
-    attn_device dev = d->device;
+    ab_device dev = d->device;
     ffn_params fp = {p->w1, p->b1, p->w2, p->b2};
     ffn_grads fg = {g->w1, g->b1, g->w2, g->b2};
     float *d1 = ws->d1, *d2 = ws->d2;

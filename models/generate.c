@@ -26,7 +26,7 @@ struct tf_gen {
 static int copy_last(const tf_model *m, int B, int N, float *out) {
     size_t V = (size_t)m->classes;
     const float *last = m->logits + (size_t)(N - 1) * V;
-    if (m->dev == ATTN_DEVICE_CPU) {
+    if (ab_dev_host_memory(m->dev)) {
         for (int b = 0; b < B; b++) memcpy(out + (size_t)b * V, last + (size_t)b * N * V, sizeof(float) * V);
         return 0;
     }
@@ -35,7 +35,7 @@ static int copy_last(const tf_model *m, int B, int N, float *out) {
         if (rc) return rc;
         last = m->dlogits;
     }
-    return ab_dev_download((ab_device)m->dev, out, last, sizeof(float) * (size_t)B * V);
+    return ab_dev_download(m->dev, out, last, sizeof(float) * (size_t)B * V);
 }
 
 int tf_last_logits(tf_model *m, const int *tokens, int B, int N, uint64_t seed, float *out) {

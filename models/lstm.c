@@ -1,13 +1,11 @@
 /* LSTM stack (lstm.h): the parameter/activation/scratch tables, initialisation, the
  * step loops of forward and backward on the device of lstm_dims (matrix products
- * through layers_dev.h and ab_sgemm / ab_cuda_sgemm, the element-wise step through
- * ld_lstm_step_*), and the CPU version of that step. */
+ * and the element-wise step, ld_lstm_step_*, through the device's table of layers,
+ * layers_dev.h; the CPU version of that step is lstm_step.c). */
 #include "lstm.h"
 
 #include "layers_dev.h"
 
-#include "../harness/blas.h"
-#include "../harness/cuda_blas.h"
 #include "../harness/device.h"
 #include "../harness/error.h"
 #include "../harness/rng.h"
@@ -22,9 +20,6 @@
         int rc_ = (call);                                                                                              \
         if (rc_) return rc_;                                                                                           \
     } while (0)
-
-/* The step loops run their rows on several threads from this many elements (B H). */
-#define STEP_PAR_MIN 4096
 
 /* ---- configuration ---- */
 
@@ -143,109 +138,12 @@ void lstm_init_params(const lstm_config *c, const lstm_params *host, uint64_t se
             t[k].p[j] = (float)((2.0 * ab_rng_uniform(seed, stream_base + (uint64_t)k, j) - 1.0) * t[k].bound);
 }
 
-/* ---- the element-wise step on the CPU ---- */
-
-static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-static inline int row_len(const lstm_step_shape *s, int b) { return s->lengths ? s->lengths[b] : s->N; }
-
-void lstm_step_forward(const lstm_step_shape *s, float *gates, float *c, float *out, int out_ld, float *h,
-                       float *cs, const float *hw) {
-    const int B = s->B, N = s->N, H = s->H, k = s->k;
-#pragma omp parallel for schedule(static) if ((size_t)B * H >= STEP_PAR_MIN)
-    for (int b = 0; b < B; b++) {
-        const int L = row_len(s, b);
-        float *hb = h + (size_t)b * H, *cb = cs + (size_t)b * H;
-        if (k >= L) {
-            if (k == 0)
-                for (int j = 0; j < H; j++) hb[j] = cb[j] = 0.0f;
-            continue;
-        }
-        const size_t row = (size_t)b * N + (size_t)(s->reverse ? L - 1 - k : k);
-        float *g = gates + row * 4 * H, *cr = c + row * H, *hr = out + row * out_ld;
-        const float *r = hw ? hw + (size_t)b * 4 * H : NULL;
-        for (int j = 0; j < H; j++) {
-            float zi = g[j], zf = g[H + j], zg = g[2 * H + j], zo = g[3 * H + j];
-            if (r) {
-                zi += r[j];
-                zf += r[H + j];
-                zg += r[2 * H + j];
-                zo += r[3 * H + j];
-            }
-            const float ig = sigmoid(zi), fg = sigmoid(zf), gg = tanhf(zg), og = sigmoid(zo);
-            const float cp = k > 0 ? cb[j] : 0.0f;
-            const float cn = fg * cp + ig * gg;
-            const float hn = og * tanhf(cn);
-            g[j] = ig;
-            g[H + j] = fg;
-            g[2 * H + j] = gg;
-            g[3 * H + j] = og;
-            cr[j] = cn;
-            hr[j] = hn;
-            cb[j] = cn;
-            hb[j] = hn;
-        }
-    }
-}
-
-void lstm_step_backward(const lstm_step_shape *s, float *dgates, float *dstep, float *hprev, float *dcs,
-                        const float *dh_rec, const float *dout, int dout_ld, const float *gates, const float *c,
-                        const float *out, int out_ld) {
-    const int B = s->B, N = s->N, H = s->H, k = s->k;
-#pragma omp parallel for schedule(static) if ((size_t)B * H >= STEP_PAR_MIN)
-    for (int b = 0; b < B; b++) {
-        const int L = row_len(s, b);
-        float *ds = dstep + (size_t)b * 4 * H;
-        if (k >= L) {
-            memset(ds, 0, sizeof(float) * 4 * (size_t)H);
-            continue;
-        }
-        const int p = s->reverse ? L - 1 - k : k;
-        const bool first = k == L - 1; /* the row's last position in time: nothing carried */
-        const size_t row = (size_t)b * N + (size_t)p;
-        const float *g = gates + row * 4 * H, *cr = c + row * H, *dr = dout + row * dout_ld;
-        const float *dhr = first || !dh_rec ? NULL : dh_rec + (size_t)b * H;
-        float *dg = dgates + row * 4 * H, *hp = hprev + row * H, *dcb = dcs + (size_t)b * H;
-        const float *cprev = NULL, *hsrc = NULL; /* the previous position in the direction's order */
-        if (k > 0) {
-            const size_t prow = (size_t)b * N + (size_t)(s->reverse ? p + 1 : p - 1);
-            cprev = c + prow * H;
-            hsrc = out + prow * out_ld;
-        }
-        for (int j = 0; j < H; j++) {
-            const float ig = g[j], fg = g[H + j], gg = g[2 * H + j], og = g[3 * H + j];
-            const float tc = tanhf(cr[j]);
-            const float dh = dhr ? dr[j] + dhr[j] : dr[j];
-            const float dc = (first ? 0.0f : dcb[j]) + dh * og * (1.0f - tc * tc);
-            const float cp = cprev ? cprev[j] : 0.0f;
-            const float di = dc * gg * ig * (1.0f - ig);
-            const float df = dc * cp * fg * (1.0f - fg);
-            const float dgg = dc * ig * (1.0f - gg * gg);
-            const float dog = dh * tc * og * (1.0f - og);
-            dg[j] = ds[j] = di;
-            dg[H + j] = ds[H + j] = df;
-            dg[2 * H + j] = ds[2 * H + j] = dgg;
-            dg[3 * H + j] = ds[3 * H + j] = dog;
-            dcb[j] = dc * fg;
-            hp[j] = hsrc ? hsrc[j] : 0.0f;
-        }
-    }
-}
-
 /* ---- the stack ---- */
-
-/* C = alpha op(A) op(B) + beta C on the device of the tensors */
-static int gemm(attn_device dev, bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
-                const float *b, int ldb, float beta, float *c, int ldc) {
-    if (dev == ATTN_DEVICE_CUDA) return ab_cuda_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    ab_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    return 0;
-}
 
 static int check_call(const lstm_config *c, const lstm_dims *d, const lstm_acts *a, const char *what) {
     TRY(lstm_check_config(c));
     if (!d) return ab_fail(AB_EINVAL, "%s: NULL dims", what);
-    if (d->device != ATTN_DEVICE_CPU && d->device != ATTN_DEVICE_CUDA)
+    if ((unsigned)d->device >= AB_DEV_COUNT)
         return ab_fail(AB_EINVAL, "%s: unknown device %d", what, (int)d->device);
     if (d->B < 1 || d->N < 1 || d->B > a->max_B || d->N > a->max_N)
         return ab_fail(AB_EINVAL, "%s: batch %d and length %d must be in [1, %d] and [1, %d] (as carved)", what,
@@ -284,7 +182,7 @@ static const float *layer_input(const lstm_acts *a, const float *x, int l, bool 
 static int dir_forward(const lstm_config *c, const lstm_dims *d, int l, int dir, const float *x,
                        const lstm_dir_params *p, lstm_layer_acts *la, const int *dlen, int kmax, lstm_scratch *ws) {
     const int B = d->B, N = d->N, H = c->H, DH = lstm_out_width(c);
-    const attn_device dev = d->device;
+    const ab_device dev = d->device;
     /* the input part of every position at once: gates = x W_ih^T + b */
     TRY(ld_dense_forward(dev, la->gates[dir], x, p->w_ih, p->b, B * N, lstm_in_width(c, l), 4 * H));
     lstm_step_shape s = {B, N, H, 0, dir == 1, dlen};
@@ -303,13 +201,13 @@ int lstm_stack_forward(const lstm_config *c, const lstm_dims *d, const float *x,
     const bool drop = use_dropout(c, train);
     if (drop && !act->with_dropout)
         return ab_fail(AB_EINVAL, "lstm_stack_forward: dropout requested but no masks were carved");
-    const attn_device dev = d->device;
+    const ab_device dev = d->device;
     const size_t n = (size_t)d->B * d->N * lstm_out_width(c);
     bool padded;
     const int kmax = steps_of(d, &padded);
     const int *dlen = NULL;
     if (d->lengths) {
-        TRY(ab_dev_upload((ab_device)dev, act->lengths, d->lengths, sizeof(int) * (size_t)d->B));
+        TRY(ab_dev_upload(dev, act->lengths, d->lengths, sizeof(int) * (size_t)d->B));
         dlen = act->lengths;
     }
     for (int l = 0; l < c->layers; l++) {
@@ -333,7 +231,7 @@ static int dir_backward(const lstm_config *c, const lstm_dims *d, int l, int dir
                         const lstm_dir_params *g, const float *dout, const float *x, const lstm_dir_params *p,
                         const lstm_layer_acts *la, const int *dlen, int kmax, bool padded, lstm_scratch *ws) {
     const int B = d->B, N = d->N, H = c->H, DH = lstm_out_width(c), rows = d->B * d->N;
-    const attn_device dev = d->device;
+    const ab_device dev = d->device;
     if (padded) { /* the steps write only valid positions; the products below read all */
         TRY(ld_zero(dev, ws->dgates, sizeof(float) * (size_t)rows * 4 * H));
         TRY(ld_zero(dev, ws->hprev, sizeof(float) * (size_t)rows * H));
@@ -345,7 +243,7 @@ static int dir_backward(const lstm_config *c, const lstm_dims *d, int l, int dir
         TRY(ld_lstm_step_backward(dev, &s, ws->dgates, ws->step, ws->hprev, ws->c, k < kmax - 1 ? ws->h : NULL,
                                   dout + off, DH, la->gates[dir], la->c[dir], la->out + off, DH));
         /* the carried dh of the previous step: dstep (B, 4H) W_hh (4H, H) */
-        if (k > 0) TRY(gemm(dev, false, false, B, H, 4 * H, 1.0f, ws->step, 4 * H, p->w_hh, H, 0.0f, ws->h, H));
+        if (k > 0) TRY(ld_gemm(dev, false, false, B, H, 4 * H, 1.0f, ws->step, 4 * H, p->w_hh, H, 0.0f, ws->h, H));
     }
     /* dW_hh += dgates^T h_prev; dx += dgates W_ih, dW_ih += dgates^T x, db += sums */
     TRY(ld_dense_backward(dev, NULL, g->w_hh, NULL, ws->dgates, ws->hprev, p->w_hh, rows, H, 4 * H));
@@ -359,7 +257,7 @@ int lstm_stack_backward(const lstm_config *c, const lstm_dims *d, float *dx, con
     const bool drop = use_dropout(c, train);
     if (drop && !act->with_dropout)
         return ab_fail(AB_EINVAL, "lstm_stack_backward: dropout requested but no masks were carved");
-    const attn_device dev = d->device;
+    const ab_device dev = d->device;
     const size_t n = (size_t)d->B * d->N * lstm_out_width(c);
     bool padded;
     const int kmax = steps_of(d, &padded);

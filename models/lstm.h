@@ -46,7 +46,7 @@
  * The tensors of one call (B, N) are the first B N rows of buffers carved for the
  * maxima (max_B, max_N).
  *
- * Devices: with ATTN_DEVICE_CUDA the tensors (x, dx, dout, parameters, gradients,
+ * Devices: with AB_DEV_CUDA the tensors (x, dx, dout, parameters, gradients,
  * activations, scratch) are device memory; lengths are always host memory (forward
  * copies them into the activations, one synchronous upload per call). CUDA calls
  * return once their work is queued. Results agree with the CPU's to float rounding
@@ -86,7 +86,7 @@ typedef struct {
 typedef struct {
     int B, N;            /* batch and length, at most the carved maxima */
     const int *lengths;  /* NULL (all N) or B valid lengths in [0, N]; host memory */
-    attn_device device;  /* where the tensors are (ATTN_DEVICE_CPU when left zero) */
+    ab_device device;    /* where the tensors are (AB_DEV_CPU when left zero) */
 } lstm_dims;
 
 typedef struct {
@@ -169,41 +169,6 @@ const float *lstm_output(const lstm_config *c, const lstm_acts *a);
 int lstm_stack_backward(const lstm_config *c, const lstm_dims *d, float *dx, const lstm_params *g,
                         const float *dout, const float *x, const lstm_params *p, const lstm_acts *act,
                         lstm_scratch *ws, bool train);
-
-/* ---- one direction's step, the element-wise pass (layers_dev.h calls these) ---- */
-
-typedef struct {
-    int B, N, H;
-    int k;               /* the step */
-    bool reverse;        /* position k (forward) or L_b-1-k (reverse) */
-    const int *lengths;  /* B lengths in memory of the device, or NULL: all N */
-} lstm_step_shape;
-
-/* For every active row b (k < L_b) at position p, j < H: the pre-activations
- * gates[b, p] (B, N, 4H; x W_ih^T + b) plus hw[b] (B, 4H; h_prev W_hh^T, NULL at
- * k = 0) -> gates[b, p] = i, f, g, o (in place); c (B, N, H) and out[b, p] (row
- * stride out_ld) get the new c and h, as do the state h, cs (B, H). At k = 0 the
- * inactive rows' state is set to 0; later steps leave it. */
-void lstm_step_forward(const lstm_step_shape *s, float *gates, float *c, float *out, int out_ld, float *h,
-                       float *cs, const float *hw);
-/* The same step backwards, for every active row b at position p: dh = dout[b, p]
- * (row stride dout_ld) + dh_rec[b] (the carried gradient; ignored at the row's first
- * step k = L_b-1, and dh_rec may be NULL when k = max L_b - 1) and the carried dc in
- * dcs[b] (ignored likewise) give the pre-activation gate gradients, written to
- * dgates[b, p] (B, N, 4H) and dstep[b] (B, 4H; zero for inactive rows), and the
- * carried dc_prev into dcs[b]; hprev[b, p] (B, N, H) = h_prev (out at the previous
- * position of the direction, row stride out_ld; 0 at k = 0). */
-void lstm_step_backward(const lstm_step_shape *s, float *dgates, float *dstep, float *hprev, float *dcs,
-                        const float *dh_rec, const float *dout, int dout_ld, const float *gates, const float *c,
-                        const float *out, int out_ld);
-
-/* The same on CUDA (models/lstm_cuda.cu): device pointers (the shape itself on the
- * host), one thread per (b, j); 0 or an error code with the failed launch's message. */
-int lstm_step_forward_cuda(const lstm_step_shape *s, float *gates, float *c, float *out, int out_ld, float *h,
-                           float *cs, const float *hw);
-int lstm_step_backward_cuda(const lstm_step_shape *s, float *dgates, float *dstep, float *hprev, float *dcs,
-                            const float *dh_rec, const float *dout, int dout_ld, const float *gates,
-                            const float *c, const float *out, int out_ld);
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,4 @@
-/* The element-wise LSTM step on CUDA (lstm.h: lstm_step_forward_cuda,
+/* The element-wise LSTM step on CUDA (lstm_step.h: lstm_step_forward_cuda,
  * lstm_step_backward_cuda); the matrix products around it are cuBLAS calls made by
  * lstm.c. One thread per (row b, unit j), grid-stride: each thread reads its unit's
  * four gates and writes only its own elements, so there are no atomics and no
@@ -15,7 +15,7 @@
  * keeping W_hh on chip, would be the next steps. */
 #include "../harness/cuda_compat.h"
 
-#include "lstm.h"
+#include "lstm_step.h"
 
 #include <math.h>
 

@@ -47,7 +47,7 @@ attn_shape mha_shape(const mha_dims *d) {
 int mha_forward(attn *a, const mha_dims *d, const mha_run *run, float *out, const float *x, const mha_params *p,
                 mha_acts *act, mha_scratch *ws) {
     int BT = d->B * d->N, C = d->C;
-    attn_device dev = d->device;
+    ab_device dev = d->device;
     int rc;
     if ((rc = ld_dense_forward(dev, ws->qkv, x, p->wqkv, p->bqkv, BT, C, 3 * C))) return rc; /* (B, N, 3C) */
     if ((rc = ld_heads_split(dev, act->q, act->k, act->v, ws->qkv, d->B, d->N, C, d->H))) return rc;
@@ -73,7 +73,7 @@ int mha_step_forward(attn *a, const mha_dims *d, const mha_run *run, float *out,
     if (!run || run->mode != MHA_STEP || d->N != 1)
         return ab_fail(AB_EINVAL, "mha_step_forward: a recurrent step of one position (N = %d)", d->N);
     const int B = d->B, C = d->C;
-    attn_device dev = d->device;
+    ab_device dev = d->device;
     int rc;
     if ((rc = ld_dense_forward(dev, ws->qkv, x, p->wqkv, NULL, B, C, 3 * C))) return rc; /* (B, 3C), no bias */
     if ((rc = ld_bias_heads_split(dev, act->q, act->k, act->v, ws->qkv, p->bqkv, B, 1, C, d->H))) return rc;
@@ -86,7 +86,7 @@ int mha_backward(attn *a, const mha_dims *d, float *dx, const mha_params *g, con
                  const mha_params *p, const mha_acts *act, mha_scratch *ws) {
     int BT = d->B * d->N, C = d->C;
     size_t n = (size_t)BT * C;
-    attn_device dev = d->device;
+    ab_device dev = d->device;
     int rc;
     if ((rc = ld_zero(dev, ws->dmerged, sizeof(float) * n))) return rc;
     if ((rc = ld_dense_backward(dev, ws->dmerged, g->wo, g->bo, dout, act->merged, p->wo, BT, C, C))) return rc;

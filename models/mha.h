@@ -20,7 +20,7 @@ typedef struct {
     int B, N, C, H;      /* batch, length, model width, heads */
     bool causal;
     const int *lengths;  /* NULL or B valid lengths (keys and queries past them are padding); host memory */
-    attn_device device;  /* where the tensors are (ATTN_DEVICE_CPU when left zero) */
+    ab_device device;    /* where the tensors are (AB_DEV_CPU when left zero) */
 } mha_dims;
 
 typedef struct {

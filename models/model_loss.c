@@ -31,7 +31,7 @@ int tf_loss(tf_model *m, const int *targets, const float *weights, ce_stats *st)
     }
     m->has_weights = weights != NULL;
     int rc;
-    if (m->dev == ATTN_DEVICE_CPU) {
+    if (ab_dev_host_memory(m->dev)) {
         memcpy(m->targets, targets, sizeof(int) * n);
         if (weights) memcpy(m->weights, weights, sizeof(float) * n);
     } else {
@@ -39,7 +39,7 @@ int tf_loss(tf_model *m, const int *targets, const float *weights, ce_stats *st)
         memcpy(m->h_targets, targets, sizeof(int) * n);
         if (weights) memcpy(m->h_weights, weights, sizeof(float) * n);
         size_t bytes = weights ? (size_t)((char *)(m->h_weights + n) - (char *)m->h_targets) : sizeof(int) * n;
-        if ((rc = ab_dev_upload(AB_DEV_CUDA, m->targets, m->h_targets, bytes))) return rc;
+        if ((rc = ab_dev_upload(m->dev, m->targets, m->h_targets, bytes))) return rc;
     }
     if (m->cfg.head == TF_HEAD_LOGISTIC_MIXTURE)
         rc = ld_mixture_forward(m->dev, st, m->nll, m->logits, m->targets, m->has_weights ? m->weights : NULL, (int)n,
@@ -85,7 +85,8 @@ int tf_loss_ctc(tf_model *m, const int *labels, const int *counts, const float *
                            b, L, need - L, need, T);
     }
     /* one block: counts, lengths, weights, labels; on CUDA staged on the host, uploaded once */
-    int *in = m->dev == ATTN_DEVICE_CPU ? m->ctc_in : m->h_ctc;
+    const bool host = ab_dev_host_memory(m->dev); /* else staged on the host, then uploaded */
+    int *in = host ? m->ctc_in : m->h_ctc;
     for (int b = 0; b < B; b++) {
         in[b] = counts[b];
         in[B + b] = m->has_lengths ? m->lengths[b] : N;
@@ -94,8 +95,8 @@ int tf_loss_ctc(tf_model *m, const int *labels, const int *counts, const float *
     }
     memcpy(in + 3 * (size_t)B, labels, sizeof(int) * (size_t)B * S);
     int rc;
-    if (m->dev != ATTN_DEVICE_CPU &&
-        (rc = ab_dev_upload(AB_DEV_CUDA, m->ctc_in, m->h_ctc, sizeof(int) * (size_t)B * (3 + (size_t)S))))
+    if (!host &&
+        (rc = ab_dev_upload(m->dev, m->ctc_in, m->h_ctc, sizeof(int) * (size_t)B * (3 + (size_t)S))))
         return rc;
     m->ctc_counts = m->ctc_in;
     m->ctc_lengths = m->ctc_in + B;

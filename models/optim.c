@@ -335,15 +335,15 @@ static int create_device_block(ab_optim *o) {
     if (!h) return ab_fail(AB_ENOMEM, "out of memory");
     for (int r = 0; r < o->n_ranges; r++)
         h[r] = (optim_cuda_range){o->ranges[r].offset, o->ranges[r].count, o->ranges[r].decay};
-    int rc = ab_dev_malloc(AB_DEV_CUDA, &o->dblock, mv + part + rng);
+    int rc = ab_dev_malloc(o->dev, &o->dblock, mv + part + rng);
     if (!rc) {
         unsigned char *d = o->dblock;
         o->m = (float *)d;
         o->v = o->m + o->n;
         o->dpartials = (double *)(d + mv); /* 8-aligned: mv is a multiple of 8 */
         o->dranges = (optim_cuda_range *)(d + mv + part); /* 8-aligned as well */
-        rc = ab_dev_memset(AB_DEV_CUDA, o->m, 0, mv);
-        if (!rc) rc = ab_dev_upload(AB_DEV_CUDA, o->dranges, h, rng);
+        rc = ab_dev_memset(o->dev, o->m, 0, mv);
+        if (!rc) rc = ab_dev_upload(o->dev, o->dranges, h, rng);
     }
     free(h);
     return rc;
@@ -354,20 +354,20 @@ int ab_optim_create_on(ab_device dev, const ab_optim_config *c, size_t n, const 
     *out = NULL;
     int rc = ab_optim_config_validate(c);
     if (rc) return rc;
-    if (dev != AB_DEV_CPU && dev != AB_DEV_CUDA) return ab_fail(AB_EINVAL, "optimiser: unknown device %d", (int)dev);
+    if ((unsigned)dev >= AB_DEV_COUNT) return ab_fail(AB_EINVAL, "optimiser: unknown device %d", (int)dev);
     if (n == 0) return ab_fail(AB_EINVAL, "optimiser: no parameters (n = 0)");
     if (n_ranges < 0 || (n_ranges > 0 && !ranges) || (ranges && n_ranges == 0))
         return ab_fail(AB_EINVAL, "optimiser ranges: %d ranges at %p (give NULL and 0 for one decayed range)", n_ranges,
                        (const void *)ranges);
 
-    const bool cuda = dev == AB_DEV_CUDA;
+    const bool host = ab_dev_host_memory(dev); /* else m, v (and a copy of the ranges) on the device */
     size_t n_blocks = (n + NORM_BLOCK - 1) / NORM_BLOCK;
     size_t n_slots = ranges ? (size_t)n_ranges : 1;
     size_t mv, part, rng, total;
     if (ab_mul_size(n, 2 * sizeof(float), &mv) || ab_mul_size(n_blocks, sizeof(double), &part) ||
         ab_mul_size(n_slots, sizeof(ab_optim_range), &rng) || mv > SIZE_MAX - STATE_HEADER - part - rng)
         return ab_fail(AB_ENOMEM, "optimiser: state for %zu parameters does not fit in memory", n);
-    if (cuda) mv = 0; /* m and v live on the device */
+    if (!host) mv = 0; /* m and v live on the device */
     total = STATE_HEADER + mv + part + rng;
 
     ab_optim *o = calloc(1, sizeof *o);
@@ -392,7 +392,7 @@ int ab_optim_create_on(ab_device dev, const ab_optim_config *c, size_t n, const 
     }
     o->n_ranges = rc;
     o->plateau = (ab_optim_plateau_state){1.0, INFINITY, 0, 0};
-    if (cuda && (rc = create_device_block(o))) {
+    if (!host && (rc = create_device_block(o))) {
         ab_optim_destroy(o);
         return rc;
     }
@@ -411,7 +411,7 @@ void ab_optim_destroy(ab_optim *o) {
     if (!o) return;
     ab_free(o->block);
     ab_free(o->mirror);
-    if (o->dblock) ab_dev_free(AB_DEV_CUDA, o->dblock);
+    if (o->dblock) ab_dev_free(o->dev, o->dblock);
     free(o);
 }
 
@@ -497,28 +497,16 @@ static void update_momentum(float *restrict p, const float *restrict g, float *r
 /* sqrt(sum g_i^2): per-block sums in double in index order, then the block sums in
  * block order; independent of the thread count. On CUDA the block sums are computed
  * on the device the same way and copied back (which waits for the device). */
-static int grad_norm(ab_optim *o, const float *g, double *norm) {
+static int norm_partials_cpu(ab_optim *o, const float *g) {
     const size_t n = o->n, nb = o->n_blocks;
     double *part = o->partials;
-    if (o->dev == AB_DEV_CUDA) {
-#ifdef ATTNBENCH_HAVE_CUDA
-        int rc = optim_cuda_norm_partials(o->dpartials, g, n, NORM_BLOCK);
-        if (rc || (rc = ab_dev_download(AB_DEV_CUDA, part, o->dpartials, nb * sizeof(double)))) return rc;
-#else
-        return ab_fail(AB_EDEVICE, "this build has no CUDA backend");
-#endif
-    } else {
 #pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
-        for (size_t b = 0; b < nb; b++) {
-            size_t lo = b * NORM_BLOCK, hi = lo + NORM_BLOCK < n ? lo + NORM_BLOCK : n;
-            double s = 0.0;
-            for (size_t i = lo; i < hi; i++) s += (double)g[i] * (double)g[i];
-            part[b] = s;
-        }
+    for (size_t b = 0; b < nb; b++) {
+        size_t lo = b * NORM_BLOCK, hi = lo + NORM_BLOCK < n ? lo + NORM_BLOCK : n;
+        double s = 0.0;
+        for (size_t i = lo; i < hi; i++) s += (double)g[i] * (double)g[i];
+        part[b] = s;
     }
-    double s = 0.0;
-    for (size_t b = 0; b < nb; b++) s += part[b];
-    *norm = sqrt(s);
     return 0;
 }
 
@@ -542,6 +530,60 @@ static void update_cpu(ab_optim *o, float *params, const float *grad, const step
             else update_momentum(params + lo, grad + lo, m + lo, v + lo, len, k, keep, l2);
         }
     }
+}
+
+static int update_on_cpu(ab_optim *o, float *params, const float *grad, const step_coef *k, bool adaptive) {
+    update_cpu(o, params, grad, k, adaptive);
+    return 0;
+}
+
+#ifdef ATTNBENCH_HAVE_CUDA
+static int norm_partials_cuda(ab_optim *o, const float *g) {
+    int rc = optim_cuda_norm_partials(o->dpartials, g, o->n, NORM_BLOCK);
+    if (rc) return rc;
+    return ab_dev_download(o->dev, o->partials, o->dpartials, o->n_blocks * sizeof(double));
+}
+
+static int update_on_cuda(ab_optim *o, float *params, const float *grad, const step_coef *k, bool adaptive) {
+    return optim_cuda_update(params, grad, o->m, o->v, o->n, o->dranges, o->n_ranges, k, adaptive);
+}
+#endif
+
+/* The optimiser's two passes on each device, found by the device's index as the
+ * layers' (models/layers_dev.h): the block sums of squares of the gradient into the
+ * host's o->partials, and the update of the parameters and moments. A build without
+ * CUDA has no entry for it (its optimiser cannot be made there: the device block's
+ * allocation fails first). */
+typedef struct {
+    int (*norm_partials)(ab_optim *o, const float *g);
+    int (*update)(ab_optim *o, float *params, const float *grad, const step_coef *k, bool adaptive);
+} optim_ops;
+
+static const optim_ops g_ops[AB_DEV_COUNT] = {
+    [AB_DEV_CPU] = {norm_partials_cpu, update_on_cpu},
+#ifdef ATTNBENCH_HAVE_CUDA
+    [AB_DEV_CUDA] = {norm_partials_cuda, update_on_cuda},
+#endif
+};
+
+/* The passes of o's device, or NULL with the message set. */
+static const optim_ops *ops_of(const ab_optim *o) {
+    if (!g_ops[o->dev].update) {
+        ab_fail(AB_EDEVICE, "this build has no CUDA backend");
+        return NULL;
+    }
+    return &g_ops[o->dev];
+}
+
+static int grad_norm(ab_optim *o, const float *g, double *norm) {
+    const optim_ops *ops = ops_of(o);
+    if (!ops) return AB_EDEVICE;
+    int rc = ops->norm_partials(o, g);
+    if (rc) return rc;
+    double s = 0.0;
+    for (size_t b = 0; b < o->n_blocks; b++) s += o->partials[b];
+    *norm = sqrt(s);
+    return 0;
 }
 
 int ab_optim_step(ab_optim *o, float *params, const float *grad, ab_optim_info *info) {
@@ -589,14 +631,7 @@ int ab_optim_step(ab_optim *o, float *params, const float *grad, ab_optim_info *
         k.vscale = 1.0f;
     }
 
-    if (o->dev == AB_DEV_CUDA) {
-#ifdef ATTNBENCH_HAVE_CUDA
-        rc = optim_cuda_update(params, grad, o->m, o->v, o->n, o->dranges, o->n_ranges, &k, adaptive);
-        if (rc) return rc;
-#endif
-    } else {
-        update_cpu(o, params, grad, &k, adaptive);
-    }
+    if ((rc = ops_of(o)->update(o, params, grad, &k, adaptive))) return rc; /* grad_norm checked ops_of */
     o->step = t;
     if (info) {
         info->step = t;
@@ -628,14 +663,14 @@ int ab_optim_get_state(ab_optim *o, const void **data, size_t *bytes) {
         memset(o->block + 36, 0, STATE_HEADER - 36);
     }
     const size_t total = STATE_HEADER + 2 * o->n * sizeof(float);
-    if (o->dev == AB_DEV_CPU) {
+    if (ab_dev_host_memory(o->dev)) {
         *data = o->block;
         *bytes = total;
         return 0;
     }
     if (!o->mirror && !(o->mirror = ab_alloc(total))) return AB_ENOMEM;
     memcpy(o->mirror, o->block, STATE_HEADER);
-    int rc = ab_dev_download(AB_DEV_CUDA, o->mirror + STATE_HEADER, o->m, 2 * o->n * sizeof(float));
+    int rc = ab_dev_download(o->dev, o->mirror + STATE_HEADER, o->m, 2 * o->n * sizeof(float));
     if (rc) return rc;
     *data = o->mirror;
     *bytes = total;
@@ -697,10 +732,10 @@ int ab_optim_set_state(ab_optim *o, const void *data, size_t bytes) {
             return ab_fail(AB_EINVAL, "optimiser state: %s moment %zu is %g (must be finite%s)",
                            i < o->n ? "first" : "second", i % o->n, (double)x, i < o->n ? "" : " and >= 0");
     }
-    if (o->dev == AB_DEV_CPU) {
+    if (ab_dev_host_memory(o->dev)) {
         memmove(o->m, mv, 2 * o->n * sizeof(float)); /* data may be our own block */
     } else {
-        int rc = ab_dev_upload(AB_DEV_CUDA, o->m, mv, 2 * o->n * sizeof(float));
+        int rc = ab_dev_upload(o->dev, o->m, mv, 2 * o->n * sizeof(float));
         if (rc) return rc;
     }
     o->step = (long long)step;

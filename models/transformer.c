@@ -8,7 +8,6 @@
 #include "layers_dev.h"
 
 #include "../harness/cuda_blas.h"
-#include "../harness/cuda_device.h"
 #include "../harness/device.h"
 #include "../harness/error.h"
 #include "../harness/memory.h"
@@ -73,7 +72,7 @@ void tf_config_default(tf_config *c) {
     c->causal = true;
     c->attention = "linear";
     c->seed = 1;
-    c->device = ATTN_DEVICE_CPU;
+    c->device = AB_DEV_CPU;
 }
 
 uint64_t tf_step_seed(uint64_t run_seed, uint64_t step) {
@@ -138,7 +137,7 @@ static int check_config(const tf_config *c, int max_batch) {
     if (c->max_len < 1) return ab_fail(AB_EINVAL, "model max_len %d must be >= 1", c->max_len);
     if (c->precision < 0 || c->precision >= AB_PREC_COUNT)
         return ab_fail(AB_EINVAL, "model precision %d is not a precision (fp32 or tf32)", c->precision);
-    if (c->precision != AB_PREC_FP32 && c->device != ATTN_DEVICE_CUDA)
+    if (c->precision != AB_PREC_FP32 && c->device != AB_DEV_CUDA)
         return ab_fail(AB_EINVAL, "model precision %s: the CPU computes in fp32 only (use the CUDA device, or fp32)",
                        ab_precision_name((ab_precision)c->precision));
     for (int i = 0; i < c->n_attn_settings; i++)
@@ -181,9 +180,9 @@ static int check_config(const tf_config *c, int max_batch) {
     if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
         return ab_fail(AB_EINVAL, "model dropout %g must be in [0, 1)", (double)c->dropout);
     if (max_batch < 1) return ab_fail(AB_EINVAL, "model max batch %d must be >= 1", max_batch);
-    if (c->device != ATTN_DEVICE_CPU && c->device != ATTN_DEVICE_CUDA)
+    if ((unsigned)c->device >= AB_DEV_COUNT)
         return ab_fail(AB_EINVAL, "model device %d is neither the CPU (%d) nor CUDA (%d)", (int)c->device,
-                       (int)ATTN_DEVICE_CPU, (int)ATTN_DEVICE_CUDA);
+                       (int)AB_DEV_CPU, (int)AB_DEV_CUDA);
     if (c->body == TF_BODY_TRANSFORMER && (!c->attention || !*c->attention))
         return ab_fail(AB_EINVAL, "model attention variant is not set");
     if (c->n_attn_settings < 0 || (c->n_attn_settings > 0 && !c->attn_settings))
@@ -260,21 +259,24 @@ static void carve_params(tf_model *m, tf_table *t, bool grads) {
 
 static void carve_acts(tf_model *m, tf_table *t) {
     const tf_config *c = &m->cfg;
-    const bool cuda = m->dev == ATTN_DEVICE_CUDA, tokens = c->input == TF_INPUT_TOKENS;
+    /* a device whose memory is not the host's stages its inputs in host memory (and
+     * keeps the lengths there, make_staging); one whose embedding backward reads the
+     * token index gets it here */
+    const bool host = ab_dev_host_memory(m->dev), tokens = c->input == TF_INPUT_TOKENS;
     const bool transformer = c->body == TF_BODY_TRANSFORMER;
     int B = m->max_batch, N = m->max_len, C = c->d_model, V = tokens ? c->vocab : 0, K = m->classes;
     int64_t W = m->width > C ? m->width : C;
     m->tokens = tf_carve(t, "tokens", sizeof(int), false, 2, B, tokens ? N : 0, 0, 0);
     /* CUDA: embedding_token_index of the tokens, starts (V + 1) then order (B N) */
     int *index = tf_carve(t, "token_index", sizeof(int), false, 1,
-                          cuda && tokens ? (int64_t)V + 1 + (int64_t)B * N : 0, 0, 0, 0);
+                          ld_token_index(m->dev) && tokens ? (int64_t)V + 1 + (int64_t)B * N : 0, 0, 0, 0);
     m->starts = index;
     m->order = index ? index + V + 1 : NULL;
     m->targets = tf_carve(t, "targets", sizeof(int), false, 2, B, N, 0, 0);
     m->weights = tf_carve_f(t, "weights", false, 2, B, N, 0, 0);
     /* lengths stay in host memory (attention.h): here on the CPU, in the staging on CUDA */
-    int *lengths = tf_carve(t, "lengths", sizeof(int), false, 1, cuda ? 0 : B, 0, 0, 0);
-    if (!cuda) m->lengths = lengths;
+    int *lengths = tf_carve(t, "lengths", sizeof(int), false, 1, host ? B : 0, 0, 0, 0);
+    if (host) m->lengths = lengths;
     m->frames = tf_carve_f(t, "frames", false, 3, B, N, tokens ? 0 : c->features, 0);
     m->pos_table = tf_carve_f(t, "positions", false, 2, N, transformer ? C : 0, 0, 0);
     m->emb = tf_carve_f(t, "emb", false, 3, B, N, C, 0);
@@ -322,7 +324,7 @@ static void carve_acts(tf_model *m, tf_table *t) {
  * one upload), then the frames (frame input) and the lengths. Needs the sized
  * activation table. */
 static int make_staging(tf_model *m) {
-    if (m->dev != ATTN_DEVICE_CUDA) return 0;
+    if (ab_dev_host_memory(m->dev)) return 0;
     const tf_tensor *tt = tf_table_find(&m->atab, "tokens"), *ti = tf_table_find(&m->atab, "token_index");
     const tf_tensor *tg = tf_table_find(&m->atab, "targets"), *tw = tf_table_find(&m->atab, "weights");
     const tf_tensor *tf = tf_table_find(&m->atab, "frames");
@@ -434,15 +436,15 @@ static int body_init(const init_ctx *x) {
 }
 
 int tf_init_params(tf_model *m, uint64_t seed) {
-    const bool cuda = m->dev == ATTN_DEVICE_CUDA;
+    const bool host = ab_dev_host_memory(m->dev); /* else drawn on the host, then uploaded */
     const size_t bytes = sizeof(float) * m->ptab.total;
-    init_ctx x = {m, cuda ? ab_alloc(bytes) : m->params, seed};
+    init_ctx x = {m, host ? m->params : ab_alloc(bytes), seed};
     if (!x.h) return AB_ENOMEM;
     input_init(&x);
     int rc = body_init(&x);
     init_dense(&x, m->head_w, m->head_b, m->classes, m->width);
-    if (!cuda) return rc;
-    if (!rc) rc = ab_dev_upload(AB_DEV_CUDA, m->params, x.h, bytes);
+    if (host) return rc;
+    if (!rc) rc = ab_dev_upload(m->dev, m->params, x.h, bytes);
     ab_free(x.h);
     return rc;
 }
@@ -451,7 +453,7 @@ int tf_init_params(tf_model *m, uint64_t seed) {
 static int init_tables(tf_model *m) {
     int N = m->max_len, C = m->cfg.d_model;
     if (!m->pos_table) return 0; /* a body without positions */
-    if (m->dev == ATTN_DEVICE_CPU) {
+    if (ab_dev_host_memory(m->dev)) {
         positions_table(m->pos_table, N, C);
         return 0;
     }
@@ -459,21 +461,22 @@ static int init_tables(tf_model *m) {
     float *h = ab_alloc(bytes);
     if (!h) return AB_ENOMEM;
     positions_table(h, N, C);
-    int rc = ab_dev_upload(AB_DEV_CUDA, m->pos_table, h, bytes);
+    int rc = ab_dev_upload(m->dev, m->pos_table, h, bytes);
     ab_free(h);
     return rc;
 }
 
 /* ---- lifetime ---- */
 
-/* The layout of the attention's own parameters (a transformer body's attention a):
- * per layer in each layer's table (enc.attn_params), or one block for all
- * (attn_shared), sized for the model's max_len. */
-static int set_attn_params(tf_model *m, const attn *a) {
+/* The layout of the attention's own parameters (a transformer body's attention, as ao
+ * asks for it): per layer in each layer's table (enc.attn_params), or one block for all
+ * (attn_shared), sized for the model's max_len. The registry answers from the variant
+ * and its settings (attn_variant_params), with or without an attention object. */
+static int set_attn_params(tf_model *m, const attn_options *ao) {
     size_t n;
-    int rc = attn_param_count(a, m->cfg.max_len, &n);
+    bool shared;
+    int rc = attn_variant_params(ao, m->cfg.max_len, &n, &shared);
     if (rc) return rc;
-    const bool shared = attn_params_shared_by_layers(a);
     m->enc.attn_params = shared ? 0 : n;
     m->enc.attn_len = m->cfg.max_len;
     m->attn_shared = shared ? n : 0;
@@ -485,7 +488,7 @@ static void set_dims(tf_model *m, const tf_config *cfg) {
     m->classes = classes_of(cfg);
     m->width = width_of(cfg);
     m->enc = (enc_config){cfg->d_model, cfg->heads, cfg->d_ff, cfg->dropout, cfg->pre_norm, cfg->causal, 0, 0};
-    /* the attention's own parameters: set_attn_params, once the attention exists */
+    /* the attention's own parameters: set_attn_params (from the registry) */
     m->lc = (lstm_config){cfg->d_model, cfg->lstm_hidden, cfg->layers, cfg->bidirectional, cfg->dropout};
 }
 
@@ -504,14 +507,11 @@ int tf_param_count_for(const tf_config *cfg, size_t *count) {
     m->cfg = *cfg;
     set_dims(m, cfg);
     if (cfg->body == TF_BODY_TRANSFORMER) {
-        /* the attention's own parameters: a CPU object of the variant says how many
-         * (the count does not depend on the device; nothing is allocated for it) */
-        attn_options ao = {.variant = cfg->attention, .device = ATTN_DEVICE_CPU,
+        /* the attention's own parameters: the registry says how many from the variant
+         * and its settings (the count does not depend on the device; nothing is made) */
+        attn_options ao = {.variant = cfg->attention, .device = AB_DEV_CPU,
                            .n_settings = cfg->n_attn_settings, .settings = cfg->attn_settings};
-        attn *a = NULL;
-        if (!(rc = attn_create(&ao, &a))) rc = set_attn_params(m, a);
-        attn_destroy(a);
-        if (rc) {
+        if ((rc = set_attn_params(m, &ao))) {
             free(m->lp);
             free(m);
             return rc;
@@ -532,9 +532,9 @@ int tf_param_count_for(const tf_config *cfg, size_t *count) {
 void tf_destroy(tf_model *m) {
     if (!m) return;
     attn_destroy(m->att);
-    ab_dev_free((ab_device)m->dev, m->params);
-    ab_dev_free((ab_device)m->dev, m->grads);
-    ab_dev_free((ab_device)m->dev, m->acts);
+    ab_dev_free(m->dev, m->params);
+    ab_dev_free(m->dev, m->grads);
+    ab_dev_free(m->dev, m->acts);
     ab_free(m->host_in);
     tf_table_free(&m->ptab);
     tf_table_free(&m->atab);
@@ -607,11 +607,11 @@ static int create(const tf_config *cfg, int max_batch, bool forward_only, tf_mod
             return ab_fail(rc, "model attention at batch %d, length %d: %s", max_batch, cfg->max_len, msg);
         }
         m->attn_saved = forward_only && attn_can_forward_unsaved(m->att) ? 0 : attn_saved_bytes(m->att, &as);
-        if ((rc = set_attn_params(m, m->att))) {
+        if ((rc = set_attn_params(m, &ao))) {
             tf_destroy(m);
             return rc;
         }
-    } else if (m->dev != ATTN_DEVICE_CPU && (rc = ab_cuda_init())) {
+    } else if ((rc = ab_dev_init(m->dev))) {
         tf_destroy(m);
         return rc;
     }
@@ -632,7 +632,7 @@ static int create(const tf_config *cfg, int max_batch, bool forward_only, tf_mod
         tf_destroy(m);
         return ab_fail(AB_EINVAL, "model parameters overflow");
     }
-    if (m->dev == ATTN_DEVICE_CPU) {
+    if (ab_dev_host_memory(m->dev)) {
         m->params = ab_calloc(pbytes);
         m->grads = ab_calloc(pbytes);
         m->acts = ab_calloc(m->atab.total);
@@ -640,16 +640,16 @@ static int create(const tf_config *cfg, int max_batch, bool forward_only, tf_mod
     } else {
         /* device memory comes uninitialised: the gradients are zeroed below, the
          * parameters initialised, and the activations are written before being read */
-        if (!(rc = ab_dev_malloc(AB_DEV_CUDA, (void **)&m->params, pbytes)) &&
-            !(rc = ab_dev_malloc(AB_DEV_CUDA, (void **)&m->grads, pbytes)))
-            rc = ab_dev_malloc(AB_DEV_CUDA, &m->acts, m->atab.total);
+        if (!(rc = ab_dev_malloc(m->dev, (void **)&m->params, pbytes)) &&
+            !(rc = ab_dev_malloc(m->dev, (void **)&m->grads, pbytes)))
+            rc = ab_dev_malloc(m->dev, &m->acts, m->atab.total);
         if (!rc) rc = make_staging(m);
     }
     if (rc) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", ab_error());
         size_t total = 2 * pbytes + m->atab.total;
-        const char *where = m->dev == ATTN_DEVICE_CUDA ? "the CUDA device" : "the host";
+        const char *where = ab_dev_host_memory(m->dev) ? "the host" : "the CUDA device";
         tf_destroy(m);
         return ab_fail(rc, "model needs %.1f MiB (parameters, gradients, activations) on %s: %s",
                        (double)total / 1048576.0, where, msg);
@@ -677,7 +677,7 @@ static int create(const tf_config *cfg, int max_batch, bool forward_only, tf_mod
 }
 
 const tf_config *tf_get_config(const tf_model *m) { return &m->cfg; }
-attn_device tf_device(const tf_model *m) { return m->dev; }
+ab_device tf_device(const tf_model *m) { return m->dev; }
 size_t tf_param_count(const tf_model *m) { return m->ptab.total; }
 float *tf_params(tf_model *m) { return m->params; }
 float *tf_grads(tf_model *m) { return m->grads; }
@@ -692,23 +692,23 @@ const float *tf_logits(const tf_model *m) { return m->logits; }
 
 int tf_params_download(const tf_model *m, float *host) {
     if (!m || !host) return ab_fail(AB_EINVAL, "tf_params_download: NULL argument");
-    return ab_dev_download((ab_device)m->dev, host, m->params, sizeof(float) * m->ptab.total);
+    return ab_dev_download(m->dev, host, m->params, sizeof(float) * m->ptab.total);
 }
 
 int tf_params_upload(tf_model *m, const float *host) {
     if (!m || !host) return ab_fail(AB_EINVAL, "tf_params_upload: NULL argument");
-    return ab_dev_upload((ab_device)m->dev, m->params, host, sizeof(float) * m->ptab.total);
+    return ab_dev_upload(m->dev, m->params, host, sizeof(float) * m->ptab.total);
 }
 
 int tf_grads_download(const tf_model *m, float *host) {
     if (!m || !host) return ab_fail(AB_EINVAL, "tf_grads_download: NULL argument");
-    return ab_dev_download((ab_device)m->dev, host, m->grads, sizeof(float) * m->ptab.total);
+    return ab_dev_download(m->dev, host, m->grads, sizeof(float) * m->ptab.total);
 }
 
 int tf_logits_download(const tf_model *m, float *host) {
     if (!m || !host) return ab_fail(AB_EINVAL, "tf_logits_download: NULL argument");
     if (!m->have_forward) return ab_fail(AB_EINVAL, "tf_logits_download: no forward (call tf_forward first)");
-    return ab_dev_download((ab_device)m->dev, host, m->logits, sizeof(float) * (size_t)m->B * m->N * m->classes);
+    return ab_dev_download(m->dev, host, m->logits, sizeof(float) * (size_t)m->B * m->N * m->classes);
 }
 
 /* ---- forward ---- */
@@ -766,24 +766,24 @@ static int head_forward(tf_model *m, int BT) {
 /* The tokens (B N) into the model's buffer; on CUDA with their token index for the
  * embedding backward, in one upload. */
 static int put_tokens(tf_model *m, const int *tokens, int BT) {
-    if (m->dev == ATTN_DEVICE_CPU) {
+    if (ab_dev_host_memory(m->dev)) {
         memcpy(m->tokens, tokens, sizeof(int) * (size_t)BT);
         return 0;
     }
     memcpy(m->h_tokens, tokens, sizeof(int) * (size_t)BT);
     embedding_token_index(m->h_order, m->h_starts, tokens, BT, m->cfg.vocab);
     size_t bytes = (size_t)((char *)(m->h_order + BT) - (char *)m->h_tokens);
-    return ab_dev_upload(AB_DEV_CUDA, m->tokens, m->h_tokens, bytes);
+    return ab_dev_upload(m->dev, m->tokens, m->h_tokens, bytes);
 }
 
 /* The frames (B N F) into the model's buffer (one upload on CUDA). */
 static int put_frames(tf_model *m, const float *frames, int BT) {
     size_t bytes = sizeof(float) * (size_t)BT * (size_t)m->cfg.features;
-    if (m->dev == ATTN_DEVICE_CPU) {
+    if (ab_dev_host_memory(m->dev)) {
         memcpy(m->frames, frames, bytes);
         return 0;
     }
-    return ab_dev_upload(AB_DEV_CUDA, m->frames, frames, bytes);
+    return ab_dev_upload(m->dev, m->frames, frames, bytes);
 }
 
 static int forward_run(tf_model *m, const tf_in *in, int B, int N, int pos0, const int *lengths, bool train,
@@ -798,11 +798,11 @@ static int forward_run(tf_model *m, const tf_in *in, int B, int N, int pos0, con
 }
 
 ab_precision tf_precision_enter(const tf_model *m) {
-    return m->dev == ATTN_DEVICE_CUDA ? ab_cuda_set_gemm_precision((ab_precision)m->cfg.precision) : AB_PREC_FP32;
+    return ld_set_gemm_precision(m->dev, (ab_precision)m->cfg.precision);
 }
 
 void tf_precision_leave(const tf_model *m, ab_precision p0) {
-    if (m->dev == ATTN_DEVICE_CUDA) ab_cuda_set_gemm_precision(p0);
+    ld_set_gemm_precision(m->dev, p0);
 }
 
 int tf_forward_run(tf_model *m, const tf_in *in, int B, int N, int pos0, const int *lengths, bool train,

@@ -63,8 +63,8 @@
  * run over them (its reverse direction starts at lengths[b] - 1); the loss should
  * give them weight 0. Position-wise layers still compute them (cheap, and harmless).
  *
- * Devices (cfg.device): with ATTN_DEVICE_CPU (the default) everything is host memory.
- * With ATTN_DEVICE_CUDA the parameter, gradient and activation blocks are each one
+ * Devices (cfg.device): with AB_DEV_CPU (the default) everything is host memory.
+ * With AB_DEV_CUDA the parameter, gradient and activation blocks are each one
  * device allocation (ab_cuda_malloc, tracked on AB_DEV_CUDA) carved by the same
  * tables, the attention object lives on the device, and every layer runs there
  * (layers_cuda.h). What the caller passes and receives stays on the host: tokens,
@@ -138,7 +138,7 @@ typedef struct {
     int n_attn_settings;                /* "key=value" options of the variant */
     const char *const *attn_settings;
     uint64_t seed;       /* initialisation */
-    attn_device device;  /* ATTN_DEVICE_CPU (default, 0) or ATTN_DEVICE_CUDA */
+    ab_device device;    /* AB_DEV_CPU (default, 0) or AB_DEV_CUDA */
     int precision;       /* ab_precision (harness/cuda_blas.h): AB_PREC_FP32 (default, 0), or AB_PREC_TF32
                             (CUDA only): the arithmetic of every matrix product of the model, its layers'
                             (cuBLAS's math mode) and its attention's (the variant's precision option, which
@@ -170,7 +170,7 @@ void tf_destroy(tf_model *m);
 /* The model's config (its strings owned by the model). */
 const tf_config *tf_get_config(const tf_model *m);
 /* Where the model's parameters, gradients and activations live (cfg.device). */
-attn_device tf_device(const tf_model *m);
+ab_device tf_device(const tf_model *m);
 
 /* ---- parameters and gradients ---- */
 

@@ -21,7 +21,7 @@ struct tf_model {
     int max_batch, max_len;
     int classes;        /* K: head outputs */
     int width;          /* the body's output channels (C, or the LSTM's H or 2H) */
-    attn_device dev;    /* cfg.device: where params, grads, acts and the attention live */
+    ab_device dev;      /* cfg.device: where params, grads, acts and the attention live */
     attn *att;          /* one attention object shared by the layers (reseeded per layer) */
     size_t attn_saved;  /* bytes of each layer's saved buffer (for max_batch, max_len) */
 

@@ -9,7 +9,7 @@
 int main(void) {
     /* B=H=1, N=2, D=M=1: q = k = 0 so elu(0)+1 = 1 and every weight is equal. */
     float q[2] = {0, 0}, k[2] = {0, 0}, v[2] = {1, 3}, out[2];
-    attn_options opt = {"linear", ATTN_DEVICE_CPU, 0, 0, NULL};
+    attn_options opt = {"linear", AB_DEV_CPU, 0, 0, NULL};
     attn *a;
     if (attn_create(&opt, &a)) {
         fprintf(stderr, "attn_create: %s\n", attn_error());

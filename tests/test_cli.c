@@ -224,7 +224,7 @@ Test(cli, list_json_is_the_registry) {
         cr_assert_str_eq(jstr(v, "summary"), attn_variant_summary(i));
         const char *modes[2] = {"parallel", "recurrent"}, *devices[2] = {"cpu", "cuda"};
         expect_strings(json_object_get(v, "modes"), modes, attn_variant_has_step(i) ? 2 : 1, vn);
-        expect_strings(json_object_get(v, "devices"), devices, attn_variant_has_device(i, ATTN_DEVICE_CUDA) ? 2 : 1,
+        expect_strings(json_object_get(v, "devices"), devices, attn_variant_has_device(i, AB_DEV_CUDA) ? 2 : 1,
                        vn);
         json_t *opts = json_object_get(v, "options");
         cr_assert(json_is_array(opts));
@@ -505,7 +505,7 @@ static void expect_shape4(const ab_array *a, int64_t b, int64_t h, int64_t n, in
 static void library_op(const char *variant, int n_set, const char *const *set, uint64_t seed, bool causal,
                        const int *lengths, float *out, float *dq, float *dk, float *dv) {
     ab_set_threads(1);
-    attn_options o = {variant, ATTN_DEVICE_CPU, seed, n_set, set};
+    attn_options o = {variant, AB_DEV_CPU, seed, n_set, set};
     attn *a = NULL;
     cr_assert_eq(attn_create(&o, &a), 0, "%s", attn_error());
     ab_array q, k, v, dout;

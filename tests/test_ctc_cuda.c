@@ -167,7 +167,7 @@ Test(ctc_cuda, many_rows) {
 static tf_model *make(const tf_config *c, int max_batch) {
     tf_model *m = NULL;
     int rc = tf_create(c, max_batch, &m);
-    if (c->device == ATTN_DEVICE_CUDA && rc == AB_EDEVICE) cr_skip_test("CUDA not available here: %s", ab_error());
+    if (c->device == AB_DEV_CUDA && rc == AB_EDEVICE) cr_skip_test("CUDA not available here: %s", ab_error());
     cr_assert_eq(rc, 0, "tf_create: %s", ab_error());
     return m;
 }
@@ -182,7 +182,7 @@ static tf_model *make(const tf_config *c, int max_batch) {
 static void model_case(tf_config cc, int B, int N, const int *lengths, const int *labels, const int *counts,
                        const float *weights, uint64_t seed, const char *what) {
     tf_config gc = cc;
-    gc.device = ATTN_DEVICE_CUDA;
+    gc.device = AB_DEV_CUDA;
     tf_model *g = make(&gc, B), *m = make(&cc, B);
     const size_t np = tf_param_count(m), nl = (size_t)B * N * tf_classes(m);
     float *pc = tf_params(m), *gg = tu_alloc_f(np), *lg = tu_alloc_f(nl);

@@ -83,17 +83,17 @@ const char *label(const cuda_variant *cv, char *buf, size_t cap) {
     return buf;
 }
 
-attn *make(const cuda_variant *cv, attn_device dev) {
+attn *make(const cuda_variant *cv, ab_device dev) {
     /* The CPU computes in fp32 only: its reference for a precision=tf32 case is fp32. */
     const char *set[4];
     int n = 0;
     for (int i = 0; i < cv->n_settings; i++)
-        if (dev != ATTN_DEVICE_CPU || strncmp(cv->settings[i], "precision=", 10) != 0) set[n++] = cv->settings[i];
+        if (dev != AB_DEV_CPU || strncmp(cv->settings[i], "precision=", 10) != 0) set[n++] = cv->settings[i];
     attn_options o = {cv->variant, dev, 7, n, n ? set : NULL};
     attn *a = NULL;
     char buf[128];
     int rc = attn_create(&o, &a);
-    cr_assert_eq(rc, 0, "attn_create(%s, %s): %s", label(cv, buf, sizeof buf), dev == ATTN_DEVICE_CUDA ? "cuda" : "cpu",
+    cr_assert_eq(rc, 0, "attn_create(%s, %s): %s", label(cv, buf, sizeof buf), dev == AB_DEV_CUDA ? "cuda" : "cpu",
                  attn_error());
     return a;
 }
@@ -101,7 +101,7 @@ attn *make(const cuda_variant *cv, attn_device dev) {
 /* Skips the test when there is no CUDA here (build or device); fails when an expected
  * variant has no CUDA backend. */
 void require_cuda(void) {
-    attn_options o = {"softmax", ATTN_DEVICE_CUDA, 0, 0, NULL};
+    attn_options o = {"softmax", AB_DEV_CUDA, 0, 0, NULL};
     attn *a = NULL;
     int rc = attn_create(&o, &a);
     if (rc == ATTN_EDEVICE) cr_skip_test("CUDA backend not available here: %s", attn_error());
@@ -109,7 +109,7 @@ void require_cuda(void) {
     attn_destroy(a);
     for (int i = 0; i < N_CUDA_VARIANTS; i++) {
         if (!CUDA_VARIANTS[i].expected) continue;
-        attn *b = make(&CUDA_VARIANTS[i], ATTN_DEVICE_CUDA);
+        attn *b = make(&CUDA_VARIANTS[i], AB_DEV_CUDA);
         attn_destroy(b);
     }
 }
@@ -160,7 +160,7 @@ void grads_free(grads *g) {
 }
 
 void run_cpu(const cuda_variant *cv, const tu_problem *p, grads *g) {
-    attn *a = make(cv, ATTN_DEVICE_CPU);
+    attn *a = make(cv, AB_DEV_CPU);
     size_t sb = attn_saved_bytes(a, &p->s);
     void *saved = sb ? malloc(sb) : NULL;
     cr_assert_eq(attn_forward(a, &p->s, p->q, p->k, p->v, g->out, saved), 0, "cpu forward: %s", attn_error());
@@ -183,14 +183,14 @@ size_t tc_flash_saved_bytes(const attn_shape *s) {
  * (every entry must be written) and are copied back into g. `repeat` runs the pair
  * twice (workspace reuse: the second allocates nothing and gives the same results). */
 void run_cuda(const cuda_variant *cv, const tu_problem *p, grads *g, bool repeat) {
-    attn *a = make(cv, ATTN_DEVICE_CUDA);
+    attn *a = make(cv, AB_DEV_CUDA);
     size_t sb = attn_saved_bytes(a, &p->s);
     if (tc_flash_saves(cv->variant)) {
         /* Its own saved state: O and the rows' log-sum-exps, O(N M) per slice (the CPU
          * keeps the N x N probabilities, or for local nothing). */
         cr_assert_eq(sb, tc_flash_saved_bytes(&p->s), "%s: saved_bytes %zu on CUDA", cv->variant, sb);
     } else {
-        attn *cpu = make(cv, ATTN_DEVICE_CPU);
+        attn *cpu = make(cv, AB_DEV_CPU);
         cr_assert_eq(sb, attn_saved_bytes(cpu, &p->s), "saved_bytes differ between the devices");
         attn_destroy(cpu);
     }
@@ -364,8 +364,8 @@ static const cuda_variant *lsh_case(const char *s0, const char *s1, const char *
 
 /* attn_lsh_buckets on both devices for q [B,H,N,D] (host), compared exactly. */
 static void check_buckets(const cuda_variant *cv, const attn_shape *s, const float *q, uint64_t seed) {
-    attn_options oc = {"lsh", ATTN_DEVICE_CPU, seed, cv->n_settings, cv->settings};
-    attn_options og = {"lsh", ATTN_DEVICE_CUDA, seed, cv->n_settings, cv->settings};
+    attn_options oc = {"lsh", AB_DEV_CPU, seed, cv->n_settings, cv->settings};
+    attn_options og = {"lsh", AB_DEV_CUDA, seed, cv->n_settings, cv->settings};
     attn *cpu = NULL, *gpu = NULL;
     cr_assert_eq(attn_create(&oc, &cpu), 0, "%s", attn_error());
     cr_assert_eq(attn_create(&og, &gpu), 0, "%s", attn_error());
@@ -510,7 +510,7 @@ void check_recurrent(const cuda_variant *cv, int B, int H, int N, int D, int M, 
     grads_alloc(&g, &p);
     run_cpu(cv, &p, &c);
     run_cuda(cv, &p, &g, false);
-    attn *a = make(cv, ATTN_DEVICE_CUDA);
+    attn *a = make(cv, AB_DEV_CUDA);
     size_t cur = ab_mem_current(AB_DEV_CUDA);
     attn_state *st = NULL;
     cr_assert_eq(attn_state_create(a, &p.s, capacity, &st), 0, "state_create: %s", attn_error());
@@ -616,7 +616,7 @@ Test(cuda_memory, tracked_and_state_on_device) {
     require_cuda();
     const cuda_variant *cv = first_with_step(0);
     cr_assert_not_null(cv);
-    attn *a = make(cv, ATTN_DEVICE_CUDA);
+    attn *a = make(cv, AB_DEV_CUDA);
     attn_shape s = {2, 2, 1, 8, 8, true, NULL};
     size_t c0 = ab_mem_current(AB_DEV_CUDA), h0 = ab_mem_current(AB_DEV_CPU);
     attn_state *st = NULL;
@@ -639,7 +639,7 @@ Test(cuda_memory, out_of_device_memory_is_enomem) {
     const size_t cap0 = ab_emu_device_memory();
     const size_t c0 = ab_mem_current(AB_DEV_CUDA);
     ab_emu_set_device_memory(c0 + ((size_t)1 << 20)); /* 1 MiB free */
-    attn *a = make(&CUDA_VARIANTS[2], ATTN_DEVICE_CUDA);
+    attn *a = make(&CUDA_VARIANTS[2], AB_DEV_CUDA);
     attn_shape s = {4, 4, 1, 64, 64, true, NULL};
     attn_state *st = NULL;
     ab_clear_error();
@@ -654,7 +654,7 @@ Test(cuda_memory, out_of_device_memory_is_enomem) {
     attn_destroy(a);
     cr_assert_eq(ab_mem_current(AB_DEV_CUDA), c0, "a failed allocation leaked");
     ab_emu_set_device_memory(cap0);
-    a = make(&CUDA_VARIANTS[2], ATTN_DEVICE_CUDA);
+    a = make(&CUDA_VARIANTS[2], AB_DEV_CUDA);
     cr_assert_eq(attn_state_create(a, &s, 4096, &st), 0, "%s", attn_error());
     attn_state_destroy(st);
     attn_destroy(a);
@@ -689,10 +689,10 @@ Test(cuda_device, unsupported_variants_say_so) {
         /* a variant with parameters of its own (linformer) has its own suite, which
          * binds them: tests/test_cuda_linformer.c */
         listed |= strcmp(name, "linformer") == 0;
-        attn_options o = {name, ATTN_DEVICE_CUDA, 0, 0, NULL};
+        attn_options o = {name, AB_DEV_CUDA, 0, 0, NULL};
         attn *a = NULL;
         int rc = attn_create(&o, &a);
-        cr_assert_eq(attn_variant_has_device(v, ATTN_DEVICE_CUDA), listed, "%s: has_device(cuda) disagrees", name);
+        cr_assert_eq(attn_variant_has_device(v, AB_DEV_CUDA), listed, "%s: has_device(cuda) disagrees", name);
         if (listed) {
             cr_assert_eq(rc, 0, "%s: %s", name, attn_error());
             attn_destroy(a);

@@ -131,7 +131,7 @@ Test(cuda_flash, saved_and_workspace_are_linear_in_n) {
                                        {"stateful-softmax", {NULL}, 0, true},
                                        {"local", {"window=256"}, 1, true}};
     for (int i = 0; i < 3; i++) {
-        attn *a = make(&vs[i], ATTN_DEVICE_CUDA);
+        attn *a = make(&vs[i], AB_DEV_CUDA);
         for (int causal = 0; causal < 2; causal++) {
             attn_shape s = {1, 2, 4096, 64, 64, causal, NULL};
             const size_t saved = attn_saved_bytes(a, &s), ws = attn_workspace_need(a, &s);
@@ -158,7 +158,7 @@ Test(cuda_flash, forward_without_saved_buffer) {
     static const int len[2] = {150, 90};
     tu_problem p;
     tu_problem_init(&p, 2, 1, 150, 16, 12, true, len, 125);
-    attn *a = make(&SMX, ATTN_DEVICE_CUDA);
+    attn *a = make(&SMX, AB_DEV_CUDA);
     float *q = dupload(p.q, p.nq), *k = dupload(p.k, p.nq), *v = dupload(p.v, p.nv);
     float *o1 = dpoison(p.nv), *o2 = dpoison(p.nv);
     void *saved = NULL;

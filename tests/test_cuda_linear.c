@@ -137,7 +137,7 @@ Test(cuda_lchunk, workspace_grows_only_by_per_position_scalars) {
     const cuda_variant *vs[4] = {&ELU32, &TAY32, &FAV32, &POLY32};
     for (int i = 0; i < 4; i++)
         for (int causal = 0; causal < 2; causal++) {
-            attn *a = make(vs[i], ATTN_DEVICE_CUDA);
+            attn *a = make(vs[i], AB_DEV_CUDA);
             attn_shape s = {2, 4, 1024, 64, 64, causal, NULL};
             cr_assert_eq(attn_saved_bytes(a, &s), 0);
             const size_t w1 = attn_workspace_need(a, &s);
@@ -174,7 +174,7 @@ Test(cuda_lchunk, favor_reseed_redraws_the_projection) {
     require_cuda();
     tu_problem p;
     tu_problem_init(&p, 1, 2, 40, 8, 5, true, NULL, 112);
-    attn *g = make(&FAV32, ATTN_DEVICE_CUDA), *c = make(&FAV32, ATTN_DEVICE_CPU);
+    attn *g = make(&FAV32, AB_DEV_CUDA), *c = make(&FAV32, AB_DEV_CPU);
     float *q = dupload(p.q, p.nq), *k = dupload(p.k, p.nq), *v = dupload(p.v, p.nv), *out = dpoison(p.nv);
     float *o1 = tu_alloc_f(p.nv), *o2 = tu_alloc_f(p.nv), *o3 = tu_alloc_f(p.nv), *want = tu_alloc_f(p.nv);
     cr_assert_eq(attn_forward(g, &p.s, q, k, v, out, NULL), 0, "%s", attn_error());

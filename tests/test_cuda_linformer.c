@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static attn *make_lfm(attn_device dev, const char *const *set, int n_set) {
+static attn *make_lfm(ab_device dev, const char *const *set, int n_set) {
     attn_options o = {"linformer", dev, 7, n_set, set};
     attn *a = NULL;
     cr_assert_eq(attn_create(&o, &a), 0, "attn_create(linformer): %s", attn_error());
@@ -34,7 +34,7 @@ static void lfm_case(const char *k, const char *share, int max_len, int B, int H
     const char *set[2] = {k, share};
     tu_problem p;
     tu_problem_init(&p, B, H, N, D, M, false, lengths, seed);
-    attn *cpu = make_lfm(ATTN_DEVICE_CPU, set, 2), *gpu = make_lfm(ATTN_DEVICE_CUDA, set, 2);
+    attn *cpu = make_lfm(AB_DEV_CPU, set, 2), *gpu = make_lfm(AB_DEV_CUDA, set, 2);
     size_t np;
     cr_assert_eq(attn_param_count(cpu, max_len, &np), 0, "%s", attn_error());
     float *par = tu_alloc_f(np), *gc = tu_alloc_f(np), *gg = tu_alloc_f(np);
@@ -131,7 +131,7 @@ Test(cuda_linformer, against_cpu) {
 Test(cuda_linformer, errors) {
     require_cuda();
     const char *set[1] = {"k=4"};
-    attn *a = make_lfm(ATTN_DEVICE_CUDA, set, 1);
+    attn *a = make_lfm(AB_DEV_CUDA, set, 1);
     attn_shape s = {1, 1, 8, 4, 4, false, NULL};
     float *x = dalloc(64), *o = dalloc(64), *sv = dalloc(4096);
     cr_assert_eq(attn_forward(a, &s, x, x, x, o, sv), ATTN_EINVAL);

@@ -109,7 +109,7 @@ Test(cuda_linear, workspace_is_bounded) {
     const size_t saved = lin_cuda_ws_floats;
     const int saved_path = lin_cuda_path;
     lin_cuda_path = 1; /* the batched path's budget (the fused path: test_cuda_linear.c) */
-    attn *a = make(&LIN_ELU_C4, ATTN_DEVICE_CUDA);
+    attn *a = make(&LIN_ELU_C4, AB_DEV_CUDA);
     attn_shape s = {2, 2, 3072, 5, 4, true, NULL};
     lin_cuda_ws_floats = 20000;
     const size_t w3 = attn_workspace_need(a, &s);
@@ -129,7 +129,7 @@ Test(cuda_linear, workspace_is_bounded) {
     cr_assert_eq(attn_workspace_need(a, &s), n3, "non-causal, one chunk of one slice: grows with N");
     attn_destroy(a);
     lin_cuda_ws_floats = saved;
-    a = make(&POLY, ATTN_DEVICE_CUDA);
+    a = make(&POLY, AB_DEV_CUDA);
     attn_shape big = {1, 8, 65536, 64, 64, true, NULL};
     const size_t wb = attn_workspace_need(a, &big);
     cr_assert(wb > 0 && wb <= saved * sizeof(float), "polynomial N=65536 D=64: workspace %zu bytes", wb);
@@ -150,7 +150,7 @@ Test(cuda_linear, reset_then_prefill_and_steps) {
         grads g;
         grads_alloc(&g, &p);
         run_cuda(cv, &p, &g, false);
-        attn *a = make(cv, ATTN_DEVICE_CUDA);
+        attn *a = make(cv, AB_DEV_CUDA);
         attn_state *st = NULL;
         cr_assert_eq(attn_state_create(a, &p.s, 9, &st), 0, "%s", attn_error());
         const size_t bh = 2;

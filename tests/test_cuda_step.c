@@ -115,7 +115,7 @@ static float *kv_outputs(int split_len, int B, int H, int N, int D, int M, uint6
     kv_step_split_len_override = split_len;
     tu_problem p;
     tu_problem_init(&p, B, H, N, D, M, true, NULL, seed);
-    attn *a = make(&SS, ATTN_DEVICE_CUDA);
+    attn *a = make(&SS, AB_DEV_CUDA);
     attn_state *st = NULL;
     cr_assert_eq(attn_state_create(a, &p.s, N, &st), 0, "%s", attn_error());
     const size_t bh = (size_t)B * H;
@@ -247,7 +247,7 @@ static float *lin_outputs(const cuda_variant *cv, int rows, int cols, int B, int
     lin_step_cols_override = cols;
     tu_problem p;
     tu_problem_init(&p, B, H, N, D, M, true, NULL, seed);
-    attn *a = make(cv, ATTN_DEVICE_CUDA);
+    attn *a = make(cv, AB_DEV_CUDA);
     attn_state *st = NULL;
     cr_assert_eq(attn_state_create(a, &p.s, N, &st), 0, "%s", attn_error());
     const size_t bh = (size_t)B * H;

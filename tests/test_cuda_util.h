@@ -69,7 +69,7 @@ typedef struct {
 } grads;
 
 const char *label(const cuda_variant *cv, char *buf, size_t cap);
-attn *make(const cuda_variant *cv, attn_device dev);
+attn *make(const cuda_variant *cv, ab_device dev);
 /* Skips the test when there is no CUDA here (build or device); fails when an expected
  * variant has no CUDA backend. */
 void require_cuda(void);

@@ -41,7 +41,7 @@ static double note(const char *what, double e) {
 #define BWD_TOL 5e-5
 
 static attn *make(void) {
-    attn_options o = {.variant = "efficient", .device = ATTN_DEVICE_CPU, .seed = 1};
+    attn_options o = {.variant = "efficient", .device = AB_DEV_CPU, .seed = 1};
     attn *a = NULL;
     cr_assert_eq(attn_create(&o, &a), 0, "%s", attn_error());
     return a;
@@ -305,7 +305,7 @@ Test(efficient_errors, causal_refused_in_one_line) {
     cr_assert_eq(attn_state_create(a, &s, 8, &st), ATTN_EUNSUPPORTED);
     /* no options of its own (only the one every variant has: precision) */
     const char *set[] = {"scale=1"};
-    attn_options o = {.variant = "efficient", .device = ATTN_DEVICE_CPU, .n_settings = 1, .settings = set};
+    attn_options o = {.variant = "efficient", .device = AB_DEV_CPU, .n_settings = 1, .settings = set};
     attn *b = NULL;
     cr_assert_eq(attn_create(&o, &b), ATTN_EINVAL);
     cr_assert(strstr(attn_error(), "no option 'scale' (its options: precision)") != NULL, "%s", attn_error());

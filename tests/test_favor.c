@@ -46,7 +46,7 @@ static double note(const char *what, double e) {
 static attn *make(uint64_t seed, int n, const char *const *extra) {
     const char *set[4] = {"feature_map=favor"};
     for (int i = 0; i < n; i++) set[1 + i] = extra[i];
-    attn_options o = {.variant = "linear", .device = ATTN_DEVICE_CPU, .seed = seed, .n_settings = 1 + n, .settings = set};
+    attn_options o = {.variant = "linear", .device = AB_DEV_CPU, .seed = seed, .n_settings = 1 + n, .settings = set};
     attn *a = NULL;
     cr_assert_eq(attn_create(&o, &a), 0, "%s", attn_error());
     return a;
@@ -355,7 +355,7 @@ Test(favor_options, seeds_features_and_errors) {
     attn_destroy(a), attn_destroy(b), attn_destroy(c);
     /* features belongs to favor: another map refuses it, in one line, at its first shape */
     const char *set[] = {"feature_map=elu", "features=8"};
-    attn_options o = {.variant = "linear", .device = ATTN_DEVICE_CPU, .n_settings = 2, .settings = set};
+    attn_options o = {.variant = "linear", .device = AB_DEV_CPU, .n_settings = 2, .settings = set};
     attn *e = NULL;
     cr_assert_eq(attn_create(&o, &e), 0, "%s", attn_error());
     ab_clear_error();

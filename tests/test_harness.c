@@ -1,6 +1,7 @@
 /* Harness runtime: Philox RNG, tracked allocator, ab_sgemm, .npy files, atomic writes. */
 #include "blas.h"
 #include "config.h"
+#include "device.h"
 #include "error.h"
 #include "fileio.h"
 #include "memory.h"
@@ -348,6 +349,27 @@ Test(memory, zero_and_huge_requests_fail_cleanly) {
         cr_assert_neq(ab_error()[0], '\0', "ab_alloc(%zu) leaves a message", huge[i]);
         cr_assert_eq(ab_mem_current(AB_DEV_CPU), base, "a failed allocation is not counted");
     }
+}
+
+Test(device, names_and_parsing) {
+    /* One device type: the names --device and the results use, parsed back; anything
+     * else refused with one line naming it. */
+    cr_assert_str_eq(ab_device_name(AB_DEV_CPU), "cpu");
+    cr_assert_str_eq(ab_device_name(AB_DEV_CUDA), "cuda");
+    cr_assert_str_eq(ab_device_name(7), "unknown");
+    for (ab_device d = AB_DEV_CPU; d < AB_DEV_COUNT; d++) {
+        ab_device back = AB_DEV_COUNT;
+        cr_assert_eq(ab_device_parse(ab_device_name(d), &back), 0);
+        cr_assert_eq(back, d);
+    }
+    ab_device out = AB_DEV_CUDA;
+    cr_assert_eq(ab_device_parse("gpu", &out), AB_EINVAL);
+    cr_assert_eq(out, AB_DEV_CUDA, "left unchanged on failure");
+    cr_assert_str_eq(ab_error(), "device 'gpu': must be cpu or cuda");
+    cr_assert_eq(ab_device_parse(NULL, &out), AB_EINVAL);
+    cr_assert(ab_dev_host_memory(AB_DEV_CPU));
+    cr_assert_not(ab_dev_host_memory(AB_DEV_CUDA));
+    cr_assert_eq(ab_dev_init(AB_DEV_CPU), 0);
 }
 
 Test(memory, mul_size_overflow) {

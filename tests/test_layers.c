@@ -620,9 +620,9 @@ static void layer_make(layer_setup *s, const char *variant, bool causal, bool pr
         memcpy(s->lengths, lengths, sizeof(int) * (size_t)s->B);
         s->has_lengths = true;
     }
-    attn_options o = {.variant = variant, .device = ATTN_DEVICE_CPU, .seed = 1};
+    attn_options o = {.variant = variant, .device = AB_DEV_CPU, .seed = 1};
     cr_assert_eq(attn_create(&o, &s->a), 0, "%s", attn_error());
-    mha_dims d = {s->B, s->N, C, H, causal, NULL, ATTN_DEVICE_CPU};
+    mha_dims d = {s->B, s->N, C, H, causal, NULL, AB_DEV_CPU};
     attn_shape as = mha_shape(&d);
     size_t saved = attn_saved_bytes(s->a, &as);
     /* parameters and gradients */
@@ -709,7 +709,7 @@ static void mha_case(const char *variant, bool causal, const int *lengths, uint6
     layer_make(&s, variant, causal, false, 0.0f, lengths, seed);
     int C = s.ec.C;
     size_t n = (size_t)s.B * s.N * C;
-    mha_dims d = {s.B, s.N, C, s.ec.H, causal, s.has_lengths ? s.lengths : NULL, ATTN_DEVICE_CPU};
+    mha_dims d = {s.B, s.N, C, s.ec.H, causal, s.has_lengths ? s.lengths : NULL, AB_DEV_CPU};
     float *x = tu_normal(n, seed, 1, 1.0), *out = tu_alloc_f(n), *dout = tu_normal(n, seed, 2, 1.0);
     float *dx = tu_alloc_f(n);
     cr_assert_eq(mha_forward(s.a, &d, NULL, out, x, &s.p.attn, &s.act.attn, &s.ws.attn), 0, "%s", attn_error());
@@ -759,7 +759,7 @@ static void enc_case(const char *variant, bool causal, bool pre_norm, float drop
     layer_make(&s, variant, causal, pre_norm, dropout, lengths, seed);
     int C = s.ec.C;
     size_t n = (size_t)s.B * s.N * C;
-    mha_dims d = {s.B, s.N, C, s.ec.H, causal, s.has_lengths ? s.lengths : NULL, ATTN_DEVICE_CPU};
+    mha_dims d = {s.B, s.N, C, s.ec.H, causal, s.has_lengths ? s.lengths : NULL, AB_DEV_CPU};
     float *x = tu_normal(n, seed, 1, 1.0), *dout = tu_normal(n, seed, 2, 1.0), *dx = tu_alloc_f(n);
     bool train = dropout > 0;
     cr_assert_eq(enc_forward(s.a, &s.ec, &d, NULL, x, &s.p, &s.act, &s.ws, train, seed, 500), 0, "%s", attn_error());

@@ -31,7 +31,7 @@ typedef struct {
 } vcfg;
 
 static attn *make(const vcfg *v) {
-    attn_options o = {.variant = v->variant, .device = ATTN_DEVICE_CPU, .seed = 1,
+    attn_options o = {.variant = v->variant, .device = AB_DEV_CPU, .seed = 1,
                       .n_settings = v->n_settings, .settings = v->settings};
     attn *a = NULL;
     int rc = attn_create(&o, &a);
@@ -525,7 +525,7 @@ Test(linear_features, polynomial_exact) {
 
 static void expect_rejected(const char *variant, const char *setting, const char *must_name) {
     const char *set[1] = {setting};
-    attn_options o = {.variant = variant, .device = ATTN_DEVICE_CPU, .n_settings = 1, .settings = set};
+    attn_options o = {.variant = variant, .device = AB_DEV_CPU, .n_settings = 1, .settings = set};
     attn *a = NULL;
     int rc = attn_create(&o, &a);
     cr_expect_eq(rc, ATTN_EINVAL, "%s %s accepted", variant, setting);

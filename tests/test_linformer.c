@@ -45,7 +45,7 @@ static attn *make(const char *share, int k) {
     snprintf(kset, sizeof kset, "k=%d", k);
     snprintf(sset, sizeof sset, "share=%s", share);
     const char *set[] = {kset, sset};
-    attn_options o = {.variant = "linformer", .device = ATTN_DEVICE_CPU, .seed = 1, .n_settings = 2, .settings = set};
+    attn_options o = {.variant = "linformer", .device = AB_DEV_CPU, .seed = 1, .n_settings = 2, .settings = set};
     attn *a = NULL;
     cr_assert_eq(attn_create(&o, &a), 0, "%s", attn_error());
     return a;
@@ -285,7 +285,7 @@ Test(linformer, parameters) {
     cr_assert_lt(fabs(sq / 1600 - 0.01 / 3) / (0.01 / 3), 0.1, "variance %g", sq / 1600);
     cr_assert_lt(same, 5, "another stream draws other values");
     /* variants without parameters: 0, nothing to init, nothing to bind */
-    attn_options o = {.variant = "softmax", .device = ATTN_DEVICE_CPU};
+    attn_options o = {.variant = "softmax", .device = AB_DEV_CPU};
     attn *sm = NULL;
     cr_assert_eq(attn_create(&o, &sm), 0);
     cr_assert_eq(attn_param_count(sm, 100, &n), 0);
@@ -339,7 +339,7 @@ Test(linformer, errors_in_one_line) {
     const char *bad[] = {"k=0", "share=heads", "window=3"};
     const char *must[] = {"out of range", "none, kv, layer", "no option 'window'"};
     for (int i = 0; i < 3; i++) {
-        attn_options o = {.variant = "linformer", .device = ATTN_DEVICE_CPU, .n_settings = 1, .settings = &bad[i]};
+        attn_options o = {.variant = "linformer", .device = AB_DEV_CPU, .n_settings = 1, .settings = &bad[i]};
         attn *b = NULL;
         cr_assert_eq(attn_create(&o, &b), ATTN_EINVAL, "%s", bad[i]);
         one_line(must[i]);

@@ -37,7 +37,7 @@ static double note(const char *what, double e) {
 #define STEP_TOL (2 * FWD_TOL)
 
 static attn *make(const char *variant, int n, const char *const *set) {
-    attn_options o = {.variant = variant, .device = ATTN_DEVICE_CPU, .seed = 1, .n_settings = n, .settings = set};
+    attn_options o = {.variant = variant, .device = AB_DEV_CPU, .seed = 1, .n_settings = n, .settings = set};
     attn *a = NULL;
     cr_assert_eq(attn_create(&o, &a), 0, "%s: %s", variant, attn_error());
     return a;
@@ -263,7 +263,7 @@ Test(local_options, values_and_errors) {
     attn_destroy(a);
     static const char *const bad[] = {"window=0", "window=-3", "window=1073741825", "window=two", "scale=nan"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        attn_options o = {.variant = "local", .device = ATTN_DEVICE_CPU, .n_settings = 1, .settings = &bad[i]};
+        attn_options o = {.variant = "local", .device = AB_DEV_CPU, .n_settings = 1, .settings = &bad[i]};
         attn *b = NULL;
         ab_clear_error();
         cr_assert_eq(attn_create(&o, &b), ATTN_EINVAL, "%s accepted", bad[i]);

@@ -32,7 +32,7 @@ static attn *make(const lcase *c) {
     snprintf(ch, sizeof ch, "chunk=%d", c->chunk);
     snprintf(co, sizeof co, "combine=%s", c->combine ? "logsumexp" : "mean");
     const char *set[] = {r, b, ch, co};
-    attn_options o = {.variant = "lsh", .device = ATTN_DEVICE_CPU, .seed = c->seed, .n_settings = 4, .settings = set};
+    attn_options o = {.variant = "lsh", .device = AB_DEV_CPU, .seed = c->seed, .n_settings = 4, .settings = set};
     attn *a = NULL;
     int rc = attn_create(&o, &a);
     cr_assert_eq(rc, 0, "attn_create: %s", attn_error());
@@ -429,13 +429,13 @@ Test(lsh, saved_memory_is_linear_in_n) {
 
 static int create_with(const char *setting, attn **a) {
     const char *set[] = {setting};
-    attn_options o = {.variant = "lsh", .device = ATTN_DEVICE_CPU, .seed = 1, .n_settings = 1, .settings = set};
+    attn_options o = {.variant = "lsh", .device = AB_DEV_CPU, .seed = 1, .n_settings = 1, .settings = set};
     *a = NULL;
     return attn_create(&o, a);
 }
 
 Test(lsh, options_defaults_and_rejections) {
-    attn_options o = {.variant = "lsh", .device = ATTN_DEVICE_CPU, .seed = 1};
+    attn_options o = {.variant = "lsh", .device = AB_DEV_CPU, .seed = 1};
     attn *a = NULL;
     cr_assert_eq(attn_create(&o, &a), 0, "%s", attn_error());
     char buf[64];

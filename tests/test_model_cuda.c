@@ -471,7 +471,7 @@ Test(layers_cuda, cross_entropy_weights_ties_and_wide_rows) {
 /* A stack's tables and buffers on one device; the parameters uploaded from `host`
  * (laid out as the parameter table), activations and scratch filled with NaN. */
 typedef struct {
-    attn_device dev;
+    ab_device dev;
     tf_table pt, at, st;
     lstm_params p, g;
     lstm_acts a;
@@ -480,13 +480,13 @@ typedef struct {
     void *acts, *scratch;
 } lstm_bufs;
 
-static void *lstm_alloc(attn_device dev, size_t bytes) {
+static void *lstm_alloc(ab_device dev, size_t bytes) {
     void *p = NULL;
-    cr_assert_eq(ab_dev_malloc((ab_device)dev, &p, bytes), 0, "%s", ab_error());
+    cr_assert_eq(ab_dev_malloc(dev, &p, bytes), 0, "%s", ab_error());
     return p;
 }
 
-static void lstm_bufs_init(lstm_bufs *k, const lstm_config *c, int B, int N, attn_device dev, const float *host) {
+static void lstm_bufs_init(lstm_bufs *k, const lstm_config *c, int B, int N, ab_device dev, const float *host) {
     memset(k, 0, sizeof *k);
     k->dev = dev;
     tf_table_init(&k->pt, sizeof(float), 1);
@@ -504,9 +504,9 @@ static void lstm_bufs_init(lstm_bufs *k, const lstm_config *c, int B, int N, att
     k->grads = lstm_alloc(dev, pb);
     k->acts = lstm_alloc(dev, k->at.total);
     k->scratch = lstm_alloc(dev, k->st.total);
-    cr_assert_eq(ab_dev_upload((ab_device)dev, k->params, host, pb), 0, "%s", ab_error());
-    cr_assert_eq(ab_dev_memset((ab_device)dev, k->acts, 0xff, k->at.total), 0, "%s", ab_error());
-    cr_assert_eq(ab_dev_memset((ab_device)dev, k->scratch, 0xff, k->st.total), 0, "%s", ab_error());
+    cr_assert_eq(ab_dev_upload(dev, k->params, host, pb), 0, "%s", ab_error());
+    cr_assert_eq(ab_dev_memset(dev, k->acts, 0xff, k->at.total), 0, "%s", ab_error());
+    cr_assert_eq(ab_dev_memset(dev, k->scratch, 0xff, k->st.total), 0, "%s", ab_error());
     tf_table_begin(&k->pt, k->params);
     lstm_carve_params(&k->pt, &k->p, c);
     tf_table_begin(&k->pt, k->grads);
@@ -518,10 +518,10 @@ static void lstm_bufs_init(lstm_bufs *k, const lstm_config *c, int B, int N, att
 }
 
 static void lstm_bufs_free(lstm_bufs *k) {
-    ab_dev_free((ab_device)k->dev, k->params);
-    ab_dev_free((ab_device)k->dev, k->grads);
-    ab_dev_free((ab_device)k->dev, k->acts);
-    ab_dev_free((ab_device)k->dev, k->scratch);
+    ab_dev_free(k->dev, k->params);
+    ab_dev_free(k->dev, k->grads);
+    ab_dev_free(k->dev, k->acts);
+    ab_dev_free(k->dev, k->scratch);
     tf_table_free(&k->pt);
     tf_table_free(&k->at);
     tf_table_free(&k->st);
@@ -531,7 +531,7 @@ static void lstm_bufs_free(lstm_bufs *k) {
  * gradients (host) uploaded; output, dx and gradients downloaded into host arrays. */
 static void lstm_run(lstm_bufs *k, const lstm_config *c, const lstm_dims *d, bool train, const float *x,
                      const float *dout, const float *dx0, const float *g0, float *out, float *dx, float *g) {
-    const ab_device dv = (ab_device)k->dev;
+    const ab_device dv = k->dev;
     const size_t nx = (size_t)d->B * d->N * c->I, no = (size_t)d->B * d->N * lstm_out_width(c);
     const size_t pb = sizeof(float) * k->pt.total;
     float *d_x = lstm_alloc(k->dev, 4 * nx), *d_dout = lstm_alloc(k->dev, 4 * no), *d_dx = lstm_alloc(k->dev, 4 * nx);
@@ -578,14 +578,14 @@ static void lstm_cuda_case(const lstm_config *c, int B, int N, const int *length
     lstm_carve_params(&t, &hp, c);
     lstm_init_params(c, &hp, seed, 0);
     lstm_bufs cpu, gpu;
-    lstm_bufs_init(&cpu, c, B + 1, N + 1, ATTN_DEVICE_CPU, host);
-    lstm_bufs_init(&gpu, c, B + 1, N + 1, ATTN_DEVICE_CUDA, host);
+    lstm_bufs_init(&cpu, c, B + 1, N + 1, AB_DEV_CPU, host);
+    lstm_bufs_init(&gpu, c, B + 1, N + 1, AB_DEV_CUDA, host);
     /* inputs, and gradients that start non-zero (backward must add) */
     float *x = tu_normal(nx, seed, 1, 1.0), *dout = tu_normal(no, seed, 2, 1.0);
     float *dx0 = tu_normal(nx, seed, 3, 1.0), *g0 = tu_normal(np, seed, 4, 0.5);
     float *out[3], *dx[3], *g[3];
     for (int r = 0; r < 3; r++) out[r] = tu_alloc_f(no), dx[r] = tu_alloc_f(nx), g[r] = tu_alloc_f(np);
-    lstm_dims dc = {B, N, lengths, ATTN_DEVICE_CPU}, dg = {B, N, lengths, ATTN_DEVICE_CUDA};
+    lstm_dims dc = {B, N, lengths, AB_DEV_CPU}, dg = {B, N, lengths, AB_DEV_CUDA};
     lstm_run(&cpu, c, &dc, train, x, dout, dx0, g0, out[0], dx[0], g[0]);
     lstm_run(&gpu, c, &dg, train, x, dout, dx0, g0, out[1], dx[1], g[1]);
     char what[128];
@@ -670,7 +670,7 @@ Test(lstm_cuda, wide_rows) {
  * The model
  * ==================================================================================== */
 
-static tf_config tiny_config(const char *variant, attn_device dev) {
+static tf_config tiny_config(const char *variant, ab_device dev) {
     tf_config c = tm_tiny_config(variant);
     c.device = dev;
     return c;
@@ -679,7 +679,7 @@ static tf_config tiny_config(const char *variant, attn_device dev) {
 static tf_model *make(const tf_config *c, int max_batch) {
     tf_model *m = NULL;
     int rc = tf_create(c, max_batch, &m);
-    if (c->device == ATTN_DEVICE_CUDA && rc == AB_EDEVICE) cr_skip_test("CUDA not available here: %s", ab_error());
+    if (c->device == AB_DEV_CUDA && rc == AB_EDEVICE) cr_skip_test("CUDA not available here: %s", ab_error());
     cr_assert_eq(rc, 0, "tf_create: %s", ab_error());
     return m;
 }
@@ -720,7 +720,7 @@ typedef struct {
 } model_case;
 
 static void model_vs_cpu(const model_case *mc, uint64_t seed) {
-    tf_config cc = tiny_config(mc->variant, ATTN_DEVICE_CPU);
+    tf_config cc = tiny_config(mc->variant, AB_DEV_CPU);
     cc.pre_norm = mc->pre_norm;
     cc.final_norm = mc->final_norm;
     cc.causal = mc->causal;
@@ -729,10 +729,10 @@ static void model_vs_cpu(const model_case *mc, uint64_t seed) {
     cc.n_attn_settings = mc->n_set;
     if (mc->max_len) cc.max_len = mc->max_len;
     tf_config gc = cc;
-    gc.device = ATTN_DEVICE_CUDA;
+    gc.device = AB_DEV_CUDA;
     const int B = 2, N = 6, V = cc.vocab;
     tf_model *g = make(&gc, B), *m = make(&cc, B);
-    cr_assert_eq(tf_device(g), ATTN_DEVICE_CUDA);
+    cr_assert_eq(tf_device(g), AB_DEV_CUDA);
     const size_t np = tf_param_count(m);
     cr_assert_eq(tf_param_count(g), np);
     /* the same initialisation on both devices */
@@ -875,7 +875,7 @@ Test(model_cuda, stateful_softmax_and_lsh) {
 Test(model_cuda, inference_model_same_logits) {
     const char *variants[3] = {"softmax", "linear", "lsh"};
     for (int v = 0; v < 3; v++) {
-        tf_config c = tiny_config(variants[v], ATTN_DEVICE_CUDA);
+        tf_config c = tiny_config(variants[v], AB_DEV_CUDA);
         c.layers = 4;
         tf_model *m = make(&c, 2), *mi = NULL;
         cr_assert_eq(tf_create_inference(&c, 2, &mi), 0, "%s", ab_error());
@@ -901,13 +901,13 @@ Test(model_cuda, inference_model_same_logits) {
  * after it compute exactly what they did (the precision is given back). Refused: tf32
  * on the CPU, and a precision in the attention's own settings (the model sets it). */
 Test(model_cuda, tf32_precision) {
-    tf_config c = tiny_config("softmax", ATTN_DEVICE_CPU);
+    tf_config c = tiny_config("softmax", AB_DEV_CPU);
     c.precision = AB_PREC_TF32;
     tf_model *bad = NULL;
     cr_assert_eq(tf_create(&c, 2, &bad), AB_EINVAL);
     cr_assert(strstr(ab_error(), "fp32 only"), "%s", ab_error());
     const char *set[1] = {"precision=tf32"};
-    c.device = ATTN_DEVICE_CUDA;
+    c.device = AB_DEV_CUDA;
     c.precision = AB_PREC_FP32;
     c.attn_settings = set;
     c.n_attn_settings = 1;
@@ -916,7 +916,7 @@ Test(model_cuda, tf32_precision) {
     cr_assert_null(bad);
     const char *variants[2] = {"softmax", "linear"};
     for (int v = 0; v < 2; v++) {
-        tf_config fc = tiny_config(variants[v], ATTN_DEVICE_CUDA), tc = fc;
+        tf_config fc = tiny_config(variants[v], AB_DEV_CUDA), tc = fc;
         tc.precision = AB_PREC_TF32;
         tf_model *f = make(&fc, 2), *t = make(&tc, 2);
         const int B = 2, N = 6, tokens[12] = {1, 4, 0, 2, 3, 3, 0, 1, 1, 4, 2, 0}, lengths[2] = {6, 4};
@@ -965,7 +965,7 @@ Test(model_cuda, linformer_none_and_layer) {
 /* Two training steps (of two shapes) with the optimiser on the device: no memory is
  * taken on either side, and a repeat gives the same bits. */
 Test(model_cuda, no_allocation_per_step_and_repeatable) {
-    tf_config c = tiny_config("linear", ATTN_DEVICE_CUDA);
+    tf_config c = tiny_config("linear", AB_DEV_CUDA);
     c.dropout = 0.1f;
     tf_model *m = make(&c, 3);
     ab_optim_config oc;
@@ -1036,11 +1036,11 @@ static void lstm_model_vs_cpu(bool bidirectional, float dropout, const int *leng
     cc.causal = !bidirectional;
     cc.dropout = dropout;
     tf_config gc = cc;
-    gc.device = ATTN_DEVICE_CUDA;
+    gc.device = AB_DEV_CUDA;
     const int B = 3, N = 6, F = cc.features, L = cc.layers;
     /* carved for 4 x 7: the calls run on the first rows of every buffer */
     tf_model *g = make(&gc, B + 1), *m = make(&cc, B + 1);
-    cr_assert_eq(tf_device(g), ATTN_DEVICE_CUDA);
+    cr_assert_eq(tf_device(g), AB_DEV_CUDA);
     const int K = tf_classes(m), DH = (bidirectional ? 2 : 1) * cc.lstm_hidden;
     const size_t np = tf_param_count(m), BT = (size_t)B * N;
     cr_assert_eq(tf_param_count(g), np);
@@ -1149,7 +1149,7 @@ Test(model_cuda, lstm_frames_unidirectional_causal_dropout) {
  * either side, and a repeat of the first step gives the same bits. */
 Test(model_cuda, lstm_frames_no_allocation_per_step_and_repeatable) {
     tf_config c = tm_tiny_lstm_config();
-    c.device = ATTN_DEVICE_CUDA;
+    c.device = AB_DEV_CUDA;
     c.dropout = 0.3f;
     tf_model *m = make(&c, 3);
     ab_optim_config oc;
@@ -1214,7 +1214,7 @@ Test(model_cuda, lstm_frames_no_allocation_per_step_and_repeatable) {
 #define GEN_TOL 2e-5
 
 static void generation_case(const char *variant, bool pre_norm) {
-    tf_config c = tiny_config(variant, ATTN_DEVICE_CUDA);
+    tf_config c = tiny_config(variant, AB_DEV_CUDA);
     c.pre_norm = pre_norm;
     c.vocab = 11;
     c.max_len = 12;
@@ -1222,7 +1222,7 @@ static void generation_case(const char *variant, bool pre_norm) {
     c.d_ff = 32;
     c.dropout = 0.1f;
     tf_model *g = make(&c, 2);
-    c.device = ATTN_DEVICE_CPU;
+    c.device = AB_DEV_CPU;
     tf_model *m = make(&c, 2);
     const int B = 2, P = 3, G = 8, V = c.vocab, cap = P + G;
     int seq[2 * 11], flat[2 * 11];
@@ -1282,7 +1282,7 @@ Test(generation_cuda, pre_norm_recurrent_equals_recompute_and_cpu) {
  * (experiments/images/{mnist,cifar10}-linear.json: post-norm, a final layer norm, the
  * logistic mixture head; the counts do not depend on the widths). */
 static unsigned long long ops_per_token(const char *variant, int layers, bool pre_norm) {
-    tf_config c = tiny_config(variant, ATTN_DEVICE_CUDA);
+    tf_config c = tiny_config(variant, AB_DEV_CUDA);
     c.layers = layers;
     c.pre_norm = pre_norm;
     c.final_norm = true;
@@ -1462,7 +1462,8 @@ Test(optim_cuda, state_checkpoint_and_refusals) {
  * ==================================================================================== */
 
 Test(errors_cuda, bad_device_and_out_of_memory) {
-    tf_config c = tiny_config("linear", (attn_device)7);
+    const ab_device no_device = 7; /* outside the enum */
+    tf_config c = tiny_config("linear", no_device);
     tf_model *m = (tf_model *)1;
     cr_expect_eq(tf_create(&c, 2, &m), AB_EINVAL);
     cr_expect_null(m);
@@ -1470,14 +1471,14 @@ Test(errors_cuda, bad_device_and_out_of_memory) {
     ab_optim_config oc;
     ab_optim_config_default(&oc);
     ab_optim *o = (ab_optim *)1;
-    cr_expect_eq(ab_optim_create_on((ab_device)7, &oc, 10, NULL, 0, &o), AB_EINVAL);
+    cr_expect_eq(ab_optim_create_on(no_device, &oc, 10, NULL, 0, &o), AB_EINVAL);
     cr_expect_null(o);
     require_cuda();
 #ifdef TEST_CUDA_EMU
     /* a device too small for the model: AB_ENOMEM naming the size, nothing leaked */
     const size_t cap0 = ab_emu_device_memory(), c0 = ab_mem_current(AB_DEV_CUDA);
     ab_emu_set_device_memory(c0 + 4096);
-    c = tiny_config("linear", ATTN_DEVICE_CUDA);
+    c = tiny_config("linear", AB_DEV_CUDA);
     m = (tf_model *)1;
     int rc = tf_create(&c, 2, &m);
     ab_emu_set_device_memory(cap0);
@@ -1487,7 +1488,7 @@ Test(errors_cuda, bad_device_and_out_of_memory) {
     cr_expect_eq(ab_mem_current(AB_DEV_CUDA), c0, "a failed creation leaked device memory");
 #endif
     /* misuse on the device is refused as on the CPU */
-    c = tiny_config("linear", ATTN_DEVICE_CUDA);
+    c = tiny_config("linear", AB_DEV_CUDA);
     m = make(&c, 2);
     float h[60];
     cr_expect_lt(tf_logits_download(m, h), 0, "logits before any forward");
@@ -1578,12 +1579,12 @@ Test(layers_cuda, mixture_forward_backward) {
  * above (the head adds double arithmetic only; measured on the emulator: logits
  * 2.4e-7, loss 3.3e-8, gradients <= 1.5e-6 per tensor). */
 Test(model_cuda, logistic_mixture_head) {
-    tf_config cc = tiny_config("linear", ATTN_DEVICE_CPU);
+    tf_config cc = tiny_config("linear", AB_DEV_CPU);
     cc.head = TF_HEAD_LOGISTIC_MIXTURE;
     cc.mixtures = 3;
     cc.classes = 256;
     tf_config gc = cc;
-    gc.device = ATTN_DEVICE_CUDA;
+    gc.device = AB_DEV_CUDA;
     const int B = 2, N = 6;
     tf_model *g = make(&gc, B), *m = make(&cc, B);
     cr_assert_eq(tf_classes(g), 9);

@@ -53,7 +53,7 @@ static const char *val(const attn *a, const attn_shape *s, const char *key) {
 static attn *make(const char *variant, int n, const char *const *settings) {
     static float *pool;
     static size_t pool_n;
-    attn_options o = {variant, ATTN_DEVICE_CPU, 1, n, settings};
+    attn_options o = {variant, AB_DEV_CPU, 1, n, settings};
     attn *a = NULL;
     int rc = attn_create(&o, &a);
     cr_assert_eq(rc, 0, "attn_create(%s): %s", variant, attn_error());
@@ -76,7 +76,7 @@ static attn *make(const char *variant, int n, const char *const *settings) {
  * that contains every string of `must` (NULL-terminated). */
 static void expect_create_fails(const char *variant, const char *setting, int code, const char *const *must) {
     const char *settings[1] = {setting};
-    attn_options o = {variant, ATTN_DEVICE_CPU, 1, setting ? 1 : 0, settings};
+    attn_options o = {variant, AB_DEV_CPU, 1, setting ? 1 : 0, settings};
     attn *a = (attn *)&o; /* must be reset to NULL */
     ab_clear_error();
     int rc = attn_create(&o, &a);
@@ -89,6 +89,12 @@ static void expect_create_fails(const char *variant, const char *setting, int co
     for (int i = 0; must && must[i]; i++)
         cr_assert(strstr(msg, must[i]) != NULL, "attn_create(%s, %s): message '%s' lacks '%s'", variant,
                   setting ? setting : "-", msg, must[i]);
+    /* the registry's check without an object says the same */
+    char want[512];
+    snprintf(want, sizeof want, "%s", msg);
+    ab_clear_error();
+    cr_assert_eq(attn_variant_check(&o), code, "attn_variant_check(%s, %s)", variant, setting ? setting : "-");
+    cr_assert_str_eq(attn_error(), want);
 }
 
 static attn_shape shape(int B, int H, int N, int D, int M, bool causal, const int *lengths) {
@@ -242,7 +248,7 @@ Test(registry, every_documented_value_accepted) {
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         const char *s[1] = {ok[i].setting};
-        attn_options o = {ok[i].variant, ATTN_DEVICE_CPU, 0, 1, s};
+        attn_options o = {ok[i].variant, AB_DEV_CPU, 0, 1, s};
         attn *a = NULL;
         int rc = attn_create(&o, &a);
         cr_assert_eq(rc, 0, "%s %s: %s", ok[i].variant, ok[i].setting, attn_error());
@@ -322,15 +328,41 @@ Test(registry, create_errors) {
     /* NULL arguments and a bad settings list. */
     attn *a = NULL;
     cr_assert_eq(attn_create(NULL, &a), ATTN_EINVAL);
-    attn_options o = {"softmax", ATTN_DEVICE_CPU, 0, 0, NULL};
+    attn_options o = {"softmax", AB_DEV_CPU, 0, 0, NULL};
     cr_assert_eq(attn_create(&o, NULL), ATTN_EINVAL);
     o.n_settings = 2; /* but no list */
     cr_assert_eq(attn_create(&o, &a), ATTN_EINVAL);
     o.n_settings = -1;
     cr_assert_eq(attn_create(&o, &a), ATTN_EINVAL);
     o.n_settings = 0;
-    o.device = (attn_device)7;
+    o.device = 7; /* outside the enum */
     cr_assert_eq(attn_create(&o, &a), ATTN_EINVAL);
+}
+
+Test(registry, check_without_objects) {
+    /* attn_variant_check accepts what attn_create accepts, and attn_variant_params
+     * answers what the object's attn_param_count and attn_params_shared_by_layers do. */
+    static const struct {
+        const char *variant, *setting;
+    } ok[] = {{"softmax", NULL}, {"linformer", NULL}, {"linformer", "k=8"}, {"linformer", "share=kv"},
+              {"linformer", "share=layer"}, {"lsh", "rounds=2"}};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        const char *settings[1] = {ok[i].setting};
+        attn_options o = {ok[i].variant, AB_DEV_CPU, 3, ok[i].setting ? 1 : 0, settings};
+        cr_assert_eq(attn_variant_check(&o), 0, "%s %s: %s", ok[i].variant, ok[i].setting, attn_error());
+        attn *a;
+        cr_assert_eq(attn_create(&o, &a), 0, "%s", attn_error());
+        size_t want, got;
+        bool shared;
+        cr_assert_eq(attn_param_count(a, 64, &want), 0, "%s", attn_error());
+        cr_assert_eq(attn_variant_params(&o, 64, &got, &shared), 0, "%s", attn_error());
+        cr_assert_eq(got, want, "%s %s: %zu parameters, the object has %zu", ok[i].variant, ok[i].setting, got, want);
+        cr_assert_eq(shared, attn_params_shared_by_layers(a));
+        attn_destroy(a);
+    }
+    attn_options o = {"softmax", 7, 0, 0, NULL}; /* a device outside the enum */
+    cr_assert_eq(attn_variant_check(&o), ATTN_EINVAL);
+    cr_assert_eq(attn_variant_check(NULL), ATTN_EINVAL);
 }
 
 Test(registry, devices_of_variants) {
@@ -338,12 +370,12 @@ Test(registry, devices_of_variants) {
      * in a build without CUDA); bad indices and devices are false. */
     for (int i = 0; i < attn_variant_count(); i++) {
         const char *name = attn_variant_name(i);
-        cr_assert(attn_variant_has_device(i, ATTN_DEVICE_CPU), "%s on cpu", name);
-        if (!ab_cuda_built()) cr_assert_not(attn_variant_has_device(i, ATTN_DEVICE_CUDA), "%s on cuda", name);
-        cr_assert_not(attn_variant_has_device(i, (attn_device)7));
+        cr_assert(attn_variant_has_device(i, AB_DEV_CPU), "%s on cpu", name);
+        if (!ab_cuda_built()) cr_assert_not(attn_variant_has_device(i, AB_DEV_CUDA), "%s on cuda", name);
+        cr_assert_not(attn_variant_has_device(i, 7));
     }
-    cr_assert_not(attn_variant_has_device(-1, ATTN_DEVICE_CPU));
-    cr_assert_not(attn_variant_has_device(attn_variant_count(), ATTN_DEVICE_CPU));
+    cr_assert_not(attn_variant_has_device(-1, AB_DEV_CPU));
+    cr_assert_not(attn_variant_has_device(attn_variant_count(), AB_DEV_CPU));
 }
 
 Test(registry, cuda_without_backend) {
@@ -351,7 +383,7 @@ Test(registry, cuda_without_backend) {
      * with a device: ATTN_EUNSUPPORTED for variants that have no CUDA implementation. */
     for (int i = 0; i < attn_variant_count(); i++) {
         const char *name = attn_variant_name(i);
-        attn_options o = {name, ATTN_DEVICE_CUDA, 0, 0, NULL};
+        attn_options o = {name, AB_DEV_CUDA, 0, 0, NULL};
         attn *a = NULL;
         ab_clear_error();
         int rc = attn_create(&o, &a);
@@ -802,7 +834,7 @@ static int try_setting(const char *variant, const char *name, const char *value)
     char setting[160];
     snprintf(setting, sizeof setting, "%s=%s", name, value);
     const char *set[1] = {setting};
-    attn_options o = {variant, ATTN_DEVICE_CPU, 1, 1, set};
+    attn_options o = {variant, AB_DEV_CPU, 1, 1, set};
     attn *a = NULL;
     int rc = attn_create(&o, &a);
     attn_destroy(a);
@@ -846,7 +878,7 @@ Test(registry, every_option_described) {
                     const char *set[1] = {setting};
                     if (strcmp(o.name, "precision") == 0 && strcmp(ch, "fp32") != 0) {
                         /* the CPU computes in fp32 only: refused there, by name */
-                        attn_options oc = {vn, ATTN_DEVICE_CPU, 1, 1, set};
+                        attn_options oc = {vn, AB_DEV_CPU, 1, 1, set};
                         attn *r = NULL;
                         cr_assert_eq(attn_create(&oc, &r), ATTN_EINVAL, "%s %s on the CPU not refused", vn, setting);
                         cr_assert_null(r);

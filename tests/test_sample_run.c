@@ -141,7 +141,7 @@ static const char COPY_FMT[] =
 
 /* Opens the checkpoint, samples with opts and returns the rows (n x N, malloc'd). */
 static int *sample_rows(const char *ckpt, sample_opts o, sample_result *keep) {
-    const sample_source src = {.checkpoint = ckpt, .device = ATTN_DEVICE_CPU};
+    const sample_source src = {.checkpoint = ckpt, .device = AB_DEV_CPU};
     sample_session s;
     cr_assert_eq(sample_open(&s, &src, &o), 0, "%s", ab_error());
     cr_assert_eq(s.N, SEQ_L);
@@ -222,7 +222,7 @@ Test(sample_run, completion_keeps_the_prompt_and_estimate_measures) {
 
     /* the estimate: positions 0, 3, 6 and the last, one batch, nothing drawn */
     const sample_opts e = {.n = 4, .batch = 2, .temperature = 1, .estimate = 3, .mode = SAMPLE_MODE_RECOMPUTE};
-    const sample_source src = {.checkpoint = ck, .device = ATTN_DEVICE_CPU};
+    const sample_source src = {.checkpoint = ck, .device = AB_DEV_CPU};
     sample_session ss;
     cr_assert_eq(sample_open(&ss, &src, &e), 0, "%s", ab_error());
     cr_assert_eq(sample_run(&ss, &r), 0, "%s", ab_error());
@@ -251,7 +251,7 @@ Test(sample_run, refusals_are_codes_with_one_line) {
     tp_write_bytes(P("seq.json"), text, strlen(text));
     sample_session s;
     sample_opts o = {.n = 2, .batch = 1, .temperature = 1, .mode = SAMPLE_MODE_RECURRENT};
-    sample_source src = {.config = P("seq.json"), .device = ATTN_DEVICE_CPU};
+    sample_source src = {.config = P("seq.json"), .device = AB_DEV_CPU};
     cr_expect_eq(sample_open(&s, &src, &o), AB_EINVAL, "softmax has no recurrent mode");
     cr_expect(strncmp(ab_error(), "sample --mode recurrent: ", 25) == 0 && !strchr(ab_error(), '\n'), "%s",
               ab_error());
@@ -267,7 +267,7 @@ Test(sample_run, refusals_are_codes_with_one_line) {
     char copy[1000];
     snprintf(copy, sizeof copy, COPY_FMT, "linear");
     tp_write_bytes(P("copy.json"), copy, strlen(copy));
-    src = (sample_source){.config = P("copy.json"), .device = ATTN_DEVICE_CPU};
+    src = (sample_source){.config = P("copy.json"), .device = AB_DEV_CPU};
     cr_expect_eq(sample_open(&s, &src, &o), AB_EINVAL);
     cr_expect(strstr(ab_error(), "the task 'copy' is not predicted value by value") != NULL, "%s", ab_error());
 }
@@ -275,7 +275,7 @@ Test(sample_run, refusals_are_codes_with_one_line) {
 /* ---- generation ---- */
 
 static void generate(const char *ckpt, sample_mode mode, gen_result *r) {
-    const gen_opts o = {.n = 12, .mode = mode, .keep_tokens = true, .device = ATTN_DEVICE_CPU};
+    const gen_opts o = {.n = 12, .mode = mode, .keep_tokens = true, .device = AB_DEV_CPU};
     cr_assert_eq(gen_run(ckpt, &o, r), 0, "%s", ab_error());
     cr_assert_eq(r->prompts, 12);
     cr_expect(r->generated >= 12 && r->generated <= 48, "%lld tokens", r->generated);
@@ -300,7 +300,7 @@ Test(sample_run, generate_scores_a_trained_copy_model) {
     cr_expect_eq(rec.generated, untrained.generated, "the same prompts, whatever the weights");
     cr_expect_gt(rec.accuracy, untrained.accuracy + 0.2, "trained %g vs untrained %g", rec.accuracy,
                  untrained.accuracy);
-    json_t *doc = gen_document(&rec, &(gen_opts){.n = 12, .device = ATTN_DEVICE_CPU}, P("copy.bin"), "test");
+    json_t *doc = gen_document(&rec, &(gen_opts){.n = 12, .device = AB_DEV_CPU}, P("copy.bin"), "test");
     cr_expect_eq(json_number_value(json_object_get(doc, "accuracy")), rec.accuracy);
     cr_expect_eq(json_integer_value(json_object_get(doc, "step")), 100);
     cr_expect(json_is_array(json_object_get(doc, "generated")));
@@ -312,7 +312,7 @@ Test(sample_run, generate_scores_a_trained_copy_model) {
     snprintf(text, sizeof text, COPY_FMT, "softmax");
     train_to(text, 0, P("sm.bin"));
     gen_result r;
-    const gen_opts o = {.n = 2, .mode = SAMPLE_MODE_RECURRENT, .device = ATTN_DEVICE_CPU};
+    const gen_opts o = {.n = 2, .mode = SAMPLE_MODE_RECURRENT, .device = AB_DEV_CPU};
     cr_expect_eq(gen_run(P("sm.bin"), &o, &r), AB_EINVAL);
     cr_expect(strncmp(ab_error(), "generate --mode recurrent: ", 27) == 0, "%s", ab_error());
     cr_expect_null(r.tokens);

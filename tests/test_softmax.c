@@ -66,7 +66,7 @@ static double *ref_out(const tu_problem *p, double scale) {
 }
 
 static attn *create(const char *variant, const char *setting) {
-    attn_options o = {.variant = variant, .device = ATTN_DEVICE_CPU, .seed = 1,
+    attn_options o = {.variant = variant, .device = AB_DEV_CPU, .seed = 1,
                       .n_settings = setting ? 1 : 0, .settings = setting ? &setting : NULL};
     attn *a = NULL;
     int rc = attn_create(&o, &a);
@@ -483,7 +483,7 @@ Test(stateful_softmax, state_bytes_exact) {
 /* ---- options and errors ---- */
 
 static void expect_create_fails(const char *variant, const char *setting, const char *needle) {
-    attn_options o = {.variant = variant, .device = ATTN_DEVICE_CPU, .n_settings = 1, .settings = &setting};
+    attn_options o = {.variant = variant, .device = AB_DEV_CPU, .n_settings = 1, .settings = &setting};
     attn *a = NULL;
     int rc = attn_create(&o, &a);
     cr_assert(rc == ATTN_EINVAL && a == NULL, "%s with %s: rc %d, expected ATTN_EINVAL", variant, setting, rc);

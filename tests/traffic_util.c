@@ -28,7 +28,7 @@ static int device_normal(float **out, size_t n, uint64_t seed, uint64_t stream) 
 static int create(const char *variant, const char *const *settings, int n_settings, uint64_t seed, attn **a) {
     int rc = ab_cuda_init();
     if (rc) return rc;
-    attn_options o = {variant, ATTN_DEVICE_CUDA, seed, n_settings, settings};
+    attn_options o = {variant, AB_DEV_CUDA, seed, n_settings, settings};
     return attn_create(&o, a);
 }
 

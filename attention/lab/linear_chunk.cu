@@ -248,7 +248,7 @@ int main(int argc, char **argv) {
     const char *settings[3] = {"feature_map=elu", "eps=1e-6", "chunk=64"};
     std::string fm = "feature_map=" + mname;
     settings[0] = fm.c_str();
-    attn_options ao = {poly ? "polynomial" : "linear", ATTN_DEVICE_CUDA, 7, poly ? 2 : 3, poly ? settings + 1 : settings};
+    attn_options ao = {poly ? "polynomial" : "linear", AB_DEV_CUDA, 7, poly ? 2 : 3, poly ? settings + 1 : settings};
     attn *att = NULL;
     LAB_CHECK(attn_create(&ao, &att));
     attn_shape shape = {B, H, N, D, M, causal, NULL};

@@ -9,19 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-attn_device cli_parse_device(const char *s) {
-    if (strcmp(s, "cpu") == 0) return ATTN_DEVICE_CPU;
-    if (strcmp(s, "cuda") == 0) return ATTN_DEVICE_CUDA;
-    cli_die(AB_EXIT_USAGE, "--device %s: must be cpu or cuda", s);
-}
-
-const char *cli_device_name(attn_device d) { return d == ATTN_DEVICE_CUDA ? "cuda" : "cpu"; }
-
 /* Whether argv[*i] is a common option the command takes (its value consumed). */
 static bool common_option(int argc, char **argv, int *i, cli_args *a) {
     const char *o = argv[*i];
     if ((a->takes & CLI_DEVICE) && strcmp(o, "--device") == 0) {
-        a->device = cli_parse_device(cli_value(argc, argv, i));
+        a->device = cli_device_value(argc, argv, i);
     } else if ((a->takes & CLI_SEED) && strcmp(o, "--seed") == 0) {
         a->seed = cli_parse_u64("--seed", cli_value(argc, argv, i));
         a->have_seed = true;
@@ -41,7 +33,7 @@ static bool common_option(int argc, char **argv, int *i, cli_args *a) {
 }
 
 void cli_parse(int argc, char **argv, cli_args *a, cli_own_fn own, void *ctx) {
-    a->device = ATTN_DEVICE_CPU;
+    a->device = AB_DEV_CPU;
     a->seed = 0;
     a->have_seed = false;
     a->out = NULL;
@@ -64,5 +56,5 @@ void cli_parse(int argc, char **argv, cli_args *a, cli_own_fn own, void *ctx) {
     /* The device is checked up front: a build without CUDA, or a machine without a
      * usable GPU, says so before any work (exit status 2: the request cannot be
      * served here). */
-    if (a->device == ATTN_DEVICE_CUDA && ab_cuda_init()) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+    if (a->device == AB_DEV_CUDA && ab_cuda_init()) cli_die(AB_EXIT_USAGE, "%s", ab_error());
 }

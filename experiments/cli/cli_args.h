@@ -5,7 +5,7 @@
 #ifndef AB_CLI_ARGS_H
 #define AB_CLI_ARGS_H
 
-#include "attention.h"
+#include "device_type.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -27,7 +27,7 @@ typedef struct {
     const char *positional; /* what its one positional argument is ("config",
                              * "checkpoint", "data directory"), NULL: none */
     /* parsed */
-    attn_device device;     /* CPU unless --device cuda */
+    ab_device device;       /* CPU unless --device cuda */
     uint64_t seed;
     bool have_seed;
     const char *out;        /* NULL unless --out */
@@ -47,10 +47,5 @@ typedef bool (*cli_own_fn)(int argc, char **argv, int *i, void *ctx);
  * unknown argument, a second positional argument, a bad value, too many --set, or
  * --device cuda on a build or machine without a usable device. */
 void cli_parse(int argc, char **argv, cli_args *a, cli_own_fn own, void *ctx);
-
-/* --device's value: "cpu" or "cuda", else dies with one line. */
-attn_device cli_parse_device(const char *s);
-/* The device's name ("cpu", "cuda"), as run documents record it. */
-const char *cli_device_name(attn_device d);
 
 #endif

@@ -97,6 +97,13 @@ const char *cli_path_value(int argc, char **argv, int *i) {
     return v;
 }
 
+ab_device cli_device_value(int argc, char **argv, int *i) {
+    const char *v = cli_value(argc, argv, i);
+    ab_device d;
+    if (ab_device_parse(v, &d)) cli_die(AB_EXIT_USAGE, "--device %s: must be cpu or cuda", v);
+    return d;
+}
+
 const char *cli_find_plot_script(const char *name, char *buf, size_t cap) {
     const char *env = getenv("ATTNBENCH_PLOTS");
     const char *dirs[3] = {env, ATTNBENCH_SOURCE_DIR "/plots", ATTNBENCH_DATADIR "/plots"};

@@ -2,6 +2,8 @@
 #ifndef AB_CLI_UTIL_H
 #define AB_CLI_UTIL_H
 
+#include "device_type.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -55,6 +57,9 @@ const char *cli_value(int argc, char **argv, int *i);
 /* The same for an option naming a file or folder (--out): an empty value is refused
  * (joined as "DIR/NAME" it would name files in the root folder). */
 const char *cli_path_value(int argc, char **argv, int *i);
+/* The same for --device: its value parsed (ab_device_parse), or dies with "--device X:
+ * must be cpu or cuda". */
+ab_device cli_device_value(int argc, char **argv, int *i);
 
 /* Where plots/NAME (a gnuplot script) is: $ATTNBENCH_PLOTS, the source tree, or the
  * installed copy; buf on success, NULL when none has it. */

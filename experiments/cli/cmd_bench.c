@@ -97,7 +97,7 @@ int cmd_bench(int argc, char **argv, const char *command_line) {
     const char *sets[64];
     int n_sets = 0;
     bool quiet = false;
-    attn_device device = ATTN_DEVICE_CPU;
+    ab_device device = AB_DEV_CPU;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0) {
             fputs(BENCH_USAGE, stdout);
@@ -107,10 +107,7 @@ int cmd_bench(int argc, char **argv, const char *command_line) {
             sets[n_sets++] = cli_value(argc, argv, &i);
         } else if (strcmp(argv[i], "--out") == 0) out_path = cli_path_value(argc, argv, &i);
         else if (strcmp(argv[i], "--device") == 0) {
-            const char *d = cli_value(argc, argv, &i);
-            if (strcmp(d, "cpu") == 0) device = ATTN_DEVICE_CPU;
-            else if (strcmp(d, "cuda") == 0) device = ATTN_DEVICE_CUDA;
-            else cli_die(AB_EXIT_USAGE, "--device %s: must be cpu or cuda", d);
+            device = cli_device_value(argc, argv, &i);
         } else if (strcmp(argv[i], "--quiet") == 0) quiet = true;
         else if (argv[i][0] == '-') cli_die(AB_EXIT_USAGE, "bench: unknown argument '%s' (see attnbench bench --help)", argv[i]);
         else if (!config_path) config_path = argv[i];
@@ -123,9 +120,9 @@ int cmd_bench(int argc, char **argv, const char *command_line) {
         if (ab_config_set(root, sets[i], false)) cli_die(AB_EXIT_USAGE, "%s", ab_error());
     /* The device is checked up front: a build without CUDA, or a machine without a GPU,
      * says so before any work (exit status 2: the request cannot be served here). */
-    if (device == ATTN_DEVICE_CUDA && ab_cuda_init()) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+    if (device == AB_DEV_CUDA && ab_cuda_init()) cli_die(AB_EXIT_USAGE, "%s", ab_error());
     sweep_config c;
-    int rc = sweep_config_parse(root, (ab_device)device, &c);
+    int rc = sweep_config_parse(root, device, &c);
     if (rc) cli_die(cli_status_for(rc), "%s: %s", config_path, ab_error());
     c.interrupted = &g_interrupted;
     /* A variant the device has no implementation of is reported as skipped, with the
@@ -147,7 +144,7 @@ int cmd_bench(int argc, char **argv, const char *command_line) {
         snprintf(default_out, sizeof default_out, "results/%s.json", c.name);
         out_path = default_out;
     }
-    json_object_set_new(root, "device", json_string(device == ATTN_DEVICE_CUDA ? "cuda" : "cpu"));
+    json_object_set_new(root, "device", json_string(ab_device_name(device)));
     ab_run *run = ab_run_begin(out_path, command_line, root, c.seed, TSV_COLUMNS);
     if (!run) cli_die(AB_EXIT_USAGE, "%s", ab_error());
     signal(SIGINT, on_signal);
@@ -159,7 +156,7 @@ int cmd_bench(int argc, char **argv, const char *command_line) {
     json_object_set_new(g, "size", json_integer(c.gemm_size));
     json_object_set_new(g, "repeats", json_integer(gemm_done)); /* timed products (time_budget_s may cut them) */
     json_object_set_new(g, "gflops", ab_json_num(gemm));
-    json_object_set_new(g, "device", json_string(ab_dev_name(c.dev)));
+    json_object_set_new(g, "device", json_string(ab_device_name(c.dev)));
     json_object_set_new(g, "threads", json_integer(ab_threads()));
     ab_run_set(run, "sgemm", g);
     if (!quiet && c.dev == AB_DEV_CPU)
@@ -173,7 +170,7 @@ int cmd_bench(int argc, char **argv, const char *command_line) {
     json_object_set_new(cp, "mib", json_integer(c.copy_mib));
     json_object_set_new(cp, "repeats", json_integer(copy_done));
     json_object_set_new(cp, "gbps", ab_json_num(c.copy_gbps)); /* bytes read + bytes written, per second */
-    json_object_set_new(cp, "device", json_string(ab_dev_name(c.dev)));
+    json_object_set_new(cp, "device", json_string(ab_device_name(c.dev)));
     json_object_set_new(cp, "threads", json_integer(ab_threads()));
     ab_run_set(run, "copy", cp);
     if (!quiet && isfinite(c.copy_gbps))
@@ -187,7 +184,7 @@ int cmd_bench(int argc, char **argv, const char *command_line) {
         /* Without an implementation on the device, a CPU object only describes the
          * variant's options in the skipped records. */
         const bool unsupported = sv->unsupported[0] != '\0';
-        attn_options o = {sv->variant, unsupported ? ATTN_DEVICE_CPU : device, c.seed, sv->n_settings, sv->settings};
+        attn_options o = {sv->variant, unsupported ? AB_DEV_CPU : device, c.seed, sv->n_settings, sv->settings};
         attn *a;
         if ((rc = attn_create(&o, &a))) cli_die(cli_status_for(rc), "%s", attn_error());
         bool stop = false;

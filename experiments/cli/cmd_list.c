@@ -82,7 +82,7 @@ static json_t *variant_json(int i) {
     json_object_set_new(v, "params", json_boolean(attn_variant_has_params(i)));
     json_t *devs = json_array();
     json_array_append_new(devs, json_string("cpu"));
-    if (attn_variant_has_device(i, ATTN_DEVICE_CUDA)) json_array_append_new(devs, json_string("cuda"));
+    if (attn_variant_has_device(i, AB_DEV_CUDA)) json_array_append_new(devs, json_string("cuda"));
     json_object_set_new(v, "devices", devs);
     return v;
 }
@@ -167,7 +167,7 @@ int cmd_list(int argc, char **argv, const char *command_line) {
         printf("%s\n    %s\n    modes: parallel (forward, backward)%s%s\n    devices: cpu%s\n", attn_variant_name(i),
                attn_variant_summary(i), attn_variant_has_step(i) ? ", recurrent (step, prefill)" : "",
                attn_variant_has_causal(i) ? "" : "; non-causal only",
-               attn_variant_has_device(i, ATTN_DEVICE_CUDA) ? ", cuda" : "");
+               attn_variant_has_device(i, AB_DEV_CUDA) ? ", cuda" : "");
         if (attn_variant_has_params(i))
             printf("    learned parameters: sized for a max_len (the model's; op: --max-len, default N); a "
                    "shorter sequence uses their first columns\n");

@@ -36,7 +36,7 @@ typedef struct {
     const char *variant, *q, *k, *v, *dout, *lengths, *out;
     bool causal, recurrent;
     int max_len; /* 0: N */
-    attn_device device;
+    ab_device device;
     uint64_t seed;
     const char *settings[MAX_SETTINGS];
     int n_settings;
@@ -57,10 +57,7 @@ static void parse_args(int argc, char **argv, op_args *a) {
             a->settings[a->n_settings++] = s;
         } else if (strcmp(o, "--seed") == 0) a->seed = cli_parse_u64("--seed", cli_value(argc, argv, &i));
         else if (strcmp(o, "--device") == 0) {
-            const char *d = cli_value(argc, argv, &i);
-            if (strcmp(d, "cpu") == 0) a->device = ATTN_DEVICE_CPU;
-            else if (strcmp(d, "cuda") == 0) a->device = ATTN_DEVICE_CUDA;
-            else cli_die(AB_EXIT_USAGE, "--device %s: must be cpu or cuda", d);
+            a->device = cli_device_value(argc, argv, &i);
         } else if (strcmp(o, "--mode") == 0) {
             const char *m = cli_value(argc, argv, &i);
             if (strcmp(m, "parallel") == 0) a->recurrent = false;
@@ -137,32 +134,32 @@ static float *alloc_or_die(size_t bytes) {
 /* Tensors on the attention's device: on the CPU the host buffers themselves (inputs)
  * or tracked host buffers; on CUDA device buffers filled from and copied back to host
  * buffers. Failures end the command (out of memory, device errors: exit status 1). */
-static void *dev_alloc(attn_device d, size_t bytes) {
+static void *dev_alloc(ab_device d, size_t bytes) {
     void *p = NULL;
-    if (ab_dev_malloc((ab_device)d, &p, bytes ? bytes : 1)) cli_die(AB_EXIT_FAILURE, "%s", ab_error());
+    if (ab_dev_malloc(d, &p, bytes ? bytes : 1)) cli_die(AB_EXIT_FAILURE, "%s", ab_error());
     return p;
 }
 
-static void dev_free(attn_device d, void *p) { ab_dev_free((ab_device)d, p); }
+static void dev_free(ab_device d, void *p) { ab_dev_free(d, p); }
 
 /* The device copy of host data (on the CPU: the host data itself, not copied). */
-static const float *dev_input(attn_device d, const float *host, size_t n) {
-    if (d == ATTN_DEVICE_CPU) return host;
+static const float *dev_input(ab_device d, const float *host, size_t n) {
+    if (d == AB_DEV_CPU) return host;
     float *p = dev_alloc(d, n * sizeof(float));
-    if (ab_dev_upload((ab_device)d, p, host, n * sizeof(float))) cli_die(AB_EXIT_FAILURE, "%s", ab_error());
+    if (ab_dev_upload(d, p, host, n * sizeof(float))) cli_die(AB_EXIT_FAILURE, "%s", ab_error());
     return p;
 }
 
-static void dev_input_free(attn_device d, const float *p) {
-    if (d != ATTN_DEVICE_CPU) dev_free(d, (void *)p);
+static void dev_input_free(ab_device d, const float *p) {
+    if (d != AB_DEV_CPU) dev_free(d, (void *)p);
 }
 
-static void dev_upload(attn_device d, float *dev, const float *host, size_t n) {
-    if (ab_dev_upload((ab_device)d, dev, host, n * sizeof(float))) cli_die(AB_EXIT_FAILURE, "%s", ab_error());
+static void dev_upload(ab_device d, float *dev, const float *host, size_t n) {
+    if (ab_dev_upload(d, dev, host, n * sizeof(float))) cli_die(AB_EXIT_FAILURE, "%s", ab_error());
 }
 
-static void dev_download(attn_device d, float *host, const float *dev, size_t n) {
-    if (ab_dev_download((ab_device)d, host, dev, n * sizeof(float))) cli_die(AB_EXIT_FAILURE, "%s", ab_error());
+static void dev_download(ab_device d, float *host, const float *dev, size_t n) {
+    if (ab_dev_download(d, host, dev, n * sizeof(float))) cli_die(AB_EXIT_FAILURE, "%s", ab_error());
 }
 
 int cmd_op(int argc, char **argv, const char *command_line) {
@@ -236,7 +233,7 @@ int cmd_op(int argc, char **argv, const char *command_line) {
         if ((rc = attn_param_init(at, max_len, a.seed, 0, params))) cli_die(cli_status_for(rc), "%s", attn_error());
         params_dev = (float *)dev_input(a.device, params, np);
         dparams_dev = dev_alloc(a.device, np * sizeof(float));
-        if ((rc = ab_dev_memset((ab_device)a.device, dparams_dev, 0, np * sizeof(float))))
+        if ((rc = ab_dev_memset(a.device, dparams_dev, 0, np * sizeof(float))))
             cli_die(AB_EXIT_FAILURE, "%s", ab_error());
         if ((rc = attn_bind_params(at, max_len, params_dev, dparams_dev))) cli_die(cli_status_for(rc), "%s", attn_error());
     }
@@ -244,7 +241,7 @@ int cmd_op(int argc, char **argv, const char *command_line) {
         cli_die(AB_EXIT_USAGE, "variant '%s' has no recurrent mode (use --mode parallel)", a.variant);
     if ((rc = ab_mkdir_p(a.out))) cli_die(cli_status_for(rc), "--out: %s", ab_error());
 
-    const attn_device dev = a.device;
+    const ab_device dev = a.device;
     size_t out_bytes = v.count * sizeof(float);
     float *out = alloc_or_die(out_bytes);
     if (!a.recurrent) {

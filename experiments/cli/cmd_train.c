@@ -377,7 +377,7 @@ int cmd_train(int argc, char **argv, const char *command_line) {
     const char *const *sets = args.sets;
     const int n_sets = args.n_sets;
     const bool resume = o.resume, overwrite = o.overwrite, quiet = args.quiet;
-    const attn_device device = args.device;
+    const ab_device device = args.device;
     if (resume && overwrite) cli_die(AB_EXIT_USAGE, "train: --resume and --overwrite exclude each other");
     if (!config_path && !(resume && out_dir))
         cli_die(AB_EXIT_USAGE, "train: a CONFIG.json is required (or --resume --out DIR to continue a run)");
@@ -495,7 +495,7 @@ int cmd_train(int argc, char **argv, const char *command_line) {
     s.run = ab_run_begin(json_path, command_line, t->cfg.canon, t->cfg.seed, columns);
     if (!s.run) cli_die(AB_EXIT_USAGE, "%s", ab_error());
     ab_run_set(s.run, "task", json_string(t->cfg.task->name));
-    ab_run_set(s.run, "device", json_string(cli_device_name(device)));
+    ab_run_set(s.run, "device", json_string(ab_device_name(device)));
     json_t *resumes = json_array();
     if (resume) {
         json_t *started = adopt_earlier(&s, json_path, t->step, resumes);

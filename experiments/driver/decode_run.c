@@ -166,7 +166,7 @@ void decode_result_free(decode_result *r) {
     memset(r, 0, sizeof *r);
 }
 
-json_t *decode_document(decode_result *r, const char *checkpoint, attn_device device, const char *command_line) {
+json_t *decode_document(decode_result *r, const char *checkpoint, ab_device device, const char *command_line) {
     const train_config *cfg = &r->cfg;
     const train_task *task = cfg->task;
     json_t *doc = json_object();
@@ -187,7 +187,7 @@ json_t *decode_document(decode_result *r, const char *checkpoint, attn_device de
     json_object_set_new(doc, "ref_labels", json_integer(r->ref_labels));
     json_object_set_new(doc, "per", ab_json_num(r->per));
     json_object_set_new(doc, "exact_rows", json_integer(r->exact));
-    json_object_set_new(doc, "device", json_string(device == ATTN_DEVICE_CUDA ? "cuda" : "cpu"));
+    json_object_set_new(doc, "device", json_string(device == AB_DEV_CUDA ? "cuda" : "cpu"));
     json_object_set_new(doc, "threads", json_integer(ab_threads()));
     json_object_set_new(doc, "utterances", r->utterances);
     r->utterances = NULL;

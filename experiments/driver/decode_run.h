@@ -19,7 +19,7 @@ typedef struct {
     const char *split; /* NULL: test, else the run's evaluation split */
     long long n;       /* the first n rows; 0: every row */
     int batch;         /* 0: the run's batch */
-    attn_device device;
+    ab_device device;
 } decode_opts;
 
 typedef struct {
@@ -39,7 +39,7 @@ typedef struct {
  * (decode_result_free). AB_EINVAL for a model without a ctc head or an unknown split. */
 int decode_run(const char *checkpoint, const decode_opts *opts, decode_result *r);
 /* The document of a run, schema "attnbench/decode/1" (it takes over r->utterances). */
-json_t *decode_document(decode_result *r, const char *checkpoint, attn_device device, const char *command_line);
+json_t *decode_document(decode_result *r, const char *checkpoint, ab_device device, const char *command_line);
 void decode_result_free(decode_result *r);
 
 #endif

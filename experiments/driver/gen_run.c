@@ -140,7 +140,7 @@ json_t *gen_document(gen_result *r, const gen_opts *opts, const char *checkpoint
     json_object_set_new(doc, "mode", json_string(r->recurrent ? "recurrent" : "recompute"));
     json_object_set_new(doc, "decoding", json_string(opts->temperature > 0 ? "sample" : "greedy"));
     json_object_set_new(doc, "temperature", json_real(opts->temperature));
-    json_object_set_new(doc, "device", json_string(opts->device == ATTN_DEVICE_CUDA ? "cuda" : "cpu"));
+    json_object_set_new(doc, "device", json_string(ab_device_name(opts->device)));
     json_object_set_new(doc, "seed", json_integer((json_int_t)r->seed));
     json_object_set_new(doc, "prompts", json_integer(r->prompts));
     json_object_set_new(doc, "prompt_tokens", json_integer(r->prompt_tokens));
@@ -153,7 +153,7 @@ json_t *gen_document(gen_result *r, const gen_opts *opts, const char *checkpoint
     json_object_set_new(doc, "tokens_per_s", ab_json_num(r->wall_s > 0 ? (double)r->generated / r->wall_s : NAN));
     json_object_set_new(doc, "threads", json_integer(ab_threads()));
     json_object_set_new(doc, "peak_bytes", json_integer((json_int_t)ab_mem_peak(AB_DEV_CPU)));
-    if (opts->device == ATTN_DEVICE_CUDA)
+    if (opts->device == AB_DEV_CUDA)
         json_object_set_new(doc, "device_peak_bytes", json_integer((json_int_t)ab_mem_peak(AB_DEV_CUDA)));
     json_object_set_new(doc, "machine", ab_machine_info());
     if (r->tokens) {

@@ -28,7 +28,7 @@ typedef struct {
     uint64_t seed;      /* the prompts' and draws' seed, when have_seed; else the run's */
     bool have_seed;
     bool keep_tokens;   /* keep the generated tokens (gen_result.tokens) */
-    attn_device device;
+    ab_device device;
 } gen_opts;
 
 typedef struct {

@@ -404,7 +404,7 @@ json_t *sample_document(const sample_session *s, const sample_result *r, const c
     json_object_set_new(doc, "values_per_row", json_integer(s->N));
     json_object_set_new(doc, "complete", json_real(s->opts.complete));
     json_object_set_new(doc, "prompt_values", json_integer(s->P));
-    json_object_set_new(doc, "device", json_string(src->device == ATTN_DEVICE_CUDA ? "cuda" : "cpu"));
+    json_object_set_new(doc, "device", json_string(ab_device_name(src->device)));
     /* "sampled": whole rows drawn and timed; "estimated": the estimate's sum */
     json_object_set_new(doc, "method", json_string(est ? "estimated" : "sampled"));
     if (est) json_object_set_new(doc, "estimate", estimate_json(s, r));
@@ -416,7 +416,7 @@ json_t *sample_document(const sample_session *s, const sample_result *r, const c
     json_object_set_new(doc, "cpu_s_per_image", ab_json_num(r->cpu_s / images));
     json_object_set_new(doc, "threads", json_integer(ab_threads()));
     json_object_set_new(doc, "peak_bytes", json_integer((json_int_t)ab_mem_peak(AB_DEV_CPU)));
-    if (src->device == ATTN_DEVICE_CUDA)
+    if (src->device == AB_DEV_CUDA)
         json_object_set_new(doc, "device_peak_bytes", json_integer((json_int_t)ab_mem_peak(AB_DEV_CUDA)));
     json_object_set_new(doc, "machine", ab_machine_info());
     return doc;

@@ -45,7 +45,7 @@ typedef struct {
     const char *const *sets; /* KEY=VALUE, with config only */
     int n_sets;
     const char *variant;     /* NULL, or a stand-in variant (train_variant_interchangeable) */
-    attn_device device;
+    ab_device device;
 } sample_source;
 
 typedef struct {

@@ -62,15 +62,14 @@ static int parse_variants(const json_t *arr, sweep_config *c) {
                 sv->n_settings++;
             }
         }
-        /* Validate the variant and its options now, before anything runs. */
-        attn_options o = {sv->variant, ATTN_DEVICE_CPU, 0, sv->n_settings, sv->settings};
-        attn *a;
-        if ((rc = attn_create(&o, &a))) {
+        /* Validate the variant and its options now, before anything runs (the
+         * registry's check: nothing is created). */
+        attn_options o = {sv->variant, AB_DEV_CPU, 0, sv->n_settings, sv->settings};
+        if ((rc = attn_variant_check(&o))) {
             char msg[512]; /* copied: ab_fail writes the buffer attn_error() points to */
             snprintf(msg, sizeof msg, "%s", attn_error());
             return ab_fail(AB_EINVAL, "config: %s: %s", where, msg);
         }
-        attn_destroy(a);
     }
     return 0;
 }

@@ -38,7 +38,7 @@ static attn *cpu_twin(const attn *a) {
         sets[n] = set[n];
         n++;
     }
-    attn_options o = {attn_name(a), ATTN_DEVICE_CPU, 0, n, sets};
+    attn_options o = {attn_name(a), AB_DEV_CPU, 0, n, sets};
     attn *t = NULL;
     if (attn_create(&o, &t)) {
         ab_clear_error();

@@ -24,14 +24,14 @@
 /* The model's parameters in host memory: the model's own on the CPU, else downloaded
  * into `host`. NULL with a message on failure. */
 static const float *host_params(tf_model *m, float *host) {
-    if (tf_device(m) == ATTN_DEVICE_CPU) return tf_params(m);
+    if (tf_device(m) == AB_DEV_CPU) return tf_params(m);
     return tf_params_download(m, host) ? NULL : host;
 }
 
 /* Reads the checkpoint's parameters into the model (through `host` on a device). */
 static int read_params(const ab_ckpt_reader *r, tf_model *m, float *host) {
     size_t bytes = sizeof(float) * tf_param_count(m);
-    if (tf_device(m) == ATTN_DEVICE_CPU) return ab_ckpt_read(r, AB_CKPT_PARAMS, tf_params(m), bytes);
+    if (tf_device(m) == AB_DEV_CPU) return ab_ckpt_read(r, AB_CKPT_PARAMS, tf_params(m), bytes);
     int rc = ab_ckpt_read(r, AB_CKPT_PARAMS, host, bytes);
     return rc ? rc : tf_params_upload(m, host);
 }
@@ -266,7 +266,7 @@ bool train_variant_interchangeable(const char *a, const char *b) {
     return false;
 }
 
-int train_ckpt_load_model(const char *path, int max_batch, attn_device device, const char *variant, train_config *cfg,
+int train_ckpt_load_model(const char *path, int max_batch, ab_device device, const char *variant, train_config *cfg,
                           tf_model **model, train_ckpt_state *state) {
     *model = NULL;
     memset(cfg, 0, sizeof *cfg);
@@ -305,7 +305,7 @@ int train_ckpt_load_model(const char *path, int max_batch, attn_device device, c
     /* the sizes first: the model is only allocated for parameters that fit it */
     if (!(rc = train_ckpt_check_model(r, &cfg->model, &st)) && !(rc = tf_create_inference(&cfg->model, max_batch, model)) &&
         !(rc = get_state(r, *model, &st))) {
-        if (device != ATTN_DEVICE_CPU && !(host = ab_alloc(sizeof(float) * tf_param_count(*model))))
+        if (device != AB_DEV_CPU && !(host = ab_alloc(sizeof(float) * tf_param_count(*model))))
             rc = ab_fail(AB_ENOMEM, "out of memory for a host copy of the parameters");
         if (!rc) rc = read_params(r, *model, host);
         if (!rc) rc = check_finite(path, host ? host : tf_params(*model), tf_param_count(*model));

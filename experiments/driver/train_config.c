@@ -61,16 +61,15 @@ static int parse_attention(const json_t *obj, train_config *c, json_t *canon_mod
         json_decref(cset);
         return rc;
     }
-    /* the variant checks its options now (names, values) */
-    attn_options o = {variant, ATTN_DEVICE_CPU, 0, n, (const char *const *)c->attn_settings};
-    attn *a;
-    if ((rc = attn_create(&o, &a))) {
+    /* the registry checks its options now (names, values), against the variant's
+     * option table: nothing is created */
+    attn_options o = {variant, AB_DEV_CPU, 0, n, (const char *const *)c->attn_settings};
+    if ((rc = attn_variant_check(&o))) {
         char msg[512]; /* copied: ab_fail writes the buffer attn_error() points to */
         snprintf(msg, sizeof msg, "%s", attn_error());
         json_decref(cset);
         return ab_fail(AB_EINVAL, "config: 'model.attention': %s", msg);
     }
-    attn_destroy(a);
     json_t *ca = json_object();
     json_object_set_new(ca, "variant", json_string(variant));
     json_object_set_new(ca, "set", cset);

@@ -53,10 +53,10 @@ int trainer_create(train_config *cfg, trainer **out) {
         const tf_tensor *p = tf_param_tensor(t->model, i);
         ranges[i] = (ab_optim_range){p->offset, p->count, p->decay};
     }
-    rc = ab_optim_create_on((ab_device)tf_device(t->model), &t->cfg.optim, tf_param_count(t->model), ranges, n,
+    rc = ab_optim_create_on(tf_device(t->model), &t->cfg.optim, tf_param_count(t->model), ranges, n,
                             &t->opt);
     free(ranges);
-    if (!rc && tf_device(t->model) != ATTN_DEVICE_CPU && !(t->host_params = ab_alloc(sizeof(float) * tf_param_count(t->model))))
+    if (!rc && tf_device(t->model) != AB_DEV_CPU && !(t->host_params = ab_alloc(sizeof(float) * tf_param_count(t->model))))
         rc = ab_fail(AB_ENOMEM, "out of memory for a host copy of %zu parameters", tf_param_count(t->model));
     if (!rc) rc = task_batch_alloc(t->cfg.task, (int)t->cfg.batch, &t->batch);
     const train_task *task = t->cfg.task;
@@ -182,7 +182,7 @@ bool trainer_has_eval(const trainer *t) {
 static const float *logits_for_metrics(trainer *t, int *rc) {
     *rc = 0;
     if (!t->host_logits) return NULL;
-    if (tf_device(t->model) == ATTN_DEVICE_CPU) return tf_logits(t->model);
+    if (tf_device(t->model) == AB_DEV_CPU) return tf_logits(t->model);
     *rc = tf_logits_download(t->model, t->host_logits);
     return t->host_logits;
 }

@@ -159,7 +159,7 @@ int train_ckpt_check_model(const ab_ckpt_reader *r, const tf_config *model, trai
  * variant that computes the same function with the same parameters: softmax and
  * stateful-softmax stand in for each other (stateful-softmax trains as softmax and
  * samples with its key/value cache); any other change is AB_EINVAL. */
-int train_ckpt_load_model(const char *path, int max_batch, attn_device device, const char *variant, train_config *cfg,
+int train_ckpt_load_model(const char *path, int max_batch, ab_device device, const char *variant, train_config *cfg,
                           tf_model **model,
                           train_ckpt_state *state);
 /* Whether attention variant `b` may stand in for `a` with a's trained parameters (the
