@@ -5,7 +5,7 @@ the machine facts attnbench records for the comparison, and, where PyTorch is
 importable, torch_bench.py's implementations against plain quadratic forms and one
 small run of both sides end to end.
 
-    python3 tests/sweep_scripts/test_compare.py SOURCE_ROOT [ATTNBENCH]
+    python3 tests/scripts/sweep/test_compare.py SOURCE_ROOT [ATTNBENCH]
 
 Standard library only; the PyTorch part is skipped (reported, not failed) without
 torch, and the attnbench part without an ATTNBENCH binary."""
@@ -19,7 +19,7 @@ import tempfile
 import unittest
 import warnings
 
-ROOT = sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
+ROOT = sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..", "..")
 EXE = sys.argv.pop(1) if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else None
 SWEEP = os.path.join(ROOT, "experiments", "sweep")
 COMPARE = os.path.join(SWEEP, "compare_torch.py")
@@ -217,7 +217,7 @@ class Compare(unittest.TestCase):
 
 
 TABLE = os.path.join(SWEEP, "table.py")
-CHECK_TABLES = os.path.join(ROOT, "tests", "results_tables", "check_tables.py")
+CHECK_TABLES = os.path.join(ROOT, "tests", "scripts", "results_tables", "check_tables.py")
 
 
 class Figure1Table(unittest.TestCase):
@@ -277,7 +277,7 @@ class Figure1Table(unittest.TestCase):
 
 
 class ResultsPages(unittest.TestCase):
-    """tests/results_tables/check_tables.py: a page whose block matches its script
+    """tests/scripts/results_tables/check_tables.py: a page whose block matches its script
     passes; an edited number, a missing end marker, or a failing command is caught."""
 
     def setUp(self):

@@ -2,7 +2,7 @@
 """The copy experiment's analysis scripts (experiments/copy/seeds.py, plateau.py) on
 synthetic runs whose answers are known by construction.
 
-    python3 tests/copy_scripts/test_copy_scripts.py SOURCE_ROOT
+    python3 tests/scripts/copy/test_copy_scripts.py SOURCE_ROOT
 
 The conclusions about linear against softmax in experiments/copy/RESULTS.md come from
 these scripts, so their arithmetic (windows, medians, paired log ratios, the t interval) and their
@@ -18,7 +18,7 @@ import sys
 import tempfile
 import unittest
 
-ROOT = sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
+ROOT = sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "experiments", "copy"))
 import plateau  # noqa: E402
 import seeds  # noqa: E402

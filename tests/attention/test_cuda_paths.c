@@ -1,5 +1,5 @@
 /* The CUDA backend against the CPU, paths of single variants (the table-driven checks
- * of every variant are tests/test_cuda.c, whose helpers these use): linear and
+ * of every variant are tests/attention/test_cuda.c, whose helpers these use): linear and
  * polynomial (several chunks, large feature sizes, wide heads, the grouped workspace,
  * state reset), local (long windows, the ring) and favor (large and growing keys).
  * Built into the same two binaries as test_cuda.c. */

@@ -942,7 +942,7 @@ Test(fileio, fifo_and_folder_inputs_refused_without_blocking) {
     cr_assert_null(ab_config_load(path_in("missing.json")));
     cr_assert(strstr(ab_error(), "missing.json") && contains_nocase(ab_error(), "no such file"), "%s", ab_error());
     /* a regular file still reads */
-    FILE *f = ab_fopen_regular(ATTNBENCH_SOURCE_DIR "/tests/test_harness.c", "source", &rc);
+    FILE *f = ab_fopen_regular(ATTNBENCH_SOURCE_DIR "/tests/harness/test_harness.c", "source", &rc);
     cr_assert_not_null(f, "%s", ab_error());
     cr_assert_eq(rc, 0);
     cr_assert_neq(fgetc(f), EOF);

@@ -687,7 +687,7 @@ Test(cuda_device, unsupported_variants_say_so) {
         bool listed = false;
         for (int i = 0; i < N_CUDA_VARIANTS; i++) listed |= strcmp(CUDA_VARIANTS[i].variant, name) == 0;
         /* a variant with parameters of its own (linformer) has its own suite, which
-         * binds them: tests/test_cuda_linformer.c */
+         * binds them: tests/attention/test_cuda_linformer.c */
         listed |= strcmp(name, "linformer") == 0;
         attn_options o = {name, ATTN_DEVICE_CUDA, 0, 0, NULL};
         attn *a = NULL;

@@ -2,7 +2,7 @@
 """Every table of the results pages is printed by a committed script from committed
 JSON: this test runs each script and compares its output with the page.
 
-    python3 tests/results_tables/check_tables.py SOURCE_ROOT
+    python3 tests/scripts/results_tables/check_tables.py SOURCE_ROOT
 
 A results page (experiments/*/RESULTS.md, and the memory traffic page
 experiments/sweep/TRAFFIC.md) marks each printed block as

@@ -2,7 +2,7 @@
 """The speech experiment's scripts (experiments/speech/table.py, curves.py) on
 synthetic run documents whose answers are known by construction.
 
-    python3 tests/speech_scripts/test_speech_scripts.py SOURCE_ROOT
+    python3 tests/scripts/speech/test_speech_scripts.py SOURCE_ROOT
 
 Table 3 of experiments/speech/RESULTS.md is printed by table.py, so its arithmetic
 (PER in percent, the best evaluation and its epoch, CPU and wall time per epoch, the
@@ -17,7 +17,7 @@ import sys
 import tempfile
 import unittest
 
-ROOT = sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
+ROOT = sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..", "..")
 TABLE = os.path.join(ROOT, "experiments", "speech", "table.py")
 CURVES = os.path.join(ROOT, "experiments", "speech", "curves.py")
 

@@ -1,4 +1,4 @@
-/* What the CUDA suite's files share (tests/test_cuda.c defines it): the variants' cases,
+/* What the CUDA suite's files share (tests/attention/test_cuda.c defines it): the variants' cases,
  * device buffers, running a problem on both devices and comparing them, and the
  * tolerances with their reasons. Built twice, as test_cuda.c is: against the real
  * library and against the emulated one (tests/meson.build). */

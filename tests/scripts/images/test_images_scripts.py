@@ -2,7 +2,7 @@
 """The image experiment's scripts (experiments/images/table.py, collect.py) on
 synthetic run documents whose answers are known by construction.
 
-    python3 tests/images_scripts/test_images_scripts.py SOURCE_ROOT
+    python3 tests/scripts/images/test_images_scripts.py SOURCE_ROOT
 
 The tables of experiments/images/RESULTS.md are printed by table.py, so its arithmetic
 (the budgets read from the runs, epochs from steps, the best validation record, the
@@ -16,7 +16,7 @@ import sys
 import tempfile
 import unittest
 
-ROOT = sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
+ROOT = sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..", "..")
 TABLE = os.path.join(ROOT, "experiments", "images", "table.py")
 COLLECT = os.path.join(ROOT, "experiments", "images", "collect.py")
 MACHINE = {"cpu": "Test CPU", "cores": 2, "threads": 1, "blas_core": "Haswell",
