@@ -529,12 +529,6 @@ static int run_limited(long kb, const char *const *args) {
     return tp_wait_for(DIR, tp_spawn(DIR, "/bin/sh", NULL, full), 120, NULL, &g_err);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Defect 5: the sgemm measurement ran `repeats` products whatever they cost (the
  * config allowed 32768^3 x 1000). The size is capped at 16384, and the repeats stop
  * once time_budget_s is used: 1000 products of 1536^3 (40 s and more on one core) end
@@ -545,11 +539,11 @@ Test(bench, sgemm_measurement_bounded_in_size_and_time) {
     tp_usage_error(rc, g_err, "gemm.size=32768", TP_ARGV("'gemm.size' = 32768 is outside [0, 16384]", NULL));
     cr_expect_not(tp_exists(DIR "/big.json"), "a refused run wrote a result");
 
-    double t0 = now_s();
+    double t0 = tp_now_s();
     rc = run("bench", SMOKE, "--quiet", "--set", "gemm.size=1536", "--set", "gemm.repeats=1000", "--set",
              "time_budget_s=0.5", "--set", "lengths=[16]", "--set", "recurrent.contexts=[]", "--out",
              DIR "/budget.json", NULL);
-    double took = now_s() - t0;
+    double took = tp_now_s() - t0;
     cr_assert_eq(rc, 0, "bench failed: %s", g_err);
     cr_expect_lt(took, 15.0, "the sgemm measurement took %.1f s with a 0.5 s budget", took);
     json_t *doc = json_load_file(DIR "/budget.json", 0, NULL);
@@ -602,14 +596,14 @@ Test(bench, sigterm_during_the_sgemm_measurement_stops_promptly) {
     pid_t pid = tp_spawn(DIR, ATTNBENCH_EXE, NULL,
                          TP_ARGV("--threads", "1", "bench", SMOKE, "--quiet", "--set", "gemm.size=8192", "--set",
                                  "gemm.repeats=1000", "--set", "time_budget_s=600", "--out", DIR "/term.json", NULL));
-    double t0 = now_s();
-    while (!catches(pid, SIGTERM) && now_s() - t0 < 30) usleep(10000);
+    double t0 = tp_now_s();
+    while (!catches(pid, SIGTERM) && tp_now_s() - t0 < 30) usleep(10000);
     cr_assert(catches(pid, SIGTERM), "bench installed no SIGTERM handler");
-    while (cpu_seconds(pid) < 6.0 && now_s() - t0 < 120) usleep(20000);
+    while (cpu_seconds(pid) < 6.0 && tp_now_s() - t0 < 120) usleep(20000);
     cr_assert_eq(kill(pid, SIGTERM), 0);
-    double t1 = now_s();
+    double t1 = tp_now_s();
     int rc = tp_wait_for(DIR, pid, 120, NULL, &g_err);
-    double took = now_s() - t1;
+    double took = tp_now_s() - t1;
     cr_expect_eq(rc, 130, "exit status %d: %s", rc, g_err);
     /* The bound: about a second between two looks at the flag, plus writing the run
      * document, with room for a busy machine; a sanitized build's instrumented fill

@@ -12,6 +12,7 @@
 #include "error.h"
 #include "fileio.h"
 #include "test_proc.h"
+#include "test_run.h"
 #include "trainer.h"
 
 #include <jansson.h>
@@ -64,13 +65,6 @@ static void expect_usage_error(int status, const char *what, const char *needle)
     tp_usage_error(status, g_err, what, TP_ARGV(needle, NULL));
 }
 
-static json_t *load(const char *path) {
-    json_error_t e;
-    json_t *j = json_load_file(path, 0, &e);
-    cr_assert_not_null(j, "%s is not JSON: %s", path, e.text);
-    return j;
-}
-
 static const char *status_of(json_t *doc) { return json_string_value(json_object_get(doc, "status")); }
 
 /* The last eval record's loss and accuracy, and the first eval loss. */
@@ -87,18 +81,6 @@ static void eval_losses(json_t *doc, double *first, double *last, double *last_a
     }
 }
 
-/* A blob of a checkpoint, copied (malloc). */
-static void *blob(const char *path, const char *name, size_t *n) {
-    ab_ckpt_reader *r;
-    cr_assert_eq(ab_ckpt_open(path, &r), 0, "%s", ab_error());
-    const void *p;
-    cr_assert_eq(ab_ckpt_get(r, name, &p, n), 0, "%s", ab_error());
-    void *c = malloc(*n ? *n : 1);
-    memcpy(c, p, *n);
-    ab_ckpt_close(r);
-    return c;
-}
-
 static long long ckpt_step(const char *path) {
     ab_ckpt_reader *r;
     if (ab_ckpt_open(path, &r)) return -1;
@@ -108,23 +90,11 @@ static long long ckpt_step(const char *path) {
     return m.step;
 }
 
-/* The blobs a resumed run must reproduce exactly (state and config hold times and the
- * resumable keys). */
-static void expect_same_state(const char *a, const char *b, const char *what) {
-    const char *names[3] = {AB_CKPT_PARAMS, AB_CKPT_OPTIM, "losses"};
-    for (int i = 0; i < 3; i++) {
-        size_t na, nb;
-        void *pa = blob(a, names[i], &na), *pb = blob(b, names[i], &nb);
-        cr_expect(na == nb && memcmp(pa, pb, na) == 0, "%s: blob '%s' differs", what, names[i]);
-        free(pa);
-        free(pb);
-    }
+/* What a resumed run must reproduce exactly: the blobs expect_same_state compares, and
+ * the step its checkpoint was taken at. */
+static void expect_same_checkpoint(const char *a, const char *b, const char *what) {
+    expect_same_state(a, b, what);
     cr_expect_eq(ckpt_step(a), ckpt_step(b), "%s: steps differ", what);
-}
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
 }
 
 /* Waits until the checkpoint of a running process reaches `step` (or the process
@@ -135,7 +105,7 @@ static long long wait_for_checkpoint(pid_t pid, const char *path, long long step
         cr_assert(!tp_exists(path) || s >= 0, "checkpoint %s is unreadable while the run writes it", path);
         if (s >= step) return s;
         if (waitpid(pid, NULL, WNOHANG) == pid) cr_assert_fail("the run ended before step %lld", step);
-        sleep_ms(10);
+        tp_sleep_s(0.01);
     }
     cr_assert_fail("no checkpoint at step %lld after 60 s", step);
     return -1;
@@ -256,7 +226,7 @@ Test(train_cli, resume_equals_uninterrupted_run) {
     /* resume with the config file and a longer run */
     cr_assert_eq(run("train", SMOKE, "--out", P("b"), "--resume", NULL), 0, "%s", g_err);
     cr_expect(strstr(g_err, "resuming") && strstr(g_err, "from step 40"), "%s", g_err);
-    expect_same_state(P("a/checkpoint.bin"), P("b/checkpoint.bin"), "resumed at 40");
+    expect_same_checkpoint(P("a/checkpoint.bin"), P("b/checkpoint.bin"), "resumed at 40");
     /* the documents: same per-step losses, same records (kind, step, loss) */
     json_t *da = load(P("a/train.json")), *db = load(P("b/train.json"));
     cr_expect(json_equal(json_object_get(da, "step_loss"), json_object_get(db, "step_loss")), "step losses differ");
@@ -288,7 +258,7 @@ Test(train_cli, resume_equals_uninterrupted_run) {
     /* without the config file: the checkpoint's config, --set of a resumable key */
     cr_assert_eq(run("train", SMOKE, "--out", P("c"), "--quiet", "--set", "steps=60", NULL), 0, "%s", g_err);
     cr_assert_eq(run("train", "--resume", "--out", P("c"), "--quiet", "--set", "steps=100", NULL), 0, "%s", g_err);
-    expect_same_state(P("a/checkpoint.bin"), P("c/checkpoint.bin"), "resumed at 60 without the config");
+    expect_same_checkpoint(P("a/checkpoint.bin"), P("c/checkpoint.bin"), "resumed at 60 without the config");
     /* a resume that changes the model or the optimiser is refused, the run untouched */
     size_t n0, n1;
     char *before = tp_slurp(P("c/checkpoint.bin"), &n0);
@@ -337,7 +307,7 @@ Test(train_cli, kill_9_then_resume_loses_only_steps_since_the_checkpoint) {
     cr_assert_eq(run("train", SMOKE, "--out", P("straight"), "--quiet", "--set", "steps=400", "--set",
                      "checkpoint_every=50", "--set", "eval_every=0", NULL),
                  0, "%s", g_err);
-    expect_same_state(P("straight/checkpoint.bin"), P("k/checkpoint.bin"), "killed and resumed");
+    expect_same_checkpoint(P("straight/checkpoint.bin"), P("k/checkpoint.bin"), "killed and resumed");
 }
 
 Test(train_cli, sigint_stops_with_a_checkpoint) {
@@ -581,17 +551,6 @@ Test(train_cli, generate_a_trained_copy_is_right_more_often_than_chance) {
 
 /* ---- on the CUDA backend (emulated on the CPU) ---- */
 
-/* The per-step losses of a run document. */
-static double *step_losses(const char *path, size_t *n) {
-    json_t *doc = load(path);
-    json_t *a = json_object_get(doc, "step_loss");
-    *n = json_array_size(a);
-    double *x = malloc(sizeof(double) * (*n ? *n : 1));
-    for (size_t i = 0; i < *n; i++) x[i] = json_number_value(json_array_get(a, i));
-    json_decref(doc);
-    return x;
-}
-
 Test(train_cli, cuda_emulated_train_resume_generate) {
     /* The same run on the CPU and on the CUDA backend: the same model, seeds, batches and
      * dropout masks, float32 on both with other summation orders (cuBLAS vs OpenBLAS,
@@ -621,7 +580,7 @@ Test(train_cli, cuda_emulated_train_resume_generate) {
                  "%s", g_err);
     cr_assert_eq(run("train", "--resume", "--out", P("cu2"), "--quiet", "--device", "cuda", "--set", "steps=40", NULL),
                  0, "%s", g_err);
-    expect_same_state(P("cu/checkpoint.bin"), P("cu2/checkpoint.bin"), "CUDA run resumed at 20");
+    expect_same_checkpoint(P("cu/checkpoint.bin"), P("cu2/checkpoint.bin"), "CUDA run resumed at 20");
     /* generation of one checkpoint on either device: the same greedy tokens (logits to
      * rounding, far below a trained model's top-two gaps) */
     const char *ck = P("cu/checkpoint.bin");
@@ -943,7 +902,7 @@ Test(train_cli, huge_steps_are_not_allocated_up_front) {
 Test(train_cli, killed_before_the_first_checkpoint_says_what_to_do) {
     pid_t pid = spawn("train", SMOKE, "--out", P("k0"), "--quiet", "--set", "steps=1000000", "--set",
                       "checkpoint_every=1000000", "--set", "eval_every=0", NULL);
-    for (int i = 0; i < 6000 && !tp_exists(P("k0/train.json")); i++) sleep_ms(10);
+    for (int i = 0; i < 6000 && !tp_exists(P("k0/train.json")); i++) tp_sleep_s(0.01);
     cr_assert(tp_exists(P("k0/train.json")), "no train.json after 60 s");
     cr_assert_eq(kill(pid, SIGKILL), 0);
     cr_assert_eq(wait_status(pid), 128 + SIGKILL);

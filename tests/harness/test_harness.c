@@ -24,7 +24,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
-#include <sys/sysinfo.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -724,18 +723,11 @@ Test(npy, short_file_with_a_huge_shape_is_truncated_not_allocated) {
                  ab_mem_peak(AB_DEV_CPU) - base);
 }
 
-/* This machine's memory and swap in bytes (what ab_too_large compares with). */
-static double memory_capacity(void) {
-    struct sysinfo si;
-    cr_assert_eq(sysinfo(&si), 0);
-    return ((double)si.totalram + (double)si.totalswap) * (double)si.mem_unit;
-}
-
 /* A whole file whose data is larger than this machine's memory and swap (sparse: it
  * takes no disk) is bad input, exit status 2, like other impossible sizes, not an
  * out-of-memory failure (exit 1): issue 28. */
 Test(npy, a_file_larger_than_memory_is_bad_input) {
-    const unsigned long long rows = (unsigned long long)(memory_capacity() / (1 << 20)) + 1; /* rows of 1 MiB */
+    const unsigned long long rows = (unsigned long long)(tp_memory_capacity() / (1 << 20)) + 1; /* rows of 1 MiB */
     char hdr[200];
     snprintf(hdr, sizeof hdr, "{'descr': '<f4', 'fortran_order': False, 'shape': (%llu, 262144), }", rows);
     unsigned char buf[512];

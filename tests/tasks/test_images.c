@@ -17,6 +17,7 @@
 #include "task_list.h"
 #include "npy.h"
 #include "test_proc.h"
+#include "test_run.h"
 #include "train_config.h"
 #include "trainer.h"
 #include "transformer.h"
@@ -28,7 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/sysinfo.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -176,9 +176,7 @@ Test(images, idx_reads_plain_and_gzip_files) {
  * takes no disk) is bad input, exit status 2, like other impossible sizes, not an
  * out-of-memory failure, exit 1 (issue 28: a 3 TB file). */
 Test(images, an_idx_file_larger_than_memory_is_bad_input) {
-    struct sysinfo si;
-    cr_assert_eq(sysinfo(&si), 0);
-    const double cap = ((double)si.totalram + (double)si.totalswap) * (double)si.mem_unit;
+    const double cap = tp_memory_capacity();
     const double count = cap / (1 << 20) + 1; /* images of 1024 x 1024 */
     if (count > 4294967295.0) cr_skip_test("more memory than an IDX file of 2^32 - 1 images of 1 MiB holds");
     const uint32_t d3[3] = {(uint32_t)count, 1024, 1024};
@@ -665,63 +663,6 @@ Test(images, a_uniform_model_scores_8_bits_per_dim) {
 }
 
 /* ---- training through the CLI ---- */
-
-static json_t *load(const char *path) {
-    json_error_t e;
-    json_t *j = json_load_file(path, 0, &e);
-    cr_assert_not_null(j, "%s is not JSON: %s", path, e.text);
-    return j;
-}
-
-static double num(json_t *o, const char *key) {
-    json_t *v = json_object_get(o, key);
-    cr_assert(json_is_number(v), "no number '%s'", key);
-    return json_number_value(v);
-}
-
-static void records(json_t *doc, const char *kind, json_t **first, json_t **last) {
-    *first = *last = NULL;
-    size_t i;
-    json_t *r;
-    json_array_foreach(json_object_get(doc, "records"), i, r) {
-        if (strcmp(json_string_value(json_object_get(r, "kind")), kind) != 0) continue;
-        if (!*first) *first = r;
-        *last = r;
-    }
-    cr_assert_not_null(*first, "no '%s' record", kind);
-}
-
-static void *blob(const char *path, const char *name, size_t *n) {
-    ab_ckpt_reader *r;
-    cr_assert_eq(ab_ckpt_open(path, &r), 0, "%s", ab_error());
-    const void *p;
-    cr_assert_eq(ab_ckpt_get(r, name, &p, n), 0, "%s", ab_error());
-    void *c = malloc(*n ? *n : 1);
-    memcpy(c, p, *n);
-    ab_ckpt_close(r);
-    return c;
-}
-
-static void expect_same_state(const char *a, const char *b, const char *what) {
-    const char *names[3] = {AB_CKPT_PARAMS, AB_CKPT_OPTIM, "losses"};
-    for (int i = 0; i < 3; i++) {
-        size_t na, nb;
-        void *pa = blob(a, names[i], &na), *pb = blob(b, names[i], &nb);
-        cr_expect(na == nb && memcmp(pa, pb, na) == 0, "%s: blob '%s' differs", what, names[i]);
-        free(pa);
-        free(pb);
-    }
-}
-
-static double *step_losses(const char *path, size_t *n) {
-    json_t *doc = load(path);
-    json_t *a = json_object_get(doc, "step_loss");
-    *n = json_array_size(a);
-    double *x = malloc(sizeof(double) * (*n ? *n : 1));
-    for (size_t i = 0; i < *n; i++) x[i] = json_number_value(json_array_get(a, i));
-    json_decref(doc);
-    return x;
-}
 
 /* 20 training rows in batches of 5 (4 steps an epoch), 6 epochs, evaluation on the
  * 4 valid rows every 4 steps, the 8 test rows at the end. */

@@ -43,24 +43,12 @@ TestSuite(speech_commands, .init = setup, .fini = teardown, .timeout = 120);
 
 static void put(const char *path, const char *text) { tp_write_bytes(path, text, strlen(text)); }
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static void sleep_s(double s) {
-    struct timespec t = {(time_t)s, (long)((s - floor(s)) * 1e9)};
-    while (nanosleep(&t, &t) != 0) {
-    }
-}
-
 /* Waits up to `seconds` for `path` to exist. */
 static bool wait_for_file(const char *path, double seconds) {
-    const double end = now_s() + seconds;
-    while (now_s() < end) {
+    const double end = tp_now_s() + seconds;
+    while (tp_now_s() < end) {
         if (tp_exists(path)) return true;
-        sleep_s(0.02);
+        tp_sleep_s(0.02);
     }
     return tp_exists(path);
 }
@@ -136,14 +124,14 @@ Test(speech_commands, a_command_past_its_time_limit_is_killed_with_its_group) {
     sd_options o;
     sd_options_default(&o);
     sd_data d;
-    const double t0 = now_s();
+    const double t0 = tp_now_s();
     int rc = sd_load(dir, &o, NULL, &d);
-    const double took = now_s() - t0;
+    const double took = tp_now_s() - t0;
     cr_expect_eq(rc, AB_EINVAL, "rc %d (%s)", rc, ab_error());
     cr_expect(strstr(ab_error(), "time limit of 1 s") && strstr(ab_error(), "--command-timeout"), "%s", ab_error());
     /* 1 s limit; the poll wakes within a millisecond of it; 2 s of slack for a loaded machine */
     cr_expect_lt(took, 3.0, "the command was stopped at its limit: %.2f s", took);
-    sleep_s(2.5); /* the background sleep 2 would have touched `late` by now */
+    tp_sleep_s(2.5); /* the background sleep 2 would have touched `late` by now */
     cr_expect(!tp_exists(P("late")), "a process of the command's group outlived it");
 }
 
@@ -156,11 +144,11 @@ Test(speech_commands, a_command_past_its_output_limit_is_killed) {
     sd_options o;
     sd_options_default(&o);
     sd_data d;
-    const double t0 = now_s();
+    const double t0 = tp_now_s();
     int rc = sd_load(dir, &o, NULL, &d);
     cr_expect_eq(rc, AB_EINVAL, "rc %d (%s)", rc, ab_error());
     cr_expect(strstr(ab_error(), "output limit of 2 MiB") && strstr(ab_error(), "--command-max-mb"), "%s", ab_error());
-    cr_expect_lt(now_s() - t0, 10.0, "stopped at 2 MiB, not at the 30 s limit");
+    cr_expect_lt(tp_now_s() - t0, 10.0, "stopped at 2 MiB, not at the 30 s limit");
 }
 
 /* A command that succeeds but leaves a process in the background: the process is
@@ -175,7 +163,7 @@ Test(speech_commands, what_a_command_leaves_behind_is_killed) {
     sd_data d;
     cr_assert_eq(sd_load(dir, &o, NULL, &d), 0, "%s", ab_error());
     sd_data_free(&d);
-    sleep_s(1.5);
+    tp_sleep_s(1.5);
     cr_expect(!tp_exists(P("late")), "the command's background process outlived it");
 }
 
@@ -222,7 +210,7 @@ Test(speech_commands, a_signal_to_attnbench_ends_the_command) {
         kill(pid, sigs[k]);
         int st = tp_wait_for(g_dir, pid, 10, &g_out, &g_err);
         cr_expect_eq(st, 128 + sigs[k], "signal %d: attnbench ended with status %d", sigs[k], st);
-        sleep_s(2.5);
+        tp_sleep_s(2.5);
         cr_expect(!tp_exists(late), "signal %d: a process of the command outlived attnbench", sigs[k]);
     }
 }
@@ -236,7 +224,7 @@ Test(speech_commands, kill_9_of_attnbench_ends_the_command_shell) {
     const char *dir = data_dir("k", cmd);
     pid_t pid = tp_spawn(g_dir, ATTNBENCH_EXE, NULL, TP_ARGV("--threads", "1", "--allow-commands", "features", dir, NULL));
     cr_assert(wait_for_file(pidfile, 20), "the command did not start");
-    sleep_s(0.2); /* the exec */
+    tp_sleep_s(0.2); /* the exec */
     char *txt = tp_slurp(pidfile, NULL);
     const pid_t child = (pid_t)atol(txt);
     free(txt);
@@ -256,7 +244,7 @@ Test(speech_commands, kill_9_of_attnbench_ends_the_command_shell) {
             if (fscanf(f, "%*d (%*[^)]) %c", &state) == 1 && (state == 'Z' || state == 'X')) gone = true;
             fclose(f);
         }
-        if (!gone) sleep_s(0.02);
+        if (!gone) tp_sleep_s(0.02);
     }
     cr_expect(gone, "the command (pid %d) outlived attnbench's kill -9 by 3 s", (int)child);
 }

@@ -19,6 +19,7 @@
 #include "rng.h"
 #include "speech_data.h"
 #include "test_proc.h"
+#include "test_util.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -61,17 +62,6 @@ TestSuite(speech_data, .init = setup, .fini = teardown, .timeout = 120);
 #define P(...) tp_path(g_dir, __VA_ARGS__)
 
 static void put(const char *path, const char *text) { tp_write_bytes(path, text, strlen(text)); }
-
-static void expect_fail(int rc, int code, const char *what, ...) {
-    cr_expect_eq(rc, code, "%s: rc %d, expected %d (message: %s)", what, rc, code, ab_error());
-    const char *m = ab_error();
-    cr_expect(!strchr(m, '\n'), "%s: the message is not one line: %s", what, m);
-    va_list ap;
-    va_start(ap, what);
-    for (const char *s = va_arg(ap, const char *); s; s = va_arg(ap, const char *))
-        cr_expect(strstr(m, s), "%s: the message lacks '%s': %s", what, s, m);
-    va_end(ap);
-}
 
 /* ---- the fixture corpus ---- */
 
@@ -227,10 +217,10 @@ Test(speech_data, words_through_a_lexicon_and_built_or_given_inventories) {
     cr_expect_eq(d2.utts[3].n_phones, 1);
     sd_data_free(&d2);
     put(P("w2/text"), "u1 w o\nu2 z\nu3 o\nu4 d\n");
-    expect_fail(sd_load(dir2, &o2, &d.phones, &d2), AB_EINVAL, "a phone outside the given inventory", "w2/text:2",
+    tu_expect_fail(sd_load(dir2, &o2, &d.phones, &d2), AB_EINVAL, "a phone outside the given inventory", "w2/text:2",
                 "unknown phone 'z'", "the given inventory", NULL);
     o2.drop = "o";
-    expect_fail(sd_load(dir2, &o2, &d.phones, &d2), AB_EINVAL, "dropping a phone of the given inventory",
+    tu_expect_fail(sd_load(dir2, &o2, &d.phones, &d2), AB_EINVAL, "dropping a phone of the given inventory",
                 "drop: 'o' is phone 4", NULL);
     /* built from the text (no lexicon): its symbols, sorted */
     put(P("w2/text"), "u1 zz b\nu2 a\nu3 b a\nu4 zz\n");
@@ -274,7 +264,7 @@ static void check_bad(const bad_case *c, int i) {
     o.drop = "sil";
     if (c->lexicon) o.lexicon = P("%s/lexicon.txt", name);
     sd_data d;
-    expect_fail(sd_load(dir, &o, NULL, &d), AB_EINVAL, c->what, c->must1, c->must2, NULL);
+    tu_expect_fail(sd_load(dir, &o, NULL, &d), AB_EINVAL, c->what, c->must1, c->must2, NULL);
 }
 
 /* wav.scp's lines for u2..u4, after a bad one for u1 */
@@ -341,7 +331,7 @@ Test(speech_data, an_optional_file_that_cannot_be_followed_is_refused) {
             int rc = sd_load(dir, &o, NULL, &d);
             char what[80];
             snprintf(what, sizeof what, "%s as %s", names[i], kind == 0 ? "a dangling link" : kind == 1 ? "a link loop" : "a folder");
-            expect_fail(rc, AB_EINVAL, what, path, NULL);
+            tu_expect_fail(rc, AB_EINVAL, what, path, NULL);
             if (!rc) sd_data_free(&d);
         }
 }
@@ -353,7 +343,7 @@ Test(speech_data, bad_audio_is_refused) {
     sd_data d;
     /* 8 kHz audio with the 16 kHz default; then computed at its rate when asked */
     write_wav(P("a/u2.wav"), 1, 3000, 8000, 1);
-    expect_fail(sd_load(dir, &o, NULL, &d), AB_EINVAL, "8 kHz audio", "wav.scp:2 (utterance 'u2')",
+    tu_expect_fail(sd_load(dir, &o, NULL, &d), AB_EINVAL, "8 kHz audio", "wav.scp:2 (utterance 'u2')",
                 "at 8000 Hz, the features expect 16000 Hz", NULL);
     for (int u = 0; u < 4; u++) write_wav(P("a/u%d.wav", u + 1), u, 3000, 8000, 1);
     cr_assert_eq(sd_options_set(&o, "sample_rate", "8000"), 0);
@@ -363,9 +353,9 @@ Test(speech_data, bad_audio_is_refused) {
     o = opts();
     corpus("a");
     write_wav(P("a/u4.wav"), 3, 5000, 16000, 2);
-    expect_fail(sd_load(dir, &o, NULL, &d), AB_EINVAL, "stereo audio", "wav.scp:4", "2 channels", NULL);
+    tu_expect_fail(sd_load(dir, &o, NULL, &d), AB_EINVAL, "stereo audio", "wav.scp:4", "2 channels", NULL);
     write_wav(P("a/u4.wav"), 3, 399, 16000, 1);
-    expect_fail(sd_load(dir, &o, NULL, &d), AB_EINVAL, "audio shorter than a frame", "wav.scp:4",
+    tu_expect_fail(sd_load(dir, &o, NULL, &d), AB_EINVAL, "audio shorter than a frame", "wav.scp:4",
                 "shorter than one frame of 400 samples", NULL);
     /* a WAV cut short: its header announces more samples than it holds */
     write_wav(P("a/u4.wav"), 3, 8000, 16000, 1);
@@ -373,7 +363,7 @@ Test(speech_data, bad_audio_is_refused) {
     unsigned char *b = tp_read_bytes(P("a/u4.wav"), &n);
     tp_write_bytes(P("a/u4.wav"), b, n / 2);
     free(b);
-    expect_fail(sd_load(dir, &o, NULL, &d), AB_EINVAL, "a truncated WAV", "wav.scp:4", "truncated", NULL);
+    tu_expect_fail(sd_load(dir, &o, NULL, &d), AB_EINVAL, "a truncated WAV", "wav.scp:4", "truncated", NULL);
     /* a float WAV holding a NaN, and a value that the 16-bit scale takes past the float
      * range (the fuzz target wav found the second at once: each was accepted, and made
      * the features, and through CMVN its speaker's, non-finite) */
@@ -387,7 +377,7 @@ Test(speech_data, bad_audio_is_refused) {
         sf_command(sf, SFC_SET_NORM_FLOAT, NULL, SF_FALSE);
         cr_assert_eq(sf_writef_float(sf, x, 800), 800);
         sf_close(sf);
-        expect_fail(sd_load(dir, &o, NULL, &d), AB_EINVAL, "a float sample that is not finite", "wav.scp:4",
+        tu_expect_fail(sd_load(dir, &o, NULL, &d), AB_EINVAL, "a float sample that is not finite", "wav.scp:4",
                     "sample 700 (at ", k ? "3e+38" : "nan", "not a finite number", NULL);
     }
     /* a 42-byte FLAC whose STREAMINFO announces 2^35 samples (found by reading the
@@ -399,7 +389,7 @@ Test(speech_data, bad_audio_is_refused) {
     tp_write_bytes(P("a/u4.wav"), flac, sizeof flac);
     ab_mem_reset_peak(AB_DEV_CPU);
     const size_t before = ab_mem_peak(AB_DEV_CPU);
-    expect_fail(sd_load(dir, &o, NULL, &d), AB_EINVAL, "a FLAC announcing 2^35 samples", "wav.scp:4",
+    tu_expect_fail(sd_load(dir, &o, NULL, &d), AB_EINVAL, "a FLAC announcing 2^35 samples", "wav.scp:4",
                 "ends after 0 of its 34359738368 samples", NULL);
     /* at most the first 2^20 samples' buffer (4 MiB) besides the other utterances */
     cr_expect_leq(ab_mem_peak(AB_DEV_CPU), before + ((size_t)5 << 20), "peak %zu -> %zu", before,
@@ -439,7 +429,7 @@ Test(speech_data, features_through_feats_scp) {
     /* another width (the CM2 fixture has 6 columns), a damaged archive, ranges */
     snprintf(scp, sizeof scp, "u1 %s:3\nu2 %s/matrices.ark:825\n", P("f/a.ark"), FIX);
     put(P("f/feats.scp"), scp);
-    expect_fail(sd_load(P("f"), &o, NULL, &d), AB_EINVAL, "archives of two widths", "feats.scp:1",
+    tu_expect_fail(sd_load(P("f"), &o, NULL, &d), AB_EINVAL, "archives of two widths", "feats.scp:1",
                 "'u1' has 5 feature columns, 'u2' (line 2) has 6", NULL);
     size_t n;
     unsigned char *b = tp_read_bytes(P("f/a.ark"), &n);
@@ -447,13 +437,13 @@ Test(speech_data, features_through_feats_scp) {
     free(b);
     snprintf(scp, sizeof scp, "u1 %s:3\nu2 %s/matrices.ark:167\n", P("f/a.ark"), FIX);
     put(P("f/feats.scp"), scp);
-    expect_fail(sd_load(P("f"), &o, NULL, &d), AB_EINVAL, "a truncated archive", "feats.scp:1: ", "a.ark, offset 3",
+    tu_expect_fail(sd_load(P("f"), &o, NULL, &d), AB_EINVAL, "a truncated archive", "feats.scp:1: ", "a.ark, offset 3",
                 "truncated", NULL);
     put(P("f/feats.scp"), "u1 a.ark:3[0:1]\nu2 a.ark:3\n");
-    expect_fail(sd_load(P("f"), &o, NULL, &d), AB_EINVAL, "a row range", "feats.scp:1", "ranges", NULL);
+    tu_expect_fail(sd_load(P("f"), &o, NULL, &d), AB_EINVAL, "a row range", "feats.scp:1", "ranges", NULL);
     /* source=wav without wav.scp */
     o.source = KD_SOURCE_WAV;
-    expect_fail(sd_load(P("f"), &o, NULL, &d), AB_EINVAL, "source wav", "wav.scp", NULL);
+    tu_expect_fail(sd_load(P("f"), &o, NULL, &d), AB_EINVAL, "source wav", "wav.scp", NULL);
 }
 
 /* ---- CMVN ---- */
@@ -596,7 +586,7 @@ Test(speech_data, the_cache_is_read_back_and_recomputed_when_stale) {
     unsigned char *b = tp_read_bytes(P("cache/k/feats.ark"), &n);
     tp_write_bytes(P("cache/k/feats.ark"), b, n - 100);
     free(b);
-    expect_fail(sd_load(dir, &o, NULL, &d), AB_EINVAL, "a damaged cache", "feature cache", "truncated",
+    tu_expect_fail(sd_load(dir, &o, NULL, &d), AB_EINVAL, "a damaged cache", "feature cache", "truncated",
                 "delete", NULL);
     /* a broken key file: no cache, computed again and rewritten */
     put(P("cache/k/feats.json"), "{ not json");
@@ -609,7 +599,7 @@ Test(speech_data, the_cache_is_read_back_and_recomputed_when_stale) {
     b[n - 3] ^= 0x01; /* inside the last utterance's last float */
     tp_write_bytes(P("cache/k/feats.ark"), b, n);
     free(b);
-    expect_fail(sd_load(dir, &o, NULL, &d), AB_EINVAL, "a flipped value in the cache", "feature cache", "CRC-32",
+    tu_expect_fail(sd_load(dir, &o, NULL, &d), AB_EINVAL, "a flipped value in the cache", "feature cache", "CRC-32",
                 "delete", NULL);
     /* a cache written before the checksum (no features_crc32): computed again */
     json_t *meta = json_load_file(P("cache/k/feats.json"), 0, NULL);
@@ -640,7 +630,7 @@ Test(speech_data, the_same_features_on_one_and_two_threads) {
     /* the first bad utterance in order is the one reported, whichever thread met it */
     put(P("t/wav.scp"), "u1 false |\nu2 false |\nu3 false |\nu4 false |\n");
     for (int k = 0; k < 5; k++)
-        expect_fail(sd_load(dir, &o, NULL, &b), AB_EINVAL, "every command failing", "wav.scp:1 (utterance 'u1')", NULL);
+        tu_expect_fail(sd_load(dir, &o, NULL, &b), AB_EINVAL, "every command failing", "wav.scp:1 (utterance 'u1')", NULL);
     sd_data_free(&a);
 }
 
@@ -648,12 +638,12 @@ Test(speech_data, the_same_features_on_one_and_two_threads) {
 
 Test(speech_data, options_from_text_and_json) {
     sd_options o = opts();
-    expect_fail(sd_options_set(&o, "mel_bins", "40"), AB_EINVAL, "an unknown key", "unknown speech data option 'mel_bins'",
+    tu_expect_fail(sd_options_set(&o, "mel_bins", "40"), AB_EINVAL, "an unknown key", "unknown speech data option 'mel_bins'",
                 "num_mel_bins", NULL);
-    expect_fail(sd_options_set(&o, "num_mel_bins", "4x"), AB_EINVAL, "not a number", "num_mel_bins=4x", NULL);
-    expect_fail(sd_options_set(&o, "num_mel_bins", "2"), AB_EINVAL, "out of range", "[3, 1024]", NULL);
-    expect_fail(sd_options_set(&o, "cmvn", "global"), AB_EINVAL, "an unknown CMVN", "none, utterance or speaker", NULL);
-    expect_fail(sd_options_set(&o, "norm_vars", "yes"), AB_EINVAL, "not a boolean", "true or false", NULL);
+    tu_expect_fail(sd_options_set(&o, "num_mel_bins", "4x"), AB_EINVAL, "not a number", "num_mel_bins=4x", NULL);
+    tu_expect_fail(sd_options_set(&o, "num_mel_bins", "2"), AB_EINVAL, "out of range", "[3, 1024]", NULL);
+    tu_expect_fail(sd_options_set(&o, "cmvn", "global"), AB_EINVAL, "an unknown CMVN", "none, utterance or speaker", NULL);
+    tu_expect_fail(sd_options_set(&o, "norm_vars", "yes"), AB_EINVAL, "not a boolean", "true or false", NULL);
     cr_assert_eq(sd_options_set(&o, "cmvn", "utterance"), 0);
     cr_assert_eq(sd_options_set(&o, "drop", "pau,sil"), 0);
     cr_expect(o.cmvn == SD_CMVN_UTTERANCE && !strcmp(o.drop, "pau,sil"));
@@ -687,7 +677,7 @@ Test(speech_data, options_from_text_and_json) {
         j = json_loads(bad[i][0], 0, &e);
         cr_assert_not_null(j);
         o = opts();
-        expect_fail(sd_options_from_json(&o, j, "task.features"), AB_EINVAL, bad[i][0], bad[i][1], NULL);
+        tu_expect_fail(sd_options_from_json(&o, j, "task.features"), AB_EINVAL, bad[i][0], bad[i][1], NULL);
         json_decref(j);
     }
 }

@@ -23,6 +23,7 @@
 #include "task.h"
 #include "task_list.h"
 #include "test_proc.h"
+#include "test_run.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -279,51 +280,6 @@ static const char *run_config(const char *dir, const char *model, const char *op
 #define TF_BODY                                                                                                      \
     "{\"d_model\": 16, \"heads\": 2, \"layers\": 2, \"d_ff\": 32, \"dropout\": 0.1, \"attention\": {\"variant\": " \
     "\"softmax\"}}"
-
-static json_t *load(const char *path) {
-    json_error_t e;
-    json_t *j = json_load_file(path, 0, &e);
-    cr_assert_not_null(j, "%s is not JSON: %s", path, e.text);
-    return j;
-}
-
-static double num(json_t *o, const char *key) {
-    json_t *v = json_object_get(o, key);
-    cr_assert(json_is_number(v), "no number '%s'", key);
-    return json_number_value(v);
-}
-
-static void *blob(const char *path, const char *name, size_t *n) {
-    ab_ckpt_reader *r;
-    cr_assert_eq(ab_ckpt_open(path, &r), 0, "%s", ab_error());
-    const void *p;
-    cr_assert_eq(ab_ckpt_get(r, name, &p, n), 0, "%s", ab_error());
-    void *c = malloc(*n ? *n : 1);
-    memcpy(c, p, *n);
-    ab_ckpt_close(r);
-    return c;
-}
-
-static void expect_same_state(const char *a, const char *b, const char *what) {
-    const char *names[3] = {AB_CKPT_PARAMS, AB_CKPT_OPTIM, "losses"};
-    for (int i = 0; i < 3; i++) {
-        size_t na, nb;
-        void *pa = blob(a, names[i], &na), *pb = blob(b, names[i], &nb);
-        cr_expect(na == nb && memcmp(pa, pb, na) == 0, "%s: blob '%s' differs", what, names[i]);
-        free(pa);
-        free(pb);
-    }
-}
-
-static double *step_losses(const char *path, size_t *n) {
-    json_t *doc = load(path);
-    json_t *a = json_object_get(doc, "step_loss");
-    *n = json_array_size(a);
-    double *x = malloc(sizeof(double) * (*n ? *n : 1));
-    for (size_t i = 0; i < *n; i++) x[i] = json_number_value(json_array_get(a, i));
-    json_decref(doc);
-    return x;
-}
 
 /* Trains on the CPU (whole, and stopped at step 5 of 12 in the second epoch then
  * resumed) and on the emulated CUDA backend (the same two ways). */

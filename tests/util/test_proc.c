@@ -14,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 #include <sys/stat.h>
+#include <sys/sysinfo.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -201,4 +203,24 @@ bool tp_usage_error(int status, const char *err, const char *what, const char *c
         ok = ok && has;
     }
     return ok;
+}
+
+/* ---- time and the machine ---- */
+
+double tp_now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+void tp_sleep_s(double s) {
+    struct timespec t = {(time_t)s, (long)((s - floor(s)) * 1e9)};
+    while (nanosleep(&t, &t) != 0) {
+    }
+}
+
+double tp_memory_capacity(void) {
+    struct sysinfo si;
+    cr_assert_eq(sysinfo(&si), 0);
+    return ((double)si.totalram + (double)si.totalswap) * (double)si.mem_unit;
 }

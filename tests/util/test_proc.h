@@ -76,4 +76,16 @@ int tp_run(const char *dir, const char *exe, const char *env, const char *const 
  * whether all of them held. */
 bool tp_usage_error(int status, const char *err, const char *what, const char *const *must);
 
+/* ---- time and the machine ---- */
+
+/* Seconds on the monotonic clock (for durations). */
+double tp_now_s(void);
+
+/* Sleeps `s` seconds, the whole of them even when a signal interrupts. */
+void tp_sleep_s(double s);
+
+/* This machine's memory and swap in bytes (what ab_too_large compares with): the
+ * tests of inputs larger than memory make one just past it. */
+double tp_memory_capacity(void);
+
 #endif

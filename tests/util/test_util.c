@@ -1,10 +1,12 @@
 #include "test_util.h"
 
+#include "error.h"
 #include "rng.h"
 
 #include <criterion/criterion.h>
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -128,4 +130,15 @@ void tu_fd_grad(tu_forward_fn f, void *ctx, double *x, size_t nx, const double *
         grad[i] = (lp - lm) / (2 * h);
     }
     free(out);
+}
+
+void tu_expect_fail(int rc, int code, const char *what, ...) {
+    cr_expect_eq(rc, code, "%s: rc %d, expected %d (message: %s)", what, rc, code, ab_error());
+    const char *m = ab_error();
+    cr_expect(!strchr(m, '\n'), "%s: the message is not one line: %s", what, m);
+    va_list ap;
+    va_start(ap, what);
+    for (const char *s = va_arg(ap, const char *); s; s = va_arg(ap, const char *))
+        cr_expect(strstr(m, s), "%s: the message lacks '%s': %s", what, s, m);
+    va_end(ap);
 }
