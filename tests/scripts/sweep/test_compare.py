@@ -21,6 +21,10 @@ import warnings
 
 ROOT = sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..", "..")
 EXE = sys.argv.pop(1) if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else None
+if EXE:
+    # torch_bench.py checks a config's variants and options against this binary's
+    # `list --json` (torch_bench_config.attnbench_exe), here and in its subprocesses
+    os.environ["ATTNBENCH"] = os.path.abspath(EXE)
 SWEEP = os.path.join(ROOT, "experiments", "sweep")
 COMPARE = os.path.join(SWEEP, "compare_torch.py")
 TORCH_BENCH = os.path.join(SWEEP, "torch_bench.py")
@@ -311,8 +315,10 @@ class ResultsPages(unittest.TestCase):
         self.assertEqual(rc, 1)
 
 
+@unittest.skipUnless(EXE, "no attnbench binary given (torch_bench.py checks configs against its list --json)")
 class TorchBenchInput(unittest.TestCase):
-    """Bad input is refused before PyTorch is imported: these run without it."""
+    """Bad input is refused before PyTorch is imported: these run without it (but with
+    the attnbench binary, whose `list --json` gives the variants and their options)."""
 
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
@@ -351,6 +357,9 @@ class TorchBenchInput(unittest.TestCase):
         c["variants"][3]["set"] = {"rounds": 2}
         self.refused([self.config(c)], ["has no option 'rounds'"])
         c = copy.deepcopy(self.cfg)
+        c["variants"][0]["set"] = {"precision": "tf32"}
+        self.refused([self.config(c)], ["precision 'tf32' has no PyTorch peer"])
+        c = copy.deepcopy(self.cfg)
         c["lengths"] = [0]
         self.refused([self.config(c)], ["lengths.0"])
         c = copy.deepcopy(self.cfg)
@@ -366,6 +375,28 @@ class TorchBenchInput(unittest.TestCase):
         self.refused([SMOKE, "--device", "tpu"], ["--device"])
         self.refused([SMOKE, "--threads", "0"], ["--threads"])
         self.refused([], ["CONFIG.json is required"])
+
+    def test_variants_are_attnbench_s(self):
+        """The variants and options accepted are those `attnbench list --json` lists
+        (the common precision option included), and a binary that cannot run is said."""
+        with open(SMOKE) as f:
+            smoke = json.load(f)
+        p = subprocess.run([EXE, "list", "--json"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        listed = {v["name"]: [o["name"] for o in v["options"]] for v in json.loads(p.stdout)["variants"]}
+        spec = importlib.util.spec_from_file_location("torch_bench_config", os.path.join(SWEEP, "torch_bench_config.py"))
+        tbc = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(tbc)
+        self.assertEqual(tbc.variant_options(), listed)
+        self.assertIn("precision", listed["softmax"])
+        c = copy.deepcopy(smoke)
+        c["variants"][0]["set"] = {"precision": "fp32"}
+        self.assertEqual(tbc.parse_config(c)["variants"][0]["set"], {"precision": "fp32"})
+        rc, out, err = run([TORCH_BENCH, SMOKE, "--out", os.path.join(self.tmp.name, "o.json")],
+                           env={"ATTNBENCH": os.path.join(self.tmp.name, "no-attnbench")})
+        self.assertEqual(rc, 2, err)
+        self.assertIn("cannot run", err)
+        self.assertIn("ATTNBENCH", err)
 
     def test_bad_mappings(self):
         self.refused([SMOKE, "--map", "softmax=flash3"], ["unknown method 'flash3'"])
