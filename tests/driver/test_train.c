@@ -24,8 +24,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static bool verbose(void) { return getenv("TEST_VERBOSE") != NULL; }
-
 static json_t *parse_json(const char *text) {
     json_error_t e;
     json_t *j = json_loads(text, 0, &e);
@@ -259,7 +257,7 @@ Test(copy_task, noisy_rows) {
     double rate = p * (1 - 1.0 / S), sd = sqrt(rate * (1 - rate) / (double)n);
     double got = (double)changed / (double)n;
     double mean = loss / (double)n, se = sqrt((loss2 / (double)n - mean * mean) / (double)n);
-    if (verbose())
+    if (tu_verbose())
         printf("noisy copy: %ld of %ld changed (%.5f, expected %.5f +- %.5f); oracle loss %.5f, floor %.5f +- %.5f\n",
                changed, n, got, rate, sd, mean, copy_loss_floor(p, S), se);
     cr_assert_lt(fabs(got - rate), 5 * sd, "changed fraction %g, expected %g +- %g", got, rate, sd);
@@ -436,7 +434,7 @@ static void step_case(const char *variant) {
         free(ctx.weights);
         free(p0);
     }
-    if (verbose())
+    if (tu_verbose())
         fprintf(stderr, "train step %s: loss err %.3g, grad err %.3g, update err %.3g (%d clipped, %d rectified)\n",
                 variant, worst_l, worst_g, worst_u, clipped_steps, rectified_steps);
     /* the test exercised clipping, the un-rectified (1..5) and rectified (6, 7) RAdam

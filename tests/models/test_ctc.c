@@ -27,8 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool verbose(void) { return getenv("TEST_VERBOSE") != NULL; }
-
 /* Why the tolerances are what they are. The library computes in double from the same
  * float logits as the reference; it differs from it by the rounding of two double
  * methods (log space against rescaled probabilities, ~1e-15 relative) and by the
@@ -200,7 +198,7 @@ Test(reference, recursion_equals_the_sum_over_all_paths) {
         cases++;
         free(x);
     }
-    if (verbose()) fprintf(stderr, "reference vs brute force: %d cases (%d impossible), worst %.3g\n", cases,
+    if (tu_verbose()) fprintf(stderr, "reference vs brute force: %d cases (%d impossible), worst %.3g\n", cases,
                            impossible, worst);
     cr_expect(impossible > 0 && impossible < cases, "%d impossible of %d: both kinds must be tested", impossible, cases);
     /* no frames: only the empty sequence */
@@ -240,7 +238,7 @@ Test(reference, gradient_matches_finite_differences) {
         tu_fd_grad(ref_fd_fn, &ctx, ctx.x, (size_t)T * K, &one, 1, 1e-5, fd);
         double mx = tu_max_abs(fd, (size_t)T * K), e = 0;
         for (int i = 0; i < T * K; i++) e = fmax(e, fabs(g[i] - fd[i]));
-        if (verbose()) fprintf(stderr, "reference gradient T %d K %d L %d: err %.3g of %.3g\n", T, K, L, e, mx);
+        if (tu_verbose()) fprintf(stderr, "reference gradient T %d K %d L %d: err %.3g of %.3g\n", T, K, L, e, mx);
         cr_expect(e < 1e-8 * mx, "case %d: gradient err %g (max %g)", c, e, mx);
         /* each frame's gradient sums to 0: softmax and occupancy both sum to 1 */
         for (int t = 0; t < T; t++) {
@@ -272,7 +270,7 @@ Test(ctc, hand_picked_rows_match_the_reference) {
     double ne, ge;
     expect_reference(&c, &st, "hand-picked rows", &ne, &ge);
     cr_expect_eq(c.nll[5], 0.0f);
-    if (verbose()) fprintf(stderr, "hand-picked rows: nll err %.3g, gradient err %.3g\n", ne, ge);
+    if (tu_verbose()) fprintf(stderr, "hand-picked rows: nll err %.3g, gradient err %.3g\n", ne, ge);
     /* a label beyond a row's count is never read, and a row of weight 0 not at all */
     c.labels[1 * 4 + 3] = -77;
     c.weights[3] = 0.0f;
@@ -318,7 +316,7 @@ Test(ctc, random_shapes_match_the_reference) {
         ne = fmax(ne, a), ge = fmax(ge, g);
         cb_free(&c);
     }
-    if (verbose())
+    if (tu_verbose())
         fprintf(stderr, "random shapes: %d rows (%d fit exactly, %d empty, %d with repeats): nll err %.3g, gradient err %.3g\n",
                 rows, tight, empty, repeats, ne, ge);
     cr_expect(tight > 5 && empty > 5 && repeats > 5, "cases: %d tight, %d empty, %d with repeats", tight, empty, repeats);
@@ -365,7 +363,7 @@ Test(ctc, gradient_matches_finite_differences_of_the_reference) {
     double *fd = tu_alloc_d(n), one = 1.0;
     tu_fd_grad(batch_loss_fn, &f, f.x, n, &one, 1, 1e-5, fd);
     const double e = tu_rel_err(c.grad, fd, n, 1e-30);
-    if (verbose()) fprintf(stderr, "float gradient vs differences: %.3g\n", e);
+    if (tu_verbose()) fprintf(stderr, "float gradient vs differences: %.3g\n", e);
     cr_expect(e < GRAD_TOL, "gradient vs finite differences: err %g", e);
     free(fd), free(f.x);
     cb_free(&c);
@@ -527,7 +525,7 @@ Test(ctc, matches_pytorch_ctc_loss) {
         else cr_expect(fabs(st.loss - loss) < 1e-12 * loss, "%s: loss %.17g, torch %.17g", name, st.loss, loss);
         for (size_t i = 0; i < (size_t)B * N * K; i++) want[i] = json_number_value(json_array_get(gr, i));
         const double e = tu_rel_err(c.grad, want, (size_t)B * N * K, 1e-30);
-        if (verbose())
+        if (tu_verbose())
             fprintf(stderr, "torch case %s: loss %.17g vs %.17g (relative %.3g), gradient err %.3g\n", name, st.loss, loss,
                     isinf(loss) ? 0.0 : fabs(st.loss - loss) / loss, e);
         cr_expect(e < GRAD_TOL, "%s: gradient err %g", name, e);

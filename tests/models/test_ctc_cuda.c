@@ -32,8 +32,6 @@
  * an empty suite, which test_device_main.c skips. */
 #ifdef TEST_CUDA_BACKEND
 
-static bool verbose(void) { return getenv("TEST_VERBOSE") != NULL; }
-
 static void require_cuda(void) {
     if (ab_cuda_init()) cr_skip_test("CUDA not available here: %s", ab_error());
 }
@@ -115,7 +113,7 @@ static void layer_case(int N, int K, int S, const row_spec *rows, int B, uint64_
     cr_expect_eq(dst.correct, st.correct);
     double *gw = tu_to_double(g, n);
     const double e = tu_rel_err(hg, gw, n, 1e-30);
-    if (verbose()) fprintf(stderr, "%s: loss %.9g vs %.9g, gradient err %.3g, %d impossible rows\n", what, dst.loss,
+    if (tu_verbose()) fprintf(stderr, "%s: loss %.9g vs %.9g, gradient err %.3g, %d impossible rows\n", what, dst.loss,
                            st.loss, e, inf);
     cr_expect_lt(e, LAYER_TOL, "%s: gradient err %g", what, e);
     /* again: the same bits */
@@ -201,7 +199,7 @@ static void model_case(tf_config cc, int B, int N, const int *lengths, const int
     cr_assert_eq(tf_logits_download(g, lg), 0, "%s", ab_error());
     double *want = tu_to_double(tf_logits(m), nl);
     const double le = tu_rel_err(lg, want, nl, 1e-30), lerr = fabs(sg.loss - sc.loss) / sc.loss;
-    if (verbose()) fprintf(stderr, "%s: logits err %.3g, loss err %.3g\n", what, le, lerr);
+    if (tu_verbose()) fprintf(stderr, "%s: logits err %.3g, loss err %.3g\n", what, le, lerr);
     cr_expect_lt(le, MODEL_FWD_TOL, "%s: logits err %g", what, le);
     cr_expect_lt(lerr, MODEL_FWD_TOL, "%s: loss %.9g vs CPU %.9g", what, sg.loss, sc.loss);
     cr_expect_eq(sg.counted, sc.counted);
@@ -218,7 +216,7 @@ static void model_case(tf_config cc, int B, int N, const int *lengths, const int
         cr_expect_gt(tu_max_abs(gw, t->count), 1e-6, "%s: %s has no gradient to compare", what, t->name);
         free(gw);
     }
-    if (verbose()) fprintf(stderr, "%s: worst gradient err %.3g\n", what, worst);
+    if (tu_verbose()) fprintf(stderr, "%s: worst gradient err %.3g\n", what, worst);
     free(want), free(gg), free(lg), free(fr);
     tf_destroy(m);
     tf_destroy(g);

@@ -28,8 +28,6 @@
 
 #define FD_STEP 1e-5
 
-static bool verbose(void) { return getenv("TEST_VERBOSE") != NULL; }
-
 static tf_model *make(const tf_config *c, int max_batch) {
     tf_model *m = NULL;
     int rc = tf_create(c, max_batch, &m);
@@ -126,7 +124,7 @@ static void transformer_case(const char *variant, bool pre_norm, uint64_t seed) 
     const double lerr = fabs(st.loss - want) / want;
     char what[96];
     snprintf(what, sizeof what, "transformer %s pre_norm=%d + ctc", variant, pre_norm);
-    if (verbose()) fprintf(stderr, "%s: logits err %.3g, loss err %.3g\n", what, le, lerr);
+    if (tu_verbose()) fprintf(stderr, "%s: logits err %.3g, loss err %.3g\n", what, le, lerr);
     cr_expect_lt(le, MODEL_FWD_TOL, "%s: logits err %g", what, le);
     cr_expect_lt(lerr, MODEL_FWD_TOL, "%s: loss %.9g vs reference %.9g", what, st.loss, want);
     double *fd = tu_alloc_d(np), one = 1.0, worst = 0;
@@ -138,7 +136,7 @@ static void transformer_case(const char *variant, bool pre_norm, uint64_t seed) 
         cr_expect_lt(e, MODEL_GRAD_TOL, "%s: gradient of %s: err %g", what, t->name, e);
         cr_expect_gt(tu_max_abs(fd + t->offset, t->count), 1e-6, "%s: %s has no gradient to check", what, t->name);
     }
-    if (verbose()) fprintf(stderr, "%s: worst gradient err %.3g\n", what, worst);
+    if (tu_verbose()) fprintf(stderr, "%s: worst gradient err %.3g\n", what, worst);
     free(fd), free(logits), free(ctx.pd), free(ctx.frames), free(ctx.weights), free(fr);
     tf_destroy(m);
 }
@@ -218,7 +216,7 @@ static void lstm_case(float dropout, bool train, uint64_t seed) {
     const double le = tu_rel_err(tf_logits(m), logits, BT * K, 1e-30), lerr = fabs(st.loss - want) / want;
     char what[96];
     snprintf(what, sizeof what, "bidirectional LSTM + ctc, dropout %g, train %d", (double)dropout, train);
-    if (verbose()) fprintf(stderr, "%s: logits err %.3g, loss err %.3g\n", what, le, lerr);
+    if (tu_verbose()) fprintf(stderr, "%s: logits err %.3g, loss err %.3g\n", what, le, lerr);
     cr_expect_lt(le, LSTM_TOL, "%s: logits err %g", what, le);
     cr_expect_lt(lerr, LSTM_TOL, "%s: loss %.9g vs %.9g", what, st.loss, want);
     double worst = 0;
@@ -241,7 +239,7 @@ static void lstm_case(float dropout, bool train, uint64_t seed) {
         cr_expect_lt(e, LSTM_REF_FD_TOL, "%s: the composition's gradient of %s against differences: %g", what,
                      t->name, e);
     }
-    if (verbose()) fprintf(stderr, "%s: worst gradient err %.3g, composition vs differences %.3g\n", what, worst, fd_worst);
+    if (tu_verbose()) fprintf(stderr, "%s: worst gradient err %.3g, composition vs differences %.3g\n", what, worst, fd_worst);
     free(fd), free(logits), free(pd), free(gd), free(wd), free((double *)ctx.frames), free(fr), free(mask0);
     tf_destroy(m);
 }
@@ -341,7 +339,7 @@ Test(ctc_model, the_head_learns) {
         cr_assert_eq(tf_backward(m), 0, "%s", ab_error());
         cr_assert_eq(ab_optim_step(o, tf_params(m), tf_grads(m), NULL), 0, "%s", ab_error());
     }
-    if (verbose()) fprintf(stderr, "ctc training: %.4g -> %.4g nats per row, %lld of %lld rows exact\n", first, st.loss,
+    if (tu_verbose()) fprintf(stderr, "ctc training: %.4g -> %.4g nats per row, %lld of %lld rows exact\n", first, st.loss,
                            st.correct, st.counted);
     cr_expect_lt(st.loss, 0.2 * first, "loss %g -> %g", first, st.loss);
     cr_expect_geq(st.correct, 3, "%lld of 4 rows decoded exactly", st.correct);

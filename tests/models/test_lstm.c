@@ -52,8 +52,6 @@
  * |G0| / max, O(1) here. */
 #define ACC_TOL 1e-6
 
-static bool verbose(void) { return getenv("TEST_VERBOSE") != NULL; }
-
 /* ---- a stack on the CPU: its tables and buffers ---- */
 
 typedef struct {
@@ -145,7 +143,7 @@ static void expect_param_grads(const fixture *f, const double *want, double tol,
     for (int i = 0; i < f->pt.n; i++) {
         const tf_tensor *t = &f->pt.t[i];
         double e = tu_rel_err(f->grads + t->offset, want + t->offset, t->count, 1e-30);
-        if (verbose()) fprintf(stderr, "%s: d%s err %.3g\n", what, t->name, e);
+        if (tu_verbose()) fprintf(stderr, "%s: d%s err %.3g\n", what, t->name, e);
         cr_expect_lt(e, tol, "%s: gradient of %s: err %g", what, t->name, e);
     }
 }
@@ -189,7 +187,7 @@ static void ref_case(const lstm_config *c, int B, int N, const int *lengths, boo
     case_name(name, sizeof name, c, lengths, B);
     const float *out = lstm_output(c, &f.a);
     double e = tu_rel_err(out, want, no, 1e-30);
-    if (verbose()) fprintf(stderr, "%s%s: forward err %.3g\n", name, drop ? " dropout" : "", e);
+    if (tu_verbose()) fprintf(stderr, "%s%s: forward err %.3g\n", name, drop ? " dropout" : "", e);
     cr_expect_lt(e, FWD_TOL, "%s: forward err %g", name, e);
     for (int b = 0; b < B; b++)
         for (int n = lengths ? lengths[b] : N; n < N; n++)
@@ -202,7 +200,7 @@ static void ref_case(const lstm_config *c, int B, int N, const int *lengths, boo
     ref_lstm_params rg = ref_view(&f, gd);
     ref_lstm_backward(&rc, &rp, xd, B, N, lengths, drop ? &rd : NULL, doutd, dxd, &rg);
     e = tu_rel_err(dx, dxd, nx, 1e-30);
-    if (verbose()) fprintf(stderr, "%s: dx err %.3g\n", name, e);
+    if (tu_verbose()) fprintf(stderr, "%s: dx err %.3g\n", name, e);
     cr_expect_lt(e, BWD_TOL, "%s: dx err %g", name, e);
     expect_param_grads(&f, gd, BWD_TOL, name);
 
@@ -290,18 +288,18 @@ Test(lstm, gradients_match_finite_differences) {
      * 6e-8, would hide what this checks) */
     double scale = fmax(tu_max_abs(fdx, nx), 1e-30), e = 0;
     for (size_t i = 0; i < nx; i++) e = fmax(e, fabs(dxd[i] - fdx[i]));
-    if (verbose()) fprintf(stderr, "reference dx vs fd: %.3g\n", e / scale);
+    if (tu_verbose()) fprintf(stderr, "reference dx vs fd: %.3g\n", e / scale);
     cr_expect_lt(e / scale, REF_FD_TOL, "reference dx against finite differences: %g", e / scale);
     for (int i = 0; i < f.pt.n; i++) {
         const tf_tensor *t = &f.pt.t[i];
         double s = fmax(tu_max_abs(fd + t->offset, t->count), 1e-30), m = 0;
         for (size_t j = 0; j < t->count; j++) m = fmax(m, fabs(gd[t->offset + j] - fd[t->offset + j]));
-        if (verbose()) fprintf(stderr, "reference d%s vs fd: %.3g\n", t->name, m / s);
+        if (tu_verbose()) fprintf(stderr, "reference d%s vs fd: %.3g\n", t->name, m / s);
         cr_expect_lt(m / s, REF_FD_TOL, "reference d%s against finite differences: %g", t->name, m / s);
     }
     /* the float backward against the differences */
     double ex = tu_rel_err(dx, fdx, nx, 1e-30);
-    if (verbose()) fprintf(stderr, "float dx vs fd: %.3g\n", ex);
+    if (tu_verbose()) fprintf(stderr, "float dx vs fd: %.3g\n", ex);
     cr_expect_lt(ex, FLOAT_FD_TOL, "float dx against finite differences: %g", ex);
     expect_param_grads(&f, fd, FLOAT_FD_TOL, "float vs fd");
     free(x), free(dout), free(dx), free(pd), free(xd), free(w), free(gd), free(dxd), free(fd), free(fdx);
@@ -465,7 +463,7 @@ Test(lstm, repeat_is_bit_identical_and_backward_accumulates) {
     for (size_t i = 0; i < np; i++) wg[i] = (double)g0[i] + g[0][i];
     for (size_t i = 0; i < nx; i++) wx[i] = (double)dx0[i] + dx[0][i];
     double eg = tu_rel_err(ga, wg, np, 1e-30), ex = tu_rel_err(dxa, wx, nx, 1e-30);
-    if (verbose()) fprintf(stderr, "accumulation: grads %.3g dx %.3g\n", eg, ex);
+    if (tu_verbose()) fprintf(stderr, "accumulation: grads %.3g dx %.3g\n", eg, ex);
     cr_expect_lt(eg, ACC_TOL, "parameter gradients do not accumulate: %g", eg);
     cr_expect_lt(ex, ACC_TOL, "dx does not accumulate: %g", ex);
     /* dx of padding positions keeps its starting value exactly */

@@ -30,8 +30,6 @@
 #include <string.h>
 
 
-static bool verbose(void) { return getenv("TEST_VERBOSE") != NULL; }
-
 /* ---- helpers ---- */
 
 /* ---- the tiny model against the reference ---- */
@@ -91,7 +89,7 @@ static void tiny_check(const tf_config *cp, const int *lengths, bool weighted, u
     double want;
     ref_loss_fn(&ctx, &want);
     double lerr = fabs(st.loss - want) / fabs(want);
-    if (verbose()) fprintf(stderr, "%s: logits err %.3g, loss err %.3g\n", what, le, lerr);
+    if (tu_verbose()) fprintf(stderr, "%s: logits err %.3g, loss err %.3g\n", what, le, lerr);
     cr_expect_lt(le, MODEL_FWD_TOL, "%s: logits err %g", what, le);
     cr_expect_lt(lerr, MODEL_FWD_TOL, "%s: loss %g vs reference %g", what, st.loss, want);
 
@@ -108,7 +106,7 @@ static void tiny_check(const tf_config *cp, const int *lengths, bool weighted, u
         /* a gradient that is zero everywhere would pass a relative check vacuously */
         cr_expect_gt(tu_max_abs(fd + t->offset, t->count), 1e-6, "%s: %s has no gradient to check", what, t->name);
     }
-    if (verbose()) fprintf(stderr, "%s: worst gradient err %.3g\n", what, worst);
+    if (tu_verbose()) fprintf(stderr, "%s: worst gradient err %.3g\n", what, worst);
     free(fd);
     free(logits);
     free(ctx.pd);
@@ -324,7 +322,7 @@ static void lstm_case(const tf_config *cp, const int *lengths, bool train, uint6
     tm_ref_lstm_logits(&ctx.r, ctx.frames, B, N, lengths, ctx.drop, logits);
     double want = tm_ref_lstm_loss(&ctx.r, ctx.frames, B, N, lengths, ctx.drop, targets, ctx.weights, &gv);
     double le = tu_rel_err(tf_logits(m), logits, BT * K, 1e-30), lerr = fabs(st.loss - want) / fabs(want);
-    if (verbose()) fprintf(stderr, "%s: logits err %.3g, loss err %.3g\n", what, le, lerr);
+    if (tu_verbose()) fprintf(stderr, "%s: logits err %.3g, loss err %.3g\n", what, le, lerr);
     cr_expect_lt(le, LSTM_MODEL_FWD_TOL, "%s: logits err %g", what, le);
     cr_expect_lt(lerr, LSTM_MODEL_FWD_TOL, "%s: loss %.9g vs reference %.9g", what, st.loss, want);
     /* padding positions: the LSTM's output there is 0, so their logits are the head's bias */
@@ -343,12 +341,12 @@ static void lstm_case(const tf_config *cp, const int *lengths, bool train, uint6
         const tf_tensor *t = tf_param_tensor(m, i);
         double e = tu_rel_err(grads + t->offset, gd + t->offset, t->count, 1e-30);
         worst = fmax(worst, e);
-        if (verbose()) fprintf(stderr, "%s: d%s err %.3g\n", what, t->name, e);
+        if (tu_verbose()) fprintf(stderr, "%s: d%s err %.3g\n", what, t->name, e);
         cr_expect_lt(e, LSTM_MODEL_GRAD_TOL, "%s: gradient of %s: err %g (max %g)", what, t->name, e,
                      tu_max_abs(gd + t->offset, t->count));
         cr_expect_gt(tu_max_abs(gd + t->offset, t->count), 1e-4, "%s: %s has no gradient to check", what, t->name);
     }
-    if (verbose()) fprintf(stderr, "%s: worst gradient err %.3g\n", what, worst);
+    if (tu_verbose()) fprintf(stderr, "%s: worst gradient err %.3g\n", what, worst);
 
     /* the reference's gradient against central differences of its own loss */
     double *fd = tu_alloc_d(np), one = 1.0, fd_worst = 0;
@@ -360,11 +358,11 @@ static void lstm_case(const tf_config *cp, const int *lengths, bool train, uint6
         for (size_t j = 0; j < t->count; j++) e = fmax(e, fabs(gd[t->offset + j] - fd[t->offset + j]));
         e /= mx > 1e-30 ? mx : 1e-30;
         fd_worst = fmax(fd_worst, e);
-        if (verbose()) fprintf(stderr, "%s: reference d%s vs differences %.3g (max %.3g)\n", what, t->name, e, mx);
+        if (tu_verbose()) fprintf(stderr, "%s: reference d%s vs differences %.3g (max %.3g)\n", what, t->name, e, mx);
         cr_expect_lt(e, LSTM_REF_FD_TOL, "%s: the reference's gradient of %s against differences: err %g", what,
                      t->name, e);
     }
-    if (verbose()) fprintf(stderr, "%s: reference vs differences worst %.3g\n", what, fd_worst);
+    if (tu_verbose()) fprintf(stderr, "%s: reference vs differences worst %.3g\n", what, fd_worst);
 
     for (int l = 0; l < L; l++) free(masks[l]);
     free(fd), free(logits), free(pd), free(gd), free((double *)ctx.frames), free((double *)ctx.weights), free(fr);

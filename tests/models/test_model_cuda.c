@@ -26,8 +26,6 @@
  * below are meant to cover that, but no GPU has run this suite yet. */
 #include "test_model_cuda.h"
 
-bool verbose(void) { return getenv("TEST_VERBOSE") != NULL; }
-
 /* Skips the test when this build or machine has no CUDA device. */
 void require_cuda(void) {
     int rc = ab_cuda_init();
@@ -76,7 +74,7 @@ double dev_err(const float *d, const float *cpu, size_t n, const char *what) {
     dget(h, d, sizeof(float) * n);
     double *want = tu_to_double(cpu, n);
     double e = tu_rel_err(h, want, n, 1e-30);
-    if (verbose()) fprintf(stderr, "%s: err %.3g\n", what, e);
+    if (tu_verbose()) fprintf(stderr, "%s: err %.3g\n", what, e);
     free(h);
     free(want);
     return e;
@@ -404,7 +402,7 @@ static void ce_case(int BT, int V, bool weighted, uint64_t seed) {
      * weight sum of multiples of 0.5: exact in any order. Measured 0 (the double sums
      * round to the same float nll; the loss sums differ in order only). */
     double le = fabs(dst.loss - st.loss) / st.loss;
-    if (verbose()) fprintf(stderr, "ce BT=%d V=%d: loss err %.3g\n", BT, V, le);
+    if (tu_verbose()) fprintf(stderr, "ce BT=%d V=%d: loss err %.3g\n", BT, V, le);
     cr_expect_lt(le, 1e-6, "loss %.17g vs %.17g", dst.loss, st.loss);
     cr_expect_eq(dst.weight_sum, st.weight_sum);
     cr_expect_eq(dst.correct, st.correct);
@@ -555,7 +553,7 @@ static void lstm_cuda_case(const lstm_config *c, int B, int N, const int *length
     double *want = tu_to_double(out[0], no);
     double e = tu_rel_err(out[1], want, no, 1e-30);
     free(want);
-    if (verbose()) fprintf(stderr, "%s: forward err %.3g\n", what, e);
+    if (tu_verbose()) fprintf(stderr, "%s: forward err %.3g\n", what, e);
     cr_expect_lt(e, LSTM_CUDA_TOL, "%s: forward err %g", what, e);
     for (int b = 0; b < B; b++)
         for (size_t i = (size_t)(lengths ? lengths[b] : N) * lstm_out_width(c); i < (size_t)N * lstm_out_width(c);
@@ -574,7 +572,7 @@ static void lstm_cuda_case(const lstm_config *c, int B, int N, const int *length
     e = tu_rel_err(dd, want, nx, 1e-30);
     free(want);
     free(dd);
-    if (verbose()) fprintf(stderr, "%s: dx err %.3g\n", what, e);
+    if (tu_verbose()) fprintf(stderr, "%s: dx err %.3g\n", what, e);
     cr_expect_lt(e, LSTM_CUDA_TOL, "%s: dx err %g", what, e);
     for (int i = 0; i < cpu.pt.n; i++) {
         const tf_tensor *tt = &cpu.pt.t[i];
@@ -585,7 +583,7 @@ static void lstm_cuda_case(const lstm_config *c, int B, int N, const int *length
             gw[j] = (double)g[0][tt->offset + j] - g0[tt->offset + j];
         }
         e = tu_rel_err(gd, gw, tt->count, 1e-30);
-        if (verbose()) fprintf(stderr, "%s: d%s err %.3g\n", what, tt->name, e);
+        if (tu_verbose()) fprintf(stderr, "%s: d%s err %.3g\n", what, tt->name, e);
         cr_expect_lt(e, LSTM_CUDA_TOL, "%s: gradient of %s: err %g", what, tt->name, e);
         free(gd);
         free(gw);

@@ -62,7 +62,6 @@ unsigned long long ab_emu_op_count(void);
 #define MODEL_GRAD_TOL 5e-5
 #define MODEL_STEP_TOL 1e-6
 
-bool verbose(void);
 /* Skips the test when this build or machine has no CUDA device. */
 void require_cuda(void);
 

@@ -61,7 +61,7 @@ static void generation_case(const char *variant, bool pre_norm) {
             seq[b * cap + len] = t_cpu; /* greedy continuation */
         }
     }
-    if (verbose())
+    if (tu_verbose())
         fprintf(stderr, "generation %s %s-norm: recurrent vs recompute %.3g, device vs CPU %.3g, min gap %.3g\n",
                 variant, pre_norm ? "pre" : "post", worst, worst_cpu, min_gap);
     cr_expect_gt(min_gap, 1e-3, "a greedy decision was nearly a tie: pick another seed");
@@ -114,7 +114,7 @@ Test(generation_cuda, operations_per_token) {
         for (int pre = 0; pre < 2; pre++) {
             const unsigned long long one = ops_per_token(variants[v], 1, pre), three = ops_per_token(variants[v], 3, pre);
             const unsigned long long per_layer = (three - one) / 2, fixed = one - per_layer;
-            if (verbose())
+            if (tu_verbose())
                 fprintf(stderr, "operations per token: %s %s-norm: %llu per layer + %llu (MNIST, 8 layers: %llu; "
                                 "CIFAR-10, 16 layers: %llu)\n",
                         variants[v], pre ? "pre" : "post", per_layer, fixed, 8 * per_layer + fixed,
@@ -346,7 +346,7 @@ static void mixture_cuda_case(int BT, int K, bool weighted, uint64_t seed) {
     mixture_forward(&st, nll, out, targets, wts, BT, K);
     cr_assert_eq(mixture_forward_cuda(&dst, d_nll, d_out, d_targets, d_wts, BT, K, d_ws), 0, "%s", ab_error());
     double le = fabs(dst.loss - st.loss) / st.loss;
-    if (verbose()) fprintf(stderr, "mixture BT=%d K=%d: loss err %.3g\n", BT, K, le);
+    if (tu_verbose()) fprintf(stderr, "mixture BT=%d K=%d: loss err %.3g\n", BT, K, le);
     cr_expect_lt(le, 1e-6, "loss %.17g vs %.17g", dst.loss, st.loss);
     cr_expect_eq(dst.weight_sum, st.weight_sum);
     cr_expect_eq(dst.correct, st.correct);
@@ -417,7 +417,7 @@ Test(model_cuda, logistic_mixture_head) {
     cr_assert_eq(tf_logits_download(g, lg), 0, "%s", ab_error());
     double *want = tu_to_double(tf_logits(m), nl);
     double le = tu_rel_err(lg, want, nl, 1e-30), lerr = fabs(sg.loss - sc.loss) / sc.loss;
-    if (verbose()) fprintf(stderr, "mixture model: logits err %.3g, loss err %.3g\n", le, lerr);
+    if (tu_verbose()) fprintf(stderr, "mixture model: logits err %.3g, loss err %.3g\n", le, lerr);
     cr_expect_lt(le, MODEL_FWD_TOL, "logits err %g", le);
     cr_expect_lt(lerr, MODEL_FWD_TOL, "loss %.9g vs CPU %.9g", sg.loss, sc.loss);
     cr_expect_eq(sg.counted, 11);
@@ -435,7 +435,7 @@ Test(model_cuda, logistic_mixture_head) {
         cr_expect_gt(tu_max_abs(gw, t->count), 1e-6, "%s has no gradient to compare", t->name);
         free(gw);
     }
-    if (verbose()) fprintf(stderr, "mixture model: worst gradient err %.3g\n", worst);
+    if (tu_verbose()) fprintf(stderr, "mixture model: worst gradient err %.3g\n", worst);
     free(want), free(lg), free(gg);
     tf_destroy(m);
     tf_destroy(g);

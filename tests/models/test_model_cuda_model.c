@@ -98,7 +98,7 @@ static void model_vs_cpu(const model_case *mc, uint64_t seed) {
     double *want = tu_to_double(tf_logits(m), nl);
     double le = tu_rel_err(lg, want, nl, 1e-30), lerr = fabs(sg.loss - sc.loss) / sc.loss;
     free(want);
-    if (verbose()) fprintf(stderr, "%s: logits err %.3g, loss err %.3g\n", what, le, lerr);
+    if (tu_verbose()) fprintf(stderr, "%s: logits err %.3g, loss err %.3g\n", what, le, lerr);
     cr_expect_lt(le, MODEL_FWD_TOL, "%s: logits err %g", what, le);
     cr_expect_lt(lerr, MODEL_FWD_TOL, "%s: loss %.9g vs CPU %.9g", what, sg.loss, sc.loss);
     cr_expect_eq(sg.counted, sc.counted);
@@ -130,7 +130,7 @@ static void model_vs_cpu(const model_case *mc, uint64_t seed) {
         cr_expect_gt(tu_max_abs(gw, t->count), 1e-6, "%s: %s has no gradient to compare", what, t->name);
         free(gw);
     }
-    if (verbose()) fprintf(stderr, "%s: worst gradient err %.3g\n", what, worst);
+    if (tu_verbose()) fprintf(stderr, "%s: worst gradient err %.3g\n", what, worst);
     /* one optimiser step on each device (RAdam: its first step is lr * g / (1 - beta1)
      * with the gradient's momentum, linear in the gradient) */
     ab_optim_config oc;
@@ -158,7 +158,7 @@ static void model_vs_cpu(const model_case *mc, uint64_t seed) {
         cr_expect_lt(e, MODEL_STEP_TOL, "%s: %s after one step: err %g", what, t->name, e);
         free(pw);
     }
-    if (verbose()) fprintf(stderr, "%s: parameters after a step err %.3g\n", what, worst);
+    if (tu_verbose()) fprintf(stderr, "%s: parameters after a step err %.3g\n", what, worst);
     ab_optim_destroy(oc_cpu);
     ab_optim_destroy(oc_gpu);
     free(r), free(before), free(lg), free(pg), free(gg);
@@ -266,7 +266,7 @@ Test(model_cuda, tf32_precision) {
             mx = fmax(mx, fabs((double)a[i]));
             err = fmax(err, fabs((double)a[i] - (double)b[i]));
         }
-        if (verbose()) fprintf(stderr, "tf32 %s: logits differ by %.3g of %.3g\n", variants[v], err, mx);
+        if (tu_verbose()) fprintf(stderr, "tf32 %s: logits differ by %.3g of %.3g\n", variants[v], err, mx);
         cr_assert(err <= 1e-2 * mx, "%s: tf32 logits differ by %.3g of %.3g", variants[v], err, mx);
         cr_assert(err > 1e-6 * mx, "%s: tf32 logits equal fp32's (%.3g of %.3g): no TF32 rounding", variants[v], err, mx);
         free(a), free(b), free(a2);
@@ -406,7 +406,7 @@ static void lstm_model_vs_cpu(bool bidirectional, float dropout, const int *leng
     double *want = tu_to_double(tf_logits(m), nl);
     double le = tu_rel_err(lg, want, nl, 1e-30), lerr = fabs(sg.loss - sc.loss) / sc.loss;
     free(want);
-    if (verbose()) fprintf(stderr, "%s: logits err %.3g, loss err %.3g\n", what, le, lerr);
+    if (tu_verbose()) fprintf(stderr, "%s: logits err %.3g, loss err %.3g\n", what, le, lerr);
     cr_expect_lt(le, LSTM_MODEL_CUDA_TOL, "%s: logits err %g", what, le);
     cr_expect_lt(lerr, LSTM_MODEL_CUDA_TOL, "%s: loss %.9g vs CPU %.9g", what, sg.loss, sc.loss);
     cr_expect_eq(sg.counted, sc.counted);
@@ -432,12 +432,12 @@ static void lstm_model_vs_cpu(bool bidirectional, float dropout, const int *leng
         double *gw = tu_to_double(tf_grads(m) + t->offset, t->count);
         double e = tu_rel_err(gg + t->offset, gw, t->count, 1e-30);
         worst = fmax(worst, e);
-        if (verbose()) fprintf(stderr, "%s: d%s err %.3g\n", what, t->name, e);
+        if (tu_verbose()) fprintf(stderr, "%s: d%s err %.3g\n", what, t->name, e);
         cr_expect_lt(e, LSTM_MODEL_CUDA_TOL, "%s: gradient of %s: err %g", what, t->name, e);
         cr_expect_gt(tu_max_abs(gw, t->count), 1e-4, "%s: %s has no gradient to compare", what, t->name);
         free(gw);
     }
-    if (verbose()) fprintf(stderr, "%s: worst gradient err %.3g\n", what, worst);
+    if (tu_verbose()) fprintf(stderr, "%s: worst gradient err %.3g\n", what, worst);
     /* the same step again on the device: the same bits */
     ce_stats s2;
     cr_assert_eq(tf_zero_grad(g), 0);

@@ -18,8 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool verbose(void) { return getenv("TEST_VERBOSE") != NULL; }
-
 static tf_config mixture_config(const char *variant, int K) {
     tf_config c = tm_tiny_config(variant);
     c.head = TF_HEAD_LOGISTIC_MIXTURE;
@@ -90,7 +88,7 @@ Test(model, tiny_logistic_mixture_head) {
     double le = tu_rel_err(tf_logits(m), logits, (size_t)B * N * K, 1e-30), want;
     mixture_loss_fn(&ctx, &want);
     double lerr = fabs(st.loss - want) / fabs(want);
-    if (verbose()) fprintf(stderr, "mixture head: logits err %.3g, loss err %.3g\n", le, lerr);
+    if (tu_verbose()) fprintf(stderr, "mixture head: logits err %.3g, loss err %.3g\n", le, lerr);
     cr_expect_lt(le, MODEL_FWD_TOL, "logits err %g", le);
     cr_expect_lt(lerr, MODEL_FWD_TOL, "loss %g vs reference %g", st.loss, want);
     double *fd = tu_alloc_d(np), one = 1.0, worst = 0;
@@ -102,7 +100,7 @@ Test(model, tiny_logistic_mixture_head) {
         cr_expect_lt(e, MODEL_GRAD_TOL, "gradient of %s: err %g", t->name, e);
         cr_expect_gt(tu_max_abs(fd + t->offset, t->count), 1e-6, "%s has no gradient to check", t->name);
     }
-    if (verbose()) fprintf(stderr, "mixture head: worst gradient err %.3g\n", worst);
+    if (tu_verbose()) fprintf(stderr, "mixture head: worst gradient err %.3g\n", worst);
     /* generation hands out the 3K outputs of the last position */
     float last[2 * 9];
     cr_assert_eq(tf_last_logits(m, tokens, B, N, 0, last), 0, "%s", ab_error());
@@ -147,7 +145,7 @@ Test(model, logistic_mixture_head_trains) {
     /* the last step's forward (before its update) */
     int near = 0;
     for (int i = 0; i < 64; i++) near += abs(mixture_mode(tf_logits(m) + i * 12, 4) - targets[i]) <= 10;
-    if (verbose())
+    if (tu_verbose())
         fprintf(stderr, "mixture training: loss %.4g -> %.4g nats, %lld of %lld exact, %d within 10\n", first,
                 st.loss, st.correct, st.counted, near);
     cr_expect_gt(first, 5.0, "first loss %g", first);

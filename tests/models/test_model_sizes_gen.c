@@ -18,8 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool verbose(void) { return getenv("TEST_VERBOSE") != NULL; }
-
 /* ---- size tables, initialisation, memory ---- */
 
 Test(model, parameter_table) {
@@ -390,7 +388,7 @@ Test(model, sgd_reduces_loss) {
         for (size_t i = 0; i < tf_param_count(m); i++) p[i] -= 0.1f * g[i];
         last = train_step(m, &b, 0);
     }
-    if (verbose()) fprintf(stderr, "sgd: loss %g -> %g\n", first, last);
+    if (tu_verbose()) fprintf(stderr, "sgd: loss %g -> %g\n", first, last);
     cr_expect_lt(last, 0.7 * first, "loss %g -> %g after 30 SGD steps", first, last);
     free_batch(&b);
     tf_destroy(m);
@@ -449,7 +447,7 @@ static void generation_case(const char *variant, bool pre_norm) {
             }
         }
     }
-    if (verbose()) fprintf(stderr, "generation %s pre_norm=%d: worst %.3g, min top-2 gap %.3g\n", variant, pre_norm,
+    if (tu_verbose()) fprintf(stderr, "generation %s pre_norm=%d: worst %.3g, min top-2 gap %.3g\n", variant, pre_norm,
                            worst, min_gap);
     cr_expect_gt(min_gap, 1e-3, "a greedy decision was nearly a tie: pick another seed");
     /* one more position fits, then the state is full */

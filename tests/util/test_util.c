@@ -132,6 +132,8 @@ void tu_fd_grad(tu_forward_fn f, void *ctx, double *x, size_t nx, const double *
     free(out);
 }
 
+bool tu_verbose(void) { return getenv("TEST_VERBOSE") != NULL; }
+
 void tu_expect_fail(int rc, int code, const char *what, ...) {
     cr_expect_eq(rc, code, "%s: rc %d, expected %d (message: %s)", what, rc, code, ab_error());
     const char *m = ab_error();

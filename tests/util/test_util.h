@@ -57,6 +57,9 @@ typedef void (*tu_forward_fn)(void *ctx, double *out);
 void tu_fd_grad(tu_forward_fn f, void *ctx, double *x, size_t nx, const double *w, size_t nout, double h,
                 double *grad);
 
+/* Whether TEST_VERBOSE is set: the suites then print every error they measure. */
+bool tu_verbose(void);
+
 /* The library's refusal: rc is `code` and ab_error() one line holding every string of
  * the NULL-terminated list that follows `what` (which names the case in failures). */
 void tu_expect_fail(int rc, int code, const char *what, ...);
