@@ -537,3 +537,230 @@ Test(layers, cross_entropy) {
     free(logits);
     free(dlogits);
 }
+
+/* ---- attention block and encoder layer ---- */
+
+/* Carves one layer's tensors into heap buffers: params, grads (same carving),
+ * activations and scratch. */
+typedef struct {
+    enc_config ec;
+    ref_model_cfg rc;
+    int B, N;
+    int lengths[4];
+    bool has_lengths;
+    attn *a;
+    tf_table pt, at;
+    float *pbuf, *gbuf;
+    void *abuf;
+    enc_params p, g;
+    enc_acts act;
+    enc_scratch ws;
+    double *pd; /* double copy of the parameters */
+} layer_setup;
+
+static void *zalloc64(size_t bytes) {
+    size_t n = (bytes + 63) / 64 * 64;
+    void *p = aligned_alloc(64, n ? n : 64);
+    memset(p, 0, n ? n : 64);
+    return p;
+}
+
+static void layer_make(layer_setup *s, const char *variant, bool causal, bool pre_norm, float dropout,
+                       const int *lengths, uint64_t seed) {
+    memset(s, 0, sizeof *s);
+    s->B = 2;
+    s->N = 5;
+    int C = 8, H = 2, F = 12;
+    s->ec = (enc_config){C, H, F, dropout, pre_norm, causal, 0, 0};
+    s->rc = (ref_model_cfg){5, C, H, 1, F, pre_norm, false, causal,
+                            strstr(variant, "softmax") ? REF_ATTN_SOFTMAX : REF_ATTN_LINEAR_ELU, 0, 0, false};
+    if (lengths) {
+        memcpy(s->lengths, lengths, sizeof(int) * (size_t)s->B);
+        s->has_lengths = true;
+    }
+    attn_options o = {.variant = variant, .device = ATTN_DEVICE_CPU, .seed = 1};
+    cr_assert_eq(attn_create(&o, &s->a), 0, "%s", attn_error());
+    mha_dims d = {s->B, s->N, C, H, causal, NULL, ATTN_DEVICE_CPU};
+    attn_shape as = mha_shape(&d);
+    size_t saved = attn_saved_bytes(s->a, &as);
+    /* parameters and gradients */
+    tf_table_init(&s->pt, sizeof(float), 1);
+    tf_table_begin(&s->pt, NULL);
+    enc_carve_params(&s->pt, &s->p, &s->ec);
+    s->pbuf = zalloc64(s->pt.total * sizeof(float));
+    s->gbuf = zalloc64(s->pt.total * sizeof(float));
+    tf_table_begin(&s->pt, s->gbuf);
+    enc_carve_params(&s->pt, &s->g, &s->ec);
+    tf_table_begin(&s->pt, s->pbuf);
+    enc_carve_params(&s->pt, &s->p, &s->ec);
+    cr_assert_eq(s->pt.err, 0);
+    /* activations and scratch */
+    tf_table_init(&s->at, 1, 64);
+    tf_table_begin(&s->at, NULL);
+    enc_carve_acts(&s->at, &s->act, &s->ec, s->B, s->N, saved, dropout > 0);
+    enc_carve_scratch(&s->at, &s->ws, &s->ec, s->B, s->N);
+    s->abuf = zalloc64(s->at.total);
+    tf_table_begin(&s->at, s->abuf);
+    enc_carve_acts(&s->at, &s->act, &s->ec, s->B, s->N, saved, dropout > 0);
+    enc_carve_scratch(&s->at, &s->ws, &s->ec, s->B, s->N);
+    cr_assert_eq(s->at.err, 0);
+    /* parameter values: weights N(0, 0.5), biases N(0, 0.5), LN gains 1 + N(0, 0.3) */
+    tu_fill_normal(s->pbuf, s->pt.total, seed, 100, 0.5);
+    fill_gain(s->p.ln1_g, (size_t)C, seed, 101, 0.3);
+    fill_gain(s->p.ln2_g, (size_t)C, seed, 102, 0.3);
+    s->pd = tu_to_double(s->pbuf, s->pt.total);
+}
+
+static void layer_free(layer_setup *s) {
+    attn_destroy(s->a);
+    tf_table_free(&s->pt);
+    tf_table_free(&s->at);
+    free(s->pbuf);
+    free(s->gbuf);
+    free(s->abuf);
+    free(s->pd);
+}
+
+/* The double copy of a float parameter tensor. */
+static double *pd_of(const layer_setup *s, const float *p) { return s->pd + (p - s->pbuf); }
+
+static ref_layer_params ref_params_of(const layer_setup *s) {
+    const enc_params *p = &s->p;
+    ref_layer_params r = {pd_of(s, p->ln1_g), pd_of(s, p->ln1_b), pd_of(s, p->attn.wqkv), pd_of(s, p->attn.bqkv),
+                          pd_of(s, p->attn.wo), pd_of(s, p->attn.bo), pd_of(s, p->ln2_g), pd_of(s, p->ln2_b),
+                          pd_of(s, p->w1), pd_of(s, p->b1), pd_of(s, p->w2), pd_of(s, p->b2), NULL};
+    return r;
+}
+
+/* Every parameter tensor of the layer (or only the attention block's) in g. */
+static void add_param_grads(gcheck *g, layer_setup *s, bool attn_only) {
+    for (int i = 0; i < s->pt.n; i++) {
+        const tf_tensor *t = &s->pt.t[i];
+        bool is_attn = strncmp(t->name, "attn.", 5) == 0;
+        if (attn_only && !is_attn) continue;
+        gadd(g, t->name, s->pd + t->offset, t->count, s->gbuf + t->offset);
+    }
+}
+
+typedef struct {
+    layer_setup *s;
+    double *x;
+    ref_masks masks;
+    bool use_masks;
+} layer_ctx;
+
+static void mha_ref_fn(void *c_, double *out) {
+    layer_ctx *c = c_;
+    ref_layer_params rp = ref_params_of(c->s);
+    ref_mha(&c->s->rc, &rp, c->x, c->s->B, c->s->N, c->s->has_lengths ? c->s->lengths : NULL, out);
+}
+
+static void enc_ref_fn(void *c_, double *out) {
+    layer_ctx *c = c_;
+    ref_layer_params rp = ref_params_of(c->s);
+    ref_encoder_layer(&c->s->rc, &rp, c->x, c->s->B, c->s->N, c->s->has_lengths ? c->s->lengths : NULL,
+                      c->use_masks ? &c->masks : NULL, out);
+}
+
+static void mha_case(const char *variant, bool causal, const int *lengths, uint64_t seed) {
+    layer_setup s;
+    layer_make(&s, variant, causal, false, 0.0f, lengths, seed);
+    int C = s.ec.C;
+    size_t n = (size_t)s.B * s.N * C;
+    mha_dims d = {s.B, s.N, C, s.ec.H, causal, s.has_lengths ? s.lengths : NULL, ATTN_DEVICE_CPU};
+    float *x = tu_normal(n, seed, 1, 1.0), *out = tu_alloc_f(n), *dout = tu_normal(n, seed, 2, 1.0);
+    float *dx = tu_alloc_f(n);
+    cr_assert_eq(mha_forward(s.a, &d, NULL, out, x, &s.p.attn, &s.act.attn, &s.ws.attn), 0, "%s", attn_error());
+    layer_ctx c = {&s, tu_to_double(x, n), {0}, false};
+    double *want = tu_alloc_d(n);
+    mha_ref_fn(&c, want);
+    double e = fwd_err(out, want, n);
+    cr_expect_lt(e, BLOCK_TOL, "mha %s causal=%d lengths=%d forward: err %g", variant, causal, lengths != NULL, e);
+    cr_assert_eq(mha_backward(s.a, &d, dx, &s.g.attn, dout, x, &s.p.attn, &s.act.attn, &s.ws.attn), 0, "%s",
+                 attn_error());
+    gcheck g = {0};
+    gadd(&g, "x", c.x, n, dx);
+    add_param_grads(&g, &s, true);
+    cr_assert_eq(g.nt, 5);
+    double *wd = tu_to_double(dout, n);
+    char what[96];
+    snprintf(what, sizeof what, "mha %s causal=%d lengths=%d", variant, causal, lengths != NULL);
+    check_grads(&g, mha_ref_fn, &c, wd, n, BLOCK_TOL, what);
+    free(wd);
+    free(want);
+    free(c.x);
+    free(x);
+    free(out);
+    free(dout);
+    free(dx);
+    layer_free(&s);
+}
+
+Test(blocks, attention_softmax) {
+    int lens[2] = {5, 3};
+    mha_case("softmax", true, NULL, 81);
+    mha_case("softmax", false, NULL, 82);
+    mha_case("softmax", true, lens, 83);
+    mha_case("softmax", false, lens, 84);
+}
+
+Test(blocks, attention_linear) {
+    int lens[2] = {4, 5};
+    mha_case("linear", true, NULL, 85);
+    mha_case("linear", false, lens, 86);
+    mha_case("stateful-softmax", true, lens, 87);
+}
+
+static void enc_case(const char *variant, bool causal, bool pre_norm, float dropout, const int *lengths,
+                     uint64_t seed) {
+    layer_setup s;
+    layer_make(&s, variant, causal, pre_norm, dropout, lengths, seed);
+    int C = s.ec.C;
+    size_t n = (size_t)s.B * s.N * C;
+    mha_dims d = {s.B, s.N, C, s.ec.H, causal, s.has_lengths ? s.lengths : NULL, ATTN_DEVICE_CPU};
+    float *x = tu_normal(n, seed, 1, 1.0), *dout = tu_normal(n, seed, 2, 1.0), *dx = tu_alloc_f(n);
+    bool train = dropout > 0;
+    cr_assert_eq(enc_forward(s.a, &s.ec, &d, NULL, x, &s.p, &s.act, &s.ws, train, seed, 500), 0, "%s", attn_error());
+    const float *out = enc_output(&s.ec, &s.act);
+    layer_ctx c = {&s, tu_to_double(x, n), {s.act.mask_attn, s.act.mask_hidden, s.act.mask_ffn, dropout}, train};
+    double *want = tu_alloc_d(n);
+    enc_ref_fn(&c, want);
+    char what[128];
+    snprintf(what, sizeof what, "encoder %s causal=%d pre_norm=%d dropout=%g lengths=%d", variant, causal, pre_norm,
+             dropout, lengths != NULL);
+    double e = fwd_err(out, want, n);
+    cr_expect_lt(e, BLOCK_TOL, "%s forward: err %g", what, e);
+    cr_assert_eq(enc_backward(s.a, &s.ec, &d, dx, &s.g, dout, x, &s.p, &s.act, &s.ws, train), 0, "%s", attn_error());
+    gcheck g = {0};
+    gadd(&g, "x", c.x, n, dx);
+    add_param_grads(&g, &s, false);
+    cr_assert_eq(g.nt, 13);
+    double *wd = tu_to_double(dout, n);
+    check_grads(&g, enc_ref_fn, &c, wd, n, BLOCK_TOL, what);
+    free(wd);
+    free(want);
+    free(c.x);
+    free(x);
+    free(dout);
+    free(dx);
+    layer_free(&s);
+}
+
+Test(blocks, encoder_post_norm) {
+    int lens[2] = {5, 2};
+    enc_case("softmax", true, false, 0.0f, NULL, 91);
+    enc_case("linear", true, false, 0.0f, lens, 92);
+    enc_case("softmax", false, false, 0.0f, lens, 93);
+}
+
+Test(blocks, encoder_pre_norm) {
+    int lens[2] = {3, 5};
+    enc_case("softmax", true, true, 0.0f, NULL, 94);
+    enc_case("linear", true, true, 0.0f, lens, 95);
+}
+
+/* Backward through the three dropout sites with the masks forward drew. */
+Test(blocks, encoder_dropout) {
+    enc_case("softmax", true, false, 0.25f, NULL, 96);
+    enc_case("linear", true, true, 0.25f, NULL, 97);
+}

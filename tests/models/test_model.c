@@ -11,23 +11,7 @@
  * kinds, non-finite frames, LSTM configs, mixture configs and targets). The logistic
  * mixture head has its own suite (test_model_mixture.c).
  * TEST_VERBOSE=1 prints the measured errors. */
-#include <criterion/criterion.h>
-
-#include "error.h"
-#include "lstm.h"
-#include "memory.h"
-#include "optim.h"
-#include "ref_mixture.h"
-#include "ref_model.h"
-#include "rng.h"
-#include "test_model_util.h"
-#include "test_util.h"
-#include "transformer.h"
-
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include "test_model.h"
 
 
 /* ---- helpers ---- */
@@ -536,4 +520,304 @@ Test(model, lstm_frames_repeats_and_no_allocation) {
     cr_expect(memcmp(g1, tf_grads(m), sizeof(float) * np) != 0, "the dropout seed has no effect");
     free(fr), free(g1), free(l1);
     tf_destroy(m);
+}
+
+/* ---- size tables, initialisation, memory ---- */
+
+Test(model, parameter_table) {
+    tf_config c = tm_tiny_config("linear");
+    tf_model *m = tm_make(&c, 2);
+    size_t C = 8, F = 16, V = 5, L = 2;
+    size_t per_layer = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + F * C + F + C * F + C;
+    size_t want = V * C + L * per_layer + 2 * C + V * C + V;
+    cr_assert_eq(tf_param_count(m), want);
+    size_t off = 0;
+    const char *decayed[] = {"attn.wqkv", "attn.wo", "ffn.w1", "ffn.w2", "head.w"};
+    for (int i = 0; i < tf_param_tensor_count(m); i++) {
+        const tf_tensor *t = tf_param_tensor(m, i);
+        cr_assert_eq(t->offset, off, "%s: not contiguous", t->name);
+        cr_assert_eq(t->elem_size, sizeof(float));
+        size_t count = 1;
+        for (int d = 0; d < t->ndim; d++) count *= (size_t)t->shape[d];
+        cr_assert_eq(count, t->count, "%s: shape and count disagree", t->name);
+        off += t->count;
+        bool dec = false;
+        for (int k = 0; k < 5; k++) {
+            size_t ln = strlen(t->name), lk = strlen(decayed[k]);
+            dec |= ln >= lk && strcmp(t->name + ln - lk, decayed[k]) == 0;
+        }
+        cr_assert_eq(t->decay, dec, "%s: decay flag %d", t->name, t->decay);
+        for (int j = 0; j < i; j++) cr_assert_str_neq(t->name, tf_param_tensor(m, j)->name, "duplicate name");
+    }
+    cr_assert_eq(off, want);
+    cr_assert_eq(strcmp(tf_param_tensor(m, 0)->name, "tok_emb"), 0);
+    cr_assert_not_null(tm_find_param(m, "layers.1.ffn.w2"));
+    cr_assert_null(tf_param_tensor(m, tf_param_tensor_count(m)));
+    /* activations: 64-byte aligned, in order, inside the block */
+    size_t end = 0;
+    for (int i = 0; i < tf_act_tensor_count(m); i++) {
+        const tf_tensor *t = tf_act_tensor(m, i);
+        cr_assert_eq(t->offset % 64, 0, "%s not aligned", t->name);
+        cr_assert_geq(t->offset, end, "%s overlaps the previous tensor", t->name);
+        end = t->offset + t->count * t->elem_size;
+    }
+    cr_assert_leq(end, tf_act_bytes(m));
+    tf_destroy(m);
+    /* no final LN: two tensors fewer */
+    c.final_norm = false;
+    m = tm_make(&c, 2);
+    cr_assert_eq(tf_param_count(m), want - 2 * C);
+    cr_assert_null(tm_find_param(m, "final_ln.g"));
+    tf_destroy(m);
+}
+
+Test(model, initialisation_scheme) {
+    tf_config c = tm_tiny_config("linear");
+    c.seed = 1234;
+    tf_model *m = tm_make(&c, 1), *m2 = tm_make(&c, 3);
+    /* same seed, same parameters (whatever the max batch) */
+    cr_assert(memcmp(tf_params(m), tf_params(m2), sizeof(float) * tf_param_count(m)) == 0);
+    const float *p = tf_params(m);
+    for (int i = 0; i < tf_param_tensor_count(m); i++) {
+        const tf_tensor *t = tf_param_tensor(m, i);
+        const char *nm = t->name;
+        size_t ln = strlen(nm);
+        bool is_ln = strstr(nm, "ln1.") || strstr(nm, "ln2.") || strstr(nm, "final_ln.");
+        bool ln_gain = is_ln && nm[ln - 1] == 'g', ln_bias = is_ln && nm[ln - 1] == 'b';
+        for (size_t j = 0; j < t->count; j++) {
+            float v = p[t->offset + j];
+            if (strcmp(nm, "tok_emb") == 0) {
+                cr_assert_eq(v, (float)ab_rng_normal(1234, TF_STREAM_INIT + (uint64_t)i, j));
+            } else if (ln_gain) {
+                cr_assert_eq(v, 1.0f, "%s", nm);
+            } else if (ln_bias) {
+                cr_assert_eq(v, 0.0f, "%s", nm);
+            } else {
+                /* dense: uniform(+-1/sqrt(fan_in)); fan_in = C except ffn.w2/b2 (F) */
+                double fan_in = strstr(nm, "ffn.w2") || strstr(nm, "ffn.b2") ? 16 : 8;
+                double bound = 1.0 / sqrt(fan_in);
+                double want = (2.0 * ab_rng_uniform(1234, TF_STREAM_INIT + (uint64_t)i, j) - 1.0) * bound;
+                cr_assert_eq(v, (float)want, "%s[%zu]", nm, j);
+            }
+        }
+    }
+    /* another seed, other parameters; tf_init_params restores */
+    c.seed = 1235;
+    tf_model *m3 = tm_make(&c, 1);
+    cr_assert(memcmp(tf_params(m), tf_params(m3), sizeof(float) * tf_param_count(m)) != 0);
+    tf_init_params(m3, 1234);
+    cr_assert(memcmp(tf_params(m), tf_params(m3), sizeof(float) * tf_param_count(m)) == 0);
+    tf_destroy(m);
+    tf_destroy(m2);
+    tf_destroy(m3);
+}
+
+Test(model, step_seeds) {
+    cr_assert_eq(tf_step_seed(5, 10), tf_step_seed(5, 10));
+    cr_assert_neq(tf_step_seed(5, 10), tf_step_seed(5, 11));
+    cr_assert_neq(tf_step_seed(5, 10), tf_step_seed(6, 10));
+    cr_assert_neq(tf_attn_seed(5, 0), tf_attn_seed(5, 1));
+}
+
+/* A mid-sized model for the step-level checks. */
+tf_config mid_config(const char *variant, float dropout) {
+    tf_config c;
+    tf_config_default(&c);
+    c.vocab = 11;
+    c.max_len = 40;
+    c.d_model = 32;
+    c.heads = 4;
+    c.layers = 2;
+    c.d_ff = 64;
+    c.dropout = dropout;
+    c.attention = variant;
+    c.seed = 5;
+    return c;
+}
+
+batch make_batch(int B, int N, int V, uint64_t seed) {
+    batch b = {B, N, malloc(sizeof(int) * B * N), malloc(sizeof(int) * B * N), {0}, malloc(sizeof(float) * B * N)};
+    tu_fill_int(b.tokens, (size_t)B * N, seed, 1, 0, V - 1);
+    tu_fill_int(b.targets, (size_t)B * N, seed, 2, 0, V - 1);
+    for (int i = 0; i < B; i++) {
+        b.lengths[i] = N - (i * 7) % N;
+        for (int n = 0; n < N; n++) b.weights[i * N + n] = n < b.lengths[i] ? 1.0f : 0.0f;
+    }
+    return b;
+}
+
+void free_batch(batch *b) {
+    free(b->tokens);
+    free(b->targets);
+    free(b->weights);
+}
+
+double train_step(tf_model *m, const batch *b, uint64_t seed) {
+    tf_zero_grad(m);
+    cr_assert_eq(tf_forward(m, b->tokens, b->B, b->N, b->lengths, true, seed), 0, "%s", ab_error());
+    ce_stats st;
+    cr_assert_eq(tf_loss(m, b->targets, b->weights, &st), 0, "%s", ab_error());
+    cr_assert_eq(tf_backward(m), 0, "%s", ab_error());
+    return st.loss;
+}
+
+static void repeat_case(const char *variant) {
+    tf_config c = mid_config(variant, 0.1f);
+    tf_model *m = tm_make(&c, 4), *m2 = tm_make(&c, 4);
+    batch b = make_batch(3, 33, c.vocab, 21);
+    size_t np = tf_param_count(m);
+    double l1 = train_step(m, &b, 99);
+    float *g1 = malloc(sizeof(float) * np), *lg1 = malloc(sizeof(float) * 3 * 33 * c.vocab);
+    memcpy(g1, tf_grads(m), sizeof(float) * np);
+    memcpy(lg1, tf_logits(m), sizeof(float) * 3 * 33 * c.vocab);
+    /* the same model again, and a second model made from the same config */
+    double l2 = train_step(m, &b, 99), l3 = train_step(m2, &b, 99);
+    cr_assert_eq(l1, l2, "%s: loss differs on a repeat", variant);
+    cr_assert_eq(l1, l3, "%s: loss differs on a second model", variant);
+    cr_assert(memcmp(g1, tf_grads(m), sizeof(float) * np) == 0, "%s: gradients differ on a repeat", variant);
+    cr_assert(memcmp(g1, tf_grads(m2), sizeof(float) * np) == 0, "%s: gradients differ on a second model", variant);
+    cr_assert(memcmp(lg1, tf_logits(m2), sizeof(float) * 3 * 33 * c.vocab) == 0);
+    /* another seed: other dropout masks, so other gradients */
+    train_step(m, &b, 100);
+    cr_assert(memcmp(g1, tf_grads(m), sizeof(float) * np) != 0, "%s: the dropout seed has no effect", variant);
+    /* backward accumulates: a second backward of the same forward and loss adds the
+     * same gradient again. Not bit-exact: the embedding adds row by row, and GEMMs with
+     * beta = 1 may add in k-blocks; float rounding of the sums is ~1e-7 relative. */
+    train_step(m, &b, 99);
+    ce_stats st;
+    cr_assert_eq(tf_loss(m, b.targets, b.weights, &st), 0);
+    cr_assert_eq(tf_backward(m), 0, "%s", ab_error());
+    for (int i = 0; i < tf_param_tensor_count(m); i++) {
+        const tf_tensor *t = tf_param_tensor(m, i);
+        double *want = tu_alloc_d(t->count);
+        for (size_t j = 0; j < t->count; j++) want[j] = 2.0 * g1[t->offset + j];
+        double e = tu_rel_err(tf_grads(m) + t->offset, want, t->count, 1e-30);
+        cr_expect_lt(e, 1e-6, "%s: %s not accumulated (err %g)", variant, t->name, e);
+        free(want);
+    }
+    free(g1);
+    free(lg1);
+    free_batch(&b);
+    tf_destroy(m);
+    tf_destroy(m2);
+}
+
+Test(model, bit_identical_repeats_linear) { repeat_case("linear"); }
+Test(model, bit_identical_repeats_softmax) { repeat_case("softmax"); }
+Test(model, bit_identical_repeats_lsh) { repeat_case("lsh"); }
+
+Test(model, no_allocation_per_step) {
+    const char *variants[3] = {"softmax", "linear", "lsh"};
+    for (int v = 0; v < 3; v++) {
+        tf_config c = mid_config(variants[v], 0.1f);
+        tf_model *m = tm_make(&c, 4);
+        batch big = make_batch(4, 40, c.vocab, 31), small = make_batch(2, 17, c.vocab, 32);
+        size_t before = ab_mem_current(AB_DEV_CPU);
+        ab_mem_reset_peak(AB_DEV_CPU);
+        train_step(m, &big, 1);
+        train_step(m, &small, 2);
+        cr_expect_eq(ab_mem_current(AB_DEV_CPU), before, "%s: memory changed during steps", variants[v]);
+        cr_expect_eq(ab_mem_peak(AB_DEV_CPU), before, "%s: a step allocated (peak %zu > %zu)", variants[v],
+                     ab_mem_peak(AB_DEV_CPU), before);
+        free_batch(&big);
+        free_batch(&small);
+        tf_destroy(m);
+    }
+}
+
+Test(model, inference_mode_same_logits_keeps_nothing) {
+    /* tf_set_inference: the same logits bit for bit (softmax computes them from row
+     * blocks of scores instead of the saved probabilities: the same products), nothing
+     * allocated, and no backward after such a forward; off again, training works. */
+    const char *variants[3] = {"softmax", "linear", "lsh"};
+    for (int v = 0; v < 3; v++) {
+        tf_config c = mid_config(variants[v], 0.1f);
+        tf_model *m = tm_make(&c, 4);
+        batch b = make_batch(3, 33, c.vocab, 23);
+        const size_t nl = (size_t)3 * 33 * c.vocab;
+        float *want = malloc(sizeof(float) * nl);
+        cr_assert_eq(tf_forward(m, b.tokens, 3, 33, NULL, false, 5), 0, "%s", ab_error());
+        memcpy(want, tf_logits(m), sizeof(float) * nl);
+        size_t before = ab_mem_current(AB_DEV_CPU);
+        ab_mem_reset_peak(AB_DEV_CPU);
+        tf_set_inference(m, true);
+        cr_assert_eq(tf_forward(m, b.tokens, 3, 33, NULL, false, 5), 0, "%s", ab_error());
+        cr_assert(memcmp(want, tf_logits(m), sizeof(float) * nl) == 0, "%s: inference logits differ", variants[v]);
+        cr_expect_eq(ab_mem_peak(AB_DEV_CPU), before, "%s: an inference forward allocated", variants[v]);
+        ce_stats st;
+        cr_assert_eq(tf_loss(m, b.targets, b.weights, &st), 0, "%s", ab_error());
+        cr_expect_neq(tf_backward(m), 0, "%s: backward after an inference forward", variants[v]);
+        cr_expect(strstr(ab_error(), "inference") != NULL, "%s", ab_error());
+        tf_set_inference(m, false);
+        cr_expect(isfinite(train_step(m, &b, 3)), "%s: training after inference", variants[v]);
+        free(want);
+        free_batch(&b);
+        tf_destroy(m);
+    }
+}
+
+Test(model, inference_model_same_logits_less_memory) {
+    /* tf_create_inference: the same parameters and logits bit for bit as a training
+     * model in inference mode (5 layers, so the two activation sets are used in turn
+     * with layers left over, post- and pre-norm), fewer activation bytes (softmax: not
+     * one N x N score block per layer), no backward ever, and recurrent generation on
+     * it the same as on the training model. */
+    const char *variants[4] = {"softmax", "linear", "lsh", "stateful-softmax"};
+    for (int v = 0; v < 4; v++)
+        for (int pre = 0; pre < 2; pre++) {
+            tf_config c = mid_config(variants[v], 0.1f);
+            c.layers = 5;
+            c.pre_norm = pre;
+            const int B = 3, N = 33;
+            tf_model *m = tm_make(&c, 4), *mi = NULL;
+            cr_assert_eq(tf_create_inference(&c, 4, &mi), 0, "%s", ab_error());
+            cr_assert_eq(tf_param_count(mi), tf_param_count(m));
+            cr_assert(memcmp(tf_params(mi), tf_params(m), sizeof(float) * tf_param_count(m)) == 0);
+            if (v == 0) /* softmax trains with B H N^2 saved scores per layer at (4, 40) */
+                cr_expect_geq(tf_act_bytes(m) - tf_act_bytes(mi), (size_t)5 * 4 * 4 * 40 * 40 * sizeof(float),
+                              "%zu vs %zu", tf_act_bytes(m), tf_act_bytes(mi));
+            else
+                cr_expect_lt(tf_act_bytes(mi), tf_act_bytes(m), "%s", variants[v]);
+            batch b = make_batch(B, N, c.vocab, 29);
+            const size_t nl = (size_t)B * N * c.vocab;
+            tf_set_inference(m, true);
+            cr_assert_eq(tf_forward(m, b.tokens, B, N, b.lengths, false, 7), 0, "%s", ab_error());
+            float *want = malloc(sizeof(float) * nl);
+            memcpy(want, tf_logits(m), sizeof(float) * nl);
+            tf_set_inference(mi, false); /* stays on */
+            cr_assert_eq(tf_forward(mi, b.tokens, B, N, b.lengths, false, 7), 0, "%s", ab_error());
+            cr_assert(memcmp(want, tf_logits(mi), sizeof(float) * nl) == 0, "%s pre_norm=%d: logits differ",
+                      variants[v], pre);
+            ce_stats st;
+            cr_assert_eq(tf_loss(mi, b.targets, b.weights, &st), 0, "%s", ab_error());
+            cr_expect_neq(tf_backward(mi), 0, "%s: backward on an inference model", variants[v]);
+            cr_expect(strstr(ab_error(), "inference only") != NULL, "%s", ab_error());
+            if (tf_has_recurrent(m)) { /* prefill 5 positions, then 4 steps: bit for bit */
+                tf_gen *g = NULL, *gi = NULL;
+                float *a = malloc(sizeof(float) * B * c.vocab), *bb = malloc(sizeof(float) * B * c.vocab);
+                int *prompt = malloc(sizeof(int) * B * 5);
+                for (int r = 0; r < B; r++) memcpy(prompt + r * 5, b.tokens + r * N, sizeof(int) * 5);
+                cr_assert_eq(tf_gen_create(m, B, 12, &g), 0, "%s", ab_error());
+                cr_assert_eq(tf_gen_create(mi, B, 12, &gi), 0, "%s", ab_error());
+                cr_assert_eq(tf_gen_prefill(g, prompt, 5, a), 0, "%s", ab_error());
+                cr_assert_eq(tf_gen_prefill(gi, prompt, 5, bb), 0, "%s", ab_error());
+                for (int t = 0; t < 5; t++) {
+                    cr_assert(memcmp(a, bb, sizeof(float) * B * c.vocab) == 0, "%s: generation differs at step %d",
+                              variants[v], t);
+                    int tok[3] = {tu_argmax(a, c.vocab), tu_argmax(a + c.vocab, c.vocab),
+                                  tu_argmax(a + 2 * c.vocab, c.vocab)};
+                    cr_assert_eq(tf_gen_step(g, tok, a), 0, "%s", ab_error());
+                    cr_assert_eq(tf_gen_step(gi, tok, bb), 0, "%s", ab_error());
+                }
+                tf_gen_destroy(g);
+                tf_gen_destroy(gi);
+                free(a);
+                free(bb);
+                free(prompt);
+            }
+            free(want);
+            free_batch(&b);
+            tf_destroy(mi);
+            tf_destroy(m);
+        }
 }
