@@ -29,7 +29,7 @@
  * 3. <variant>.c: under #ifdef ATTNBENCH_HAVE_CUDA, a static const attn_backend table of
  *    those functions (check_shape and saved_bytes may be the CPU's), and `.cuda = ` it
  *    in the attn_variant (NULL otherwise), as softmax.c does.
- * 4. tests/test_cuda.c: its cases in CUDA_VARIANTS; the suite then compares it with the
+ * 4. tests/attention/test_cuda.c: its cases in CUDA_VARIANTS; the suite then compares it with the
  *    CPU on every shape (forward, backward, steps and prefill when it has them), on the
  *    emulator in every build and on a GPU where there is one. */
 #ifndef ATTN_CUDA_UTIL_CUH

@@ -50,7 +50,7 @@
  *
  * Numerics: float scores and sums as the earlier kernel; the combine's weights
  * exp(m_s - max m) <= 1, so no overflow; the result differs from one split's by float
- * rounding only (tests/test_cuda_step.c measures it). */
+ * rounding only (tests/attention/test_cuda_step.c measures it). */
 #include "kv_step_cuda.cuh"
 
 #include "step_cuda.h"

@@ -15,7 +15,7 @@
  *   x^21) and cos x (to x^20) on |x| <= pi/4 (truncation below 1e-19), and the
  *   quadrant n mod 4.
  * Accuracy: within a few units in the last place of the correctly rounded results
- * (tests/test_harness.c compares with libm).
+ * (tests/harness/test_harness.c compares with libm).
  *
  * Contraction: compilers may fuse a product feeding an addition into one fma (nvcc
  * does by default, g++ does for C++), which would change results between builds.

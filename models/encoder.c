@@ -68,7 +68,7 @@ static bool use_dropout(const enc_config *c, bool train) { return train && c->dr
  * (the heads' split, the ReLU, the residual and its layer norm). Post-norm: 9 device
  * operations (the attention's 4, 2 residual-and-norm passes, the FFN's 2 GEMMs and
  * bias-ReLU); pre-norm 10 (its first norm); the general path takes 16
- * (tests/test_model_cuda.c counts them). The same layer up to where the biases are
+ * (tests/models/test_model_cuda.c counts them). The same layer up to where the biases are
  * rounded in. */
 static int enc_step(attn *a, const enc_config *c, const mha_dims *d, const mha_run *run, const float *x,
                     const enc_params *p, enc_acts *act, enc_scratch *ws) {

@@ -4,7 +4,7 @@
  * failed launch or cuBLAS call). Calls return once their work is queued on the
  * library's stream (harness/cuda_device.h); they allocate nothing.
  *
- * Where the results stand against the CPU's (tests/test_model_cuda.c measures them):
+ * Where the results stand against the CPU's (tests/models/test_model_cuda.c measures them):
  * - bit for bit: embedding forward and backward (each row of dwte adds its positions
  *   in position order, as the CPU), positions, dropout masks and outputs, ReLU and its
  *   backward, heads, residuals;

@@ -268,7 +268,7 @@ int main(int argc, char **argv) {
     /* fp32: float sums of up to N terms in another order than the double reference:
      * measured up to 2e-6 on the emulator at N = 150; 1e-4 leaves room for N = 65536.
      * tf32: operands rounded to 10 bits (u = 4.9e-4): measured up to 1.1e-3
-     * (tests/test_cuda_flash.c); 1e-2 as the cross-check. */
+     * (tests/attention/test_cuda_flash.c); 1e-2 as the cross-check. */
     const double tol32 = 1e-4, tolt = 1e-2;
     int failed = 0;
     for (int v = 1; v <= N_VERSIONS; v++) {

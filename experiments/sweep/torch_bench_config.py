@@ -2,21 +2,15 @@
 """The sweep config as experiments/sweep/torch_bench.py reads it: an `attnbench bench`
 config (experiments/sweep/*.json) validated as attnbench does, --set overrides by dotted
 path, the batch rule, and the TSV columns of the run document. Bad input raises
-BadInput with the one-line message. Standard library only."""
+BadInput with the one-line message. The variants and their options are attnbench's own,
+read from `attnbench list --json` (attnbench_exe says which binary). Standard library
+only."""
 import json
+import os
+import subprocess
 
 TOP_KEYS = ["name", "description", "variants", "lengths", "heads", "qk_dim", "v_dim", "causal", "batch", "warmup",
             "repeats", "time_budget_s", "memory_limit_gib", "seed", "recurrent", "gemm", "copy"]
-VARIANT_OPTIONS = {
-    "softmax": ["scale"],
-    "stateful-softmax": ["scale"],
-    "linear": ["feature_map", "eps", "chunk", "features"],
-    "polynomial": ["c", "scale", "eps", "chunk"],
-    "lsh": ["rounds", "bits", "chunk", "combine", "scale"],
-    "efficient": [],
-    "local": ["window", "scale"],
-    "linformer": ["k", "share", "scale"],
-}
 TSV_COLUMNS = ["kind", "variant", "len", "context", "batch", "heads", "qk_dim", "v_dim", "causal", "status",
                "fwd_ms.median", "fwd_ms.p20", "fwd_ms.p80", "fwd_bwd_ms.median", "fwd_bwd_ms.p20", "fwd_bwd_ms.p80",
                "per_sample_fwd_ms", "per_sample_fwd_bwd_ms", "peak_bytes", "peak_bytes_per_sample", "fwd_bwd_gflops",
@@ -25,6 +19,36 @@ TSV_COLUMNS = ["kind", "variant", "len", "context", "batch", "heads", "qk_dim", 
 
 class BadInput(Exception):
     """A bad argument, config or mapping: one line, exit status 2."""
+
+
+def attnbench_exe():
+    """The attnbench binary whose variants a config is checked against: $ATTNBENCH, else
+    build/attnbench of this checkout (as compare-torch.sh and gpu-check.sh find it)."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    return os.environ.get("ATTNBENCH") or os.path.normpath(os.path.join(root, "build", "attnbench"))
+
+
+_variant_options = None
+
+
+def variant_options():
+    """{variant: [option, ...]} as `attnbench list --json` gives them (every option
+    attnbench accepts in a sweep config's "set", the common ones included); read once."""
+    global _variant_options
+    if _variant_options is None:
+        exe = attnbench_exe()
+        try:
+            p = subprocess.run([exe, "list", "--json"], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise BadInput(f"cannot run {exe} list --json (ATTNBENCH names the binary): {e}")
+        if p.returncode != 0:
+            raise BadInput(f"{exe} list --json failed (exit status {p.returncode}): {p.stderr.strip()}")
+        try:
+            doc = json.loads(p.stdout)
+            _variant_options = {v["name"]: [o["name"] for o in v["options"]] for v in doc["variants"]}
+        except (ValueError, KeyError, TypeError) as e:
+            raise BadInput(f"{exe} list --json: not the list document expected: {e}")
+    return _variant_options
 
 
 def _no_duplicates(pairs):
@@ -149,8 +173,9 @@ def parse_config(root):
             raise BadInput(f"config: '{where}' must be an object")
         _only_keys(v, where, ["label", "variant", "set", "modes"])
         name = _str(v, where, "variant", True)
-        if name not in VARIANT_OPTIONS:
-            raise BadInput(f"config: {where}: unknown variant '{name}' (known: {', '.join(VARIANT_OPTIONS)})")
+        options = variant_options()
+        if name not in options:
+            raise BadInput(f"config: {where}: unknown variant '{name}' (known: {', '.join(options)})")
         label = _str(v, where, "label", False, name)
         if label in labels:
             raise BadInput(f"config: {where}: label '{label}' is used twice")
@@ -171,11 +196,15 @@ def parse_config(root):
         if not isinstance(settings, dict):
             raise BadInput(f"config: '{where}.set' must be an object")
         for k, x in settings.items():
-            if k not in VARIANT_OPTIONS[name]:
+            if k not in options[name]:
                 raise BadInput(f"config: {where}: variant '{name}' has no option '{k}' "
-                               f"(options: {', '.join(VARIANT_OPTIONS[name])})")
+                               f"(options: {', '.join(options[name])})")
             if isinstance(x, bool) or not isinstance(x, (str, int, float)):
                 raise BadInput(f"config: '{where}.set.{k}' must be a string or a number")
+            # the PyTorch side multiplies in float32 only (torch_bench.py turns TF32 off):
+            # attnbench's tf32 products would have no like-for-like peer
+            if k == "precision" and x != "fp32":
+                raise BadInput(f"config: {where}: precision '{x}' has no PyTorch peer here (float32 products only)")
         c["variants"].append({"label": label, "variant": name, "set": dict(settings), "parallel": par,
                               "recurrent": rec})
     if "lengths" not in root:

@@ -21,7 +21,7 @@
 #
 # --dry-run: tiny sizes (the same steps, seconds each), to try the script's logic on a
 # machine without a GPU: the GPU suites skip, and with ATTNBENCH=build/attnbench-emu the
-# --device cuda steps run on the CPU emulator of the CUDA code (tests/gpu_scripts does).
+# --device cuda steps run on the CPU emulator of the CUDA code (tests/scripts/gpu does).
 #
 # Environment:
 #   ATTNBENCH  the binary (default build/attnbench beside this script's pack or checkout)

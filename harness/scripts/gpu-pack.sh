@@ -13,7 +13,7 @@
 #                      data)
 #   --no-tar           the folder only, no OUT_DIR/attnbench-gpu.tar.xz
 #   --from-build DIR   pack the binaries of a build folder already built (no configure,
-#                      no compilation); tests/gpu_scripts uses it with the plain build
+#                      no compilation); tests/scripts/gpu uses it with the plain build
 #   --with-emu         pack attnbench-emu and the lab programs' emulated twins too (the
 #                      CUDA code on the CPU emulator: `ATTNBENCH=build/attnbench-emu
 #                      gpu-check.sh --dry-run` tries the pack on a machine without a GPU)

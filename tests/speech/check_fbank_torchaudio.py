@@ -10,7 +10,7 @@ experiments/speech/get-data.sh puts in SOURCE_ROOT/data/speech/festvox-ru/source
 (or the folder $ATTNBENCH_SPEECH_WAVS names), has `ATTNBENCH features` compute their
 features into a cache archive, reads the archive, and compares every value with
 torchaudio.compliance.kaldi.fbank computed in float64 (ta_fbank.py), with the tolerance
-of the speech_data suite (tests/test_speech_kaldi.c, expect_near_exact): 1e-4 where a
+of the speech_data suite (tests/tasks/test_speech_kaldi.c, expect_near_exact): 1e-4 where a
 value is within 10 nats of its frame's largest, min(2e-3, 2e-5 exp(d / 2)) where it is
 d nats below it (the float32 FFT's error, relative to a bin's power, grows as
 sqrt(P_max / P)). Prints the largest differences; exit status 0 when all hold, 1 when

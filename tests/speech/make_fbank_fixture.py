@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Makes the filterbank parity fixture of the speech_data suite (tests/test_speech_data.c):
+"""Makes the filterbank parity fixture of the speech_data suite (tests/tasks/test_speech_data.c):
 a clip of real speech and torchaudio's Kaldi-compatible filterbanks of it.
 
     make_fbank_fixture.py SOURCE_WAV START_S DURATION_S OUT_WAV OUT_NPY

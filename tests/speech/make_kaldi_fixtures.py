@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Makes the Kaldi archive fixtures of the speech_data suite (tests/test_speech_data.c):
+"""Makes the Kaldi archive fixtures of the speech_data suite (tests/tasks/test_speech_data.c):
 an archive holding one matrix of each binary type attnbench reads, written byte by
 byte from Kaldi's documented layouts (experiments/tasks/speech/kaldi_ark.h), its index, and
 each matrix's values decoded here in float64 from the same documentation.
