@@ -234,6 +234,38 @@ Test(train_run, refuses_a_folder_holding_a_run) {
     cr_assert_eq(res.status, TRAIN_RUN_OK);
 }
 
+/* The config as JSON rather than a file, with --set applied over it. */
+Test(train_run, config_given_as_json_with_sets) {
+    json_error_t e;
+    json_t *config = json_loads(CONFIG, 0, &e);
+    cr_assert_not_null(config, "%s", e.text);
+    train_run_request req = request("from-json");
+    req.config_path = NULL;
+    req.config = config;
+    const char *sets[] = {"steps=4", "name=from-json"};
+    req.sets = sets;
+    req.n_sets = 2;
+    train_run_result res;
+    run_ok(&req, &res);
+    cr_assert_eq(res.status, TRAIN_RUN_OK);
+    cr_assert_eq(res.step, 4);
+    json_t *doc = load_doc(res.dir);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(doc, "config"), "name")), "from-json");
+    cr_assert_eq(json_array_size(json_object_get(doc, "step_loss")), 4);
+    json_decref(doc);
+
+    /* a bad value is refused, named by its key, without the name of a file */
+    const char *bad[] = {"steps=-1"};
+    req.sets = bad;
+    req.n_sets = 1;
+    req.overwrite = true;
+    int rc = train_run(&req, &res);
+    cr_assert_eq(rc, AB_EINVAL, "rc %d (%s)", rc, ab_error());
+    cr_assert_eq(res.status, TRAIN_RUN_REFUSED);
+    cr_assert_str_eq(ab_error(), "config: 'steps' = -1 is outside [0, 1099511627776]");
+    json_decref(config);
+}
+
 Test(train_run, refuses_a_resume_without_a_checkpoint) {
     train_run_request req = request("empty");
     req.resume = true;

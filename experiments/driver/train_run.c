@@ -336,16 +336,19 @@ static void prepared_free(prepared *p) {
     p->ckpt_config = NULL;
 }
 
-/* The config: the file's, or with --resume and no file, the checkpoint's; --set
- * applied. */
+/* The config: the request's, the file's, or with --resume and neither, the
+ * checkpoint's; --set applied. */
 static int load_config(const train_run_request *req, prepared *p) {
     const char *config_path = req->config_path, *out_dir = req->out_dir;
     if (req->resume && req->overwrite) return ab_fail(AB_EINVAL, "train: --resume and --overwrite exclude each other");
-    if (!config_path && !(req->resume && out_dir))
+    if (!config_path && !req->config && !(req->resume && out_dir))
         return ab_fail(AB_EINVAL, "train: a CONFIG.json is required (or --resume --out DIR to continue a run)");
     json_t *root;
     int rc;
-    if (config_path) {
+    if (req->config) {
+        root = json_deep_copy(req->config);
+        if (!root) return ab_fail(AB_ENOMEM, "out of memory");
+    } else if (config_path) {
         root = ab_config_load(config_path);
         if (!root) return AB_EINVAL; /* the message is ab_config_load's */
     } else {
@@ -360,7 +363,8 @@ static int load_config(const train_run_request *req, prepared *p) {
     if (rc) {
         char msg[2048];
         snprintf(msg, sizeof msg, "%s", ab_error());
-        return ab_fail(rc, "%s%s%s", config_path ? config_path : "", config_path ? ": " : "", msg);
+        const char *file = req->config ? NULL : config_path; /* what the message names */
+        return ab_fail(rc, "%s%s%s", file ? file : "", file ? ": " : "", msg);
     }
     p->have_cfg = true;
     return 0;

@@ -21,11 +21,13 @@
 
 #include "attention.h"
 
+#include <jansson.h>
 #include <signal.h>
 #include <stdbool.h>
 
 typedef struct {
     const char *config_path;  /* CONFIG.json; NULL with resume: the checkpoint's config */
+    const json_t *config;     /* or the config itself (copied), in place of config_path */
     const char *const *sets;  /* "KEY=VALUE" overrides (train_config_apply_sets) */
     int n_sets;
     const char *out_dir;      /* DIR; NULL: results/NAME (NAME the config's) */
