@@ -50,7 +50,8 @@ typedef struct {
 typedef enum {
     TRAIN_RUN_OK,          /* the run reached its last step (or was complete already) */
     TRAIN_RUN_INTERRUPTED, /* *stop was set: a checkpoint written, status "interrupted" */
-    TRAIN_RUN_REFUSED,     /* the request was refused before a run began: nothing written */
+    TRAIN_RUN_REFUSED,     /* the request was refused, or its run document could not be
+                            * started: no step was run */
     TRAIN_RUN_FAILED,      /* the run began and failed (its document says "failed" with the
                             * reason, where it could be written) */
 } train_run_status;
