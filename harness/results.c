@@ -282,12 +282,8 @@ int ab_run_add(ab_run *r, json_t *record) {
     return ab_run_save(r);
 }
 
-int ab_run_finish(ab_run *r, const char *status) {
-    char now[32];
-    ab_iso_time(now, sizeof now);
-    json_object_set_new(r->doc, "finished", json_string(now));
-    json_object_set_new(r->doc, "status", json_string(status));
-    int rc = ab_run_save(r);
+void ab_run_discard(ab_run *r) {
+    if (!r) return;
     json_decref(r->records);
     json_decref(r->doc);
     for (int i = 0; i < r->n_columns; i++) free(r->columns[i]);
@@ -295,5 +291,14 @@ int ab_run_finish(ab_run *r, const char *status) {
     free(r->path);
     free(r->tsv_path);
     free(r);
+}
+
+int ab_run_finish(ab_run *r, const char *status) {
+    char now[32];
+    ab_iso_time(now, sizeof now);
+    json_object_set_new(r->doc, "finished", json_string(now));
+    json_object_set_new(r->doc, "status", json_string(status));
+    int rc = ab_run_save(r);
+    ab_run_discard(r);
     return rc;
 }

@@ -22,6 +22,9 @@ int ab_run_add(ab_run *r, json_t *record);
 /* Sets status ("ok", "failed", "oom", "timeout", "interrupted"), the finish time,
  * writes, and frees the run. Returns the write's result. */
 int ab_run_finish(ab_run *r, const char *status);
+/* Frees the run without writing it again (a run that could not be written at all: what
+ * is on disk stays as the last save left it). */
+void ab_run_discard(ab_run *r);
 /* Writes the current state (status stays "running"). */
 int ab_run_save(ab_run *r);
 /* The records so far (borrowed reference). */

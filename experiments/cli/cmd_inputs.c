@@ -1,5 +1,6 @@
 /* attnbench inputs: writes seeded random q, k, v, dout (and optional lengths) as .npy,
  * so `attnbench op` can be tried, or cross-checked, without any other tool. */
+#include "cli_args.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "error.h"
@@ -19,20 +20,26 @@ static const char INPUTS_USAGE[] =
     "standard normal from the Philox generator with seed S, default 0) and, with\n"
     "--lengths, DIR/lengths.npy (int32 [B]).\n";
 
+/* inputs' own options: --shape and --lengths. */
+typedef struct {
+    const char *shape, *lens;
+} inputs_opts;
+
+static bool inputs_option(int argc, char **argv, int *i, void *ctx) {
+    inputs_opts *o = ctx;
+    if (strcmp(argv[*i], "--shape") == 0) o->shape = cli_value(argc, argv, i);
+    else if (strcmp(argv[*i], "--lengths") == 0) o->lens = cli_value(argc, argv, i);
+    else return false;
+    return true;
+}
+
 int cmd_inputs(int argc, char **argv, const char *command_line) {
     (void)command_line;
-    const char *shape = NULL, *out = NULL, *lens = NULL;
-    uint64_t seed = 0;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0) {
-            fputs(INPUTS_USAGE, stdout);
-            return 0;
-        } else if (strcmp(argv[i], "--shape") == 0) shape = cli_value(argc, argv, &i);
-        else if (strcmp(argv[i], "--seed") == 0) seed = cli_parse_u64("--seed", cli_value(argc, argv, &i));
-        else if (strcmp(argv[i], "--lengths") == 0) lens = cli_value(argc, argv, &i);
-        else if (strcmp(argv[i], "--out") == 0) out = cli_path_value(argc, argv, &i);
-        else cli_die(AB_EXIT_USAGE, "inputs: unknown argument '%s' (see attnbench inputs --help)", argv[i]);
-    }
+    inputs_opts opts = {NULL, NULL};
+    cli_args a = {.cmd = "inputs", .usage = INPUTS_USAGE, .takes = CLI_SEED | CLI_OUT};
+    cli_parse(argc, argv, &a, inputs_option, &opts);
+    const char *shape = opts.shape, *out = a.out, *lens = opts.lens;
+    const uint64_t seed = a.seed;
     if (!shape || !out) cli_die(AB_EXIT_USAGE, "inputs: --shape B,H,N,D,M and --out DIR are required");
     long long d[5];
     int n = 0;

@@ -1,6 +1,6 @@
 /* The attention sweep (Figure 1) behind `attnbench bench`: its config
- * (sweep_config.c) and its measurements (sweep_measure.c); the command that runs them
- * and writes the run document is experiments/cli/cmd_bench.c.
+ * (sweep_config.c), its measurements (sweep_measure.c) and the run of them that writes
+ * the run document (sweep_run.h, which experiments/cli/cmd_bench.c calls).
  *
  * For every (variant, N) it times forward and forward+backward of the attention
  * alone, records peak tracked memory (inputs, outputs, gradients, saved state and
