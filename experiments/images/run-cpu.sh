@@ -18,8 +18,11 @@ set -euo pipefail
 export PATH
 cd "$(dirname "$0")/../.."
 
-# CPU seconds per step at 1 thread (PROTOCOL.md, log entry 1) and the budgets
-declare -A step_s=([softmax]=0.6238 [linear]=0.4198 [lsh-1]=0.4410 [lsh-4]=0.7248)
+# CPU seconds per step at 1 thread (steptime.json: PROTOCOL.md, log entry 1) and the budgets
+declare -A step_s
+while read -r name secs; do step_s[$name]=$secs; done < <(python3 -c '
+import json, sys
+for k, v in json.load(open(sys.argv[1]))["mnist"]["seconds_per_step"].items(): print(k, v)' experiments/images/steptime.json)
 epoch_steps=${BUDGET_STEPS:-11063}
 [[ "$epoch_steps" =~ ^[1-9][0-9]*$ ]] || { echo "run-cpu: error: BUDGET_STEPS '$epoch_steps' is not a positive step count" >&2; exit 2; }
 threads=${THREADS:-1}
