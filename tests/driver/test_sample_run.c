@@ -13,6 +13,7 @@
 #include "npy.h"
 #include "sample_run.h"
 #include "task_list.h"
+#include "test_datasets.h"
 #include "test_proc.h"
 #include "trainer.h"
 
@@ -38,68 +39,6 @@ TestSuite(sample_run, .init = setup, .fini = teardown, .timeout = 300);
 
 /* ---- data, configs, training ---- */
 
-static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
-static double unif(void) { /* xorshift64*: fixed sequence, [0, 1) */
-    g_rng ^= g_rng >> 12;
-    g_rng ^= g_rng << 25;
-    g_rng ^= g_rng >> 27;
-    return (double)((g_rng * 2685821657736338717ull) >> 11) / 9007199254740992.0;
-}
-
-static void save(const char *path, ab_dtype t, int nd, int64_t a, int64_t b, int64_t c, const void *data) {
-    int64_t shape[3] = {a, b, c};
-    cr_assert_eq(ab_npy_write(path, t, nd, shape, data), 0, "%s", ab_error());
-}
-
-enum { SEQ_L = 10, FR_N = 12, FR_F = 3 };
-static const char *const SPLITS[3] = {"train", "valid", "test"};
-static const int ROWS[3] = {40, 12, 10};
-
-/* sequences (in the scratch folder's `dir`): row r counts up from a start s in 0..4,
- * modulo 5 */
-static void write_sequences(const char *dir) {
-    cr_assert_eq(mkdir(P("%s", dir), 0755), 0);
-    for (int sp = 0; sp < 3; sp++) {
-        int n = ROWS[sp], *x = malloc(sizeof(int) * n * SEQ_L);
-        for (int r = 0; r < n; r++) {
-            int s = (int)(unif() * 5);
-            for (int i = 0; i < SEQ_L; i++) x[r * SEQ_L + i] = (s + i) % 5;
-        }
-        save(P("%s/%s.npy", dir, SPLITS[sp]), AB_I32, 2, n, SEQ_L, 0, x);
-        free(x);
-    }
-}
-
-/* ctc frames: runs of 2..4 frames each pointing at its class (feature c = 2 + noise),
- * labelled by the runs' classes with adjacent equal ones merged; lengths 6..12 */
-static void write_frames_ctc(const char *dir) {
-    cr_assert_eq(mkdir(P("%s", dir), 0755), 0);
-    for (int sp = 0; sp < 3; sp++) {
-        int n = ROWS[sp];
-        float *x = calloc((size_t)n * FR_N * FR_F, sizeof(float));
-        int *y = malloc(sizeof(int) * n * FR_N), *len = malloc(sizeof(int) * n);
-        for (int r = 0; r < n; r++) {
-            len[r] = 6 + (int)(unif() * 7);
-            int count = 0;
-            for (int i = 0; i < FR_N; i++) y[r * FR_N + i] = -1;
-            for (int t = 0; t < len[r];) {
-                const int c = (int)(unif() * 3), run = 2 + (int)(unif() * 3);
-                for (int i = t; i < len[r] && i < t + run; i++)
-                    for (int j = 0; j < FR_F; j++)
-                        x[((size_t)r * FR_N + i) * FR_F + j] = (float)((unif() * 2 - 1) * 0.3 + 2.0 * (j == c));
-                if (count == 0 || y[r * FR_N + count - 1] != c) y[r * FR_N + count++] = c;
-                t += run;
-            }
-        }
-        save(P("%s/%s.frames.npy", dir, SPLITS[sp]), AB_F32, 3, n, FR_N, FR_F, x);
-        save(P("%s/%s.labels.npy", dir, SPLITS[sp]), AB_I32, 2, n, FR_N, 0, y);
-        save(P("%s/%s.lengths.npy", dir, SPLITS[sp]), AB_I32, 1, n, 0, 0, len);
-        free(x);
-        free(y);
-        free(len);
-    }
-}
-
 /* Trains the config `text` for `steps` steps and saves its checkpoint as `path`. */
 static void train_to(const char *text, int steps, const char *path) {
     json_error_t e;
@@ -118,7 +57,7 @@ static void train_to(const char *text, int steps, const char *path) {
 
 /* A linear model of the sequences task, 40 steps (8 epochs of 5 batches) */
 static const char *train_sequences(void) {
-    write_sequences("seq");
+    td_write_sequences(P("seq"));
     char text[2000];
     snprintf(text, sizeof text,
              "{\"name\": \"seq\", \"task\": {\"name\": \"sequences\", \"path\": \"%s\"},"
@@ -242,7 +181,7 @@ Test(sample_run, completion_keeps_the_prompt_and_estimate_measures) {
 }
 
 Test(sample_run, refusals_are_codes_with_one_line) {
-    write_sequences("seq");
+    td_write_sequences(P("seq"));
     char text[1000];
     snprintf(text, sizeof text,
              "{\"name\": \"seq\", \"task\": {\"name\": \"sequences\", \"path\": \"%s\"},"
@@ -321,7 +260,7 @@ Test(sample_run, generate_scores_a_trained_copy_model) {
 /* ---- decoding ---- */
 
 Test(sample_run, decode_counts_errors_whatever_the_batch) {
-    write_frames_ctc("ctc");
+    td_write_frames_ctc(P("ctc"));
     char text[2000];
     snprintf(text, sizeof text,
              "{\"name\": \"ctc\", \"task\": {\"name\": \"frames\", \"path\": \"%s\", \"targets\": \"ctc\"},"
@@ -333,8 +272,8 @@ Test(sample_run, decode_counts_errors_whatever_the_batch) {
     decode_result all, part;
     cr_assert_eq(decode_run(P("ctc.bin"), &(decode_opts){.n = 0}, &all), 0, "%s", ab_error());
     cr_expect_str_eq(all.cfg.task->split_names[all.split], "test");
-    cr_assert_eq(all.rows, ROWS[2]);
-    cr_assert_eq(json_array_size(all.utterances), (size_t)ROWS[2]);
+    cr_assert_eq(all.rows, TD_ROWS[2]);
+    cr_assert_eq(json_array_size(all.utterances), (size_t)TD_ROWS[2]);
     long long errors = 0, refs = 0, exact = 0;
     for (size_t i = 0; i < json_array_size(all.utterances); i++) {
         json_t *u = json_array_get(all.utterances, i);
@@ -356,7 +295,7 @@ Test(sample_run, decode_counts_errors_whatever_the_batch) {
         cr_expect(json_equal(json_array_get(part.utterances, i), json_array_get(all.utterances, i)), "row %zu", i);
     decode_result_free(&part);
     cr_assert_eq(decode_run(P("ctc.bin"), &(decode_opts){.split = "valid", .n = 100}, &part), 0, "%s", ab_error());
-    cr_expect_eq(part.rows, ROWS[1], "n beyond the split: every row");
+    cr_expect_eq(part.rows, TD_ROWS[1], "n beyond the split: every row");
     decode_result_free(&part);
     decode_result_free(&all);
     /* refusals: an unknown split, a model without a ctc head */

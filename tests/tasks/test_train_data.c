@@ -22,6 +22,7 @@
 #include "npy.h"
 #include "task.h"
 #include "task_list.h"
+#include "test_datasets.h"
 #include "test_proc.h"
 #include "test_run.h"
 #include "train_config.h"
@@ -60,110 +61,12 @@ TestSuite(train_data, .init = setup, .fini = teardown, .timeout = 300);
 
 /* ---- the datasets ---- */
 
-static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
-static double unif(void) { /* xorshift64*: fixed sequence, [0, 1) */
-    g_rng ^= g_rng >> 12;
-    g_rng ^= g_rng << 25;
-    g_rng ^= g_rng >> 27;
-    return (double)((g_rng * 2685821657736338717ull) >> 11) / 9007199254740992.0;
-}
-
-static void save(const char *path, ab_dtype t, int nd, int64_t a, int64_t b, int64_t c, const void *data) {
-    int64_t shape[3] = {a, b, c};
-    cr_assert_eq(ab_npy_write(path, t, nd, shape, data), 0, "%s", ab_error());
-}
-
-enum { SEQ_L = 10, FR_N = 12, FR_F = 3 };
-static const char *const SPLITS[3] = {"train", "valid", "test"};
-static const int ROWS[3] = {40, 12, 10};
-
-/* sequences: row tokens (s + i) mod 5, s uniform in 0..4 */
-static void write_sequences(const char *dir) {
-    cr_assert_eq(mkdir(dir, 0755), 0);
-    for (int sp = 0; sp < 3; sp++) {
-        int n = ROWS[sp], *x = malloc(sizeof(int) * n * SEQ_L);
-        for (int r = 0; r < n; r++) {
-            int s = (int)(unif() * 5);
-            for (int i = 0; i < SEQ_L; i++) x[r * SEQ_L + i] = (s + i) % 5;
-        }
-        char path[1200];
-        snprintf(path, sizeof path, "%s/%s.npy", dir, SPLITS[sp]);
-        save(path, AB_I32, 2, n, SEQ_L, 0, x);
-        free(x);
-    }
-}
-
-/* frames: N(0,1)-ish features, label = [x0 > 0] + [x1 > 0], lengths 6..12, padding
- * frames 0 and labels -1 */
-static void write_frames(const char *dir) {
-    cr_assert_eq(mkdir(dir, 0755), 0);
-    for (int sp = 0; sp < 3; sp++) {
-        int n = ROWS[sp];
-        float *x = calloc((size_t)n * FR_N * FR_F, sizeof(float));
-        int *y = malloc(sizeof(int) * n * FR_N), *len = malloc(sizeof(int) * n);
-        for (int r = 0; r < n; r++) {
-            len[r] = 6 + (int)(unif() * 7);
-            for (int i = 0; i < FR_N; i++) {
-                float *f = x + ((size_t)r * FR_N + i) * FR_F;
-                if (i < len[r])
-                    for (int j = 0; j < FR_F; j++) f[j] = (float)(unif() * 2 - 1);
-                y[r * FR_N + i] = i < len[r] ? (f[0] > 0) + (f[1] > 0) : -1;
-            }
-        }
-        char path[1200];
-        snprintf(path, sizeof path, "%s/%s.frames.npy", dir, SPLITS[sp]);
-        save(path, AB_F32, 3, n, FR_N, FR_F, x);
-        snprintf(path, sizeof path, "%s/%s.labels.npy", dir, SPLITS[sp]);
-        save(path, AB_I32, 2, n, FR_N, 0, y);
-        snprintf(path, sizeof path, "%s/%s.lengths.npy", dir, SPLITS[sp]);
-        save(path, AB_I32, 1, n, 0, 0, len);
-        free(x);
-        free(y);
-        free(len);
-    }
-}
-
-/* ctc: each row is runs of 2..4 frames, every frame of a run pointing at the run's
- * class c in 0..2 (feature c = 2 + noise, the others noise within +-0.3); the row's
- * labels are its runs' classes with adjacent equal ones merged (a sequence of 1..6
- * labels), padded with -1; lengths 6..12, padding frames 0. */
-static void write_frames_ctc(const char *dir) {
-    cr_assert_eq(mkdir(dir, 0755), 0);
-    for (int sp = 0; sp < 3; sp++) {
-        int n = ROWS[sp];
-        float *x = calloc((size_t)n * FR_N * FR_F, sizeof(float));
-        int *y = malloc(sizeof(int) * n * FR_N), *len = malloc(sizeof(int) * n);
-        for (int r = 0; r < n; r++) {
-            len[r] = 6 + (int)(unif() * 7);
-            int count = 0;
-            for (int i = 0; i < FR_N; i++) y[r * FR_N + i] = -1;
-            for (int t = 0; t < len[r];) {
-                const int c = (int)(unif() * 3), run = 2 + (int)(unif() * 3);
-                for (int i = t; i < len[r] && i < t + run; i++)
-                    for (int j = 0; j < FR_F; j++) x[((size_t)r * FR_N + i) * FR_F + j] = (float)((unif() * 2 - 1) * 0.3 + 2.0 * (j == c));
-                if (count == 0 || y[r * FR_N + count - 1] != c) y[r * FR_N + count++] = c;
-                t += run;
-            }
-        }
-        char path[1200];
-        snprintf(path, sizeof path, "%s/%s.frames.npy", dir, SPLITS[sp]);
-        save(path, AB_F32, 3, n, FR_N, FR_F, x);
-        snprintf(path, sizeof path, "%s/%s.labels.npy", dir, SPLITS[sp]);
-        save(path, AB_I32, 2, n, FR_N, 0, y);
-        snprintf(path, sizeof path, "%s/%s.lengths.npy", dir, SPLITS[sp]);
-        save(path, AB_I32, 1, n, 0, 0, len);
-        free(x);
-        free(y);
-        free(len);
-    }
-}
-
 static void write_text(const char *path, const char *text) { tp_write_bytes(path, text, strlen(text)); }
 
 /* Run configs: batch 8 over 40 training rows (5 steps an epoch), evaluation on
  * "valid" every 5 steps, the test split at the end. */
 static const char *seq_config(void) {
-    write_sequences(P("seq"));
+    td_write_sequences(P("seq"));
     char text[2000];
     snprintf(text, sizeof text,
              "{\"name\": \"seq\", \"task\": {\"name\": \"sequences\", \"path\": \"%s\"},"
@@ -178,7 +81,7 @@ static const char *seq_config(void) {
 }
 
 static const char *frames_config(const char *body) {
-    write_frames(P("fr"));
+    td_write_frames(P("fr"));
     char text[2000];
     snprintf(text, sizeof text,
              "{\"name\": \"fr\", \"task\": {\"name\": \"frames\", \"path\": \"%s\", \"classes\": 3},"
@@ -194,7 +97,7 @@ static const char *frames_config(const char *body) {
 /* The ctc frames task: batch 8 over 40 rows (5 steps an epoch), 8 epochs, evaluation
  * every 5 steps; `optim` the optimiser's object. */
 static const char *ctc_config(const char *body, const char *optim) {
-    write_frames_ctc(P("ctc"));
+    td_write_frames_ctc(P("ctc"));
     char text[2000];
     snprintf(text, sizeof text,
              "{\"name\": \"ctc\", \"task\": {\"name\": \"frames\", \"path\": \"%s\", \"targets\": \"ctc\"},"
@@ -514,7 +417,7 @@ Test(train_data, ctc_bad_label_sequences_are_one_line_exit_2) {
     for (int i = 0; i < 12 * FR_N; i++) lab[i] = -1;
     /* row 3 of valid: a label after the end */
     lab[3 * FR_N] = 1, lab[3 * FR_N + 2] = 2;
-    save(P("ctc/valid.labels.npy"), AB_I32, 2, 12, FR_N, 0, lab);
+    td_save(P("ctc/valid.labels.npy"), AB_I32, 2, 12, FR_N, 0, lab);
     st = run("train", cfg, "--out", P("t1"));
     tp_usage_error(st, g_err, "a label after -1", TP_ARGV("valid.labels.npy", "row 3", "follows the row's end", NULL));
     /* row 5: 6 labels 0 0 0 1 1 1 need 6 + 4 = 10 frames: longer than rows of 6..12 may be */
@@ -522,25 +425,25 @@ Test(train_data, ctc_bad_label_sequences_are_one_line_exit_2) {
     const int seq[6] = {0, 0, 0, 1, 1, 1};
     for (int r = 0; r < 12; r++) lab[r * FR_N] = 0;
     memcpy(lab + 5 * FR_N, seq, sizeof seq);
-    save(P("ctc/valid.labels.npy"), AB_I32, 2, 12, FR_N, 0, lab);
+    td_save(P("ctc/valid.labels.npy"), AB_I32, 2, 12, FR_N, 0, lab);
     int lens[12];
     for (int r = 0; r < 12; r++) lens[r] = 6;
-    save(P("ctc/valid.lengths.npy"), AB_I32, 1, 12, 0, 0, lens);
+    td_save(P("ctc/valid.lengths.npy"), AB_I32, 1, 12, 0, 0, lens);
     st = run("train", cfg, "--out", P("t2"));
     tp_usage_error(st, g_err, "too short", TP_ARGV("valid.labels.npy", "row 5", "need at least 10 frames", NULL));
     /* other label slots than train's; every label -1 */
     int wide[12 * 20];
     for (int i = 0; i < 12 * 20; i++) wide[i] = i % 20 == 0 ? 1 : -1;
-    save(P("ctc/valid.labels.npy"), AB_I32, 2, 12, 20, 0, wide);
+    td_save(P("ctc/valid.labels.npy"), AB_I32, 2, 12, 20, 0, wide);
     st = run("train", cfg, "--out", P("t3"));
     tp_usage_error(st, g_err, "slots", TP_ARGV("valid.labels.npy", "20 label slots", NULL));
     for (int i = 0; i < 12 * FR_N; i++) lab[i] = -1;
     for (int sp = 0; sp < 3; sp++) {
         char path[1200];
-        snprintf(path, sizeof path, "%s/%s.labels.npy", P("ctc"), SPLITS[sp]);
-        int *none = malloc(sizeof(int) * ROWS[sp] * FR_N);
-        for (int i = 0; i < ROWS[sp] * FR_N; i++) none[i] = -1;
-        save(path, AB_I32, 2, ROWS[sp], FR_N, 0, none);
+        snprintf(path, sizeof path, "%s/%s.labels.npy", P("ctc"), TD_SPLITS[sp]);
+        int *none = malloc(sizeof(int) * TD_ROWS[sp] * FR_N);
+        for (int i = 0; i < TD_ROWS[sp] * FR_N; i++) none[i] = -1;
+        td_save(path, AB_I32, 2, TD_ROWS[sp], FR_N, 0, none);
         free(none);
     }
     st = run("train", cfg, "--out", P("t4"));
@@ -585,12 +488,12 @@ Test(train_data, bad_data_and_configs_are_one_line_exit_2) {
     tp_write_bytes(P("seq/valid.npy"), bytes, n);
     free(bytes);
     int short_rows[12 * 4] = {0};
-    save(P("seq/test.npy"), AB_I32, 2, 12, 4, 0, short_rows);
+    td_save(P("seq/test.npy"), AB_I32, 2, 12, 4, 0, short_rows);
     st = run("train", cfg, "--out", P("t2"));
     tp_usage_error(st, g_err, "rows of another length", TP_ARGV("test.npy", NULL));
     frames_config(TF_BODY);
     int labels[5 * FR_N] = {0};
-    save(P("fr/valid.labels.npy"), AB_I32, 2, 5, FR_N, 0, labels);
+    td_save(P("fr/valid.labels.npy"), AB_I32, 2, 5, FR_N, 0, labels);
     st = run("train", P("fr.json"), "--out", P("t3"));
     tp_usage_error(st, g_err, "labels of other rows", TP_ARGV("valid", NULL));
 }
@@ -624,7 +527,7 @@ Test(train_data, training_visits_every_row_once_per_epoch) {
     cr_assert_eq(mkdir(P("rows"), 0755), 0);
     int x[40 * 2];
     for (int r = 0; r < 40; r++) x[2 * r] = x[2 * r + 1] = r;
-    save(P("rows/train.npy"), AB_I32, 2, 40, 2, 0, x);
+    td_save(P("rows/train.npy"), AB_I32, 2, 40, 2, 0, x);
     const int batches[2] = {8, 7};
     for (int k = 0; k < 2; k++) {
         char text[1500];
