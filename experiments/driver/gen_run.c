@@ -12,13 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int argmax(const float *x, int n) {
-    int a = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[a]) a = i;
-    return a;
-}
-
 /* The request against the model, in the order the command has always checked it. */
 static int check_request(const train_task *task, tf_model *m, const gen_opts *o, gen_result *r) {
     if (task->max_prompt <= 0 || !task->prompt)
@@ -60,7 +53,7 @@ static int gen_prompt(tf_model *m, tf_gen *g, const gen_opts *o, long long k, in
         const uint64_t idx = (uint64_t)k * (uint64_t)(N + 1) + (uint64_t)j;
         seq[P + j] = o->temperature > 0
                          ? sample_draw(logits, V, o->temperature, ab_rng_uniform(r->seed, TASK_STREAM_SAMPLE, idx))
-                         : argmax(logits, V);
+                         : sample_draw(logits, V, 0, 0); /* greedy: the first largest */
     }
     r->wall_s += (double)(ab_now_ns() - t0) * 1e-9;
     bool all = true;
