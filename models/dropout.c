@@ -15,32 +15,40 @@ uint32_t dropout_threshold(float p) {
     return (uint32_t)llround(keep * 16777216.0);
 }
 
+/* The blocks of elements first .. first+n-1 of the stream: block jb holds elements
+ * 4 jb .. 4 jb + 3 of the whole sequence; element g (>= first) goes to position g - first. */
+void dropout_mask_at(uint8_t *mask, size_t n, float p, uint64_t seed, uint64_t stream, uint64_t first) {
+    dropout_forward_at(NULL, mask, NULL, n, p, seed, stream, first);
+}
+
 void dropout_mask(uint8_t *mask, size_t n, float p, uint64_t seed, uint64_t stream) {
+    dropout_mask_at(mask, n, p, seed, stream, 0);
+}
+
+void dropout_forward_at(float *out, uint8_t *mask, const float *x, size_t n, float p, uint64_t seed, uint64_t stream,
+                        uint64_t first) {
+    if (n == 0) return;
     uint32_t thr = dropout_threshold(p);
-    size_t nblocks = (n + 3) / 4;
+    float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    const uint64_t b0 = first / 4, nblocks = (first + n + 3) / 4 - b0;
 #pragma omp parallel for schedule(static) if (n > DROP_PAR_MIN)
-    for (size_t j = 0; j < nblocks; j++) {
+    for (uint64_t j = 0; j < nblocks; j++) {
         uint32_t w[4];
-        ab_philox4x32(seed, stream, j, w);
-        for (size_t e = 0; e < 4 && 4 * j + e < n; e++) mask[4 * j + e] = (uint8_t)((w[e] >> 8) < thr);
+        ab_philox4x32(seed, stream, b0 + j, w);
+        for (uint64_t e = 0; e < 4; e++) {
+            const uint64_t g = 4 * (b0 + j) + e;
+            if (g < first) continue;
+            if (g >= first + n) break;
+            const size_t i = (size_t)(g - first);
+            uint8_t keep = (uint8_t)((w[e] >> 8) < thr);
+            mask[i] = keep;
+            if (out) out[i] = keep ? x[i] * scale : 0.0f;
+        }
     }
 }
 
 void dropout_forward(float *out, uint8_t *mask, const float *x, size_t n, float p, uint64_t seed, uint64_t stream) {
-    uint32_t thr = dropout_threshold(p);
-    float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
-    size_t nblocks = (n + 3) / 4;
-#pragma omp parallel for schedule(static) if (n > DROP_PAR_MIN)
-    for (size_t j = 0; j < nblocks; j++) {
-        uint32_t w[4];
-        ab_philox4x32(seed, stream, j, w);
-        for (size_t e = 0; e < 4 && 4 * j + e < n; e++) {
-            size_t i = 4 * j + e;
-            uint8_t keep = (uint8_t)((w[e] >> 8) < thr);
-            mask[i] = keep;
-            out[i] = keep ? x[i] * scale : 0.0f;
-        }
-    }
+    dropout_forward_at(out, mask, x, n, p, seed, stream, 0);
 }
 
 void dropout_backward(float *dx, const float *dout, const uint8_t *mask, size_t n, float p) {

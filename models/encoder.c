@@ -99,6 +99,9 @@ int enc_forward(attn *a, const enc_config *c, const mha_dims *d, const mha_run *
     int BT = d->B * d->N, C = c->C, F = c->F;
     size_t n = (size_t)BT * C;
     bool drop = use_dropout(c, train);
+    /* the first element of this batch's masks in the sequence of a batch starting at row 0 */
+    const uint64_t first = (uint64_t)d->row0 * (uint64_t)d->N * (uint64_t)C;
+    const uint64_t first_h = (uint64_t)d->row0 * (uint64_t)d->N * (uint64_t)F;
     ab_device dev = d->device;
     if (run && run->mode == MHA_STEP && !drop && d->N == 1) return enc_step(a, c, d, run, x, p, act, ws);
     if (drop && (!act->mask_attn || !act->mask_hidden || !act->mask_ffn))
@@ -107,14 +110,14 @@ int enc_forward(attn *a, const enc_config *c, const mha_dims *d, const mha_run *
     if (!c->pre_norm) {
         TRY(mha_forward(a, d, run, ws->branch, x, &p->attn, &act->attn, &ws->attn));
         if (drop)
-            TRY(ld_dropout_forward(dev, ws->branch, act->mask_attn, ws->branch, n, c->dropout, seed, stream_base + 0));
+            TRY(ld_dropout_forward(dev, ws->branch, act->mask_attn, ws->branch, n, c->dropout, seed, stream_base + 0, first));
         TRY(ld_residual_add(dev, act->res1, x, ws->branch, n));
         TRY(ld_layernorm_forward(dev, act->ln1_out, act->ln1_mean, act->ln1_rstd, act->res1, p->ln1_g, p->ln1_b, BT,
                                  C));
         TRY(ld_ffn_forward(dev, ws->branch, act->hidden, drop ? act->mask_hidden : NULL, act->ln1_out, &fp, BT, C, F,
-                           c->dropout, seed, stream_base + 1));
+                           c->dropout, seed, stream_base + 1, first_h));
         if (drop)
-            TRY(ld_dropout_forward(dev, ws->branch, act->mask_ffn, ws->branch, n, c->dropout, seed, stream_base + 2));
+            TRY(ld_dropout_forward(dev, ws->branch, act->mask_ffn, ws->branch, n, c->dropout, seed, stream_base + 2, first));
         TRY(ld_residual_add(dev, act->res2, act->ln1_out, ws->branch, n));
         TRY(ld_layernorm_forward(dev, act->ln2_out, act->ln2_mean, act->ln2_rstd, act->res2, p->ln2_g, p->ln2_b, BT,
                                  C));
@@ -122,14 +125,14 @@ int enc_forward(attn *a, const enc_config *c, const mha_dims *d, const mha_run *
         TRY(ld_layernorm_forward(dev, act->ln1_out, act->ln1_mean, act->ln1_rstd, x, p->ln1_g, p->ln1_b, BT, C));
         TRY(mha_forward(a, d, run, ws->branch, act->ln1_out, &p->attn, &act->attn, &ws->attn));
         if (drop)
-            TRY(ld_dropout_forward(dev, ws->branch, act->mask_attn, ws->branch, n, c->dropout, seed, stream_base + 0));
+            TRY(ld_dropout_forward(dev, ws->branch, act->mask_attn, ws->branch, n, c->dropout, seed, stream_base + 0, first));
         TRY(ld_residual_add(dev, act->res1, x, ws->branch, n));
         TRY(ld_layernorm_forward(dev, act->ln2_out, act->ln2_mean, act->ln2_rstd, act->res1, p->ln2_g, p->ln2_b, BT,
                                  C));
         TRY(ld_ffn_forward(dev, ws->branch, act->hidden, drop ? act->mask_hidden : NULL, act->ln2_out, &fp, BT, C, F,
-                           c->dropout, seed, stream_base + 1));
+                           c->dropout, seed, stream_base + 1, first_h));
         if (drop)
-            TRY(ld_dropout_forward(dev, ws->branch, act->mask_ffn, ws->branch, n, c->dropout, seed, stream_base + 2));
+            TRY(ld_dropout_forward(dev, ws->branch, act->mask_ffn, ws->branch, n, c->dropout, seed, stream_base + 2, first));
         TRY(ld_residual_add(dev, act->res2, act->res1, ws->branch, n));
     }
     return 0;

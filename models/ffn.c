@@ -19,11 +19,11 @@ void relu_backward(float *dx, const float *dout, const float *y, size_t n) {
 }
 
 void ffn_forward(float *out, float *hidden, uint8_t *mask, const float *x, const ffn_params *p, int BT, int C, int F,
-                 float drop_p, uint64_t seed, uint64_t stream) {
+                 float drop_p, uint64_t seed, uint64_t stream, uint64_t first) {
     size_t nh = (size_t)BT * F;
     dense_forward(hidden, x, p->w1, p->b1, BT, C, F); /* (BT, F) */
     relu_forward(hidden, nh);
-    if (mask) dropout_forward(hidden, mask, hidden, nh, drop_p, seed, stream);
+    if (mask) dropout_forward_at(hidden, mask, hidden, nh, drop_p, seed, stream, first);
     dense_forward(out, hidden, p->w2, p->b2, BT, F, C); /* (BT, C) */
 }
 

@@ -78,6 +78,13 @@ uint32_t dropout_threshold(float p);
 void dropout_mask(uint8_t *mask, size_t n, float p, uint64_t seed, uint64_t stream);
 /* out (n) = x * mask / (1 - p), drawing the mask into `mask`; out may equal x. */
 void dropout_forward(float *out, uint8_t *mask, const float *x, size_t n, float p, uint64_t seed, uint64_t stream);
+/* The same for elements first .. first + n - 1 of the (seed, stream) sequence (element
+ * first + i into position i; out and x may be NULL for the mask alone): a batch's rows
+ * r0.. drawn as the rows r0.. of a larger batch with the same row size, which is how a
+ * micro-batch (trainer.h, accumulate) draws the masks of its rows in the whole batch. */
+void dropout_forward_at(float *out, uint8_t *mask, const float *x, size_t n, float p, uint64_t seed, uint64_t stream,
+                        uint64_t first);
+void dropout_mask_at(uint8_t *mask, size_t n, float p, uint64_t seed, uint64_t stream, uint64_t first);
 /* dx (n) += dout * mask / (1 - p) */
 void dropout_backward(float *dx, const float *dout, const uint8_t *mask, size_t n, float p);
 
@@ -99,9 +106,9 @@ typedef struct {
 
 /* out (BT, C) = dense2(drop(relu(dense1(x)))); hidden (BT, F) keeps drop(relu(.)) for
  * backward; mask (BT, F) is the hidden dropout's mask, or NULL for no dropout (p = 0
- * or evaluation). */
+ * or evaluation), drawn from element `first` on (dropout_forward_at). */
 void ffn_forward(float *out, float *hidden, uint8_t *mask, const float *x, const ffn_params *p, int BT, int C, int F,
-                 float drop_p, uint64_t seed, uint64_t stream);
+                 float drop_p, uint64_t seed, uint64_t stream, uint64_t first);
 /* dx (BT, C) and the parameter gradients += ...; dhidden (BT, F) is scratch (its
  * contents are overwritten). */
 void ffn_backward(float *dx, const ffn_grads *g, float *dhidden, const float *dout, const float *x,

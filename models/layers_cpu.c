@@ -63,8 +63,8 @@ static int cpu_dense_backward(float *dx, float *dw, float *db, const float *dout
 }
 
 static int cpu_dropout_forward(float *out, uint8_t *mask, const float *x, size_t n, float p, uint64_t seed,
-                               uint64_t stream) {
-    dropout_forward(out, mask, x, n, p, seed, stream);
+                               uint64_t stream, uint64_t first) {
+    dropout_forward_at(out, mask, x, n, p, seed, stream, first);
     return 0;
 }
 
@@ -74,8 +74,8 @@ static int cpu_dropout_backward(float *dx, const float *dout, const uint8_t *mas
 }
 
 static int cpu_ffn_forward(float *out, float *hidden, uint8_t *mask, const float *x, const ffn_params *p, int BT, int C,
-                           int F, float drop_p, uint64_t seed, uint64_t stream) {
-    ffn_forward(out, hidden, mask, x, p, BT, C, F, drop_p, seed, stream);
+                           int F, float drop_p, uint64_t seed, uint64_t stream, uint64_t first) {
+    ffn_forward(out, hidden, mask, x, p, BT, C, F, drop_p, seed, stream, first);
     return 0;
 }
 

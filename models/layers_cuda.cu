@@ -260,16 +260,21 @@ extern "C" int dense_backward_cuda(float *dx, float *dw, float *db, const float 
 
 /* ---- dropout ---- */
 
-/* One thread per Philox block j: elements 4j .. 4j+3 take words 0..3. mask and/or
- * out (out = x * scale where kept, else 0; out may equal x). */
+/* One thread per Philox block b0 + j: elements 4(b0+j) .. 4(b0+j)+3 of the sequence take
+ * words 0..3; element g of it goes to position g - first (those in [first, first + n)).
+ * mask and/or out (out = x * scale where kept, else 0; out may equal x). */
 __global__ void dropout_kernel(float *out, uint8_t *mask, const float *x, long long n, uint32_t thr, float scale,
-                               uint64_t seed, uint64_t stream) {
-    FOR_EACH(j, (n + 3) / 4) {
+                               uint64_t seed, uint64_t stream, uint64_t first) {
+    const uint64_t b0 = first / 4;
+    const long long nblocks = (long long)((first + (uint64_t)n + 3) / 4 - b0);
+    FOR_EACH(j, nblocks) {
         uint32_t w[4];
-        ab_philox4x32_core(seed, stream, (uint64_t)j, w);
+        ab_philox4x32_core(seed, stream, b0 + (uint64_t)j, w);
         for (int e = 0; e < 4; e++) {
-            const long long i = 4 * j + e;
-            if (i >= n) break;
+            const uint64_t g = 4 * (b0 + (uint64_t)j) + (uint64_t)e;
+            if (g < first) continue;
+            if (g >= first + (uint64_t)n) break;
+            const long long i = (long long)(g - first);
             const uint8_t keep = (uint8_t)((w[e] >> 8) < thr);
             if (mask) mask[i] = keep;
             if (out) out[i] = keep ? x[i] * scale : 0.0f;
@@ -279,19 +284,20 @@ __global__ void dropout_kernel(float *out, uint8_t *mask, const float *x, long l
 
 static float drop_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
 
-extern "C" int dropout_mask_cuda(uint8_t *mask, size_t n, float p, uint64_t seed, uint64_t stream) {
+static long long drop_blocks(size_t n, uint64_t first) { return (long long)((first + n + 3) / 4 - first / 4); }
+
+extern "C" int dropout_mask_cuda(uint8_t *mask, size_t n, float p, uint64_t seed, uint64_t stream, uint64_t first) {
     if (n == 0) return 0;
-    const long long nb = ((long long)n + 3) / 4;
-    LAUNCH_N(dropout_kernel, nb, (float *)NULL, mask, (const float *)NULL, (long long)n, dropout_threshold(p), 0.0f,
-             seed, stream);
+    LAUNCH_N(dropout_kernel, drop_blocks(n, first), (float *)NULL, mask, (const float *)NULL, (long long)n,
+             dropout_threshold(p), 0.0f, seed, stream, first);
     return 0;
 }
 
 extern "C" int dropout_forward_cuda(float *out, uint8_t *mask, const float *x, size_t n, float p, uint64_t seed,
-                                    uint64_t stream) {
+                                    uint64_t stream, uint64_t first) {
     if (n == 0) return 0;
-    const long long nb = ((long long)n + 3) / 4;
-    LAUNCH_N(dropout_kernel, nb, out, mask, x, (long long)n, dropout_threshold(p), drop_scale(p), seed, stream);
+    LAUNCH_N(dropout_kernel, drop_blocks(n, first), out, mask, x, (long long)n, dropout_threshold(p), drop_scale(p),
+             seed, stream, first);
     return 0;
 }
 
@@ -333,11 +339,12 @@ extern "C" int relu_backward_cuda(float *dx, const float *dout, const float *y, 
 }
 
 extern "C" int ffn_forward_cuda(float *out, float *hidden, uint8_t *mask, const float *x, const ffn_params *p,
-                                int BT, int C, int F, float drop_p, uint64_t seed, uint64_t stream) {
+                                int BT, int C, int F, float drop_p, uint64_t seed, uint64_t stream,
+                                uint64_t first) {
     const size_t nh = (size_t)BT * F;
     AB_TRY(dense_forward_cuda(hidden, x, p->w1, p->b1, BT, C, F)); /* (BT, F) */
     AB_TRY(relu_forward_cuda(hidden, nh));
-    if (mask) AB_TRY(dropout_forward_cuda(hidden, mask, hidden, nh, drop_p, seed, stream));
+    if (mask) AB_TRY(dropout_forward_cuda(hidden, mask, hidden, nh, drop_p, seed, stream, first));
     return dense_forward_cuda(out, hidden, p->w2, p->b2, BT, F, C); /* (BT, C) */
 }
 

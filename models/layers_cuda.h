@@ -60,17 +60,17 @@ int dense_forward_cuda(float *out, const float *x, const float *w, const float *
 int dense_backward_cuda(float *dx, float *dw, float *db, const float *dout, const float *x, const float *w, int BT,
                         int C, int OC);
 
-/* The masks of layers.h: element i from word i % 4 of Philox block i / 4
- * (harness/rng_core.h on the device), one thread per block of four. */
-int dropout_mask_cuda(uint8_t *mask, size_t n, float p, uint64_t seed, uint64_t stream);
+/* The masks of layers.h: element g = first + i from word g % 4 of Philox block g / 4
+ * (harness/rng_core.h on the device) into position i, one thread per block of four. */
+int dropout_mask_cuda(uint8_t *mask, size_t n, float p, uint64_t seed, uint64_t stream, uint64_t first);
 int dropout_forward_cuda(float *out, uint8_t *mask, const float *x, size_t n, float p, uint64_t seed,
-                         uint64_t stream);
+                         uint64_t stream, uint64_t first);
 int dropout_backward_cuda(float *dx, const float *dout, const uint8_t *mask, size_t n, float p);
 
 int relu_forward_cuda(float *x, size_t n);
 int relu_backward_cuda(float *dx, const float *dout, const float *y, size_t n);
 int ffn_forward_cuda(float *out, float *hidden, uint8_t *mask, const float *x, const ffn_params *p, int BT, int C,
-                     int F, float drop_p, uint64_t seed, uint64_t stream);
+                     int F, float drop_p, uint64_t seed, uint64_t stream, uint64_t first);
 int ffn_backward_cuda(float *dx, const ffn_grads *g, float *dhidden, const float *dout, const float *x,
                       const float *hidden, const uint8_t *mask, const ffn_params *p, int BT, int C, int F,
                       float drop_p);

@@ -76,9 +76,9 @@ int ld_dense_backward(ab_device dev, float *dx, float *dw, float *db, const floa
 }
 
 int ld_dropout_forward(ab_device dev, float *out, uint8_t *mask, const float *x, size_t n, float p, uint64_t seed,
-                       uint64_t stream) {
+                       uint64_t stream, uint64_t first) {
     const ld_ops *o = ops_of(dev);
-    return o ? o->dropout_forward(out, mask, x, n, p, seed, stream) : no_ops(dev);
+    return o ? o->dropout_forward(out, mask, x, n, p, seed, stream, first) : no_ops(dev);
 }
 
 int ld_dropout_backward(ab_device dev, float *dx, const float *dout, const uint8_t *mask, size_t n, float p) {
@@ -87,9 +87,9 @@ int ld_dropout_backward(ab_device dev, float *dx, const float *dout, const uint8
 }
 
 int ld_ffn_forward(ab_device dev, float *out, float *hidden, uint8_t *mask, const float *x, const ffn_params *p, int BT,
-                   int C, int F, float drop_p, uint64_t seed, uint64_t stream) {
+                   int C, int F, float drop_p, uint64_t seed, uint64_t stream, uint64_t first) {
     const ld_ops *o = ops_of(dev);
-    return o ? o->ffn_forward(out, hidden, mask, x, p, BT, C, F, drop_p, seed, stream) : no_ops(dev);
+    return o ? o->ffn_forward(out, hidden, mask, x, p, BT, C, F, drop_p, seed, stream, first) : no_ops(dev);
 }
 
 int ld_ffn_backward(ab_device dev, float *dx, const ffn_grads *g, float *dhidden, const float *dout, const float *x,

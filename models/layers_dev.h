@@ -37,10 +37,10 @@ typedef struct {
     int (*dense_backward)(float *dx, float *dw, float *db, const float *dout, const float *x, const float *w, int BT,
                           int C, int OC);
     int (*dropout_forward)(float *out, uint8_t *mask, const float *x, size_t n, float p, uint64_t seed,
-                           uint64_t stream);
+                           uint64_t stream, uint64_t first);
     int (*dropout_backward)(float *dx, const float *dout, const uint8_t *mask, size_t n, float p);
     int (*ffn_forward)(float *out, float *hidden, uint8_t *mask, const float *x, const ffn_params *p, int BT, int C,
-                       int F, float drop_p, uint64_t seed, uint64_t stream);
+                       int F, float drop_p, uint64_t seed, uint64_t stream, uint64_t first);
     int (*ffn_backward)(float *dx, const ffn_grads *g, float *dhidden, const float *dout, const float *x,
                         const float *hidden, const uint8_t *mask, const ffn_params *p, int BT, int C, int F,
                         float drop_p);
@@ -112,11 +112,13 @@ int ld_dense_forward(ab_device dev, float *out, const float *x, const float *w, 
                      int OC);
 int ld_dense_backward(ab_device dev, float *dx, float *dw, float *db, const float *dout, const float *x,
                       const float *w, int BT, int C, int OC);
+/* first: the element of the (seed, stream) sequence that element 0 takes
+ * (dropout_forward_at, layers.h) */
 int ld_dropout_forward(ab_device dev, float *out, uint8_t *mask, const float *x, size_t n, float p, uint64_t seed,
-                       uint64_t stream);
+                       uint64_t stream, uint64_t first);
 int ld_dropout_backward(ab_device dev, float *dx, const float *dout, const uint8_t *mask, size_t n, float p);
 int ld_ffn_forward(ab_device dev, float *out, float *hidden, uint8_t *mask, const float *x, const ffn_params *p,
-                   int BT, int C, int F, float drop_p, uint64_t seed, uint64_t stream);
+                   int BT, int C, int F, float drop_p, uint64_t seed, uint64_t stream, uint64_t first);
 int ld_ffn_backward(ab_device dev, float *dx, const ffn_grads *g, float *dhidden, const float *dout,
                     const float *x, const float *hidden, const uint8_t *mask, const ffn_params *p, int BT, int C,
                     int F, float drop_p);

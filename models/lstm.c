@@ -218,7 +218,8 @@ int lstm_stack_forward(const lstm_config *c, const lstm_dims *d, const float *x,
             TRY(dir_forward(c, d, l, dir, in, &p->dir[l][dir], la, dlen, kmax, ws));
         if (drop && l < c->layers - 1)
             TRY(ld_dropout_forward(dev, la->drop, la->mask, la->out, n, c->dropout, seed,
-                                   stream_base + LSTM_DROPOUT_STREAM_STRIDE * (uint64_t)l));
+                                   stream_base + LSTM_DROPOUT_STREAM_STRIDE * (uint64_t)l,
+                                   (uint64_t)d->row0 * (uint64_t)d->N * (uint64_t)lstm_out_width(c)));
     }
     return 0;
 }

@@ -87,6 +87,7 @@ typedef struct {
     int B, N;            /* batch and length, at most the carved maxima */
     const int *lengths;  /* NULL (all N) or B valid lengths in [0, N]; host memory */
     ab_device device;    /* where the tensors are (AB_DEV_CPU when left zero) */
+    long long row0;      /* as mha_dims.row0: row b draws the dropout masks of row row0 + b */
 } lstm_dims;
 
 typedef struct {

@@ -21,6 +21,8 @@ typedef struct {
     bool causal;
     const int *lengths;  /* NULL or B valid lengths (keys and queries past them are padding); host memory */
     ab_device device;    /* where the tensors are (AB_DEV_CPU when left zero) */
+    long long row0;      /* the rows' place in a larger batch: row b draws the dropout masks of
+                            row row0 + b of it (dropout_forward_at); 0 for a whole batch */
 } mha_dims;
 
 typedef struct {

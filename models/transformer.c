@@ -743,7 +743,7 @@ const float *tf_body_output(const tf_model *m) {
 static int body_forward(tf_model *m, const mha_dims *d, bool train, uint64_t seed, const mha_run *runs) {
     const mha_run infer = {MHA_INFER, NULL, 0};
     if (m->cfg.body == TF_BODY_LSTM) {
-        lstm_dims ld = {d->B, d->N, d->lengths, m->dev};
+        lstm_dims ld = {d->B, d->N, d->lengths, m->dev, d->row0};
         return lstm_stack_forward(&m->lc, &ld, m->emb, &m->lsp, &m->lsa, &m->lsw, train, seed, TF_STREAM_DROPOUT);
     }
     for (int l = 0; l < m->cfg.layers; l++) {
@@ -792,7 +792,7 @@ static int forward_run(tf_model *m, const tf_in *in, int B, int N, int pos0, con
     m->infer_forward = m->inference || runs != NULL;
     int rc = in->tokens ? put_tokens(m, in->tokens, B * N) : put_frames(m, in->frames, B * N);
     if (rc || (rc = input_forward(m, B, N, pos0))) return rc;
-    mha_dims d = {B, N, m->cfg.d_model, m->cfg.heads, m->cfg.causal, lengths, m->dev};
+    mha_dims d = {B, N, m->cfg.d_model, m->cfg.heads, m->cfg.causal, lengths, m->dev, m->row0};
     if ((rc = body_forward(m, &d, train, seed, runs))) return rc;
     return head_forward(m, B * N);
 }
@@ -866,6 +866,8 @@ static int forward(tf_model *m, const tf_in *in, bool frames, int B, int N, cons
     m->have_forward = true;
     return 0;
 }
+
+void tf_set_row_offset(tf_model *m, long long row0) { m->row0 = row0 < 0 ? 0 : row0; }
 
 int tf_forward(tf_model *m, const int *tokens, int B, int N, const int *lengths, bool train, uint64_t seed) {
     tf_in in = {tokens, NULL};

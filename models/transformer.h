@@ -222,6 +222,12 @@ uint64_t tf_attn_seed(uint64_t seed, int layer);
 int tf_forward(tf_model *m, const int *tokens, int B, int N, const int *lengths, bool train, uint64_t seed);
 /* The same for a frame-input model: frames (B, N, F) finite floats (host memory). */
 int tf_forward_frames(tf_model *m, const float *frames, int B, int N, const int *lengths, bool train, uint64_t seed);
+/* The training forwards that follow draw row b's dropout masks as row row0 + b of a
+ * larger batch with the same N (0, the default: the batch is a whole one). A
+ * micro-batch (the trainer's accumulate, data-parallel ranks) holding rows r0.. of a
+ * step's batch so draws the masks the whole batch would; every other random choice of a
+ * forward (LSH rotations, random features) is per batch, not per row, already. */
+void tf_set_row_offset(tf_model *m, long long row0);
 /* K: the head's outputs per position (the width of the logits): the classes for the
  * categorical head, 3 x mixtures for the logistic mixture, classes + 1 for CTC. */
 int tf_classes(const tf_model *m);

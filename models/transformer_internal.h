@@ -22,6 +22,7 @@ struct tf_model {
     int classes;        /* K: head outputs */
     int width;          /* the body's output channels (C, or the LSTM's H or 2H) */
     ab_device dev;      /* cfg.device: where params, grads, acts and the attention live */
+    long long row0;     /* tf_set_row_offset: the forward's rows' place in a larger batch */
     attn *att;          /* one attention object shared by the layers (reseeded per layer) */
     size_t attn_saved;  /* bytes of each layer's saved buffer (for max_batch, max_len) */
 

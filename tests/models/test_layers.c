@@ -342,6 +342,32 @@ Test(dropout, mask_formula_and_reproducibility) {
     free(m3);
 }
 
+/* A part of a batch draws its piece of the whole batch's masks (the micro-batches of
+ * accumulate and of data-parallel ranks): elements first .. first + n - 1, for a start
+ * on a Philox block boundary and off one, and the outputs with them. */
+Test(dropout, a_part_draws_its_piece_of_the_whole_mask) {
+    const size_t total = 1003;
+    const float p = 0.3f;
+    uint8_t *whole = malloc(total), *part = malloc(total + 1);
+    float *x = malloc(sizeof(float) * total), *y = malloc(sizeof(float) * total), *yp = malloc(sizeof(float) * total);
+    for (size_t i = 0; i < total; i++) x[i] = (float)i - 500.0f;
+    dropout_forward(y, whole, x, total, p, 77, 5);
+    const size_t starts[4] = {0, 4, 401, 1002};
+    for (int s = 0; s < 4; s++) {
+        const size_t first = starts[s], n = total - first;
+        memset(part, 7, total + 1);
+        dropout_mask_at(part, n, p, 77, 5, first);
+        cr_expect(memcmp(part, whole + first, n) == 0, "mask from element %zu differs from the whole's", first);
+        cr_expect_eq(part[n], 7, "mask from element %zu wrote past its %zu elements", first, n);
+        dropout_forward_at(yp, part, x + first, n, p, 77, 5, first);
+        cr_expect(memcmp(yp, y + first, sizeof(float) * n) == 0, "output from element %zu differs", first);
+    }
+    /* a part in the middle: elements 6 .. 9 (crossing a block boundary) */
+    dropout_mask_at(part, 4, p, 77, 5, 6);
+    cr_expect(memcmp(part, whole + 6, 4) == 0, "elements 6..9 differ");
+    free(whole), free(part), free(x), free(y), free(yp);
+}
+
 Test(dropout, keep_rate_scaling_backward_threads) {
     size_t n = 1 << 20;
     float rates[3] = {0.1f, 0.5f, 0.9f};
@@ -417,7 +443,7 @@ static void ffn_case(int BT, int C, int F, float p, uint64_t seed) {
     float *out = tu_alloc_f(nx), *hidden = tu_alloc_f(nh), *dhidden = tu_alloc_f(nh);
     uint8_t *mask = p > 0 ? malloc(nh) : NULL;
     ffn_params fp = {w1, b1, w2, b2};
-    ffn_forward(out, hidden, mask, x, &fp, BT, C, F, p, seed, 9);
+    ffn_forward(out, hidden, mask, x, &fp, BT, C, F, p, seed, 9, 0);
     ffn_ctx c = {BT, C, F, tu_to_double(x, nx), tu_to_double(w1, (size_t)F * C), tu_to_double(b1, (size_t)F),
                  tu_to_double(w2, (size_t)C * F), tu_to_double(b2, (size_t)C), p, mask};
     double *want = tu_alloc_d(nx);

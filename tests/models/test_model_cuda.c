@@ -196,10 +196,10 @@ Test(layers_cuda, dropout_masks_and_outputs_bit_for_bit) {
         const float p = rates[r];
         const uint64_t seed = 77 + (uint64_t)r, stream = 0x1234567890ULL + (uint64_t)r;
         dropout_mask(mask, n, p, seed, stream);
-        cr_assert_eq(dropout_mask_cuda(d_mask, n, p, seed, stream), 0, "%s", ab_error());
+        cr_assert_eq(dropout_mask_cuda(d_mask, n, p, seed, stream, 0), 0, "%s", ab_error());
         cr_expect(dev_same(d_mask, mask, n), "p=%g: device mask differs from the CPU's", (double)p);
         dropout_forward(out, mask2, x, n, p, seed, stream);
-        cr_assert_eq(dropout_forward_cuda(d_out, d_mask, d_x, n, p, seed, stream), 0, "%s", ab_error());
+        cr_assert_eq(dropout_forward_cuda(d_out, d_mask, d_x, n, p, seed, stream, 0), 0, "%s", ab_error());
         cr_expect(dev_same(d_out, out, 4 * n), "p=%g: dropout output differs", (double)p);
         cr_expect(dev_same(d_mask, mask2, n), "p=%g: forward's mask differs", (double)p);
         /* backward: one multiply-add per element, which the device (and g++ for the
@@ -212,8 +212,13 @@ Test(layers_cuda, dropout_masks_and_outputs_bit_for_bit) {
     /* in place, as the encoder uses it */
     dropout_forward(out, mask, x, n, 0.5f, 5, 6);
     cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, d_out, x, 4 * n), 0);
-    cr_assert_eq(dropout_forward_cuda(d_out, d_mask, d_out, n, 0.5f, 5, 6), 0, "%s", ab_error());
+    cr_assert_eq(dropout_forward_cuda(d_out, d_mask, d_out, n, 0.5f, 5, 6, 0), 0, "%s", ab_error());
     cr_expect(dev_same(d_out, out, 4 * n), "in-place dropout differs");
+    /* a part of a larger batch (dropout_forward_at): from element 401, off a block boundary */
+    dropout_forward_at(out, mask, x, n - 401, 0.3f, 5, 6, 401);
+    cr_assert_eq(dropout_forward_cuda(d_out, d_mask, d_x, n - 401, 0.3f, 5, 6, 401), 0, "%s", ab_error());
+    cr_expect(dev_same(d_out, out, 4 * (n - 401)), "dropout from element 401 differs");
+    cr_expect(dev_same(d_mask, mask, n - 401), "mask from element 401 differs");
     free(x), free(dout), free(out), free(dx), free(mask), free(mask2);
     dfree(d_x), dfree(d_dout), dfree(d_out), dfree(d_dx), dfree(d_mask);
 }
@@ -353,8 +358,8 @@ static void ffn_case(float p) {
     ffn_params dp = {d_par, d_par + F * C, d_par + F * C + F, d_par + 2 * F * C + F};
     ffn_grads hg = {gr, gr + F * C, gr + F * C + F, gr + 2 * F * C + F};
     ffn_grads dg = {d_gr, d_gr + F * C, d_gr + F * C + F, d_gr + 2 * F * C + F};
-    ffn_forward(out, hidden, mask, x, &hp, BT, C, F, p, 8, 9);
-    cr_assert_eq(ffn_forward_cuda(d_out, d_hidden, d_mask, d_x, &dp, BT, C, F, p, 8, 9), 0, "%s", ab_error());
+    ffn_forward(out, hidden, mask, x, &hp, BT, C, F, p, 8, 9, 0);
+    cr_assert_eq(ffn_forward_cuda(d_out, d_hidden, d_mask, d_x, &dp, BT, C, F, p, 8, 9, 0), 0, "%s", ab_error());
     cr_expect_lt(dev_err(d_out, out, nx, "ffn out"), LAYER_TOL, "p=%g", (double)p);
     cr_expect_lt(dev_err(d_hidden, hidden, nh, "ffn hidden"), LAYER_TOL, "p=%g", (double)p);
     if (mask) cr_expect(dev_same(d_mask, mask, nh), "ffn mask differs");
