@@ -20,6 +20,8 @@ struct device_state {
     pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     bool tried = false, ok = false;
     int rc = 0;
+    int want = 0; /* ab_cuda_select_device: the device's index among those this process sees */
+    int dev = 0;  /* the device chosen (want modulo the count) */
     char msg[512] = "";
     cudaStream_t stream = nullptr;
     cublasHandle_t cublas = nullptr;
@@ -104,11 +106,12 @@ int init_locked() {
                        e == cudaErrorInsufficientDriver ? ": no NVIDIA driver, or one older than this CUDA runtime" : "");
     }
     if (n < 1) return ab_fail(AB_EDEVICE, "no CUDA device: the driver reports none");
-    AB_CUDA_CHECK(cudaSetDevice(0));
+    const int dev = g.dev = g.want % n;
+    AB_CUDA_CHECK(cudaSetDevice(dev));
     /* The library carries machine code for sm_80 and sm_90 and PTX for compute_90
      * (meson.build): older GPUs could not run its kernels. */
     cudaDeviceProp p;
-    AB_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+    AB_CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
     if (p.major < 8)
         return ab_fail(AB_EDEVICE, "no CUDA device: %s has compute capability %d.%d; this build runs on 8.0 and newer",
                        p.name, p.major, p.minor);
@@ -166,6 +169,16 @@ extern "C" int ab_cuda_init(void) {
     if (rc) return ab_fail(rc, "%s", g.msg);
     return 0;
 }
+
+extern "C" int ab_cuda_select_device(int index) {
+    pthread_mutex_lock(&g.mu);
+    const bool late = g.tried;
+    if (!late) g.want = index < 0 ? 0 : index;
+    pthread_mutex_unlock(&g.mu);
+    return late ? ab_fail(AB_EINVAL, "ab_cuda_select_device: the CUDA device is already chosen") : 0;
+}
+
+extern "C" void *ab_cuda_stream_handle(void) { return (void *)ab_cuda_stream(); }
 
 extern "C" bool ab_cuda_ready(void) {
     pthread_mutex_lock(&g.mu);
@@ -265,7 +278,7 @@ extern "C" int ab_cuda_device_info(ab_cuda_info *info) {
     memset(info, 0, sizeof *info);
     AB_TRY(ab_cuda_init());
     cudaDeviceProp p;
-    AB_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+    AB_CUDA_CHECK(cudaGetDeviceProperties(&p, g.dev));
     snprintf(info->name, sizeof info->name, "%s", p.name);
     info->cc_major = p.major;
     info->cc_minor = p.minor;

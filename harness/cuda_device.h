@@ -33,6 +33,13 @@ int ab_cuda_init(void);
 int ab_cuda_load_cublas(void);
 /* True once ab_cuda_init has succeeded (never initialises). */
 bool ab_cuda_ready(void);
+/* Before ab_cuda_init: use device `index` modulo the devices this process sees (0 by
+ * default; data-parallel ranks take their rank on the node). AB_EINVAL once a device is
+ * chosen. */
+int ab_cuda_select_device(int index);
+/* The library's stream (cudaStream_t) as a pointer, for a library that takes one
+ * (NCCL, loaded at run time); NULL before ab_cuda_init. */
+void *ab_cuda_stream_handle(void);
 
 /* Device memory through the tracked allocator (AB_DEV_CUDA): cudaMalloc plus
  * accounting. 0 and *out set; AB_ENOMEM with "out of device memory ..." (free and total

@@ -18,6 +18,11 @@ bool ab_cuda_emulated(void) { return false; }
 int ab_cuda_init(void) { return ab_fail(AB_EDEVICE, NO_CUDA); }
 int ab_cuda_load_cublas(void) { return ab_fail(AB_EDEVICE, NO_CUDA); }
 bool ab_cuda_ready(void) { return false; }
+int ab_cuda_select_device(int index) {
+    (void)index;
+    return ab_fail(AB_EDEVICE, NO_CUDA);
+}
+void *ab_cuda_stream_handle(void) { return NULL; }
 
 int ab_cuda_malloc(void **out, size_t bytes) {
     (void)bytes;

@@ -150,6 +150,8 @@ void bias_residual_layernorm(float *res, float *out, float *mean, float *rstd, c
 void residual_add(float *out, const float *a, const float *b, size_t n);
 /* y (n) += x */
 void residual_acc(float *y, const float *x, size_t n);
+/* x (n) *= s (one rounded product per element: the gradient's micro-batch weights) */
+void scale_inplace(float *x, size_t n, float s);
 
 /* ---- softmax cross-entropy with per-position weights (cross_entropy.c) ---- */
 

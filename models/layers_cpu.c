@@ -135,6 +135,11 @@ static int cpu_residual_add(float *out, const float *a, const float *b, size_t n
     return 0;
 }
 
+static int cpu_scale(float *x, size_t n, float s) {
+    scale_inplace(x, n, s);
+    return 0;
+}
+
 static int cpu_residual_acc(float *y, const float *x, size_t n) {
     residual_acc(y, x, n);
     return 0;
@@ -232,6 +237,7 @@ const ld_ops ld_ops_cpu = {
     .bias_residual_layernorm = cpu_bias_residual_layernorm,
     .residual_add = cpu_residual_add,
     .residual_acc = cpu_residual_acc,
+    .scale = cpu_scale,
     .cross_entropy_forward = cpu_cross_entropy_forward,
     .cross_entropy_backward = cpu_cross_entropy_backward,
     .mixture_forward = cpu_mixture_forward,

@@ -445,6 +445,16 @@ extern "C" int residual_acc_cuda(float *y, const float *x, size_t n) {
     return 0;
 }
 
+__global__ void scale_inplace_kernel(float *x, long long n, float s) {
+    FOR_EACH(i, n) x[i] *= s;
+}
+
+extern "C" int scale_inplace_cuda(float *x, size_t n, float s) {
+    if (n == 0) return 0;
+    LAUNCH_N(scale_inplace_kernel, (long long)n, x, (long long)n, s);
+    return 0;
+}
+
 /* ---- fused layers (layers.h: fused.c), the recurrent step's ---- */
 
 __global__ void embedding_positions_kernel(float *out, const int *tokens, const float *wte, const float *table,

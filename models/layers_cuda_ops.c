@@ -43,6 +43,7 @@ const ld_ops ld_ops_cuda = {
     .bias_residual_layernorm = bias_residual_layernorm_cuda,
     .residual_add = residual_add_cuda,
     .residual_acc = residual_acc_cuda,
+    .scale = scale_inplace_cuda,
     .cross_entropy_forward = cross_entropy_forward_cuda,
     .cross_entropy_backward = cross_entropy_backward_cuda,
     .mixture_forward = mixture_forward_cuda,

@@ -147,6 +147,11 @@ int ld_residual_add(ab_device dev, float *out, const float *a, const float *b, s
     return o ? o->residual_add(out, a, b, n) : no_ops(dev);
 }
 
+int ld_scale(ab_device dev, float *x, size_t n, float s) {
+    const ld_ops *o = ops_of(dev);
+    return o ? o->scale(x, n, s) : no_ops(dev);
+}
+
 int ld_residual_acc(ab_device dev, float *y, const float *x, size_t n) {
     const ld_ops *o = ops_of(dev);
     return o ? o->residual_acc(y, x, n) : no_ops(dev);

@@ -58,6 +58,7 @@ typedef struct {
                                    int C);
     int (*residual_add)(float *out, const float *a, const float *b, size_t n);
     int (*residual_acc)(float *y, const float *x, size_t n);
+    int (*scale)(float *x, size_t n, float s);
     int (*cross_entropy_forward)(ce_stats *st, float *nll, const float *logits, const int *targets,
                                  const float *weights, int BT, int V, void *ws);
     int (*cross_entropy_backward)(float *dlogits, const float *logits, const int *targets, const float *weights,
@@ -138,6 +139,7 @@ int ld_bias_residual_layernorm(ab_device dev, float *res, float *out, float *mea
                                int C);
 int ld_residual_add(ab_device dev, float *out, const float *a, const float *b, size_t n);
 int ld_residual_acc(ab_device dev, float *y, const float *x, size_t n);
+int ld_scale(ab_device dev, float *x, size_t n, float s);
 /* Scratch the forward needs on dev (0 on the CPU). */
 size_t ld_cross_entropy_ws_bytes(ab_device dev, int BT);
 /* st on the host; on CUDA this waits for the device (the sums come back). */

@@ -12,3 +12,8 @@ void residual_acc(float *y, const float *x, size_t n) {
 #pragma omp parallel for schedule(static) if (n > RES_PAR_MIN)
     for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
+
+void scale_inplace(float *x, size_t n, float s) {
+#pragma omp parallel for schedule(static) if (n > RES_PAR_MIN)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}

@@ -6,10 +6,13 @@
 
 #include "cli_args.h"
 #include "cli_util.h"
+#include "dist.h"
 #include "error.h"
 #include "train_run.h"
 
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -31,6 +34,7 @@ static const char TRAIN_USAGE[] =
     "usage: attnbench train CONFIG.json [--set KEY=VALUE]... [--device cpu|cuda] [--out DIR]\n"
     "                       [--resume] [--overwrite] [--quiet]\n"
     "       attnbench train --resume --out DIR [--set KEY=VALUE]...\n"
+    "       mpirun -np R attnbench train CONFIG.json --dist mpi|nccl [...]\n"
     "\n"
     "Trains the model of CONFIG (task, model, optimiser; configs in experiments/*/,\n"
     "tasks listed by `attnbench list`) for `steps` steps or, on a dataset task,\n"
@@ -44,40 +48,71 @@ static const char TRAIN_USAGE[] =
     "checkpoint's config).\n"
     "--overwrite replaces a run already in DIR. Ctrl-C stops at the end of the step\n"
     "with a checkpoint (status \"interrupted\"). A progress bar is drawn when stderr is\n"
-    "a terminal; otherwise one line per log point (--quiet: none).\n";
+    "a terminal; otherwise one line per log point (--quiet: none).\n"
+    "--dist mpi (or nccl, with --device cuda: one GPU per rank) trains one model on the\n"
+    "R ranks that mpirun starts: each takes batch / R rows of every step, the gradients\n"
+    "are summed across ranks in rank order (the same bits as one process with\n"
+    "accumulate = R), rank 0 writes DIR. See experiments/driver/README.md.\n";
 
 /* train's own options. */
 typedef struct {
     bool resume, overwrite;
+    const char *dist;
 } train_opts;
 
 static bool train_option(int argc, char **argv, int *i, void *ctx) {
-    (void)argc;
     train_opts *o = ctx;
     if (strcmp(argv[*i], "--resume") == 0) o->resume = true;
     else if (strcmp(argv[*i], "--overwrite") == 0) o->overwrite = true;
+    else if (strcmp(argv[*i], "--dist") == 0) o->dist = cli_value(argc, argv, i);
     else return false;
     return true;
 }
 
+/* The end of a rank of a data-parallel run that did not succeed: its message (with
+ * its rank), then either every rank ends here (a refusal, which all ranks share) or
+ * this one ends the job (a failure after the start may be this rank's alone: the
+ * others would wait for it in the next sum). */
+static _Noreturn void dist_die(ab_dist *d, int status, bool whole_job) {
+    char msg[2048];
+    snprintf(msg, sizeof msg, "%s", ab_error());
+    if (ab_dist_rank(d) == 0) fprintf(stderr, "attnbench: error: %s\n", msg);
+    else fprintf(stderr, "attnbench: error: rank %d of %d: %s\n", ab_dist_rank(d), ab_dist_size(d), msg);
+    fflush(stderr);
+    if (whole_job) ab_dist_abort(d, status);
+    ab_dist_close(d);
+    exit(status);
+}
+
 int cmd_train(int argc, char **argv, const char *command_line) {
-    train_opts o = {false, false};
+    train_opts o = {false, false, NULL};
     cli_args args = {.cmd = "train", .usage = TRAIN_USAGE, .positional = "config",
                      .takes = CLI_DEVICE | CLI_OUT | CLI_SET | CLI_QUIET};
     cli_parse(argc, argv, &args, train_option, &o);
+    ab_dist_kind kind = AB_DIST_NONE;
+    if (o.dist && ab_dist_kind_parse(o.dist, &kind)) cli_die(AB_EXIT_USAGE, "%s", ab_error());
+    ab_dist *dist = NULL;
+    if (kind != AB_DIST_NONE) {
+        int rc = ab_dist_open(kind, args.device, &dist);
+        if (rc) cli_die(cli_status_for(rc), "%s", ab_error());
+    }
     train_run_request req = {
         .config_path = args.arg, .sets = args.sets, .n_sets = args.n_sets, .out_dir = args.out,
         .resume = o.resume, .overwrite = o.overwrite, .quiet = args.quiet, .device = args.device,
-        .command_line = command_line, .stop = &g_stop, .on_start = install_handler,
+        .command_line = command_line, .stop = &g_stop, .on_start = install_handler, .dist = dist,
     };
     train_run_result res;
     int rc = train_run(&req, &res);
+    const bool many = ab_dist_size(dist) > 1;
     switch (res.status) {
-    case TRAIN_RUN_OK: return 0;
-    case TRAIN_RUN_INTERRUPTED: return 130;
+    case TRAIN_RUN_OK: ab_dist_close(dist); return 0;
+    case TRAIN_RUN_INTERRUPTED: ab_dist_close(dist); return 130;
     /* a run that began on a valid request and failed (diverged, a full disk) */
-    case TRAIN_RUN_FAILED: cli_die(AB_EXIT_FAILURE, "%s", ab_error());
+    case TRAIN_RUN_FAILED:
+        if (dist) dist_die(dist, AB_EXIT_FAILURE, many);
+        cli_die(AB_EXIT_FAILURE, "%s", ab_error());
     case TRAIN_RUN_REFUSED: break;
     }
+    if (dist) dist_die(dist, cli_status_for(rc), false);
     cli_die(cli_status_for(rc), "%s", ab_error());
 }

@@ -254,3 +254,16 @@ void task_metrics_values(const train_task *t, double sums[][TASK_METRIC_SUMS], d
         }
     }
 }
+
+void task_batch_view(const task_batch *b, int r0, int rows, task_batch *v) {
+    *v = *b;
+    const size_t at = (size_t)r0 * (size_t)b->N;
+    v->B = v->rows = rows;
+    if (b->tokens) v->tokens = b->tokens + at;
+    if (b->frames) v->frames = b->frames + at * (size_t)b->F;
+    if (b->targets) v->targets = b->targets + at;
+    if (b->weights) v->weights = b->weights + at;
+    if (b->lengths) v->lengths = b->lengths + r0;
+    if (b->labels) v->labels = b->labels + (size_t)r0 * (size_t)b->S;
+    if (b->label_counts) v->label_counts = b->label_counts + r0;
+}

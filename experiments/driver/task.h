@@ -232,6 +232,9 @@ void task_batch_fill(const train_task *t, uint64_t run_seed, uint64_t stream, ui
  * task's N; with pad_to_longest, then cut to N = the largest of the rows' lengths (at
  * least 1): tokens or frames, targets and weights packed at that stride. */
 void task_batch_fill_rows(const train_task *t, int split, const long long *indices, int rows, task_batch *b);
+/* v = rows r0 .. r0 + rows - 1 of the filled batch b, in place (pointers into b's
+ * arrays, at b's N: a micro-batch of a step, trainer.h); nothing to free. */
+void task_batch_view(const task_batch *b, int r0, int rows, task_batch *v);
 
 /* The head's outputs per position, the width of the logits: classes (categorical),
  * classes + 1 (ctc: the blank first), 3 x mixtures (logistic mixture). */

@@ -237,7 +237,7 @@ int train_config_parse(const json_t *root, train_config *c) {
     static const char *const keys[] = {"name",       "label",     "description",  "task",       "model",
                                        "optim",      "steps",     "epochs",       "batch",      "eval_every",
                                        "eval_batches", "eval_split", "eval_rows", "test_split", "checkpoint_every",
-                                       "log_every",  "seed",      NULL};
+                                       "log_every",  "seed",      "accumulate", NULL};
     if (!json_is_object(root)) return ab_fail(AB_EINVAL, "config: the top level must be an object");
     int rc = ab_config_only_keys(root, "", keys);
     if (rc) return rc;
@@ -314,6 +314,7 @@ int train_config_parse(const json_t *root, train_config *c) {
         {"checkpoint_every", 500, 0, 1LL << 40, &c->checkpoint_every},
         {"log_every", 10, 1, 1LL << 40, &c->log_every},
         {"seed", 1, 0, INT64_MAX, &x},
+        {"accumulate", 1, 1, 1 << 20, &c->accumulate},
     };
     const bool dataset = task_is_dataset(c->task);
     for (size_t i = 0; i < sizeof ints / sizeof *ints; i++) {
@@ -332,8 +333,15 @@ int train_config_parse(const json_t *root, train_config *c) {
                 goto fail;
             }
     }
+    if (c->batch % c->accumulate != 0) {
+        rc = ab_fail(AB_EINVAL, "config: 'accumulate' %lld does not divide 'batch' %lld into equal micro-batches",
+                     c->accumulate, c->batch);
+        goto fail;
+    }
+    /* accumulate: left out of the canonical config at 1, as configs before it had it */
     for (size_t i = 0; i < sizeof ints / sizeof *ints; i++)
-        if (!(dataset && strcmp(ints[i].key, "eval_batches") == 0))
+        if (!(dataset && strcmp(ints[i].key, "eval_batches") == 0) &&
+            !(strcmp(ints[i].key, "accumulate") == 0 && c->accumulate == 1))
             json_object_set_new(c->canon, ints[i].key, json_integer(*ints[i].out));
     if ((rc = parse_plateau(c))) goto fail;
     c->seed = (uint64_t)x;
@@ -437,7 +445,9 @@ int train_config_apply_sets(json_t *root, const char *const *sets, int n) {
             canon = json_incref(c.canon);
             train_config_free(&c);
         }
-        bool known = has_path(canon, key) || task_option(root, key) || strncmp(key, "model.attention.set.", 20) == 0;
+        /* accumulate: a key the canonical config leaves out at its default */
+        bool known = has_path(canon, key) || task_option(root, key) || strncmp(key, "model.attention.set.", 20) == 0 ||
+                     strcmp(key, "accumulate") == 0;
         if (!known || ab_config_set(root, sets[i], true)) rc = ab_fail(AB_EINVAL, "%s", msg);
     }
     json_decref(canon);

@@ -19,7 +19,8 @@
  *     "eval_every": 250, "eval_batches": 4 (generator tasks),
  *     "eval_split": "valid", "eval_rows": 0, "test_split": "test" (dataset tasks),
  *     "checkpoint_every": 500, "log_every": 25,
- *     "seed": 1
+ *     "seed": 1, "accumulate": 1       (micro-batches of batch / accumulate rows per step,
+ *                                       their gradients summed: trainer.h)
  *   }
  *
  * The model's input (tokens or frames), vocabulary or features, length, classes, head
@@ -65,6 +66,7 @@ typedef struct {
     char *attn_settings[TRAIN_MAX_ATTN_SETTINGS];
     ab_optim_config optim;
     long long steps, batch, eval_every, eval_batches, checkpoint_every, log_every;
+    long long accumulate;  /* micro-batches per step and process (trainer.h) */
     double epochs;              /* dataset tasks: as given (0: steps given instead) */
     int eval_split, test_split; /* dataset tasks: split indices (test_split -1: none) */
     long long eval_rows;        /* rows of eval_split evaluated (all of it when 0 in the config) */

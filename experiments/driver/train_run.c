@@ -59,7 +59,13 @@ typedef struct {
     ab_progress bar;
     bool quiet;
     const char *dir;
+    ab_dist *dist;           /* the request's (NULL: one process) */
+    bool writer;             /* rank 0: writes DIR; the other ranks keep their records here */
+    json_t *records;         /* the records of a rank that does not write (owned) */
 } run_state;
+
+/* The document's records, or a non-writing rank's own list. */
+static json_t *records_of(run_state *s) { return s->run ? ab_run_records(s->run) : s->records; }
 
 static double elapsed(const run_state *s) { return s->t->elapsed_s + (double)(ab_now_ns() - s->t0_ns) * 1e-9; }
 /* The run's CPU time so far: earlier processes' (NaN when a checkpoint of an earlier
@@ -72,7 +78,7 @@ static double cpu_elapsed(const run_state *s) {
 static int fail_run(run_state *s, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 static int save_checkpoint(run_state *s) {
-    if (s->ckpt_step == s->t->step) return 0;
+    if (s->ckpt_step == s->t->step || !s->writer) return 0;
     int rc = trainer_save(s->t, s->ckpt_path, elapsed(s), cpu_elapsed(s));
     if (!rc) s->ckpt_step = s->t->step;
     return rc;
@@ -134,10 +140,18 @@ static json_t *summary_json(run_state *s) {
     json_object_set_new(o, "peak_rss_bytes", json_integer((json_int_t)ab_process_peak_rss()));
     json_object_set_new(o, "params", json_integer((json_int_t)tf_param_count(t->model)));
     json_object_set_new(o, "threads", json_integer(ab_threads()));
+    /* data-parallel ranks: how many, through which engine, and the time and bytes of
+     * rank 0's share of the sums (waiting for the others included) */
+    json_object_set_new(o, "ranks", json_integer(ab_dist_size(s->dist)));
+    json_object_set_new(o, "dist", json_string(ab_dist_kind_name(ab_dist_kind_of(s->dist))));
+    json_object_set_new(o, "accumulate", json_integer(t->cfg.accumulate));
+    json_object_set_new(o, "comm_s", ab_json_num(ab_dist_comm_seconds(s->dist)));
+    json_object_set_new(o, "comm_bytes", ab_json_num(ab_dist_comm_bytes(s->dist)));
     return o;
 }
 
 static int save_doc(run_state *s) {
+    if (!s->run) return 0;
     ab_run_set(s->run, "summary", summary_json(s));
     return ab_run_save(s->run);
 }
@@ -151,10 +165,12 @@ static int fail_run(run_state *s, int code, const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     ab_progress_end(&s->bar);
-    ab_run_set(s->run, "reason", json_string(msg));
-    ab_run_set(s->run, "summary", summary_json(s));
-    ab_run_finish(s->run, "failed");
-    s->run = NULL;
+    if (s->run) {
+        ab_run_set(s->run, "reason", json_string(msg));
+        ab_run_set(s->run, "summary", summary_json(s));
+        ab_run_finish(s->run, "failed");
+        s->run = NULL;
+    }
     return ab_fail(code, "%s", msg);
 }
 
@@ -224,7 +240,7 @@ static int do_eval(run_state *s, bool test, bool plateau) {
         json_object_set_new(r, "plateau_bad", json_integer(ps.bad));
         json_object_set_new(r, "lr_reduced", json_boolean(reduced));
     }
-    json_array_append_new(ab_run_records(s->run), r);
+    json_array_append_new(records_of(s), r);
     log_line(s, "train: step %lld %s loss %.6g%s\n", t->step, kind, e.loss, line);
     if (reduced)
         log_line(s, "train: step %lld: eval %s did not improve in %lld evaluation%s: the learning rate is now %g (x %g)\n",
@@ -265,7 +281,7 @@ static void do_log(run_state *s) {
     json_object_set_new(r, "tokens_per_s", ab_json_num(tps));
     json_object_set_new(r, "elapsed_s", ab_json_num(elapsed(s)));
     json_object_set_new(r, "cpu_s", ab_json_num(cpu_elapsed(s)));
-    json_array_append_new(ab_run_records(s->run), r);
+    json_array_append_new(records_of(s), r);
     log_line(s, "train: step %lld/%lld loss %.6g lr %.3g grad_norm %.3g %.0f tokens/s\n", t->step, t->cfg.steps, mean,
              s->last.lr, s->last.grad_norm, tps);
     s->int_steps = 0;
@@ -410,6 +426,9 @@ static int check_dir(const train_run_request *req, prepared *p, char *dir, size_
     else snprintf(dir, cap, "results/%s", p->cfg.name);
     snprintf(p->ckpt_path, sizeof p->ckpt_path, "%s/checkpoint.bin", dir);
     snprintf(p->json_path, sizeof p->json_path, "%s/train.json", dir);
+    /* the ranks that do not write leave DIR's checks to rank 0 (which may be writing
+     * there already) and read only the checkpoint they resume from */
+    if (ab_dist_rank(req->dist) != 0) return req->resume ? check_resume(p) : 0;
     const bool fresh = !req->resume && !req->overwrite;
     if (req->resume && !file_exists(p->ckpt_path)) return no_checkpoint(dir, p->ckpt_path, p->json_path);
     if (fresh && file_exists(p->ckpt_path))
@@ -429,11 +448,11 @@ static int open_trainer(const train_run_request *req, prepared *p, trainer **out
     trainer *t;
     p->cfg.model.device = req->device;
     p->have_cfg = false;
-    int rc = trainer_create(&p->cfg, &t);
+    int rc = trainer_create_dist(&p->cfg, req->dist, &t);
     if (rc) return rc;
     /* --overwrite: the earlier run's checkpoint goes now, so that it can never be
      * taken for this run's (its document is replaced by the first save below) */
-    if (!req->resume && file_exists(p->ckpt_path) && remove(p->ckpt_path) != 0) {
+    if (!req->resume && ab_dist_rank(req->dist) == 0 && file_exists(p->ckpt_path) && remove(p->ckpt_path) != 0) {
         rc = ab_fail(AB_EIO, "cannot remove the earlier checkpoint %s: %s", p->ckpt_path, strerror(errno));
         trainer_destroy(t);
         return rc;
@@ -458,6 +477,7 @@ static void note_resume(run_state *s, const train_run_request *req, const char *
     json_object_set_new(r, "step", json_integer(t->step));
     json_object_set_new(r, "time", json_string(now));
     json_object_set_new(r, "threads", json_integer(ab_threads()));
+    json_object_set_new(r, "ranks", json_integer(ab_dist_size(s->dist)));
     json_object_set_new(r, "earlier_records", json_boolean(started != NULL));
     json_array_append_new(resumes, r);
     ab_run_set(s->run, "resumes", resumes);
@@ -475,6 +495,12 @@ static void note_resume(run_state *s, const train_run_request *req, const char *
 /* Starts the run document at json_path and writes it a first time. */
 static int begin_doc(run_state *s, const train_run_request *req, const char *json_path) {
     trainer *t = s->t;
+    if (!s->writer) { /* the records and losses a rank keeps for itself */
+        s->records = json_array();
+        s->step_loss = json_array();
+        for (long long i = 0; i < t->step; i++) json_array_append_new(s->step_loss, ab_json_num(t->losses[i]));
+        return s->records && s->step_loss ? 0 : ab_fail(AB_ENOMEM, "out of memory");
+    }
     const char *columns[N_TSV_BASE + TASK_MAX_METRICS + 1];
     char metric_cols[TASK_MAX_METRICS][96];
     for (int i = 0; i < N_TSV_BASE; i++) columns[i] = TSV_BASE[i];
@@ -586,7 +612,18 @@ static int run_steps(run_state *s, const train_run_request *req, train_run_resul
         if ((rc = do_eval(s, false, false))) return rc;
         if ((rc = save_doc(s))) return fail_run(s, rc, "%s", ab_error());
     }
-    while (t->step < c->steps && !(req->stop && *req->stop)) {
+    for (;;) {
+        if (t->step >= c->steps) break;
+        int stop = req->stop && *req->stop;
+        if (ab_dist_size(s->dist) > 1) { /* a stop on any rank stops all before this step */
+            int *all = malloc(sizeof(int) * (size_t)ab_dist_size(s->dist));
+            if (!all) return fail_run(s, AB_ENOMEM, "out of memory");
+            rc = ab_dist_allgather(s->dist, &stop, sizeof stop, all);
+            for (int r = 0; r < ab_dist_size(s->dist) && !rc; r++) stop |= all[r];
+            free(all);
+            if (rc) return fail_run(s, rc, "%s", ab_error());
+        }
+        if (stop) break;
         if ((rc = one_step(s, has_eval))) return rc;
         if (req->on_step) req->on_step(req->ctx, t->step);
     }
@@ -597,9 +634,12 @@ static int run_steps(run_state *s, const train_run_request *req, train_run_resul
         if (t->step % c->log_every != 0) do_log(s); /* at a multiple, the record exists */
         if ((rc = save_checkpoint(s))) return fail_run(s, rc, "%s", ab_error());
     }
-    ab_run_set(s->run, "summary", summary_json(s));
-    rc = ab_run_finish(s->run, status);
-    s->run = NULL;
+    rc = 0;
+    if (s->run) {
+        ab_run_set(s->run, "summary", summary_json(s));
+        rc = ab_run_finish(s->run, status);
+        s->run = NULL;
+    }
     if (rc) return rc;
     res->status = strcmp(status, "ok") == 0 ? TRAIN_RUN_OK : TRAIN_RUN_INTERRUPTED;
     return 0;
@@ -625,6 +665,30 @@ static void print_end(const run_state *s, train_run_status status) {
                 t->step, s->dir);
 }
 
+/* Every rank's verdict on the request before the first step: the refusal of one is
+ * the refusal of all (a rank that agreed says which refused; the refusing ranks keep
+ * their own message). */
+static int ranks_agree(ab_dist *d, int rc) {
+    const int R = ab_dist_size(d);
+    int *all = malloc(sizeof(int) * (size_t)R);
+    if (!all) return ab_fail(AB_ENOMEM, "out of memory");
+    char msg[2048];
+    snprintf(msg, sizeof msg, "%s", rc ? ab_error() : "");
+    int e = ab_dist_allgather(d, &rc, sizeof rc, all);
+    if (e) {
+        free(all);
+        return e;
+    }
+    int first = -1;
+    for (int r = 0; r < R && first < 0; r++)
+        if (all[r]) first = r;
+    const int code = first >= 0 ? all[first] : 0;
+    free(all);
+    if (rc) return ab_fail(rc, "%s", msg);
+    if (first >= 0) return ab_fail(code, "rank %d of %d refused the run (its message is above)", first, R);
+    return 0;
+}
+
 int train_run(const train_run_request *req, train_run_result *res) {
     memset(res, 0, sizeof *res);
     res->status = TRAIN_RUN_REFUSED;
@@ -635,7 +699,11 @@ int train_run(const train_run_request *req, train_run_result *res) {
     if (!rc) rc = check_dir(req, &p, res->dir, sizeof res->dir);
     if (!rc) rc = open_trainer(req, &p, &t);
     prepared_free(&p);
-    if (rc) return res->code = rc;
+    if (ab_dist_size(req->dist) > 1) rc = ranks_agree(req->dist, rc);
+    if (rc) {
+        trainer_destroy(t);
+        return res->code = rc;
+    }
     res->step = t->step;
     if (req->resume && t->step >= t->cfg.steps) { /* a complete run: leave its files as they are */
         if (!req->quiet)
@@ -648,7 +716,9 @@ int train_run(const train_run_request *req, train_run_result *res) {
     run_state s;
     memset(&s, 0, sizeof s);
     s.t = t;
-    s.quiet = req->quiet;
+    s.dist = req->dist;
+    s.writer = ab_dist_rank(req->dist) == 0;
+    s.quiet = req->quiet || !s.writer;
     s.dir = res->dir;
     s.ckpt_step = req->resume ? t->step : -1;
     snprintf(s.ckpt_path, sizeof s.ckpt_path, "%s/checkpoint.bin", res->dir);
@@ -662,6 +732,8 @@ int train_run(const train_run_request *req, train_run_result *res) {
         if (!rc && !req->quiet) print_end(&s, res->status);
     }
     res->step = t->step;
+    json_decref(s.records);
+    if (!s.writer) json_decref(s.step_loss);
     trainer_destroy(t);
     return res->code = rc;
 }

@@ -15,11 +15,21 @@
  *
  * A resumed run keeps the earlier records up to the checkpoint's step (those after it
  * are dropped: the resumed run computes the same steps again, bit for bit on the same
- * number of threads). */
+ * number of threads).
+ *
+ * Data-parallel ranks (request.dist, dist.h): every rank runs this same function with
+ * the same request; each trains its slice of every batch (trainer.h, "Micro-batches"),
+ * all evaluate (the results are the same on every rank), and rank 0 alone writes DIR
+ * (the document, the table, the checkpoints; the summary adds ranks, the engine, and
+ * rank 0's time and bytes spent communicating). The ranks agree before the first step
+ * (a rank that refuses makes all refuse) and on a stop (*stop set on any rank stops
+ * all at the same step). A resume may use another number of ranks that divides the
+ * batch (the steps then differ from an uninterrupted run's by float rounding). */
 #ifndef AB_TRAIN_RUN_H
 #define AB_TRAIN_RUN_H
 
 #include "attention.h"
+#include "dist.h"
 
 #include <jansson.h>
 #include <signal.h>
@@ -45,6 +55,7 @@ typedef struct {
     /* Called after each step, once its records and files are written. NULL: none. */
     void (*on_step)(void *ctx, long long step);
     void *ctx;
+    ab_dist *dist;            /* data-parallel ranks (NULL: one process) */
 } train_run_request;
 
 typedef enum {

@@ -1,7 +1,9 @@
 /* Training state, one step, evaluation (trainer.h). */
 #include "trainer.h"
 
+#include "device.h"
 #include "error.h"
+#include "layers_dev.h"
 #include "memory.h"
 
 #include <math.h>
@@ -14,6 +16,7 @@
 
 void trainer_destroy(trainer *t) {
     if (!t) return;
+    if (t->acc) ab_dev_free(tf_device(t->model), t->acc);
     tf_destroy(t->model);
     ab_optim_destroy(t->opt);
     ab_free(t->host_params);
@@ -26,8 +29,17 @@ void trainer_destroy(trainer *t) {
     free(t);
 }
 
-int trainer_create(train_config *cfg, trainer **out) {
+int trainer_create(train_config *cfg, trainer **out) { return trainer_create_dist(cfg, NULL, out); }
+
+int trainer_create_dist(train_config *cfg, ab_dist *dist, trainer **out) {
     *out = NULL;
+    const long long K = (long long)ab_dist_size(dist) * cfg->accumulate;
+    if (cfg->batch % K != 0) {
+        const long long B = cfg->batch, A = cfg->accumulate;
+        train_config_free(cfg);
+        return ab_fail(AB_EINVAL, "batch %lld does not divide into %d rank%s x accumulate %lld = %lld equal micro-batches",
+                       B, ab_dist_size(dist), ab_dist_size(dist) > 1 ? "s" : "", A, K);
+    }
     trainer *t = calloc(1, sizeof *t);
     if (!t) {
         train_config_free(cfg);
@@ -36,7 +48,9 @@ int trainer_create(train_config *cfg, trainer **out) {
     t->cfg = *cfg;
     t->cfg.model.attn_settings = (const char *const *)t->cfg.attn_settings; /* into the moved copy */
     memset(cfg, 0, sizeof *cfg);
-    int rc = tf_create(&t->cfg.model, (int)t->cfg.batch, &t->model);
+    t->dist = dist;
+    t->micro_rows = (int)(t->cfg.batch / K);
+    int rc = tf_create(&t->cfg.model, t->micro_rows, &t->model);
     if (rc) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", ab_error());
@@ -58,6 +72,7 @@ int trainer_create(train_config *cfg, trainer **out) {
     free(ranges);
     if (!rc && tf_device(t->model) != AB_DEV_CPU && !(t->host_params = ab_alloc(sizeof(float) * tf_param_count(t->model))))
         rc = ab_fail(AB_ENOMEM, "out of memory for a host copy of %zu parameters", tf_param_count(t->model));
+    if (!rc && K > 1) rc = ab_dev_malloc(tf_device(t->model), (void **)&t->acc, sizeof(float) * tf_param_count(t->model));
     if (!rc) rc = task_batch_alloc(t->cfg.task, (int)t->cfg.batch, &t->batch);
     const train_task *task = t->cfg.task;
     t->order_epoch = -1;
@@ -155,11 +170,129 @@ int trainer_fill_step(trainer *t, long long step) {
     return 0;
 }
 
+/* The logits of the last forward on the host (rows N K floats), when a metric needs them. */
+static const float *logits_for_metrics(trainer *t, int *rc) {
+    *rc = 0;
+    if (!t->host_logits) return NULL;
+    if (tf_device(t->model) == AB_DEV_CPU) return tf_logits(t->model);
+    *rc = tf_logits_download(t->model, t->host_logits);
+    return t->host_logits;
+}
+
+/* What each rank adds to a step of micro-batches, summed in rank order. */
+typedef struct {
+    double swl, w;                 /* sum of loss_k W_k, sum of W_k */
+    double correct, counted;
+    double bad;                    /* a micro-batch's loss was not finite */
+    double sums[TASK_MAX_METRICS][TASK_METRIC_SUMS];
+} micro_stats;
+
+/* This rank's micro-batches of step s (trainer.h, "Micro-batches"): their forwards,
+ * losses and backwards, the weighted gradient sum in t->acc, and the statistics. A
+ * micro-batch with a loss that is not finite ends the rank's part (the caller learns
+ * of it from every rank's statistics, so that all ranks stop together). */
+static int micro_batches(trainer *t, long long s, micro_stats *ms) {
+    tf_model *m = t->model;
+    const ab_device dev = tf_device(m);
+    const size_t P = tf_param_count(m);
+    const int A = (int)t->cfg.accumulate, b = t->micro_rows, rank = ab_dist_rank(t->dist);
+    const uint64_t seed = tf_step_seed(t->cfg.seed, (uint64_t)s);
+    const bool logits = task_metrics_need_logits(t->cfg.task);
+    memset(ms, 0, sizeof *ms);
+    int rc = 0;
+    for (int a = 0; a < A && !rc; a++) {
+        const int r0 = (rank * A + a) * b;
+        task_batch v;
+        task_batch_view(&t->batch, r0, b, &v);
+        tf_set_row_offset(m, r0);
+        if ((rc = tf_zero_grad(m))) break;
+        rc = v.frames ? tf_forward_frames(m, v.frames, b, v.N, v.lengths, true, seed)
+                      : tf_forward(m, v.tokens, b, v.N, v.lengths, true, seed);
+        ce_stats st;
+        if (rc || (rc = batch_loss(m, &v, &st))) break;
+        if (!isfinite(st.loss)) {
+            ms->bad = 1;
+            break;
+        }
+        task_loss_stats ts = {st.loss, st.weight_sum, st.correct, st.counted};
+        const float *lg = logits ? logits_for_metrics(t, &rc) : NULL;
+        if (rc) break;
+        task_metrics_add(t->cfg.task, &v, &ts, lg, ms->sums);
+        if ((rc = tf_backward(m))) break;
+        float *g = tf_grads(m);
+        if ((rc = ld_scale(dev, g, P, (float)st.weight_sum))) break;
+        rc = a == 0 ? ld_copy(dev, t->acc, g, sizeof(float) * P) : ld_residual_acc(dev, t->acc, g, P);
+        ms->swl += st.loss * st.weight_sum;
+        ms->w += st.weight_sum;
+        ms->correct += (double)st.correct;
+        ms->counted += (double)st.counted;
+    }
+    tf_set_row_offset(m, 0);
+    return rc;
+}
+
+/* Step s over K > 1 micro-batches: this rank's, every rank's statistics and gradient
+ * sums, the update. */
+static int micro_step(trainer *t, long long s, train_step_info *info) {
+    tf_model *m = t->model;
+    const ab_device dev = tf_device(m);
+    const size_t P = tf_param_count(m);
+    const int R = ab_dist_size(t->dist);
+    micro_stats mine, *all = malloc(sizeof(micro_stats) * (size_t)R);
+    if (!all) return ab_fail(AB_ENOMEM, "out of memory");
+    int rc = micro_batches(t, s, &mine);
+    /* a rank that failed outright cannot take part in the sums: it ends the job (the
+     * caller aborts every rank); the others wait for it in the collective below */
+    if (rc) {
+        free(all);
+        return rc;
+    }
+    if ((rc = ab_dist_allgather(t->dist, &mine, sizeof mine, all))) {
+        free(all);
+        return rc;
+    }
+    micro_stats tot = all[0];
+    for (int r = 1; r < R; r++) {
+        tot.swl += all[r].swl;
+        tot.w += all[r].w;
+        tot.correct += all[r].correct;
+        tot.counted += all[r].counted;
+        tot.bad += all[r].bad;
+        for (int i = 0; i < TASK_MAX_METRICS; i++)
+            for (int j = 0; j < TASK_METRIC_SUMS; j++) tot.sums[i][j] += all[r].sums[i][j];
+    }
+    free(all);
+    info->loss = tot.w > 0 ? tot.swl / tot.w : NAN;
+    info->st = (task_loss_stats){info->loss, tot.w, (long long)tot.correct, (long long)tot.counted};
+    memcpy(t->step_sums, tot.sums, sizeof tot.sums);
+    t->have_step_sums = true;
+    if (tot.bad > 0 || !isfinite(info->loss)) {
+        info->diverged = true;
+        info->loss = NAN;
+        return ab_fail(AB_EINVAL, "training diverged: the loss is not finite at step %lld", s);
+    }
+    if ((rc = ab_dist_sum_floats(t->dist, dev, t->acc, P))) return rc;
+    float *g = tf_grads(m);
+    if ((rc = ld_copy(dev, g, t->acc, sizeof(float) * P)) || (rc = ld_scale(dev, g, P, (float)(1.0 / tot.w))))
+        return rc;
+    ab_optim_info oi;
+    if (ab_optim_step(t->opt, tf_params(m), g, &oi)) {
+        info->diverged = true;
+        return ab_fail(AB_EINVAL, "training diverged: the gradient is not finite at step %lld (loss %g)", s,
+                       info->loss);
+    }
+    info->grad_norm = oi.grad_norm;
+    info->lr = oi.lr;
+    info->clip_scale = oi.clip_scale;
+    return 0;
+}
+
 int trainer_step(trainer *t, train_step_info *info) {
     long long s = t->step + 1;
     memset(info, 0, sizeof *info);
     int rc = trainer_fill_step(t, s);
-    if (!rc) rc = train_step(t->model, t->opt, &t->batch, t->cfg.seed, s, info);
+    const bool micro = t->micro_rows < t->cfg.batch;
+    if (!rc) rc = micro ? micro_step(t, s, info) : train_step(t->model, t->opt, &t->batch, t->cfg.seed, s, info);
     if (rc) return rc;
     if (s > t->losses_cap) {
         long long cap = 2 * t->losses_cap > s ? 2 * t->losses_cap : s;
@@ -178,31 +311,30 @@ bool trainer_has_eval(const trainer *t) {
     return task_is_dataset(t->cfg.task) ? t->cfg.eval_rows > 0 : t->cfg.eval_batches > 0;
 }
 
-/* The logits of the last forward on the host (rows N K floats), when a metric needs them. */
-static const float *logits_for_metrics(trainer *t, int *rc) {
-    *rc = 0;
-    if (!t->host_logits) return NULL;
-    if (tf_device(t->model) == AB_DEV_CPU) return tf_logits(t->model);
-    *rc = tf_logits_download(t->model, t->host_logits);
-    return t->host_logits;
-}
-
-/* One evaluation batch already in t->batch: forward, loss, sums. */
+/* One evaluation batch already in t->batch: forward, loss, sums, in pieces of at
+ * most micro_rows rows (the model's batch). */
 static int eval_batch(trainer *t, uint64_t seed, double *swl, double *sw, long long *counted,
                       double sums[][TASK_METRIC_SUMS]) {
-    task_batch *b = &t->batch;
-    int rc = b->frames ? tf_forward_frames(t->model, b->frames, b->rows, b->N, b->lengths, false, seed)
-                       : tf_forward(t->model, b->tokens, b->rows, b->N, b->lengths, false, seed);
-    ce_stats st;
-    if (!rc) rc = batch_loss(t->model, b, &st);
-    if (rc) return rc;
-    const float *logits = logits_for_metrics(t, &rc);
-    if (rc) return rc;
-    *swl += st.loss * st.weight_sum;
-    *sw += st.weight_sum;
-    *counted += st.counted;
-    task_loss_stats ts = {st.loss, st.weight_sum, st.correct, st.counted};
-    task_metrics_add(t->cfg.task, b, &ts, logits, sums);
+    for (int r0 = 0; r0 < t->batch.rows; r0 += t->micro_rows) {
+        task_batch piece, *b = &t->batch;
+        if (t->micro_rows < t->batch.rows) {
+            task_batch_view(&t->batch, r0, t->batch.rows - r0 < t->micro_rows ? t->batch.rows - r0 : t->micro_rows,
+                            &piece);
+            b = &piece;
+        }
+        int rc = b->frames ? tf_forward_frames(t->model, b->frames, b->rows, b->N, b->lengths, false, seed)
+                           : tf_forward(t->model, b->tokens, b->rows, b->N, b->lengths, false, seed);
+        ce_stats st;
+        if (!rc) rc = batch_loss(t->model, b, &st);
+        if (rc) return rc;
+        const float *logits = logits_for_metrics(t, &rc);
+        if (rc) return rc;
+        *swl += st.loss * st.weight_sum;
+        *sw += st.weight_sum;
+        *counted += st.counted;
+        task_loss_stats ts = {st.loss, st.weight_sum, st.correct, st.counted};
+        task_metrics_add(t->cfg.task, b, &ts, logits, sums);
+    }
     return 0;
 }
 
@@ -253,6 +385,10 @@ int trainer_plateau(trainer *t, const train_eval_info *e, bool *reduced) {
 }
 
 int trainer_step_metrics(trainer *t, const train_step_info *info, double *values) {
+    if (t->have_step_sums) { /* micro-batches: their sums, made during the step */
+        task_metrics_values(t->cfg.task, t->step_sums, values);
+        return 0;
+    }
     double sums[TASK_MAX_METRICS][TASK_METRIC_SUMS];
     memset(sums, 0, sizeof sums);
     int rc;

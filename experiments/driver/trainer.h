@@ -24,12 +24,28 @@
  * evaluation); loss = sum(w nll) / sum(w) over all of it, and each of the task's
  * metrics over all of it.
  *
+ * Micro-batches (config "accumulate" A; data-parallel ranks R, dist.h): the step's
+ * batch of B rows, filled as above by every process, is cut into K = R A micro-batches
+ * of b = B / K rows; rank r runs micro-batches k = r A .. r A + A - 1 (rows k b ..
+ * k b + b - 1), each a forward, loss and backward as above with the step's seed, its
+ * rows drawing the dropout masks they have in the whole batch (tf_set_row_offset).
+ * With W_k the micro-batch's weight sum and g_k the gradient of its mean loss, a rank
+ * forms p_r = (W_k g_k for its first k) + W_k g_k + ... (floats, in order), the ranks'
+ * p_r are summed in rank order (ab_dist_sum_floats), and the step's gradient is that
+ * sum times (float)(1 / W), W the sum of every W_k (in order); the loss is
+ * sum(loss_k W_k) / W. So R ranks of A = 1 give the bits of one process with
+ * A = R, and agree with a plain step (K = 1, taken as before) to float rounding. A
+ * micro-batch runs at the whole batch's N; evaluation runs in batches of b rows. The
+ * model is built for b rows: accumulate trades time for memory.
+ *
  * Everything is a function of (config, seed, step, parameters, optimiser state), so a
- * run restored from a checkpoint continues bit for bit on the same number of threads. */
+ * run restored from a checkpoint continues bit for bit on the same number of threads
+ * (and the same number of ranks). */
 #ifndef AB_TRAINER_H
 #define AB_TRAINER_H
 
 #include "checkpoint.h"
+#include "dist.h"
 #include "optim.h"
 #include "task.h"
 #include "train_config.h"
@@ -75,6 +91,13 @@ typedef struct {
                                summed over steps; N varies when the task pads to the longest row) */
     int ckpt_threads;       /* threads of the run that wrote the restored checkpoint (0: none) */
     float *host_params;     /* model on CUDA: host copy for checkpoints (tracked); NULL on the CPU */
+    ab_dist *dist;          /* data-parallel ranks (borrowed; NULL: one process) */
+    int micro_rows;         /* b: rows of a micro-batch (the batch when K = 1) */
+    float *acc;             /* K > 1: the weighted gradient sum (parameters' device; tracked) */
+    /* K > 1: the metric sums of the last step's micro-batches, all ranks (the logits
+     * of one micro-batch are not the batch's) */
+    double step_sums[TASK_MAX_METRICS][TASK_METRIC_SUMS];
+    bool have_step_sums;
 } trainer;
 
 /* Builds the model (max batch cfg.batch) on cfg->model.device, the optimiser on the
@@ -83,6 +106,9 @@ typedef struct {
  * config: a checkpoint resumes on either device (bit for bit only on the one that wrote
  * it, with the same thread count on the CPU). */
 int trainer_create(train_config *cfg, trainer **out);
+/* The same for one rank of data-parallel ranks `dist` (NULL: one process): the batch
+ * must divide into R x accumulate micro-batches. */
+int trainer_create_dist(train_config *cfg, ab_dist *dist, trainer **out);
 void trainer_destroy(trainer *t);
 
 /* One step as described above, on rows already in `b`; `step` is the step's number

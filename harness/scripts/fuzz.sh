@@ -46,7 +46,7 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 if [ ! -f build-fuzz/build.ninja ]; then
     rm -rf build-fuzz
-    if ! CC=clang CXX=clang++ meson setup build-fuzz --buildtype=debugoptimized -Dfuzz=enabled -Dcuda=disabled \
+    if ! CC=clang CXX=clang++ meson setup build-fuzz --buildtype=debugoptimized -Dfuzz=enabled -Dcuda=disabled -Dmpi=disabled \
         -Db_sanitize=address,undefined -Db_lundef=false \
         -Dc_args=-fno-sanitize-recover=all -Dcpp_args=-fno-sanitize-recover=all >"$log" 2>&1; then
         tail -n 30 "$log" >&2

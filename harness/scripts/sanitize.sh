@@ -14,7 +14,7 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 if [ ! -f build-san/build.ninja ]; then
     rm -rf build-san   # what a failed configure left behind
-    if ! meson setup build-san --buildtype=debugoptimized -Dcuda=disabled -Db_sanitize=address,undefined \
+    if ! meson setup build-san --buildtype=debugoptimized -Dcuda=disabled -Dmpi=disabled -Db_sanitize=address,undefined \
         -Dc_args=-fno-sanitize-recover=all -Dcpp_args=-fno-sanitize-recover=all >"$log" 2>&1; then
         tail -n 30 "$log" >&2
         echo "sanitize: meson setup failed (whole log: build-san/meson-logs/meson-log.txt)" >&2
