@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #ifndef AB_CUDA_EMU
@@ -20,7 +21,7 @@ struct device_state {
     pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     bool tried = false, ok = false;
     int rc = 0;
-    int want = 0; /* ab_cuda_select_device: the device's index among those this process sees */
+    int want = -1; /* ab_cuda_select_device: the device's index among those this process sees (-1: none) */
     int dev = 0;  /* the device chosen (want modulo the count) */
     char msg[512] = "";
     cudaStream_t stream = nullptr;
@@ -106,6 +107,19 @@ int init_locked() {
                        e == cudaErrorInsufficientDriver ? ": no NVIDIA driver, or one older than this CUDA runtime" : "");
     }
     if (n < 1) return ab_fail(AB_EDEVICE, "no CUDA device: the driver reports none");
+    /* no device chosen: the launcher's rank among the processes on this node, where it
+     * says (mpirun, Slurm), so that the ranks of a job spread over the node's GPUs */
+    if (g.want < 0) {
+        g.want = 0;
+        const char *vars[3] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"};
+        for (int i = 0; i < 3; i++) {
+            const char *v = getenv(vars[i]);
+            if (v && *v >= '0' && *v <= '9') {
+                g.want = atoi(v);
+                break;
+            }
+        }
+    }
     const int dev = g.dev = g.want % n;
     AB_CUDA_CHECK(cudaSetDevice(dev));
     /* The library carries machine code for sm_80 and sm_90 and PTX for compute_90

@@ -23,7 +23,7 @@ bool ab_cuda_built(void);
 /* True when the backend is the CPU emulator (tests; the emulated attnbench binary). */
 bool ab_cuda_emulated(void);
 
-/* Selects device 0 and creates the stream and the cuBLAS handle, once per process;
+/* Selects the device (ab_cuda_select_device) and creates the stream and the cuBLAS handle, once per process;
  * later calls return the first call's result. Fails with AB_EDEVICE and "no CUDA
  * device: ..." when there is none (or no driver), or "this build has no CUDA backend". */
 int ab_cuda_init(void);
@@ -33,9 +33,10 @@ int ab_cuda_init(void);
 int ab_cuda_load_cublas(void);
 /* True once ab_cuda_init has succeeded (never initialises). */
 bool ab_cuda_ready(void);
-/* Before ab_cuda_init: use device `index` modulo the devices this process sees (0 by
- * default; data-parallel ranks take their rank on the node). AB_EINVAL once a device is
- * chosen. */
+/* Before ab_cuda_init: use device `index` modulo the devices this process sees.
+ * Without it, ab_cuda_init takes the launcher's rank on this node (the environment's
+ * OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID or SLURM_LOCALID), else 0. AB_EINVAL once
+ * a device is chosen. */
 int ab_cuda_select_device(int index);
 /* The library's stream (cudaStream_t) as a pointer, for a library that takes one
  * (NCCL, loaded at run time); NULL before ab_cuda_init. */

@@ -66,7 +66,7 @@ bool tf_has_recurrent(const tf_model *m) {
 }
 
 static attn_shape gen_shape(const tf_model *m, int B) {
-    mha_dims d = {B, 1, m->cfg.d_model, m->cfg.heads, true, NULL, m->dev};
+    mha_dims d = {B, 1, m->cfg.d_model, m->cfg.heads, true, NULL, m->dev, 0};
     return mha_shape(&d);
 }
 

@@ -148,7 +148,7 @@ static int body_backward(tf_model *m, const mha_dims *d, float *dtop, float **de
     int rc;
     if (m->cfg.body == TF_BODY_LSTM) {
         /* dtop is dx_b (the head's input gradient); d(emb) accumulates into dx_a */
-        lstm_dims ld = {d->B, d->N, d->lengths, m->dev};
+        lstm_dims ld = {d->B, d->N, d->lengths, m->dev, 0};
         if ((rc = ld_zero(m->dev, dcur, sizeof(float) * n)) ||
             (rc = lstm_stack_backward(&m->lc, &ld, dcur, &m->lsg, dtop, m->emb, &m->lsp, &m->lsa, &m->lsw, m->train)))
             return rc;
@@ -194,7 +194,7 @@ int tf_backward(tf_model *m) {
     const ab_precision p0 = tf_precision_enter(m);
     int rc = ld_zero(m->dev, dtop, sizeof(float) * n);
     float *demb;
-    mha_dims d = {m->B, m->N, m->cfg.d_model, m->cfg.heads, m->cfg.causal, m->has_lengths ? m->lengths : NULL, m->dev};
+    mha_dims d = {m->B, m->N, m->cfg.d_model, m->cfg.heads, m->cfg.causal, m->has_lengths ? m->lengths : NULL, m->dev, 0};
     if (!rc && !(rc = head_backward(m, dtop, BT)) && !(rc = body_backward(m, &d, dtop, &demb)))
         rc = input_backward(m, demb, BT);
     tf_precision_leave(m, p0);

@@ -591,7 +591,7 @@ static int create(const tf_config *cfg, int max_batch, bool forward_only, tf_mod
     set_dims(m, cfg);
 
     /* the attention (transformer body), checked at the largest shape */
-    mha_dims md = {max_batch, m->max_len, cfg->d_model, cfg->heads, cfg->causal, NULL, m->dev};
+    mha_dims md = {max_batch, m->max_len, cfg->d_model, cfg->heads, cfg->causal, NULL, m->dev, 0};
     attn_shape as = mha_shape(&md);
     if (cfg->body == TF_BODY_TRANSFORMER) {
         attn_options ao = {.variant = m->variant, .device = m->dev, .seed = tf_attn_seed(cfg->seed, 0),
@@ -850,7 +850,7 @@ static int forward(tf_model *m, const tf_in *in, bool frames, int B, int N, cons
         memcpy(m->lengths, lengths, sizeof(int) * (size_t)B);
     }
     if (m->att && !(m->forward_only && attn_can_forward_unsaved(m->att))) {
-        mha_dims d = {B, N, m->cfg.d_model, m->cfg.heads, m->cfg.causal, NULL, m->dev};
+        mha_dims d = {B, N, m->cfg.d_model, m->cfg.heads, m->cfg.causal, NULL, m->dev, 0};
         attn_shape s = mha_shape(&d);
         if (attn_saved_bytes(m->att, &s) > m->attn_saved)
             return ab_fail(AB_EINVAL, "tf_forward: attention at batch %d, length %d saves more than at the maximum shape",

@@ -101,7 +101,10 @@ int dist_nccl_start(ab_dist *d) {
         MPI_Comm_rank(node, &local);
         MPI_Comm_free(&node);
     }
-    if ((rc = ab_cuda_select_device(local)) || (rc = ab_dev_init(AB_DEV_CUDA))) return rc;
+    /* the command line may have started CUDA already (on the device the launcher's
+     * local rank chose: ab_cuda_init) */
+    if (!ab_cuda_ready() && (rc = ab_cuda_select_device(local))) return rc;
+    if ((rc = ab_dev_init(AB_DEV_CUDA))) return rc;
     nccl_unique_id id;
     memset(&id, 0, sizeof id);
     if (d->rank == 0) NCCL_TRY(s, s->get_unique_id(&id), "ncclGetUniqueId");

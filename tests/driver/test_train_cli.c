@@ -50,34 +50,11 @@ static void eval_losses(json_t *doc, double *first, double *last, double *last_a
     }
 }
 
-long long ckpt_step(const char *path) {
-    ab_ckpt_reader *r;
-    if (ab_ckpt_open(path, &r)) return -1;
-    train_ckpt_state m;
-    cr_assert_eq(train_ckpt_get_state(r, &m), 0, "%s", ab_error());
-    ab_ckpt_close(r);
-    return m.step;
-}
-
 /* What a resumed run must reproduce exactly: the blobs expect_same_state compares, and
  * the step its checkpoint was taken at. */
 static void expect_same_checkpoint(const char *a, const char *b, const char *what) {
     expect_same_state(a, b, what);
     cr_expect_eq(ckpt_step(a), ckpt_step(b), "%s: steps differ", what);
-}
-
-/* Waits until the checkpoint of a running process reaches `step` (or the process
- * ends, or 60 s pass). Returns the step seen. */
-long long wait_for_checkpoint(pid_t pid, const char *path, long long step) {
-    for (int i = 0; i < 6000; i++) {
-        long long s = tp_exists(path) ? ckpt_step(path) : -1;
-        cr_assert(!tp_exists(path) || s >= 0, "checkpoint %s is unreadable while the run writes it", path);
-        if (s >= step) return s;
-        if (waitpid(pid, NULL, WNOHANG) == pid) cr_assert_fail("the run ended before step %lld", step);
-        tp_sleep_s(0.01);
-    }
-    cr_assert_fail("no checkpoint at step %lld after 60 s", step);
-    return -1;
 }
 
 /* ------------------------------------------------------------------------------------ */

@@ -52,12 +52,7 @@ void expect_usage_error(int status, const char *what, const char *needle);
 /* A run document's "status". */
 const char *status_of(json_t *doc);
 
-/* The step a checkpoint was taken at (-1: it cannot be opened). */
-long long ckpt_step(const char *path);
-
-/* Waits until the checkpoint of a running process reaches `step` (or the process
- * ends, or 60 s pass). Returns the step seen. */
-long long wait_for_checkpoint(pid_t pid, const char *path, long long step);
+/* ckpt_step and wait_for_checkpoint: test_run.h */
 
 /* Writes `text` as the whole file. */
 void write_text(const char *path, const char *text);

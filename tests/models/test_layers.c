@@ -606,7 +606,7 @@ static void layer_make(layer_setup *s, const char *variant, bool causal, bool pr
     }
     attn_options o = {.variant = variant, .device = AB_DEV_CPU, .seed = 1};
     cr_assert_eq(attn_create(&o, &s->a), 0, "%s", attn_error());
-    mha_dims d = {s->B, s->N, C, H, causal, NULL, AB_DEV_CPU};
+    mha_dims d = {s->B, s->N, C, H, causal, NULL, AB_DEV_CPU, 0};
     attn_shape as = mha_shape(&d);
     size_t saved = attn_saved_bytes(s->a, &as);
     /* parameters and gradients */
@@ -693,7 +693,7 @@ static void mha_case(const char *variant, bool causal, const int *lengths, uint6
     layer_make(&s, variant, causal, false, 0.0f, lengths, seed);
     int C = s.ec.C;
     size_t n = (size_t)s.B * s.N * C;
-    mha_dims d = {s.B, s.N, C, s.ec.H, causal, s.has_lengths ? s.lengths : NULL, AB_DEV_CPU};
+    mha_dims d = {s.B, s.N, C, s.ec.H, causal, s.has_lengths ? s.lengths : NULL, AB_DEV_CPU, 0};
     float *x = tu_normal(n, seed, 1, 1.0), *out = tu_alloc_f(n), *dout = tu_normal(n, seed, 2, 1.0);
     float *dx = tu_alloc_f(n);
     cr_assert_eq(mha_forward(s.a, &d, NULL, out, x, &s.p.attn, &s.act.attn, &s.ws.attn), 0, "%s", attn_error());
@@ -743,7 +743,7 @@ static void enc_case(const char *variant, bool causal, bool pre_norm, float drop
     layer_make(&s, variant, causal, pre_norm, dropout, lengths, seed);
     int C = s.ec.C;
     size_t n = (size_t)s.B * s.N * C;
-    mha_dims d = {s.B, s.N, C, s.ec.H, causal, s.has_lengths ? s.lengths : NULL, AB_DEV_CPU};
+    mha_dims d = {s.B, s.N, C, s.ec.H, causal, s.has_lengths ? s.lengths : NULL, AB_DEV_CPU, 0};
     float *x = tu_normal(n, seed, 1, 1.0), *dout = tu_normal(n, seed, 2, 1.0), *dx = tu_alloc_f(n);
     bool train = dropout > 0;
     cr_assert_eq(enc_forward(s.a, &s.ec, &d, NULL, x, &s.p, &s.act, &s.ws, train, seed, 500), 0, "%s", attn_error());

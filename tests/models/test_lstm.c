@@ -165,7 +165,7 @@ static void ref_case(const lstm_config *c, int B, int N, const int *lengths, boo
     const int DH = lstm_out_width(c), L = c->layers;
     const size_t nx = (size_t)B * N * c->I, no = (size_t)B * N * DH;
     float *x = tu_normal(nx, seed, 1, 1.0), *dout = tu_normal(no, seed, 2, 1.0), *dx = tu_alloc_f(nx);
-    lstm_dims d = {B, N, lengths, AB_DEV_CPU};
+    lstm_dims d = {B, N, lengths, AB_DEV_CPU, 0};
     const uint64_t dseed = seed + 100, sbase = 0x1000;
     cr_assert_eq(lstm_stack_forward(c, &d, x, &f.p, &f.a, &f.s, train, dseed, sbase), 0, "%s", ab_error());
     cr_assert_eq(lstm_output(c, &f.a), f.a.layer[L - 1].out);
@@ -269,7 +269,7 @@ Test(lstm, gradients_match_finite_differences) {
     const int DH = lstm_out_width(&c);
     const size_t nx = (size_t)B * N * c.I, no = (size_t)B * N * DH;
     float *x = tu_normal(nx, 60, 1, 1.0), *dout = tu_normal(no, 60, 2, 1.0), *dx = tu_alloc_f(nx);
-    lstm_dims d = {B, N, lengths, AB_DEV_CPU};
+    lstm_dims d = {B, N, lengths, AB_DEV_CPU, 0};
     cr_assert_eq(lstm_stack_forward(&c, &d, x, &f.p, &f.a, &f.s, true, 61, 0), 0, "%s", ab_error());
     cr_assert_eq(lstm_stack_backward(&c, &d, dx, &f.g, dout, x, &f.p, &f.a, &f.s, true), 0, "%s", ab_error());
 
@@ -328,7 +328,7 @@ Test(lstm, padding_is_zero_and_never_read) {
                 for (int i = 0; i < c.I; i++) x[r][((size_t)b * N + n) * c.I + i] = r ? 1e4f * (float)(i + 1) : 0.0f;
                 for (int k = 0; k < DH; k++) dout[r][((size_t)b * N + n) * DH + k] = r ? -3e3f : 0.0f;
             }
-        lstm_dims d = {B, N, lengths, AB_DEV_CPU};
+        lstm_dims d = {B, N, lengths, AB_DEV_CPU, 0};
         cr_assert_eq(lstm_stack_forward(&c, &d, x[r], &f.p, &f.a, &f.s, false, 0, 0), 0, "%s", ab_error());
         cr_assert_eq(lstm_stack_backward(&c, &d, dx[r], &f.g, dout[r], x[r], &f.p, &f.a, &f.s, false), 0, "%s",
                      ab_error());
@@ -369,7 +369,7 @@ Test(lstm, state_carries_in_each_direction) {
     fixture f;
     fix_init(&f, &c, B, N, false, 80);
     float *x = tu_normal(nx, 80, 1, 1.0), *base = tu_alloc_f(no);
-    lstm_dims d = {B, N, lengths, AB_DEV_CPU};
+    lstm_dims d = {B, N, lengths, AB_DEV_CPU, 0};
     cr_assert_eq(lstm_stack_forward(&c, &d, x, &f.p, &f.a, &f.s, false, 0, 0), 0, "%s", ab_error());
     memcpy(base, lstm_output(&c, &f.a), sizeof(float) * no);
     for (int i = 0; i < c.I; i++) x[(size_t)m * c.I + i] += 1.0f; /* row 0, position m */
@@ -394,7 +394,7 @@ Test(lstm, state_carries_in_each_direction) {
     fixture f2;
     fix_init(&f2, &c2, 1, N, false, 81);
     float *x2 = tu_normal((size_t)N * 3, 81, 1, 1.0), *b2 = tu_alloc_f((size_t)N * 4);
-    lstm_dims d2 = {1, N, NULL, AB_DEV_CPU};
+    lstm_dims d2 = {1, N, NULL, AB_DEV_CPU, 0};
     cr_assert_eq(lstm_stack_forward(&c2, &d2, x2, &f2.p, &f2.a, &f2.s, false, 0, 0), 0, "%s", ab_error());
     memcpy(b2, lstm_output(&c2, &f2.a), sizeof(float) * (size_t)N * 4);
     x2[0] += 0.5f;
@@ -422,7 +422,7 @@ static void run_once(const lstm_config *c, int B, int N, const int *lengths, con
     if (g0) memcpy(f.grads, g0, sizeof(float) * f.pt.total);
     if (dx0) memcpy(dx, dx0, sizeof(float) * nx);
     else memset(dx, 0, sizeof(float) * nx);
-    lstm_dims d = {B, N, lengths, AB_DEV_CPU};
+    lstm_dims d = {B, N, lengths, AB_DEV_CPU, 0};
     cr_assert_eq(lstm_stack_forward(c, &d, x, &f.p, &f.a, &f.s, true, 91, 7), 0, "%s", ab_error());
     cr_assert_eq(lstm_stack_backward(c, &d, dx, &f.g, dout, x, &f.p, &f.a, &f.s, true), 0, "%s", ab_error());
     memcpy(out, lstm_output(c, &f.a), sizeof(float) * no);
@@ -533,7 +533,7 @@ Test(lstm, bad_calls_are_refused) {
     fix_init(&f, &c, 2, 5, false, 110);
     float *x = tu_normal(2 * 5 * 3, 110, 1, 1.0);
     int bad[2] = {5, 6}, neg[2] = {-1, 2};
-    lstm_dims d = {2, 5, bad, AB_DEV_CPU};
+    lstm_dims d = {2, 5, bad, AB_DEV_CPU, 0};
     cr_expect_eq(lstm_stack_forward(&c, &d, x, &f.p, &f.a, &f.s, false, 0, 0), AB_EINVAL);
     cr_expect(strstr(ab_error(), "lengths[1] = 6") != NULL, "%s", ab_error());
     d.lengths = neg;

@@ -547,7 +547,7 @@ static void lstm_cuda_case(const lstm_config *c, int B, int N, const int *length
     float *dx0 = tu_normal(nx, seed, 3, 1.0), *g0 = tu_normal(np, seed, 4, 0.5);
     float *out[3], *dx[3], *g[3];
     for (int r = 0; r < 3; r++) out[r] = tu_alloc_f(no), dx[r] = tu_alloc_f(nx), g[r] = tu_alloc_f(np);
-    lstm_dims dc = {B, N, lengths, AB_DEV_CPU}, dg = {B, N, lengths, AB_DEV_CUDA};
+    lstm_dims dc = {B, N, lengths, AB_DEV_CPU, 0}, dg = {B, N, lengths, AB_DEV_CUDA, 0};
     lstm_run(&cpu, c, &dc, train, x, dout, dx0, g0, out[0], dx[0], g[0]);
     lstm_run(&gpu, c, &dg, train, x, dout, dx0, g0, out[1], dx[1], g[1]);
     char what[128];

@@ -3,10 +3,13 @@
 
 #include "checkpoint.h"
 #include "error.h"
+#include "test_proc.h"
+#include "trainer.h"
 
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 json_t *load(const char *path) {
     json_error_t e;
@@ -63,4 +66,27 @@ double *step_losses(const char *path, size_t *n) {
     for (size_t i = 0; i < *n; i++) x[i] = json_number_value(json_array_get(a, i));
     json_decref(doc);
     return x;
+}
+
+long long ckpt_step(const char *path) {
+    ab_ckpt_reader *r;
+    if (ab_ckpt_open(path, &r)) return -1;
+    train_ckpt_state m;
+    cr_assert_eq(train_ckpt_get_state(r, &m), 0, "%s", ab_error());
+    ab_ckpt_close(r);
+    return m.step;
+}
+
+/* Waits until the checkpoint of a running process reaches `step` (or the process
+ * ends, or 60 s pass). Returns the step seen. */
+long long wait_for_checkpoint(pid_t pid, const char *path, long long step) {
+    for (int i = 0; i < 6000; i++) {
+        long long s = tp_exists(path) ? ckpt_step(path) : -1;
+        cr_assert(!tp_exists(path) || s >= 0, "checkpoint %s is unreadable while the run writes it", path);
+        if (s >= step) return s;
+        if (waitpid(pid, NULL, WNOHANG) == pid) cr_assert_fail("the run ended before step %lld", step);
+        tp_sleep_s(0.01);
+    }
+    cr_assert_fail("no checkpoint at step %lld after 60 s", step);
+    return -1;
 }

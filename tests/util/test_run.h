@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 /* The JSON document at `path` (asserted to parse); json_decref it. */
 json_t *load(const char *path);
@@ -30,5 +31,12 @@ void expect_same_state(const char *a, const char *b, const char *what);
 /* The per-step losses ("step_loss") of the run document at `path`, malloc'ed; *n
  * their count. */
 double *step_losses(const char *path, size_t *n);
+
+/* The step a training checkpoint was taken at (-1: it cannot be opened). */
+long long ckpt_step(const char *path);
+
+/* Waits until the checkpoint of a running process reaches `step` (or the process
+ * ends, or 60 s pass). Returns the step seen. */
+long long wait_for_checkpoint(pid_t pid, const char *path, long long step);
 
 #endif
