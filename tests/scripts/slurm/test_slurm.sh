@@ -33,8 +33,11 @@ if [ -n "$sanitize" ] && [ "$sanitize" != none ]; then
     skip "the scripts are tested on the plain build (this one is sanitized: $sanitize)"
 fi
 script=$src/harness/scripts/slurm-sweep.sh
+train_script=$src/harness/scripts/slurm-train.sh
 config=$src/tests/scripts/slurm/sweep.json
+train_config=$src/tests/scripts/slurm/train-array.json
 same=$src/tests/scripts/slurm/same_records.py
+same_training=$src/tests/scripts/slurm/same_training.py
 exe=$build/attnbench
 export ATTNBENCH=$exe OMP_NUM_THREADS=1
 fails=0
@@ -71,9 +74,16 @@ cleanup() {
 trap cleanup EXIT
 
 bash -n "$script" || fail "bash -n $script"
+bash -n "$train_script" || fail "bash -n $train_script"
 
-# An unsharded run of the sweep: what the merged documents are compared with.
+# An unsharded run of the sweep: what the merged documents are compared with; and
+# the training array's entries run by hand, what the scripts' runs are compared with.
 "$exe" --threads 1 bench "$config" --quiet --out "$tmp/full/slurm-test.json" || fail "the unsharded run"
+n_train=$("$exe" train "$train_config" --array-count)
+[ "$n_train" = 3 ] || fail "train --array-count: '$n_train', not 3"
+for ((i = 0; i < 3; i++)); do
+    "$exe" --threads 1 train "$train_config" --array-index "$i" --out "$tmp/tref" --quiet || fail "train --array-index $i"
+done
 
 if [ "$mode" = local ]; then
     # ---- bad arguments: one line, exit status 2 ----
@@ -111,6 +121,19 @@ if [ "$mode" = local ]; then
         "$exe" plot "$out" --out "$tmp/local/fig" >/dev/null 2>&1 || fail "plot of the merged document"
         [ -s "$tmp/local/fig.png" ] || fail "plot: no fig.png"
     fi
+
+    # the training array: every entry, then again after one was lost (only it runs)
+    refused "train: no config" "a CONFIG.json is required" bash "$train_script"
+    refused "train: no array" "no 'array'" bash "$train_script" "$config" --local
+    bash "$train_script" "$train_config" --local --threads 1 --out "$tmp/tlocal" 2>"$tmp/t1.err" ||
+        fail "slurm-train.sh --local: $(cat "$tmp/t1.err")"
+    python3 "$same_training" 3 "$tmp/tref" "$tmp/tlocal" || fail "slurm-train.sh --local: not the entries' runs"
+    rm -rf "$tmp/tlocal/array-1"
+    bash "$train_script" "$train_config" --local --threads 1 --out "$tmp/tlocal" 2>"$tmp/t2.err" ||
+        fail "slurm-train.sh --local again: $(cat "$tmp/t2.err")"
+    grep -q "3 entries, 1 to run, 2 finished" "$tmp/t2.err" || fail "slurm-train.sh again: $(head -n 1 "$tmp/t2.err")"
+    python3 "$same_training" 3 "$tmp/tref" "$tmp/tlocal" || fail "slurm-train.sh --local again: not the entries' runs"
+
     [ $fails -eq 0 ] && echo "$name: ok" || echo "$name: $fails failed"
     [ $fails -eq 0 ]
     exit
@@ -207,7 +230,13 @@ timeout 120 bash "$script" "$config" --threads 1 --out "$out" --wait 2>"$tmp/sba
 grep -q "8 points, 2 to run, 6 already done" "$tmp/sbatch2.err" || fail "again: $(head -n 1 "$tmp/sbatch2.err")"
 grep -q "submitted array job [0-9]*: points 2,6$" "$tmp/sbatch2.err" || fail "again: not points 2,6: $(cat "$tmp/sbatch2.err")"
 python3 "$same" "$out" "$tmp/full/slurm-test.json" || fail "again: the merged document is not the full run's"
-echo "$name: the sweeps on Slurm took $(($(date +%s) - t0)) s"
+
+# the training array on Slurm: a task per entry, each the entry's run
+timeout 120 bash "$train_script" "$train_config" --threads 1 --out "$tmp/tslurm" --time 2 --wait 2>"$tmp/t3.err" ||
+    fail "slurm-train.sh --wait: $(cat "$tmp/t3.err")"
+grep -q "submitted array job [0-9]*: entries 0,1,2;" "$tmp/t3.err" || fail "slurm-train.sh: $(cat "$tmp/t3.err")"
+python3 "$same_training" 3 "$tmp/tref" "$tmp/tslurm" || fail "slurm-train.sh: not the entries' runs"
+echo "$name: the sweeps and the training array on Slurm took $(($(date +%s) - t0)) s"
 
 [ $fails -eq 0 ] && echo "$name: ok" || echo "$name: $fails failed"
 [ $fails -eq 0 ]
