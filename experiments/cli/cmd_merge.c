@@ -22,7 +22,8 @@ static const char MERGE_USAGE[] =
     "class (CPU model, threads, BLAS core, GPU) or build than the first document's, a\n"
     "point held twice, and missing points (listed). A point after one of the same\n"
     "variant that ran out of time or memory is recorded as skipped, as a full run does.\n"
-    "sgemm and copy: the median point's measurement. See experiments/sweep/CLUSTER.md.\n";
+    "sgemm and copy: the median point's measurement. Exit status 1 when a point failed\n"
+    "(the document is written, status failed). See experiments/sweep/CLUSTER.md.\n";
 
 typedef struct {
     const char **docs;

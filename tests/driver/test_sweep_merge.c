@@ -268,3 +268,45 @@ Test(sweep_merge, points_after_a_timeout_skipped_as_a_full_run) {
     cr_assert_str_eq(json_string_value(json_object_get(m, "status")), "ok");
     json_decref(m);
 }
+
+/* ---- the driver's functions, called directly ---- */
+
+#include "error.h"
+#include "sweep_points.h"
+
+/* sweep_merge returns its refusals as codes with one-line messages, writes nothing,
+ * and never exits. */
+Test(sweep_merge, driver_merge_returns_codes) {
+    make_points();
+    const char *docs[N_POINTS + 1];
+    for (int i = 0; i < N_POINTS; i++) docs[i] = point_doc(i);
+    bool failed = true;
+    sweep_merge_request req = {docs, N_POINTS, DIR "/direct.json", "test"};
+    remove(DIR "/direct.json");
+    cr_assert_eq(sweep_merge(&req, &failed), 0, "%s", ab_error());
+    cr_assert_not(failed);
+    json_t *d = load(DIR "/direct.json");
+    cr_assert_str_eq(json_string_value(json_object_get(d, "command")), "test");
+    json_decref(d);
+    req.n_docs = N_POINTS - 1;
+    req.out_path = DIR "/direct-missing.json";
+    cr_assert_eq(sweep_merge(&req, &failed), AB_EINVAL);
+    cr_assert_str_eq(ab_error(), "merge: 1 of 8 points missing: 7 (attnbench bench CONFIG --point I writes them)");
+    cr_assert_not(tp_exists(DIR "/direct-missing.json"));
+    req.n_docs = 0;
+    cr_assert_eq(sweep_merge(&req, &failed), AB_EINVAL);
+    /* the machine class is what the documents record */
+    json_t *p = load(point_doc(0));
+    json_t *cls = sweep_machine_class(p);
+    cr_assert_eq(json_object_size(cls), 4);
+    cr_assert(json_equal(json_object_get(cls, "threads"), json_object_get(json_object_get(p, "machine"), "threads")));
+    cr_assert(json_is_null(json_object_get(cls, "gpu")), "a CPU run has no GPU");
+    json_decref(cls);
+    json_decref(p);
+    char path[64];
+    cr_assert_eq(sweep_point_path("results/x.json", 12, path, sizeof path), 0);
+    cr_assert_str_eq(path, "results/x.point-12.json");
+    cr_assert_eq(sweep_point_path("out", 3, path, sizeof path), 0);
+    cr_assert_str_eq(path, "out.point-3.json");
+    cr_assert_eq(sweep_point_path("results/a-rather-long-name.json", 3, path, 16), AB_EINVAL);
+}

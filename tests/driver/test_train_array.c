@@ -106,3 +106,32 @@ Test(train_array, entry_runs_resumes_and_refuses_another_entrys_folder) {
     rc = run("train", DIR "/changed.json", "--array-index", "2", "--out", DIR "/a", "--quiet", "--resume", NULL);
     cr_assert(tp_usage_error(rc, g_err, "changed", TP_ARGV("other overrides", NULL)));
 }
+
+/* ---- the driver's function, called directly ---- */
+
+#include "error.h"
+#include "train_array.h"
+
+Test(train_array, driver_prepare_gives_the_entry) {
+    train_array_task t;
+    cr_assert_eq(train_array_prepare(CONFIG, 2, DIR "/d", &t), 0, "%s", ab_error());
+    cr_assert_eq(t.count, 3);
+    cr_assert_str_eq(t.dir, DIR "/d/array-2");
+    cr_assert_eq(t.n_sets, 2);
+    cr_assert_str_eq(t.sets[0], "seed=3");
+    cr_assert_str_eq(t.sets[1], "optim.lr=0.002");
+    cr_assert_null(json_object_get(t.config, "array"));
+    cr_assert(tp_exists(DIR "/d/array-2/array.json"));
+    train_array_free(&t);
+    cr_assert_eq(train_array_prepare(CONFIG, 1, DIR "/d", &t), 0, "%s", ab_error());
+    train_array_free(&t);
+    /* entry 1's marker in entry 0's folder */
+    rename(DIR "/d/array-1", DIR "/d/array-0");
+    cr_assert_eq(train_array_prepare(CONFIG, 0, DIR "/d", &t), AB_EINVAL);
+    cr_assert_not_null(strstr(ab_error(), "holds array task 1's run, not task 0's"), "%s", ab_error());
+    int n = 0;
+    cr_assert_eq(train_array_count(CONFIG, &n), 0);
+    cr_assert_eq(n, 3);
+    cr_assert_eq(train_array_count(PLAIN, &n), AB_EINVAL);
+    cr_assert_eq(train_array_prepare(NULL, 0, NULL, &t), AB_EINVAL);
+}
