@@ -14,8 +14,9 @@ pkgs=(meson ninja-build pkg-config gcc g++ libjansson-dev libcriterion-dev
       python3-numpy libsndfile1-dev libfftw3-dev clang libclang-rt-14-dev libomp-14-dev)
 # A one-node Slurm for the tests of harness/scripts/slurm-sweep.sh (suite
 # slurm_scripts, tests/scripts/slurm/): the test starts its own munged, slurmctld and
-# slurmd with a config of its own; the packages' services are never started (below).
-pkgs+=(munge slurmctld slurmd slurm-client)
+# slurmd with a config of its own (in a network namespace of its own: iproute2's ip);
+# the packages' services are never started (below).
+pkgs+=(munge slurmctld slurmd slurm-client iproute2)
 
 missing=()
 for p in "${pkgs[@]}"; do

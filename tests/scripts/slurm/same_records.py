@@ -22,8 +22,13 @@ MEASURED = {
 }
 
 
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
 def main(merged_path, full_path):
-    merged, full = (json.load(open(p)) for p in (merged_path, full_path))
+    merged, full = (load(p) for p in (merged_path, full_path))
     bad = []
     for key in ("schema", "config"):
         if merged.get(key) != full.get(key):

@@ -16,7 +16,8 @@ def main(count, a, b):
         docs = []
         for d in (a, b):
             try:
-                docs.append(json.load(open(f"{d}/array-{i}/train.json")))
+                with open(f"{d}/array-{i}/train.json") as f:
+                    docs.append(json.load(f))
             except (OSError, ValueError) as e:
                 bad.append(f"{d}/array-{i}: {e}")
         if len(docs) < 2:

@@ -7,20 +7,24 @@
 #          from times, rates and memory peaks: same_records.py); a resubmission runs
 #          only the points whose documents are missing or damaged; the merged
 #          document is drawn by `attnbench plot` and read by experiments/sweep/table.py;
-#          the script's refusals of bad arguments.
+#          the script's refusals of bad arguments; the training array
+#          (train-array.json) with slurm-train.sh --local, again after an entry is lost.
 #   slurm: the same sweep through a real Slurm: a one-node cluster of its own
 #          (munged with its own key and socket, slurmctld and slurmd with a slurm.conf
-#          in a temporary folder, loopback addresses, ports nobody listens on),
+#          in a temporary folder, loopback addresses, in a network namespace of its own
+#          where one can be made, else on ports nobody listens on),
 #          slurm-sweep.sh submits the array (one task per point) and the dependent
 #          merge job; the merged document as above; a resubmission after two point
-#          documents are lost submits only those two. Every daemon it started is
-#          stopped on exit, also on failure. Skipped (77) where they cannot run: not
+#          documents are lost submits only those two; the training array
+#          (train-array.json, 3 seeds) through slurm-train.sh, each entry's losses
+#          those of a run by hand. Every daemon it started is stopped on exit, also on
+#          failure or SIGTERM (meson's timeout). Skipped (77) where they cannot run: not
 #          root, Slurm or munge not installed, a daemon that does not start.
 #
 #   test_slurm.sh SOURCE_ROOT BUILD_ROOT SANITIZE local|slurm
 #
-# Exit status 0, 1 with the failed checks listed, 77 skipped (and in a sanitized build:
-# the scripts run the plain binary's way; the sanitized binary is the Criterion suites').
+# Exit status 0, 1 with the failed checks listed, 77 skipped (also in a sanitized build:
+# the sanitized binary is tested by the Criterion suites sweep_merge and train_array).
 set -uo pipefail
 src=$1 build=$2 sanitize=${3:-none} mode=${4:-local}
 name="slurm_scripts"
@@ -31,6 +35,21 @@ skip() {
 }
 if [ -n "$sanitize" ] && [ "$sanitize" != none ]; then
     skip "the scripts are tested on the plain build (this one is sanitized: $sanitize)"
+fi
+# The Slurm part runs in a network namespace of its own where one can be made (root,
+# unshare and ip: iproute2): its only interface is the loopback, so the daemons'
+# ports (they listen on every address) are reachable from nowhere else and meet no
+# one else's. Elsewhere it runs on the host's network, on ports nobody listens on.
+if [ "$mode" = slurm ] && [ -z "${AB_SLURM_NETNS:-}" ] && [ "$(id -u)" -eq 0 ] &&
+    command -v unshare >/dev/null 2>&1 && command -v ip >/dev/null 2>&1 && unshare -n true 2>/dev/null; then
+    exec unshare -n env AB_SLURM_NETNS=1 bash "$0" "$@"
+fi
+if [ -n "${AB_SLURM_NETNS:-}" ]; then
+    # Slurm asks getaddrinfo for its listening address with AI_ADDRCONFIG, which wants
+    # an IPv4 address besides 127/8: one of TEST-NET-1 (RFC 5737, never routed) on the
+    # loopback, inside the namespace only
+    { ip link set lo up && ip addr add 192.0.2.1/32 dev lo; } ||
+        skip "the loopback of the test's network namespace would not come up"
 fi
 script=$src/harness/scripts/slurm-sweep.sh
 train_script=$src/harness/scripts/slurm-train.sh
@@ -72,6 +91,9 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM # meson's timeout: the daemons are stopped all the same
+trap 'exit 130' INT
+trap 'exit 129' HUP
 
 bash -n "$script" || fail "bash -n $script"
 bash -n "$train_script" || fail "bash -n $train_script"
@@ -236,7 +258,7 @@ timeout 120 bash "$train_script" "$train_config" --threads 1 --out "$tmp/tslurm"
     fail "slurm-train.sh --wait: $(cat "$tmp/t3.err")"
 grep -q "submitted array job [0-9]*: entries 0,1,2;" "$tmp/t3.err" || fail "slurm-train.sh: $(cat "$tmp/t3.err")"
 python3 "$same_training" 3 "$tmp/tref" "$tmp/tslurm" || fail "slurm-train.sh: not the entries' runs"
-echo "$name: the sweeps and the training array on Slurm took $(($(date +%s) - t0)) s"
+echo "$name: the sweeps and the training array on Slurm took $(($(date +%s) - t0)) s${AB_SLURM_NETNS:+ (in a network namespace of its own)}"
 
 [ $fails -eq 0 ] && echo "$name: ok" || echo "$name: $fails failed"
 [ $fails -eq 0 ]
