@@ -21,6 +21,7 @@ int cmd_inputs(int argc, char **argv, const char *command_line);
 int cmd_plot(int argc, char **argv, const char *command_line);
 int cmd_features(int argc, char **argv, const char *command_line);
 int cmd_bench(int argc, char **argv, const char *command_line);
+int cmd_merge(int argc, char **argv, const char *command_line);
 int cmd_train(int argc, char **argv, const char *command_line);
 int cmd_generate(int argc, char **argv, const char *command_line);
 int cmd_sample(int argc, char **argv, const char *command_line);

@@ -16,6 +16,9 @@ const cli_command cli_commands[] = {
     {"op", cmd_op, "op", "one attention call on .npy tensors (forward, backward, recurrent)"},
     {"inputs", cmd_inputs, "inputs", "write seeded random q, k, v, dout .npy files for op"},
     {"bench", cmd_bench, "bench CONFIG.json", "the attention sweep over sequence lengths (Figure 1) -> results/"},
+    {"merge", cmd_merge, "merge DOC.json..",
+     "join the documents of a sweep's points (bench --point I) into\n"
+     "the sweep's run document, checked"},
     {"plot", cmd_plot, "plot RESULT.json..",
      "draw a figure (PNG and SVG) with gnuplot: a sweep's Figure 1, or\n"
      "the loss curves of training runs (Figure 2)"},

@@ -29,6 +29,7 @@ typedef struct {
     int n_settings;
     bool parallel, recurrent; /* which sides of the sweep run it ("modes") */
     char unsupported[256];    /* non-empty: the device has no implementation of it (why) */
+    bool has_step;            /* it has a recurrent step where it runs (set by the run, not the parser) */
 } sweep_variant;
 
 typedef struct {

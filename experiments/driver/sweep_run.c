@@ -7,13 +7,14 @@
 #include "error.h"
 #include "results.h"
 #include "sweep.h"
+#include "sweep_points.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const TSV_COLUMNS[] = {
+const char *const sweep_tsv_columns[] = {
     "kind", "variant", "len", "context", "batch", "heads", "qk_dim", "v_dim", "causal", "status",
     "fwd_ms.median", "fwd_ms.p20", "fwd_ms.p80", "fwd_bwd_ms.median", "fwd_bwd_ms.p20", "fwd_bwd_ms.p80",
     "per_sample_fwd_ms", "per_sample_fwd_bwd_ms", "peak_bytes", "peak_bytes_per_sample", "fwd_bwd_gflops",
@@ -95,7 +96,10 @@ static int load_config(const sweep_run_request *req, json_t **root_out, sweep_co
         if (rc == AB_EUNSUPPORTED) {
             snprintf(c->variants[i].unsupported, sizeof c->variants[i].unsupported, "%s", attn_error());
             if (!req->quiet) fprintf(stderr, "bench: %s: skipped (%s)\n", c->variants[i].label, attn_error());
-            continue;
+            /* its records describe the CPU object (run_variants), whose step decides
+             * whether it has recurrent points */
+            o.device = AB_DEV_CPU;
+            rc = attn_create(&o, &a);
         }
         if (rc) {
             sweep_config_free(c);
@@ -103,6 +107,7 @@ static int load_config(const sweep_run_request *req, json_t **root_out, sweep_co
             /* out of memory is the machine's; any other refusal, the config's */
             return rc == AB_ENOMEM ? AB_ENOMEM : AB_EINVAL;
         }
+        c->variants[i].has_step = attn_has_step(a);
         attn_destroy(a);
     }
     *root_out = root;
@@ -146,10 +151,10 @@ static bool stopped(const sweep_run_request *req) { return req->stop && *req->st
 /* The parallel side of one variant: a record per length. 0 or the code of a document
  * that could not be written; *failed counts the failed points. */
 static int run_parallel(const sweep_run_request *req, const sweep_config *c, const sweep_variant *sv, attn *a,
-                        ab_run *run, int *failed) {
+                        ab_run *run, int *failed, int from, int to) {
     const bool unsupported = sv->unsupported[0] != '\0';
     bool stop = false;
-    for (int li = 0; li < c->n_lengths && sv->parallel && !stopped(req); li++) {
+    for (int li = from; li < to && sv->parallel && !stopped(req); li++) {
         long long n = c->lengths[li];
         long long b = c->batch_scaled ? c->batch_tokens / n : c->batch_size;
         if (b < 1) b = 1;
@@ -184,10 +189,10 @@ static int run_parallel(const sweep_run_request *req, const sweep_config *c, con
 /* The recurrent side of one variant: a record per context. 0 or the code of a document
  * that could not be written. */
 static int run_recurrent(const sweep_run_request *req, const sweep_config *c, const sweep_variant *sv, attn *a,
-                         ab_run *run) {
+                         ab_run *run, int from, int to) {
     const bool unsupported = sv->unsupported[0] != '\0';
     bool stop = false;
-    for (int ci = 0; ci < c->n_contexts && !stopped(req); ci++) {
+    for (int ci = from; ci < to && !stopped(req); ci++) {
         json_t *rec;
         if (unsupported || stop) {
             attn_shape s = {c->rec_batch, c->heads, (int)c->contexts[ci], c->qk_dim, c->v_dim, true, NULL};
@@ -212,11 +217,13 @@ static int run_recurrent(const sweep_run_request *req, const sweep_config *c, co
     return 0;
 }
 
-/* Every variant's points in order; 0, or the code of an error with res->status set. */
+/* Every variant's points in order (or only `only`'s, when not NULL); 0, or the code of
+ * an error with res->status set. */
 static int run_variants(const sweep_run_request *req, sweep_config *c, ab_run *run, int *failed,
-                        sweep_run_result *res) {
+                        sweep_run_result *res, const sweep_point *only) {
     for (int vi = 0; vi < c->n_variants && !stopped(req); vi++) {
         sweep_variant *sv = &c->variants[vi];
+        if (only && only->variant != vi) continue;
         /* Without an implementation on the device, a CPU object only describes the
          * variant's options in the skipped records. */
         const bool unsupported = sv->unsupported[0] != '\0';
@@ -228,8 +235,14 @@ static int run_variants(const sweep_run_request *req, sweep_config *c, ab_run *r
             res->status = SWEEP_RUN_ERROR;
             return rc;
         }
-        rc = run_parallel(req, c, sv, a, run, failed);
-        if (!rc && attn_has_step(a) && sv->recurrent) rc = run_recurrent(req, c, sv, a, run);
+        if (!only) {
+            rc = run_parallel(req, c, sv, a, run, failed, 0, c->n_lengths);
+            if (!rc && attn_has_step(a) && sv->recurrent) rc = run_recurrent(req, c, sv, a, run, 0, c->n_contexts);
+        } else if (!only->recurrent) {
+            rc = run_parallel(req, c, sv, a, run, failed, only->pos, only->pos + 1);
+        } else {
+            rc = run_recurrent(req, c, sv, a, run, only->pos, only->pos + 1);
+        }
         attn_destroy(a);
         if (rc) {
             res->status = SWEEP_RUN_FAILED;
@@ -260,21 +273,38 @@ int sweep_run(const sweep_run_request *req, sweep_run_result *res) {
     int rc = load_config(req, &root, &c);
     if (rc) return res->code = rc;
     c.interrupted = req->stop;
-    char default_out[512];
+    char default_out[512], point_out[600];
     const char *out_path = req->out_path;
     if (!out_path) {
         snprintf(default_out, sizeof default_out, "results/%s.json", c.name);
         out_path = default_out;
     }
+    /* A point of a sharded run: its own document, beside the whole run's. */
+    sweep_point *points = NULL, *only = NULL;
+    int n_points = 0, failed = 0;
+    ab_run *run = NULL;
+    if (req->one_point) {
+        rc = sweep_points_list(&c, &points, &n_points);
+        if (!rc && (req->point < 0 || req->point >= n_points))
+            rc = ab_fail(AB_EINVAL, "bench: --point %d: this sweep has points 0..%d (attnbench bench %s --points)",
+                         req->point, n_points - 1, req->config_path);
+        if (!rc) {
+            only = &points[req->point];
+            rc = sweep_point_path(out_path, req->point, point_out, sizeof point_out);
+            out_path = point_out;
+        }
+    }
     json_object_set_new(root, "device", json_string(ab_device_name(req->device)));
-    ab_run *run = ab_run_begin(out_path, req->command_line, root, c.seed, TSV_COLUMNS);
-    /* an output path that cannot be written is the request's */
-    if (!run) rc = ab_fail(AB_EIO, "%s", ab_error());
+    if (!rc) {
+        run = ab_run_begin(out_path, req->command_line, root, c.seed, sweep_tsv_columns);
+        /* an output path that cannot be written is the request's */
+        if (!run) rc = ab_fail(AB_EIO, "%s", ab_error());
+    }
+    if (!rc && only) ab_run_set(run, "points", sweep_points_marker(&c, points, n_points, only->index));
     if (!rc && req->on_start) req->on_start(req->ctx);
     if (!rc) measure_machine(&c, run, req->quiet);
     if (!rc && (rc = ab_run_save(run))) res->status = SWEEP_RUN_FAILED;
-    int failed = 0;
-    if (!rc) rc = run_variants(req, &c, run, &failed, res);
+    if (!rc) rc = run_variants(req, &c, run, &failed, res, only);
     if (rc) {
         ab_run_discard(run);
     } else {
@@ -290,7 +320,45 @@ int sweep_run(const sweep_run_request *req, sweep_run_result *res) {
             res->status = stopped(req) ? SWEEP_RUN_INTERRUPTED : failed ? SWEEP_RUN_POINTS_FAILED : SWEEP_RUN_OK;
         }
     }
+    free(points);
     sweep_config_free(&c);
     json_decref(root);
     return res->code = rc;
+}
+
+int sweep_points_doc(const sweep_run_request *req, json_t **doc) {
+    *doc = NULL;
+    json_t *root = NULL;
+    sweep_config c;
+    int rc = load_config(req, &root, &c);
+    if (rc) return rc;
+    char default_out[512], path[600];
+    const char *out_path = req->out_path;
+    if (!out_path) {
+        snprintf(default_out, sizeof default_out, "results/%s.json", c.name);
+        out_path = default_out;
+    }
+    json_object_set_new(root, "device", json_string(ab_device_name(req->device))); /* as a run records it */
+    sweep_point *points = NULL;
+    int n = 0;
+    rc = sweep_points_list(&c, &points, &n);
+    json_t *d = json_object(), *list = json_array();
+    json_object_set_new(d, "schema", json_string("attnbench/points/1"));
+    json_object_set_new(d, "name", json_string(c.name));
+    json_object_set_new(d, "count", json_integer(n));
+    json_object_set_new(d, "document", json_string(out_path));
+    for (int i = 0; i < n && !rc; i++) {
+        if ((rc = sweep_point_path(out_path, i, path, sizeof path))) break;
+        json_t *p = sweep_point_json(&c, &points[i]);
+        json_object_set_new(p, "document", json_string(path));
+        json_object_set_new(p, "done", json_boolean(sweep_point_done(path, root, i, n)));
+        json_array_append_new(list, p);
+    }
+    json_object_set_new(d, "points", list);
+    free(points);
+    sweep_config_free(&c);
+    json_decref(root);
+    if (rc) json_decref(d);
+    else *doc = d;
+    return rc;
 }

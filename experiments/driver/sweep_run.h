@@ -7,6 +7,7 @@
 
 #include "attention.h"
 
+#include <jansson.h>
 #include <signal.h>
 #include <stdbool.h>
 
@@ -25,6 +26,11 @@ typedef struct {
      * installs the handler that sets *stop. NULL: none. */
     void (*on_start)(void *ctx);
     void *ctx;
+    /* A sharded run (sweep_points.c): with one_point, only the point of index `point`
+     * (sweep_points) is measured, into its own document (out_path: the whole run's,
+     * from which the point's is derived by sweep_point_path), marked with "points". */
+    bool one_point;
+    int point;
 } sweep_run_request;
 
 typedef enum {
@@ -42,8 +48,18 @@ typedef struct {
     int code;              /* 0, or the error code (ab_error() has the message) */
 } sweep_run_result;
 
+/* The TSV columns of a sweep's run document (NULL-terminated), shared with merge. */
+extern const char *const sweep_tsv_columns[];
+
 /* Runs the request; returns res->code. Never exits: every error is returned with its
  * one-line message (ab_fail), in the words `attnbench bench` prints. */
 int sweep_run(const sweep_run_request *req, sweep_run_result *res);
+
+/* The points of the request's sweep (sweep_points.h), what `attnbench bench --points`
+ * prints: {"schema": "attnbench/points/1", "name", "count", "document" (the whole
+ * run's), "points": [{"index", "kind", "variant", "len" or "context", "document" (the
+ * point's), "done" (sweep_point_done: a resubmission skips it)}]}. Nothing is
+ * measured. 0 or an error code with its message. */
+int sweep_points_doc(const sweep_run_request *req, json_t **doc);
 
 #endif
