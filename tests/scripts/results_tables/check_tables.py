@@ -4,8 +4,9 @@ JSON: this test runs each script and compares its output with the page.
 
     python3 tests/scripts/results_tables/check_tables.py SOURCE_ROOT
 
-A results page (experiments/*/RESULTS.md, and the memory traffic page
-experiments/sweep/TRAFFIC.md) marks each printed block as
+A results page (experiments/*/RESULTS.md, the memory traffic page
+experiments/sweep/TRAFFIC.md and the cluster page experiments/sweep/CLUSTER.md) marks
+each printed block as
 
     Printed by `python3 SCRIPT ARGS...`:
 
@@ -63,7 +64,8 @@ def main(argv):
         return 2
     root = argv[0]
     pages = sorted(glob.glob(os.path.join(root, "experiments", "*", "RESULTS.md")) +
-                   glob.glob(os.path.join(root, "experiments", "*", "TRAFFIC.md")))
+                   glob.glob(os.path.join(root, "experiments", "*", "TRAFFIC.md")) +
+                   glob.glob(os.path.join(root, "experiments", "*", "CLUSTER.md")))
     if not pages:
         print("check_tables: no experiments/*/RESULTS.md", file=sys.stderr)
         return 1
