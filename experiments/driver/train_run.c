@@ -532,8 +532,12 @@ static void print_start(const run_state *s) {
     char body[128];
     if (c->model.body == TF_BODY_TRANSFORMER) snprintf(body, sizeof body, "%s attention", c->model.attention);
     else snprintf(body, sizeof body, "%s body", tf_body_name(c->model.body));
-    fprintf(stderr, "train: %s: %zu parameters, %s, %lld steps of %lld x %d positions, %d threads -> %s\n", c->name,
-            tf_param_count(t->model), body, c->steps, c->batch, t->batch.N, ab_threads(), s->dir);
+    char ranks[96] = "";
+    if (ab_dist_size(s->dist) > 1 || c->accumulate > 1)
+        snprintf(ranks, sizeof ranks, " x %d rank%s (%s), micro-batches of %d rows", ab_dist_size(s->dist),
+                 ab_dist_size(s->dist) > 1 ? "s" : "", ab_dist_kind_name(ab_dist_kind_of(s->dist)), t->micro_rows);
+    fprintf(stderr, "train: %s: %zu parameters, %s, %lld steps of %lld x %d positions, %d threads%s -> %s\n", c->name,
+            tf_param_count(t->model), body, c->steps, c->batch, t->batch.N, ab_threads(), ranks, s->dir);
 }
 
 /* The progress bar after a step. */
@@ -689,7 +693,12 @@ static int ranks_agree(ab_dist *d, int rc) {
     return 0;
 }
 
-int train_run(const train_run_request *req, train_run_result *res) {
+int train_run(const train_run_request *request, train_run_result *res) {
+    /* the ranks other than 0 print nothing of the run's progress (their errors are the
+     * caller's to print) */
+    train_run_request quiet_rank = *request;
+    quiet_rank.quiet = request->quiet || ab_dist_rank(request->dist) != 0;
+    const train_run_request *req = &quiet_rank;
     memset(res, 0, sizeof *res);
     res->status = TRAIN_RUN_REFUSED;
     prepared p;
@@ -718,7 +727,7 @@ int train_run(const train_run_request *req, train_run_result *res) {
     s.t = t;
     s.dist = req->dist;
     s.writer = ab_dist_rank(req->dist) == 0;
-    s.quiet = req->quiet || !s.writer;
+    s.quiet = req->quiet;
     s.dir = res->dir;
     s.ckpt_step = req->resume ? t->step : -1;
     snprintf(s.ckpt_path, sizeof s.ckpt_path, "%s/checkpoint.bin", res->dir);

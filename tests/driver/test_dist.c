@@ -320,6 +320,27 @@ Test(dist, a_killed_rank_fails_the_job_and_leaves_a_whole_checkpoint) {
     cr_expect_geq(ckpt_step(ckpt), 2, "the checkpoint is not readable");
 }
 
+/* SIGTERM to mpirun reaches every rank (at whatever moment each gets it): they agree on
+ * the step to stop after, rank 0 writes the checkpoint of that step and the document
+ * says "interrupted". */
+Test(dist, a_signal_stops_every_rank_at_the_same_step) {
+    REQUIRE_MPI();
+    const char *ckpt = P("stopped/checkpoint.bin");
+    pid_t pid = spawn_ranks(2, ATTNBENCH_EXE, "mpi", NULL,
+                            TP_ARGV("--out", P("stopped"), "--set", "steps=100000", "--set", "checkpoint_every=2",
+                                    "--set", "eval_every=0", NULL));
+    wait_for_checkpoint(pid, ckpt, 2);
+    cr_assert_eq(kill(pid, SIGTERM), 0);
+    int st = tp_wait_for(g_dir, pid, 60, &g_out, &g_err);
+    cr_expect(st != 0 && st != 128 + SIGKILL, "status %d: %s", st, g_err);
+    json_t *doc = load(P("stopped/train.json"));
+    cr_expect_str_eq(json_string_value(json_object_get(doc, "status")), "interrupted");
+    const long long done = (long long)num(json_object_get(doc, "summary"), "steps_done");
+    cr_expect_eq(ckpt_step(ckpt), done, "the checkpoint is not of the last step (%lld)", done);
+    cr_expect_lt(done, 100000);
+    json_decref(doc);
+}
+
 Test(dist, a_resume_may_change_the_number_of_ranks) {
     REQUIRE_MPI();
     cr_assert_eq(run_one(TP_ARGV("--out", P("whole"), NULL)), 0, "%s", g_err);
