@@ -39,46 +39,25 @@ say() { echo "slurm-sweep: $*" >&2; }
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 
+# shellcheck source=harness/scripts/slurm-common.sh
+. "$here/slurm-common.sh"
+
 config="" out="" device="cpu" exe="${ATTNBENCH:-}" threads="" local_run=0 job_dir=""
-max_parallel="" wait_merge=0 dry_run=0
+max_parallel="" wait_jobs=0 dry_run=0
 sets=() sbatch_opts=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --help|-h) usage; exit 0 ;;
-        --out) [ $# -ge 2 ] || die "--out needs a value"; out=$2; shift 2 ;;
-        --set) [ $# -ge 2 ] || die "--set needs a value"; sets+=(--set "$2"); shift 2 ;;
-        --device) [ $# -ge 2 ] || die "--device needs a value"; device=$2; shift 2 ;;
-        --attnbench) [ $# -ge 2 ] || die "--attnbench needs a value"; exe=$2; shift 2 ;;
-        --threads) [ $# -ge 2 ] || die "--threads needs a value"; threads=$2; shift 2 ;;
-        --local) local_run=1; shift ;;
         --job-dir) [ $# -ge 2 ] || die "--job-dir needs a value"; job_dir=$2; shift 2 ;;
-        --partition|--time|--cpus-per-task|--mem|--gres)
-            [ $# -ge 2 ] || die "$1 needs a value"; sbatch_opts+=("$1=$2"); shift 2 ;;
-        --max-parallel) [ $# -ge 2 ] || die "--max-parallel needs a value"; max_parallel=$2; shift 2 ;;
-        --sbatch-arg) [ $# -ge 2 ] || die "--sbatch-arg needs a value"; sbatch_opts+=("$2"); shift 2 ;;
-        --wait) wait_merge=1; shift ;;
-        --dry-run) dry_run=1; shift ;;
-        -*) die "unknown option '$1' (see --help)" ;;
-        *) [ -z "$config" ] || die "more than one config given ('$config' and '$1')"; config=$1; shift ;;
+        *)
+            slurm_option "$@"
+            [ "$slurm_shift" -gt 0 ] || die "unknown option '$1' (see --help)"
+            shift "$slurm_shift" ;;
     esac
 done
-[ -n "$config" ] || die "a CONFIG.json is required (see --help)"
-[ -f "$config" ] || die "config '$config' is not a file"
-case "$device" in cpu|cuda) ;; *) die "--device $device: must be cpu or cuda" ;; esac
-if [ -n "$threads" ]; then
-    case "$threads" in ''|*[!0-9]*) die "--threads $threads: must be a positive integer" ;; esac
-fi
-if [ -n "$max_parallel" ]; then
-    case "$max_parallel" in ''|*[!0-9]*) die "--max-parallel $max_parallel: must be a positive integer" ;; esac
-fi
-[ -n "$exe" ] || exe="$repo/build/attnbench"
-[ -x "$exe" ] || die "no attnbench binary at '$exe' (build it, or --attnbench PATH)"
-
-# Absolute paths: the jobs run in the folder sbatch was called from (--chdir), but
-# the scripts say where everything is.
-abspath() { case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s/%s\n' "$PWD" "$1" ;; esac; }
-config=$(abspath "$config")
-exe=$(abspath "$exe")
+# config and exe absolute: the jobs run in the folder sbatch was called from
+# (--chdir), but the scripts say where everything is
+slurm_check "$repo"
 
 bench_args=(bench "$config" --device "$device")
 [ ${#sets[@]} -eq 0 ] || bench_args+=("${sets[@]}")
@@ -172,7 +151,7 @@ fi
 merge_job=$("${merge_cmdline[@]}") || die "sbatch refused the merge job (above)"
 merge_job=${merge_job%%;*}
 say "submitted merge job $merge_job${array_job:+ (after job $array_job)}: $merged; logs in $job_dir"
-[ "$wait_merge" -eq 1 ] || exit 0
+[ "$wait_jobs" -eq 1 ] || exit 0
 
 # --wait: until the merge job has left the queue (it ends, or is cancelled with its
 # dependency), then its state as the controller remembers it (MinJobAge).

@@ -37,38 +37,21 @@ say() { echo "slurm-train: $*" >&2; }
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 
-config="" out="" device="cpu" exe="${ATTNBENCH:-}" threads="" local_run=0 max_parallel="" wait_all=0 dry_run=0
+# shellcheck source=harness/scripts/slurm-common.sh
+. "$here/slurm-common.sh"
+
+config="" out="" device="cpu" exe="${ATTNBENCH:-}" threads="" local_run=0 max_parallel="" wait_jobs=0 dry_run=0
 sets=() sbatch_opts=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --help|-h) usage; exit 0 ;;
-        --out) [ $# -ge 2 ] || die "--out needs a value"; out=$2; shift 2 ;;
-        --set) [ $# -ge 2 ] || die "--set needs a value"; sets+=(--set "$2"); shift 2 ;;
-        --device) [ $# -ge 2 ] || die "--device needs a value"; device=$2; shift 2 ;;
-        --attnbench) [ $# -ge 2 ] || die "--attnbench needs a value"; exe=$2; shift 2 ;;
-        --threads) [ $# -ge 2 ] || die "--threads needs a value"; threads=$2; shift 2 ;;
-        --local) local_run=1; shift ;;
-        --partition|--time|--cpus-per-task|--mem|--gres)
-            [ $# -ge 2 ] || die "$1 needs a value"; sbatch_opts+=("$1=$2"); shift 2 ;;
-        --max-parallel) [ $# -ge 2 ] || die "--max-parallel needs a value"; max_parallel=$2; shift 2 ;;
-        --sbatch-arg) [ $# -ge 2 ] || die "--sbatch-arg needs a value"; sbatch_opts+=("$2"); shift 2 ;;
-        --wait) wait_all=1; shift ;;
-        --dry-run) dry_run=1; shift ;;
-        -*) die "unknown option '$1' (see --help)" ;;
-        *) [ -z "$config" ] || die "more than one config given ('$config' and '$1')"; config=$1; shift ;;
+        *)
+            slurm_option "$@"
+            [ "$slurm_shift" -gt 0 ] || die "unknown option '$1' (see --help)"
+            shift "$slurm_shift" ;;
     esac
 done
-[ -n "$config" ] || die "a CONFIG.json is required (see --help)"
-[ -f "$config" ] || die "config '$config' is not a file"
-case "$device" in cpu|cuda) ;; *) die "--device $device: must be cpu or cuda" ;; esac
-for v in "$threads" "$max_parallel"; do
-    case "$v" in *[!0-9]*) die "--threads and --max-parallel take a positive integer, not '$v'" ;; esac
-done
-[ -n "$exe" ] || exe="$repo/build/attnbench"
-[ -x "$exe" ] || die "no attnbench binary at '$exe' (build it, or --attnbench PATH)"
-abspath() { case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s/%s\n' "$PWD" "$1" ;; esac; }
-config=$(abspath "$config")
-exe=$(abspath "$exe")
+slurm_check "$repo"
 [ -n "$out" ] || out="results/$(basename "${config%.json}")"
 out=$(abspath "$out")
 
@@ -128,7 +111,7 @@ fi
 job=$("${cmd[@]}") || die "sbatch refused the array job (above)"
 job=${job%%;*}
 say "submitted array job $job: entries $list; logs in $job_dir"
-[ "$wait_all" -eq 1 ] || exit 0
+[ "$wait_jobs" -eq 1 ] || exit 0
 while [ -n "$(squeue -h -j "$job" -o %i 2>/dev/null)" ]; do sleep 1; done
 bad=0
 for i in "${pending[@]}"; do finished "$out/array-$i" || { say "entry $i did not finish (log $job_dir/array-$i.out)"; bad=1; }; done
