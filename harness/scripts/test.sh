@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test suite (meson test), then the
 # same suites again in a build with AddressSanitizer, LeakSanitizer and UBSan
-# (sanitize.sh: build-san, no CUDA), then each fuzz target for 30 s (fuzz.sh: build-fuzz,
+# (sanitize.sh: build-san, no CUDA), then each fuzz target for 15 s (fuzz.sh: build-fuzz,
 # clang). CI runs this. Arguments (suite names) select the suites of both builds and
 # leave the fuzz smoke out.
 set -euo pipefail
@@ -40,7 +40,7 @@ count "tests (sanitizers)" build-san
 # The fuzz smoke: each target counts as a test, passed when it did not crash.
 if [ $# -eq 0 ]; then
     frc=0
-    bash harness/scripts/fuzz.sh 30 || frc=$?
+    bash harness/scripts/fuzz.sh 15 || frc=$?
     if [ "$frc" -eq 77 ]; then
         skip=$((skip + 1))
     elif [ -f build-fuzz/fuzz-summary.tsv ] && [ "$frc" -le 1 ]; then
