@@ -1,5 +1,6 @@
 #include "cli_util.h"
 
+#include "dist.h"
 #include "error.h"
 #include "fileio.h"
 
@@ -157,4 +158,19 @@ int cli_draw(const char *script_name, const char *data, const char *out, const c
     else snprintf(why, cap, "gnuplot -c %s exited with status %d", script, st);
     remove(tmp);
     return -1;
+}
+
+/* The end of a rank of a data-parallel run that did not succeed: its message (with
+ * its rank), then either every rank ends here (a refusal, which all ranks share) or
+ * this one ends the job (a failure after the start may be this rank's alone: the
+ * others would wait for it in the next sum). */
+_Noreturn void cli_die_rank(ab_dist *d, int status, bool whole_job) {
+    char msg[2048];
+    snprintf(msg, sizeof msg, "%s", ab_error());
+    if (ab_dist_rank(d) == 0) fprintf(stderr, "attnbench: error: %s\n", msg);
+    else fprintf(stderr, "attnbench: error: rank %d of %d: %s\n", ab_dist_rank(d), ab_dist_size(d), msg);
+    fflush(stderr);
+    if (whole_job) ab_dist_abort(d, status);
+    ab_dist_close(d);
+    exit(status);
 }

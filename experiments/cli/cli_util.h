@@ -34,6 +34,11 @@
  * Control characters in the message (a newline in a path or a label) are written as
  * escapes (\n, \t, \xHH), so the message stays one line whatever it quotes. */
 _Noreturn void cli_die(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The same for a rank of a data-parallel run (ab_error()'s message, with "rank K of R: "
+ * on ranks other than 0); whole_job: end every rank (ab_dist_abort; a failure that may
+ * be this rank's alone), else this one after closing the engine (a refusal all share). */
+struct ab_dist;
+_Noreturn void cli_die_rank(struct ab_dist *d, int status, bool whole_job);
 /* Prints "attnbench: warning: MESSAGE" on one line to stderr (escaped as cli_die's) and
  * returns: for what went wrong beside a measurement that is kept (a figure not drawn). */
 void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -79,21 +79,6 @@ static bool train_option(int argc, char **argv, int *i, void *ctx) {
     return true;
 }
 
-/* The end of a rank of a data-parallel run that did not succeed: its message (with
- * its rank), then either every rank ends here (a refusal, which all ranks share) or
- * this one ends the job (a failure after the start may be this rank's alone: the
- * others would wait for it in the next sum). */
-static _Noreturn void dist_die(ab_dist *d, int status, bool whole_job) {
-    char msg[2048];
-    snprintf(msg, sizeof msg, "%s", ab_error());
-    if (ab_dist_rank(d) == 0) fprintf(stderr, "attnbench: error: %s\n", msg);
-    else fprintf(stderr, "attnbench: error: rank %d of %d: %s\n", ab_dist_rank(d), ab_dist_size(d), msg);
-    fflush(stderr);
-    if (whole_job) ab_dist_abort(d, status);
-    ab_dist_close(d);
-    exit(status);
-}
-
 /* Runs the request and maps its result to an exit status (or dies with its line). */
 static int run_and_exit(const train_run_request *req) {
     ab_dist *dist = req->dist;
@@ -104,11 +89,11 @@ static int run_and_exit(const train_run_request *req) {
     case TRAIN_RUN_INTERRUPTED: ab_dist_close(dist); return 130;
     /* a run that began on a valid request and failed (diverged, a full disk) */
     case TRAIN_RUN_FAILED:
-        if (dist) dist_die(dist, AB_EXIT_FAILURE, ab_dist_size(dist) > 1);
+        if (dist) cli_die_rank(dist, AB_EXIT_FAILURE, ab_dist_size(dist) > 1);
         cli_die(AB_EXIT_FAILURE, "%s", ab_error());
     case TRAIN_RUN_REFUSED: break;
     }
-    if (dist) dist_die(dist, cli_status_for(rc), false);
+    if (dist) cli_die_rank(dist, cli_status_for(rc), false);
     cli_die(cli_status_for(rc), "%s", ab_error());
 }
 
@@ -118,7 +103,7 @@ static int cmd_train_array(const cli_args *args, int index, bool resume, bool ov
     train_array_task t;
     int rc = train_array_prepare(args->arg, index, args->out, &t);
     if (rc) {
-        if (dist) dist_die(dist, cli_status_for(rc), false);
+        if (dist) cli_die_rank(dist, cli_status_for(rc), false);
         cli_die(cli_status_for(rc), "%s", ab_error());
     }
     const char *sets[CLI_MAX_SETS * 2];
