@@ -42,6 +42,15 @@
  *   and bound with attn_bind_params before forward; backward ADDS their gradient into
  *   the bound gradient buffer (as a model's layers do), so several layers bound to one
  *   block sum their gradients there.
+ * - Inputs of the variant's own: a variant may read one more per-position input beside
+ *   q, k and v (gla's log-gate g, deltanet's rate beta; attn_variant_aux names it,
+ *   NULL for the others) of W = attn_aux_width floats per (b, h, position): [B, H, N, W]
+ *   for forward and backward, [B, H, P, W] for prefill, [B, H, W] for step, memory of
+ *   the attention's device. It is bound (attn_bind_aux) before those calls, which read
+ *   the bound pointer (kept, not copied) until it is bound again; backward OVERWRITES
+ *   the bound gradient buffer of the same size (as dq, dk, dv; NULL: none computed).
+ *   Such a variant refuses the calls until an input is bound. Its range is the
+ *   variant's (g <= 0, beta in [0, 1]) and is the caller's to keep: it is not checked.
  * - Not thread-safe per object: one attn object is used by one thread at a time
  *   (it parallelises internally with OpenMP on the CPU).
  */
@@ -177,6 +186,20 @@ int attn_param_init(const attn *a, int max_len, uint64_t seed, uint64_t stream, 
  * Calls at a length N > max_len are refused. A variant with parameters refuses forward
  * and backward until they are bound. */
 int attn_bind_params(attn *a, int max_len, const float *params, float *grads);
+
+/* ---- per-position input of the variant's own ---- */
+
+/* Name of variant i's extra input ("g" for gla, "beta" for deltanet), or NULL when it
+ * reads only q, k and v (and for i out of range). */
+const char *attn_variant_aux(int i);
+/* The same for an object, and its floats W per (b, h, position) at head size qk_dim
+ * (gla: D with gate=vector, 1 with gate=scalar; deltanet: 1); 0 for a variant without. */
+const char *attn_aux_name(const attn *a);
+int attn_aux_width(const attn *a, int qk_dim);
+/* Binds the extra input for the next calls (see the contract above) and its gradient
+ * buffer (NULL: backward computes none). AB_EINVAL for a variant without one or a NULL
+ * input. */
+int attn_bind_aux(attn *a, const float *aux, float *daux);
 
 /* ---- parallel (training) mode ---- */
 

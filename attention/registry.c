@@ -384,6 +384,30 @@ static int check_params(const attn *a, const attn_shape *s) {
     return 0;
 }
 
+/* ---- per-position input of the variant's own ---- */
+
+const char *attn_variant_aux(int i) { return (i >= 0 && i < N_VARIANTS) ? g_variants[i]->aux_name : NULL; }
+const char *attn_aux_name(const attn *a) { return a ? a->v->aux_name : NULL; }
+int attn_aux_width(const attn *a, int qk_dim) {
+    return a && a->v->aux_width && qk_dim > 0 ? a->v->aux_width(a, qk_dim) : 0;
+}
+
+int attn_bind_aux(attn *a, const float *aux, float *daux) {
+    if (!a) return ab_fail(AB_EINVAL, "attn_bind_aux: NULL attention");
+    if (!a->v->aux_name) return ab_fail(AB_EINVAL, "variant '%s' takes no input beside q, k and v", a->v->name);
+    if (!aux) return ab_fail(AB_EINVAL, "attn_bind_aux: NULL %s", a->v->aux_name);
+    a->aux = aux;
+    a->aux_grad = daux;
+    return 0;
+}
+
+/* A call of a variant with an extra input has it bound. */
+static int check_aux(const attn *a) {
+    if (!a->v->aux_name || a->aux) return 0;
+    return ab_fail(AB_EINVAL, "variant '%s' reads the input %s: bind it first (attn_bind_aux)", a->v->name,
+                   a->v->aux_name);
+}
+
 /* ---- workspace ---- */
 
 int attn_ws_ensure(attn *a, size_t bytes) {
@@ -480,7 +504,7 @@ int attn_forward(attn *a, const attn_shape *s, const float *q, const float *k, c
     int rc = attn_reserve(a, s);
     if (rc) return rc;
     if (!q || !k || !v || !out) return ab_fail(AB_EINVAL, "attn_forward: NULL tensor");
-    if ((rc = check_params(a, s))) return rc;
+    if ((rc = check_params(a, s)) || (rc = check_aux(a))) return rc;
     if (!saved && !a->be->forward_unsaved && a->be->saved_bytes(a, s) > 0)
         return ab_fail(AB_EINVAL, "attn_forward: NULL saved buffer (%s on this device keeps its saved state)", a->v->name);
     const ab_precision p0 = prec_enter(a);
@@ -502,7 +526,7 @@ int attn_backward(attn *a, const attn_shape *s, const float *q, const float *k, 
     int rc = attn_reserve(a, s);
     if (rc) return rc;
     if (!q || !k || !v || !dout || !dq || !dk || !dv) return ab_fail(AB_EINVAL, "attn_backward: NULL tensor");
-    if ((rc = check_params(a, s))) return rc;
+    if ((rc = check_params(a, s)) || (rc = check_aux(a))) return rc;
     if (!saved && a->be->saved_bytes(a, s) > 0) return ab_fail(AB_EINVAL, "attn_backward: NULL saved buffer");
     const ab_precision p0 = prec_enter(a);
     rc = a->be->backward(a, s, q, k, v, dout, saved, dq, dk, dv);
@@ -625,6 +649,7 @@ int attn_prefill(attn *a, attn_state *st, int prompt_len, const float *q, const 
         return ab_fail(AB_EINVAL, "prefill needs an empty state (it holds %d positions)", st->count);
     if (prompt_len == 0) return 0;
     if (!q || !k || !v) return ab_fail(AB_EINVAL, "attn_prefill: NULL tensor");
+    if ((rc = check_aux(a))) return rc;
     attn_shape ps = st->shape;
     ps.len = prompt_len;
     if ((rc = attn_reserve(a, &ps))) return rc;
@@ -643,6 +668,7 @@ int attn_step(attn *a, attn_state *st, int t, const float *q, const float *k, co
         return ab_fail(AB_EINVAL, "step at position %d, but the state holds %d positions", t, st->count);
     if (t >= st->capacity) return ab_fail(AB_EINVAL, "recurrent state is full (capacity %d)", st->capacity);
     if (!q || !k || !v || !out) return ab_fail(AB_EINVAL, "attn_step: NULL tensor");
+    if ((rc = check_aux(a))) return rc;
     if ((rc = ensure_step_ws(a, &st->shape, st->capacity))) return rc;
     const ab_precision p0 = prec_enter(a);
     rc = a->be->step(a, &st->shape, st->capacity, st->mem, t, q, k, v, out);

@@ -28,11 +28,17 @@ typedef struct {
     int proj_k;      /* linformer: rows k of the projections E, F */
     int share;       /* linformer: attn_lfm_share */
     int precision;   /* every variant: ab_precision (cuda_blas.h), fp32 or tf32 (CUDA only) */
+    double gamma;    /* retention: decay for every head; NaN: 1 - 2^(-5-h) per head h */
+    int gate;        /* gla: attn_gla_gate */
+    int stride;      /* sparse: stride of the strided part; 0: round(sqrt(N)) */
 } attn_params;
 
 /* linformer's sharing of E and F (the Linformer paper's options): none (E and F per
  * layer, shared by the heads), kv (E = F per layer), layer (one E = F for every layer). */
 typedef enum { ATTN_LFM_SHARE_NONE = 0, ATTN_LFM_SHARE_KV = 1, ATTN_LFM_SHARE_LAYER = 2 } attn_lfm_share;
+
+/* gla's gate: one log-gate per key dimension ([B, H, N, D]) or one per head ([B, H, N]). */
+typedef enum { ATTN_GLA_GATE_VECTOR = 0, ATTN_GLA_GATE_SCALAR = 1 } attn_gla_gate;
 
 /* The allowed names of a choice option that come from another table (linear's
  * feature_map: from the feature maps' table), so that they are listed in one place. */
@@ -100,6 +106,10 @@ typedef struct {
     int (*param_count)(const attn *a, int max_len, size_t *count);
     void (*param_init)(const attn *a, int max_len, uint64_t seed, uint64_t stream, float *params);
     bool (*params_shared_by_layers)(const attn *a);
+    /* A per-position input of the variant's own (attention.h: attn_bind_aux), both NULL
+     * for the others: its name and its floats per (b, h, position) at head size D. */
+    const char *aux_name;
+    int (*aux_width)(const attn *a, int qk_dim);
     const attn_backend *cpu;
     const attn_backend *cuda; /* NULL until the CUDA backend provides it */
 } attn_variant;
@@ -121,6 +131,10 @@ struct attn {
     const float *params;
     float *param_grads;
     int param_len; /* 0 until bound */
+    /* attn_bind_aux: the extra input and its gradient (NULL: none computed), memory of
+     * the object's device; aux is NULL until bound. */
+    const float *aux;
+    float *aux_grad;
 };
 
 /* Ensures a->ws holds at least `bytes`; allocates (tracked) only when it must grow. */

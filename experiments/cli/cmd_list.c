@@ -54,6 +54,9 @@ int cmd_list(int argc, char **argv, const char *command_line) {
         if (attn_variant_has_params(i))
             printf("    learned parameters: sized for a max_len (the model's; op: --max-len, default N); a "
                    "shorter sequence uses their first columns\n");
+        if (attn_variant_aux(i))
+            printf("    reads one more input, %s (op: --%s FILE.npy; models compute it from the layer input)\n",
+                   attn_variant_aux(i), attn_variant_aux(i));
         const char *name, *def, *help;
         for (int j = 0; attn_variant_option(i, j, &name, &def, &help); j++)
             printf("    --set %s=VALUE   default %s: %s\n", name, def, help);

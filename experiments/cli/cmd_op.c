@@ -15,6 +15,7 @@ static const char OP_USAGE[] =
     "usage: attnbench op --variant NAME [--causal] [--set KEY=VALUE]... [--seed S]\n"
     "                    [--device cpu|cuda] [--mode parallel|recurrent]\n"
     "                    --q q.npy --k k.npy --v v.npy [--dout dout.npy] [--lengths lengths.npy]\n"
+    "                    [--g g.npy | --beta beta.npy]\n"
     "                    [--max-len L] --out DIR [--threads N]\n"
     "\n"
     "Runs one attention call. q and k are float32 [B, H, N, D], v (and dout) float32\n"
@@ -25,7 +26,10 @@ static const char OP_USAGE[] =
     "A variant with learned parameters (linformer) gets them drawn from --seed (stream 0)\n"
     "for sequences of up to --max-len L positions (default N; N <= L) and writes them to\n"
     "DIR/params.npy (float32, flat, the variant's layout), with --dout their gradient to\n"
-    "DIR/dparams.npy.\n";
+    "DIR/dparams.npy.\n"
+    "gla reads its log-gate --g (float32 [B, H, N, D] with gate=vector, [B, H, N] with\n"
+    "gate=scalar; values <= 0) and deltanet its rate --beta ([B, H, N], in [0, 1]); with\n"
+    "--dout their gradient is written to DIR/dg.npy or DIR/dbeta.npy.\n";
 
 /* op's own options, into the request. */
 static bool op_option(int argc, char **argv, int *i, void *ctx) {
@@ -43,6 +47,10 @@ static bool op_option(int argc, char **argv, int *i, void *ctx) {
     else if (strcmp(o, "--v") == 0) r->v = cli_value(argc, argv, i);
     else if (strcmp(o, "--dout") == 0) r->dout = cli_value(argc, argv, i);
     else if (strcmp(o, "--lengths") == 0) r->lengths = cli_value(argc, argv, i);
+    else if (strcmp(o, "--g") == 0 || strcmp(o, "--beta") == 0) {
+        r->aux_opt = o + 2;
+        r->aux = cli_value(argc, argv, i);
+    }
     else if (strcmp(o, "--max-len") == 0) {
         unsigned long long x = cli_parse_u64("--max-len", cli_value(argc, argv, i));
         if (x < 1 || x > INT_MAX) cli_die(AB_EXIT_USAGE, "--max-len %llu: must be 1..%d", x, INT_MAX);

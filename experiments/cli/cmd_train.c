@@ -18,10 +18,7 @@
 #include <string.h>
 
 static volatile sig_atomic_t g_stop = 0;
-static void on_signal(int sig) {
-    (void)sig;
-    g_stop = 1;
-}
+static void on_signal(int sig) { g_stop = sig != 0; }
 
 /* Installed once the run's data are loaded: a signal before that ends the process
  * (main.c's handler), one during the steps stops the run with a checkpoint. */

@@ -47,6 +47,8 @@ static json_t *variant_json(int i) {
     json_object_set_new(v, "modes", modes);
     json_object_set_new(v, "causal", json_boolean(attn_variant_has_causal(i)));
     json_object_set_new(v, "params", json_boolean(attn_variant_has_params(i)));
+    const char *aux = attn_variant_aux(i);
+    json_object_set_new(v, "input", aux ? json_string(aux) : json_null());
     json_t *devs = json_array();
     json_array_append_new(devs, json_string("cpu"));
     if (attn_variant_has_device(i, AB_DEV_CUDA)) json_array_append_new(devs, json_string("cuda"));

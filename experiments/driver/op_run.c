@@ -112,8 +112,11 @@ static int dev_download(ab_device d, float *host, const float *dev, size_t n) {
 typedef struct {
     const op_request *r;
     attn *at;
-    ab_array q, k, v, dout, len;
+    ab_array q, k, v, dout, len, aux;
     int *lengths;
+    int aux_w;            /* floats per (b, h, position) of the variant's input; 0: none */
+    const float *aux_dev; /* bound on the device */
+    float *daux, *daux_dev;
     attn_shape s;
     size_t np;
     float *params, *dparams, *out;
@@ -127,6 +130,12 @@ static void op_call_free(op_call *c) {
         dev_input_free(d, c->params_dev);
         dev_free(d, c->dparams_dev);
     }
+    if (c->aux_w) {
+        dev_input_free(d, c->aux_dev);
+        dev_free(d, c->daux_dev);
+    }
+    ab_free(c->daux);
+    ab_array_free(&c->aux);
     ab_free(c->params);
     ab_free(c->dparams);
     ab_free(c->out);
@@ -219,6 +228,44 @@ static int bind_params(op_call *c) {
     return attn_bind_params(c->at, max_len, (float *)c->params_dev, c->dparams_dev);
 }
 
+/* The variant's own input (gla's g, deltanet's beta): read, checked against q's shape,
+ * and bound with a gradient buffer. */
+static int bind_aux(op_call *c) {
+    const op_request *r = c->r;
+    const char *name = attn_aux_name(c->at);
+    if (!name) {
+        if (r->aux) return ab_fail(AB_EINVAL, "--%s: variant '%s' takes no input beside q, k and v", r->aux_opt, r->variant);
+        return 0;
+    }
+    if (!r->aux) return ab_fail(AB_EINVAL, "variant '%s' reads the input %s: give it with --%s FILE.npy", r->variant, name, name);
+    if (strcmp(r->aux_opt, name) != 0)
+        return ab_fail(AB_EINVAL, "--%s: variant '%s' reads %s (--%s FILE.npy)", r->aux_opt, r->variant, name, name);
+    char opt[32];
+    snprintf(opt, sizeof opt, "--%s", name);
+    int rc = load(r->aux, opt, &c->aux);
+    if (rc) return rc;
+    const int w = attn_aux_width(c->at, c->s.qk_dim);
+    const int nd = w == 1 ? 3 : 4;
+    const int64_t want[4] = {c->s.batch, c->s.heads, c->s.len, w};
+    if (c->aux.dtype != AB_F32)
+        return ab_fail(AB_EINVAL, "%s (%s): dtype %s, need float32", opt, r->aux, ab_dtype_name(c->aux.dtype));
+    if (c->aux.ndim != nd || memcmp(c->aux.shape, want, sizeof(int64_t) * (size_t)nd) != 0) {
+        char got[96];
+        shape_str(&c->aux, got, sizeof got);
+        if (nd == 3)
+            return ab_fail(AB_EINVAL, "%s (%s) has shape %s, need [B, H, N] = [%d, %d, %d]", opt, r->aux, got,
+                           c->s.batch, c->s.heads, c->s.len);
+        return ab_fail(AB_EINVAL, "%s (%s) has shape %s, need [B, H, N, %d] = [%d, %d, %d, %d]", opt, r->aux, got,
+                       w, c->s.batch, c->s.heads, c->s.len, w);
+    }
+    c->aux_w = w;
+    const size_t n = c->aux.count;
+    if ((rc = host_alloc(&c->daux, n * sizeof(float))) || (rc = dev_input(r->device, &c->aux_dev, c->aux.data, n)) ||
+        (rc = dev_alloc(r->device, &c->daux_dev, n * sizeof(float))))
+        return rc;
+    return attn_bind_aux(c->at, c->aux_dev, c->daux_dev);
+}
+
 /* The gradients of the backward, copied back and written. */
 static int backward(op_call *c, const float *dq_in, const float *dk_in, const float *dv_in, const void *saved) {
     const ab_device dev = c->r->device;
@@ -244,6 +291,12 @@ static int backward(op_call *c, const float *dq_in, const float *dk_in, const fl
     if ((rc = write_out(dir, "out.npy", &c->v, c->out)) || (rc = write_out(dir, "dq.npy", &c->q, dq)) ||
         (rc = write_out(dir, "dk.npy", &c->k, dk)) || (rc = write_out(dir, "dv.npy", &c->v, dv)))
         goto done;
+    if (c->aux_w && !(rc = dev_download(dev, c->daux, c->daux_dev, c->aux.count))) {
+        char name[40];
+        snprintf(name, sizeof name, "d%s.npy", attn_aux_name(c->at));
+        rc = write_npy(dir, name, c->aux.ndim, c->aux.shape, c->daux);
+        if (rc) goto done;
+    }
     if (c->np && !(rc = dev_download(dev, c->dparams, c->dparams_dev, c->np)))
         rc = write_flat(dir, "dparams.npy", c->dparams, c->np);
 done:
@@ -295,8 +348,13 @@ static int run_recurrent(op_call *c) {
     const size_t bh = (size_t)B * H;
     attn_state *state = NULL;
     float *qt = NULL, *kt = NULL, *vt = NULL, *ot = NULL, *dqt = NULL, *dkt = NULL, *dvt = NULL, *ot_dev = NULL;
+    float *at = NULL, *dat = NULL; /* the variant's input at position t */
+    const int W = c->aux_w;
     int rc;
     if ((rc = attn_state_create(c->at, &c->s, N, &state))) return rc;
+    if (W && ((rc = host_alloc(&at, bh * W * sizeof(float))) || (rc = dev_alloc(dev, &dat, bh * W * sizeof(float))) ||
+              (rc = attn_bind_aux(c->at, dat, NULL))))
+        goto done;
     if ((rc = host_alloc(&qt, bh * D * sizeof(float))) || (rc = host_alloc(&kt, bh * D * sizeof(float))) ||
         (rc = host_alloc(&vt, bh * M * sizeof(float))) || (rc = host_alloc(&ot, bh * M * sizeof(float))) ||
         (rc = dev_alloc(dev, &dqt, bh * D * sizeof(float))) || (rc = dev_alloc(dev, &dkt, bh * D * sizeof(float))) ||
@@ -308,6 +366,11 @@ static int run_recurrent(op_call *c) {
             memcpy(qt + i * D, Q + (i * N + t) * D, sizeof(float) * D);
             memcpy(kt + i * D, K + (i * N + t) * D, sizeof(float) * D);
             memcpy(vt + i * M, V + (i * N + t) * M, sizeof(float) * M);
+            if (W) memcpy(at + i * W, (const float *)c->aux.data + (i * N + t) * W, sizeof(float) * W);
+        }
+        if (W && (rc = ab_dev_upload(dev, dat, at, bh * W * sizeof(float)))) {
+            rc = machine_code(rc);
+            goto done;
         }
         if ((rc = ab_dev_upload(dev, dqt, qt, bh * D * sizeof(float))) ||
             (rc = ab_dev_upload(dev, dkt, kt, bh * D * sizeof(float))) ||
@@ -334,6 +397,8 @@ done:
     ab_free(kt);
     ab_free(vt);
     ab_free(ot);
+    dev_free(dev, dat);
+    ab_free(at);
     attn_state_destroy(state);
     return rc;
 }
@@ -349,7 +414,7 @@ static int prepare(op_call *c) {
     if (rc) return rc == AB_ENOMEM ? AB_ENOMEM : AB_EINVAL;
     if ((rc = read_tensors(c))) return rc;
     if (r->lengths && (rc = read_lengths(c))) return rc;
-    if ((rc = attn_check_shape(c->at, &c->s)) || (rc = bind_params(c))) return rc;
+    if ((rc = attn_check_shape(c->at, &c->s)) || (rc = bind_params(c)) || (rc = bind_aux(c))) return rc;
     if (r->recurrent && !attn_has_step(c->at))
         return ab_fail(AB_EINVAL, "variant '%s' has no recurrent mode (use --mode parallel)", r->variant);
     if ((rc = ab_mkdir_p(r->out))) {

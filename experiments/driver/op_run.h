@@ -21,7 +21,11 @@ typedef struct {
     int max_len;                 /* the parameters' longest sequence; 0: N */
     /* .npy files: q, k, v required; dout (the backward) and lengths may be NULL */
     const char *q, *k, *v, *dout, *lengths;
-    const char *out;             /* the folder of out.npy (dq, dk, dv, params, dparams .npy) */
+    /* the variant's own input (attn_variant_aux: gla's g, deltanet's beta): its option's
+     * name as given ("g", "beta"; checked against the variant's) and its .npy file,
+     * [B, H, N] when it is one float per position, else [B, H, N, W]; NULL: none */
+    const char *aux_opt, *aux;
+    const char *out;             /* the folder of out.npy (dq, dk, dv, d<aux>, params, dparams .npy) */
 } op_request;
 
 /* Runs the call and writes its results. 0, or the error code with a one-line message

@@ -185,7 +185,10 @@ Test(cli, list_json_is_the_registry) {
     for (int i = 0; i < attn_variant_count(); i++) {
         json_t *v = json_array_get(vars, (size_t)i);
         const char *vn = attn_variant_name(i);
-        cr_assert_eq(json_object_size(v), 7u, "%s: name, summary, options, modes, causal, params, devices", vn);
+        cr_assert_eq(json_object_size(v), 8u, "%s: name, summary, options, modes, causal, params, input, devices", vn);
+        json_t *input = json_object_get(v, "input");
+        if (attn_variant_aux(i)) cr_assert_str_eq(json_string_value(input), attn_variant_aux(i), "%s: input", vn);
+        else cr_assert(json_is_null(input), "%s: input is null for a variant reading only q, k, v", vn);
         cr_assert_str_eq(jstr(v, "name"), vn);
         cr_assert(json_is_boolean(json_object_get(v, "causal")), "%s: causal", vn);
         cr_assert_eq(json_is_true(json_object_get(v, "causal")), attn_variant_has_causal(i), "%s: causal", vn);
