@@ -35,6 +35,28 @@ const char *val(const attn *a, const attn_shape *s, const char *key) {
  * the tracked allocator does not count, kept for the process). */
 #define MAX_LEN 64
 
+/* A variant with an input of its own (gla's log-gate g, deltanet's rate beta) gets one
+ * from make(): AUX_FLOATS floats of one value inside its range (g = -0.1: a decay of
+ * 0.905 a step; beta = 0.5), no gradient; enough for every shape of these suites
+ * (B H N W <= 2^22), whose generic checks (shapes, workspace, errors) do not depend on
+ * the values. */
+#define AUX_FLOATS ((size_t)1 << 22)
+
+static void bind_aux(attn *a) {
+    static float *gate, *rate;
+    const char *name = attn_aux_name(a);
+    if (!name) return;
+    const bool is_g = strcmp(name, "g") == 0;
+    cr_assert(is_g || strcmp(name, "beta") == 0, "make(): no test value for the input %s", name);
+    float **pool = is_g ? &gate : &rate;
+    if (!*pool) {
+        *pool = malloc(AUX_FLOATS * sizeof(float));
+        cr_assert_not_null(*pool);
+        for (size_t i = 0; i < AUX_FLOATS; i++) (*pool)[i] = is_g ? -0.1f : 0.5f;
+    }
+    cr_assert_eq(attn_bind_aux(a, *pool, NULL), 0, "%s", attn_error());
+}
+
 attn *make(const char *variant, int n, const char *const *settings) {
     static float *pool;
     static size_t pool_n;
@@ -54,6 +76,7 @@ attn *make(const char *variant, int n, const char *const *settings) {
         }
         cr_assert_eq(attn_bind_params(a, MAX_LEN, pool, NULL), 0, "%s", attn_error());
     }
+    bind_aux(a);
     return a;
 }
 

@@ -23,7 +23,8 @@
 const char *val(const attn *a, const attn_shape *s, const char *key);
 
 /* A CPU instance of `variant` with n settings, its parameters (if it has any) bound
- * for sequences of up to MAX_LEN positions; asserts that it is made. */
+ * for sequences of up to MAX_LEN positions, its own input (if it reads one: gla, deltanet)
+ * bound to a constant in its range; asserts that it is made. */
 attn *make(const char *variant, int n, const char *const *settings);
 
 /* The shape {B, H, N, D, M, causal, lengths}. */
