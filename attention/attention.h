@@ -200,6 +200,9 @@ int attn_aux_width(const attn *a, int qk_dim);
  * buffer (NULL: backward computes none). AB_EINVAL for a variant without one or a NULL
  * input. */
 int attn_bind_aux(attn *a, const float *aux, float *daux);
+/* attn_variant_check, then the name and width the object attn_create would make has
+ * (NULL and 0 for a variant without an input of its own), without making it. */
+int attn_variant_aux_of(const attn_options *opt, int qk_dim, const char **name, int *width);
 
 /* ---- parallel (training) mode ---- */
 

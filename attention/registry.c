@@ -257,6 +257,18 @@ int attn_variant_params(const attn_options *opt, int max_len, size_t *count, boo
     return 0;
 }
 
+int attn_variant_aux_of(const attn_options *opt, int qk_dim, const char **name, int *width) {
+    if (!name || !width) return ab_fail(AB_EINVAL, "attn_variant_aux_of: NULL argument");
+    *name = NULL;
+    *width = 0;
+    attn a;
+    int rc = describe(opt, &a);
+    if (rc) return rc;
+    *name = attn_aux_name(&a);
+    *width = attn_aux_width(&a, qk_dim);
+    return 0;
+}
+
 int attn_create(const attn_options *opt, attn **out) {
     if (!opt || !out) return ab_fail(AB_EINVAL, "attn_create: NULL argument");
     *out = NULL;

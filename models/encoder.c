@@ -19,7 +19,7 @@ void enc_carve_params(tf_table *t, enc_params *p, const enc_config *c) {
     p->ln1_g = tf_carve_f(t, "ln1.g", false, 1, c->C, 0, 0, 0);
     p->ln1_b = tf_carve_f(t, "ln1.b", false, 1, c->C, 0, 0, 0);
     tf_table_prefix(t, "%sattn.", base);
-    mha_carve_params(t, &p->attn, c->C, c->attn_params, c->attn_len);
+    mha_carve_params(t, &p->attn, c->C, c->H, c->attn_params, c->attn_len, &c->aux);
     tf_table_prefix(t, "%s", base);
     p->ln2_g = tf_carve_f(t, "ln2.g", false, 1, c->C, 0, 0, 0);
     p->ln2_b = tf_carve_f(t, "ln2.b", false, 1, c->C, 0, 0, 0);
@@ -38,7 +38,7 @@ void enc_carve_acts(tf_table *t, enc_acts *a, const enc_config *c, int B, int N,
     char base[TF_NAME_MAX];
     snprintf(base, sizeof base, "%s", t->prefix);
     tf_table_prefix(t, "%sattn.", base);
-    mha_carve_acts(t, &a->attn, B, N, c->C, attn_saved_bytes);
+    mha_carve_acts(t, &a->attn, B, N, c->C, c->H, attn_saved_bytes, &c->aux);
     tf_table_prefix(t, "%s", base);
     a->mask_attn = tf_carve(t, "attn.drop_mask", 1, false, 3, B, N, C * md, 0);
     a->res1 = tf_carve_f(t, "res1", false, 3, B, N, C, 0);
@@ -52,7 +52,7 @@ void enc_carve_acts(tf_table *t, enc_acts *a, const enc_config *c, int B, int N,
 }
 
 void enc_carve_scratch(tf_table *t, enc_scratch *s, const enc_config *c, int B, int N) {
-    mha_carve_scratch(t, &s->attn, B, N, c->C);
+    mha_carve_scratch(t, &s->attn, B, N, c->C, c->H, &c->aux);
     s->branch = tf_carve_f(t, "branch", false, 3, B, N, c->C, 0);
     s->d1 = tf_carve_f(t, "d1", false, 3, B, N, c->C, 0);
     s->d2 = tf_carve_f(t, "d2", false, 3, B, N, c->C, 0);

@@ -30,6 +30,8 @@ typedef struct {
      * one block shared by the layers, carved by the model) and their max_len. */
     size_t attn_params;
     int attn_len;
+    /* How the attention's own input is made (mha_aux; width 0: the variant reads none). */
+    mha_aux aux;
 } enc_config;
 
 typedef struct {

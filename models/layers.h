@@ -153,6 +153,15 @@ void residual_acc(float *y, const float *x, size_t n);
 /* x (n) *= s (one rounded product per element: the gradient's micro-batch weights) */
 void scale_inplace(float *x, size_t n, float s);
 
+/* ---- the activation of a variant's input (residual.c; mha.c makes the input) ----
+ * GATE_ACT_LOGSIGMOID16: y = log(sigmoid(z)) / 16 (gla's log-gate, <= 0, a decay
+ * exp(y) in (0.5^(1/16), 1) near z = 0); GATE_ACT_SIGMOID: y = sigmoid(z) (deltanet's
+ * rate, in (0, 1)). Forward turns z into y in place; backward turns dy into dz in
+ * place, from y (logsigmoid/16: dz = dy (1 - exp(16 y)) / 16; sigmoid: dy y (1 - y)). */
+typedef enum { GATE_ACT_LOGSIGMOID16 = 0, GATE_ACT_SIGMOID = 1 } gate_act;
+void gate_act_forward(float *x, size_t n, gate_act kind);
+void gate_act_backward(float *d, const float *y, size_t n, gate_act kind);
+
 /* ---- softmax cross-entropy with per-position weights (cross_entropy.c) ---- */
 
 typedef struct {

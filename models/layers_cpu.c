@@ -140,6 +140,16 @@ static int cpu_scale(float *x, size_t n, float s) {
     return 0;
 }
 
+static int cpu_gate_act_forward(float *x, size_t n, gate_act kind) {
+    gate_act_forward(x, n, kind);
+    return 0;
+}
+
+static int cpu_gate_act_backward(float *d, const float *y, size_t n, gate_act kind) {
+    gate_act_backward(d, y, n, kind);
+    return 0;
+}
+
 static int cpu_residual_acc(float *y, const float *x, size_t n) {
     residual_acc(y, x, n);
     return 0;
@@ -238,6 +248,8 @@ const ld_ops ld_ops_cpu = {
     .residual_add = cpu_residual_add,
     .residual_acc = cpu_residual_acc,
     .scale = cpu_scale,
+    .gate_act_forward = cpu_gate_act_forward,
+    .gate_act_backward = cpu_gate_act_backward,
     .cross_entropy_forward = cpu_cross_entropy_forward,
     .cross_entropy_backward = cpu_cross_entropy_backward,
     .mixture_forward = cpu_mixture_forward,

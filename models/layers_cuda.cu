@@ -455,6 +455,35 @@ extern "C" int scale_inplace_cuda(float *x, size_t n, float s) {
     return 0;
 }
 
+/* layers.h's gate_act: the same float formulas as residual.c */
+__global__ void gate_act_forward_kernel(float *x, long long n, int kind) {
+    if (kind == GATE_ACT_LOGSIGMOID16) {
+        FOR_EACH(i, n) x[i] = (fminf(x[i], 0.0f) - log1pf(expf(-fabsf(x[i])))) * 0.0625f;
+    } else {
+        FOR_EACH(i, n) x[i] = 1.0f / (1.0f + expf(-x[i]));
+    }
+}
+
+__global__ void gate_act_backward_kernel(float *d, const float *y, long long n, int kind) {
+    if (kind == GATE_ACT_LOGSIGMOID16) {
+        FOR_EACH(i, n) d[i] *= -expm1f(16.0f * y[i]) * 0.0625f;
+    } else {
+        FOR_EACH(i, n) d[i] *= y[i] * (1.0f - y[i]);
+    }
+}
+
+extern "C" int gate_act_forward_cuda(float *x, size_t n, gate_act kind) {
+    if (n == 0) return 0;
+    LAUNCH_N(gate_act_forward_kernel, (long long)n, x, (long long)n, (int)kind);
+    return 0;
+}
+
+extern "C" int gate_act_backward_cuda(float *d, const float *y, size_t n, gate_act kind) {
+    if (n == 0) return 0;
+    LAUNCH_N(gate_act_backward_kernel, (long long)n, d, y, (long long)n, (int)kind);
+    return 0;
+}
+
 /* ---- fused layers (layers.h: fused.c), the recurrent step's ---- */
 
 __global__ void embedding_positions_kernel(float *out, const int *tokens, const float *wte, const float *table,

@@ -94,6 +94,8 @@ int bias_residual_layernorm_cuda(float *res, float *out, float *mean, float *rst
 int residual_add_cuda(float *out, const float *a, const float *b, size_t n);
 int residual_acc_cuda(float *y, const float *x, size_t n);
 int scale_inplace_cuda(float *x, size_t n, float s);
+int gate_act_forward_cuda(float *x, size_t n, gate_act kind);
+int gate_act_backward_cuda(float *d, const float *y, size_t n, gate_act kind);
 
 /* Device scratch of cross_entropy_forward_cuda for BT positions (bytes). */
 size_t cross_entropy_cuda_ws_bytes(int BT);

@@ -152,6 +152,16 @@ int ld_scale(ab_device dev, float *x, size_t n, float s) {
     return o ? o->scale(x, n, s) : no_ops(dev);
 }
 
+int ld_gate_act_forward(ab_device dev, float *x, size_t n, gate_act kind) {
+    const ld_ops *o = ops_of(dev);
+    return o ? o->gate_act_forward(x, n, kind) : no_ops(dev);
+}
+
+int ld_gate_act_backward(ab_device dev, float *d, const float *y, size_t n, gate_act kind) {
+    const ld_ops *o = ops_of(dev);
+    return o ? o->gate_act_backward(d, y, n, kind) : no_ops(dev);
+}
+
 int ld_residual_acc(ab_device dev, float *y, const float *x, size_t n) {
     const ld_ops *o = ops_of(dev);
     return o ? o->residual_acc(y, x, n) : no_ops(dev);

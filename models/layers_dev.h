@@ -59,6 +59,8 @@ typedef struct {
     int (*residual_add)(float *out, const float *a, const float *b, size_t n);
     int (*residual_acc)(float *y, const float *x, size_t n);
     int (*scale)(float *x, size_t n, float s);
+    int (*gate_act_forward)(float *x, size_t n, gate_act kind);
+    int (*gate_act_backward)(float *d, const float *y, size_t n, gate_act kind);
     int (*cross_entropy_forward)(ce_stats *st, float *nll, const float *logits, const int *targets,
                                  const float *weights, int BT, int V, void *ws);
     int (*cross_entropy_backward)(float *dlogits, const float *logits, const int *targets, const float *weights,
@@ -140,6 +142,8 @@ int ld_bias_residual_layernorm(ab_device dev, float *res, float *out, float *mea
 int ld_residual_add(ab_device dev, float *out, const float *a, const float *b, size_t n);
 int ld_residual_acc(ab_device dev, float *y, const float *x, size_t n);
 int ld_scale(ab_device dev, float *x, size_t n, float s);
+int ld_gate_act_forward(ab_device dev, float *x, size_t n, gate_act kind);
+int ld_gate_act_backward(ab_device dev, float *d, const float *y, size_t n, gate_act kind);
 /* Scratch the forward needs on dev (0 on the CPU). */
 size_t ld_cross_entropy_ws_bytes(ab_device dev, int BT);
 /* st on the host; on CUDA this waits for the device (the sums come back). */

@@ -12,6 +12,7 @@
 #define AB_MODELS_MHA_H
 
 #include "attention.h"
+#include "layers.h"
 #include "table.h"
 
 #include <stdbool.h>
@@ -25,6 +26,21 @@ typedef struct {
                             row row0 + b of it (dropout_forward_at); 0 for a whole batch */
 } mha_dims;
 
+/* How a block makes the attention's own input (attention.h: attn_bind_aux) from its
+ * input x (B, N, C): y = act(x W1 W2 + b) with a low-rank pair W1 (C -> rank), W2
+ * (rank -> H W), or y = act(x W1 + b) at rank 0, then split into heads [B, H, N, W].
+ * gla's log-gate g: rank 16, act log(sigmoid(.)) / 16 (GLA's rule); deltanet's rate
+ * beta: rank 0, act sigmoid. width 0: the variant reads no input of its own. */
+typedef struct {
+    int width;    /* W per head (0: none) */
+    int rank;     /* 0: one projection */
+    gate_act act;
+} mha_aux;
+
+/* The block's rule for the input `name` of width W per head (attn_variant_aux_of):
+ * 0, or AB_EINVAL for a name no rule is known for. name NULL: none (width 0). */
+int mha_aux_of(const char *name, int width, mha_aux *out);
+
 typedef struct {
     float *wqkv, *bqkv; /* (3C, C), (3C): rows [0,C) make q, [C,2C) k, [2C,3C) v */
     float *wo, *bo;     /* (C, C), (C) */
@@ -33,6 +49,11 @@ typedef struct {
      * the attention by forward (and, with the gradient's, by backward). */
     float *proj;
     int proj_len;
+    /* The projection to the attention's own input (mha_aux; all NULL without one):
+     * aux_w1 (rank, C) and aux_w2 (H W, rank), or aux_w1 (H W, C) alone at rank 0;
+     * aux_b (H W). */
+    float *aux_w1, *aux_w2, *aux_b;
+    mha_aux aux;
 } mha_params;           /* also used for their gradients */
 
 /* Kept from forward for backward (per layer). */
@@ -40,6 +61,8 @@ typedef struct {
     float *q, *k, *v; /* (B, H, N, D) */
     float *merged;    /* (B, N, C): attention output with heads merged (input of wo) */
     void *saved;      /* attn_saved_bytes() of the variant (NULL when it saves nothing) */
+    float *aux;       /* (B, H, N, W): the attention's own input (mha_aux), bound to it */
+    float *aux_z1;    /* (B, N, rank): x W1 of a low-rank projection */
 } mha_acts;
 
 /* Shared by all blocks, contents not kept between calls. */
@@ -48,6 +71,9 @@ typedef struct {
     float *att;            /* (B, H, N, D): attention output; its gradient in backward */
     float *dq, *dk, *dv;   /* (B, H, N, D) */
     float *dmerged;        /* (B, N, C) */
+    float *aux_z;          /* (B, N, H W): the input before its split; its gradient */
+    float *daux;           /* (B, H, N, W): the input's gradient from the attention */
+    float *aux_dz1;        /* (B, N, rank) */
 } mha_scratch;
 
 /* How forward runs the attention: the parallel call (training, recomputation), or the
@@ -64,12 +90,13 @@ typedef struct {
 
 /* Parameters into a parameter table (names wqkv, bqkv, wo, bo under the prefix, then
  * proj of proj_count floats when proj_count > 0: the attention's own, for sequences of
- * up to proj_len positions). */
-void mha_carve_params(tf_table *t, mha_params *p, int C, size_t proj_count, int proj_len);
+ * up to proj_len positions; then aux.w1, aux.w2 (rank > 0) and aux.b when aux->width >
+ * 0, for H heads). */
+void mha_carve_params(tf_table *t, mha_params *p, int C, int H, size_t proj_count, int proj_len, const mha_aux *aux);
 /* Per-layer activations for (B, N) with `saved_bytes` for the attention. */
-void mha_carve_acts(tf_table *t, mha_acts *a, int B, int N, int C, size_t saved_bytes);
+void mha_carve_acts(tf_table *t, mha_acts *a, int B, int N, int C, int H, size_t saved_bytes, const mha_aux *aux);
 /* Shared scratch for (B, N). */
-void mha_carve_scratch(tf_table *t, mha_scratch *s, int B, int N, int C);
+void mha_carve_scratch(tf_table *t, mha_scratch *s, int B, int N, int C, int H, const mha_aux *aux);
 
 /* The attention shape of these dims (D = M = C / H). */
 attn_shape mha_shape(const mha_dims *d);

@@ -426,6 +426,16 @@ static int body_init(const init_ctx *x) {
         init_dense(x, p->w1, p->b1, F, C);
         init_dense(x, p->w2, p->b2, C, F);
         if (p->attn.proj && !m->attn_shared && (rc = fill_attn(x, p->attn.proj))) return rc;
+        const mha_aux *ax = &p->attn.aux;
+        if (ax->width) { /* nn.Linear's rule for each projection of the attention's input */
+            const int HW = c->heads * ax->width;
+            if (ax->rank) {
+                init_dense(x, p->attn.aux_w1, NULL, ax->rank, C);
+                init_dense(x, p->attn.aux_w2, p->attn.aux_b, HW, ax->rank);
+            } else {
+                init_dense(x, p->attn.aux_w1, p->attn.aux_b, HW, C);
+            }
+        }
     }
     if (m->attn_shared && (rc = fill_attn(x, m->attn_proj))) return rc;
     if (c->final_norm) {
@@ -480,14 +490,18 @@ static int set_attn_params(tf_model *m, const attn_options *ao) {
     m->enc.attn_params = shared ? 0 : n;
     m->enc.attn_len = m->cfg.max_len;
     m->attn_shared = shared ? n : 0;
-    return 0;
+    /* the attention's own input (gla's gate, deltanet's rate): the block's projection */
+    const char *aux;
+    int width;
+    if ((rc = attn_variant_aux_of(ao, m->cfg.d_model / m->cfg.heads, &aux, &width))) return rc;
+    return mha_aux_of(aux, width, &m->enc.aux);
 }
 
 /* The sizes the carving passes read, from the config. */
 static void set_dims(tf_model *m, const tf_config *cfg) {
     m->classes = classes_of(cfg);
     m->width = width_of(cfg);
-    m->enc = (enc_config){cfg->d_model, cfg->heads, cfg->d_ff, cfg->dropout, cfg->pre_norm, cfg->causal, 0, 0};
+    m->enc = (enc_config){cfg->d_model, cfg->heads, cfg->d_ff, cfg->dropout, cfg->pre_norm, cfg->causal, 0, 0, {0}};
     /* the attention's own parameters: set_attn_params (from the registry) */
     m->lc = (lstm_config){cfg->d_model, cfg->lstm_hidden, cfg->layers, cfg->bidirectional, cfg->dropout};
 }

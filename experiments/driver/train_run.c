@@ -124,6 +124,10 @@ static json_t *summary_json(run_state *s) {
             json_object_set_new(o, key, ab_json_num(s->test.metrics[i]));
         }
     }
+    /* the recurrent state one sequence of the task's length holds, all layers (null:
+     * no recurrent mode, e.g. softmax, lsh or a non-causal model) */
+    const size_t state = t->model && tf_has_recurrent(t->model) ? tf_gen_state_bytes(t->model, 1, task->seq_len) : 0;
+    json_object_set_new(o, "state_bytes", state ? json_integer((json_int_t)state) : json_null());
     json_object_set_new(o, "final_train_loss_window", json_integer(t->step ? w : 0));
     json_object_set_new(o, "final_train_loss_mean", ab_json_num(mean));
     json_object_set_new(o, "final_train_loss_std", ab_json_num(sd));

@@ -423,6 +423,35 @@ Test(layers, relu) {
     for (int i = 0; i < 6; i++) cr_assert_eq(dx[i], wd[i]);
 }
 
+/* gate_act against the definitions in double: log(sigmoid(z)) / 16 and sigmoid(z), and
+ * their derivatives by central differences of those (step 1e-5: truncation ~1e-11).
+ * Float evaluation: values within 1e-6 relative (measured <= 2e-7). The derivatives
+ * are computed from y, as backward has only y: sigmoid's y (1 - y) inherits y's
+ * absolute rounding (<= 6e-8 near 1), so its error is absolute, not relative, where
+ * sigmoid saturates; hence 1e-6 relative plus 1.5e-7 absolute (of a derivative whose
+ * largest value is 0.25). A wrong formula is off by 1e-2 or more. The far ends
+ * (|z| = 40) check that nothing overflows: log sigmoid(-40) = -40 within rounding. */
+static double logsig16(double z) { return -log1p(exp(-z)) / 16.0; }
+static double sig(double z) { return 1.0 / (1.0 + exp(-z)); }
+
+Test(layers, gate_activations) {
+    const int n = 801;
+    float z[801], y[801], d[801];
+    for (int kind = 0; kind < 2; kind++) {
+        double (*f)(double) = kind == GATE_ACT_SIGMOID ? sig : logsig16;
+        for (int i = 0; i < n; i++) z[i] = y[i] = -40.0f + 0.1f * (float)i;
+        gate_act_forward(y, (size_t)n, (gate_act)kind);
+        for (int i = 0; i < n; i++) d[i] = 1.0f;
+        gate_act_backward(d, y, (size_t)n, (gate_act)kind);
+        for (int i = 0; i < n; i++) {
+            const double zi = z[i], want = f(zi), dwant = (f(zi + 1e-5) - f(zi - 1e-5)) / 2e-5;
+            cr_assert_leq(fabs(y[i] - want), 1e-6 * fabs(want) + 1e-30, "kind %d, z %g: %g vs %g", kind, zi, y[i], want);
+            cr_assert_leq(fabs(d[i] - dwant), 1e-6 * fabs(dwant) + 1.5e-7, "kind %d, z %g: derivative %g vs %g", kind,
+                          zi, d[i], dwant);
+        }
+    }
+}
+
 typedef struct {
     int BT, C, F;
     double *x, *w1, *b1, *w2, *b2, p;
@@ -597,7 +626,7 @@ static void layer_make(layer_setup *s, const char *variant, bool causal, bool pr
     s->B = 2;
     s->N = 5;
     int C = 8, H = 2, F = 12;
-    s->ec = (enc_config){C, H, F, dropout, pre_norm, causal, 0, 0};
+    s->ec = (enc_config){C, H, F, dropout, pre_norm, causal, 0, 0, {0}};
     s->rc = (ref_model_cfg){5, C, H, 1, F, pre_norm, false, causal,
                             strstr(variant, "softmax") ? REF_ATTN_SOFTMAX : REF_ATTN_LINEAR_ELU, 0, 0, false};
     if (lengths) {
