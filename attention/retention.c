@@ -58,7 +58,8 @@ static const attn_option_spec ret_options[] = {
     {"scale", ATTN_OPT_DOUBLE, offsetof(attn_params, scale), "1/sqrt(D)",
      "multiplier of q.k: any finite number, or auto for 1/sqrt(D)", NULL, -DBL_MAX, DBL_MAX, true, NULL},
     {"chunk", ATTN_OPT_INT, offsetof(attn_params, chunk), "auto",
-     "chunk length of the chunked parallel form, 1..65536 or auto (CPU: 32)", NULL, 1, 65536, true, NULL},
+     "chunk length of the chunked parallel form, 1..65536 or auto (CPU: 32; CUDA: 64, and at most 64)", NULL, 1,
+     65536, true, NULL},
 };
 
 static void ret_defaults(attn_params *p) {
@@ -391,6 +392,24 @@ static const attn_backend cpu_backend = {
 };
 
 #ifdef ATTNBENCH_HAVE_CUDA
+static int cuda_check_shape(const attn *a, const attn_shape *s) {
+    int rc = check_shape(a, s);
+    return rc ? rc : ret_cuda_check_sizes(a, s);
+}
+
+/* CUDA (retention_cuda.cu): nothing saved, the same state. */
+static const attn_backend ret_cuda_backend = {
+    .check_shape = cuda_check_shape,
+    .saved_bytes = saved_bytes,
+    .workspace_bytes = ret_cuda_workspace_bytes,
+    .forward = ret_cuda_forward,
+    .backward = ret_cuda_backward,
+    .state_bytes = state_bytes,
+    .state_init = ret_cuda_state_init,
+    .prefill = ret_cuda_prefill,
+    .step = ret_cuda_step,
+    .step_workspace_bytes = NULL,
+};
 #define CUDA_RETENTION (&ret_cuda_backend)
 #else
 #define CUDA_RETENTION NULL
