@@ -198,9 +198,7 @@ static void intra(const ret_cfg *g, ret_slot *w, int t, int dir, const float *a,
 
 /* y rows += f[r] * (a rows S): the chunk's part from the state S (P x R); f = spw shifted
  * so that row r gets spw[off + sign r]. */
-static void inter_add(const ret_cfg *g, ret_slot *w, int t, const float *a, int P, const float *S, int R, int off,
-                      int sign, float *y) {
-    (void)g;
+static void inter_add(ret_slot *w, int t, const float *a, int P, const float *S, int R, int off, int sign, float *y) {
     prod_rows(t, P, R, a, P, S, w->Y);
     for (int r = 0; r < t; r++) {
         const float f = w->spw[off + sign * r], *src = w->Y + (size_t)r * R;
@@ -234,7 +232,7 @@ static void ret_pass(const ret_cfg *g, ret_slot *w, int L, int dir, const float 
         float *yc = y ? y + (size_t)i0 * R : NULL;
         if (yc) intra(g, w, t, dir, ac, bc, P, cc, R, yc);
         if (!(dir & RET_CAUSAL)) continue;
-        if (yc && i0 > 0) inter_add(g, w, t, ac, P, S, R, 1, 1, yc);
+        if (yc && i0 > 0) inter_add(w, t, ac, P, S, R, 1, 1, yc);
         if (i0 + t < L || keep) state_add(w, t, bc, P, cc, R, t - 1, -1, S);
     }
     if (!(dir & RET_ANTI) || !y || L <= 0) return;
@@ -243,7 +241,7 @@ static void ret_pass(const ret_cfg *g, ret_slot *w, int L, int dir, const float 
     for (int i0 = ((L - 1) / T) * T; i0 >= 0; i0 -= T) {
         const int t = L - i0 < T ? L - i0 : T;
         const float *ac = a + (size_t)i0 * P, *bc = b + (size_t)i0 * P, *cc = c + (size_t)i0 * R;
-        if (i0 + t < L) inter_add(g, w, t, ac, P, U, R, t, -1, y + (size_t)i0 * R);
+        if (i0 + t < L) inter_add(w, t, ac, P, U, R, t, -1, y + (size_t)i0 * R);
         if (i0 > 0) state_add(w, t, bc, P, cc, R, 0, 1, U);
     }
 }
