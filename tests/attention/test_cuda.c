@@ -74,6 +74,9 @@ static const cuda_variant CUDA_VARIANTS[] = {
     {"local", {NULL}, 0, true},
     {"local", {"window=5"}, 1, true},
     {"local", {"window=3", "scale=0.7"}, 2, true},
+    {"retention", {NULL}, 0, true},
+    {"retention", {"gamma=0.9", "chunk=3"}, 2, true},
+    {"retention", {"gamma=1", "scale=0.4", "chunk=100"}, 3, true},
 };
 #define N_CUDA_VARIANTS (int)(sizeof CUDA_VARIANTS / sizeof CUDA_VARIANTS[0])
 

@@ -1,7 +1,8 @@
 /* The CUDA backend against the CPU, paths of single variants (the table-driven checks
  * of every variant are tests/attention/test_cuda.c, whose helpers these use): linear and
  * polynomial (several chunks, large feature sizes, wide heads, the grouped workspace,
- * state reset), local (long windows, the ring) and favor (large and growing keys).
+ * state reset), local (long windows, the ring), favor (large and growing keys) and
+ * retention (many chunks, long sequences).
  * Built into the same two binaries as test_cuda.c. */
 #include "attention.h"
 #include "cuda_device.h"
@@ -234,3 +235,24 @@ Test(cuda_favor, large_and_growing_keys) {
     check_recurrent(&fv, 1, 2, 30, 6, 3, 30, 9, true, 94);
 }
 
+
+/* ---- retention: many chunks, long sequences ---- */
+
+static const cuda_variant RET = {"retention", {NULL}, 0, true};
+static const cuda_variant RET_NEAR1 = {"retention", {"gamma=0.9999"}, 1, true};
+static const cuda_variant RET_FAR = {"retention", {"gamma=0.05", "chunk=17"}, 2, true};
+
+Test(cuda_retention, many_chunks_and_long_sequences) {
+    /* N = 1000: 16 chunks of 64 on CUDA (32 on the CPU), the last ragged, lengths cutting
+     * inside a chunk; gamma near 1 (every earlier position counts), the per-head default
+     * (4 heads: 4 decays), far from 1 (gamma^e underflows float within a chunk). */
+    require_cuda();
+    const int len[2] = {1000, 555};
+    for (int causal = 0; causal < 2; causal++) {
+        check_parallel(&RET_NEAR1, 2, 1, 1000, 4, 3, causal, len, 101, false);
+        check_parallel(&RET, 1, 4, 1000, 4, 3, causal, NULL, 102, false);
+        check_parallel(&RET_FAR, 1, 1, 1000, 3, 4, causal, NULL, 103, false);
+    }
+    check_recurrent(&RET_NEAR1, 1, 2, 300, 4, 3, 300, 250, false, 104);
+    check_recurrent(&RET, 2, 2, 200, 16, 16, 200, 131, true, 105);
+}

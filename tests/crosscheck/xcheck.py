@@ -99,6 +99,8 @@ def selftest_gradients():
         ("local", False, None, {"window": 2}),
         ("linformer", False, [3, 1], {"k": 3, "share": "none", "scale": 0.7}),
         ("linformer", False, None, {"k": 5, "share": "kv"}),
+        ("retention", True, [4, 2], {"gamma": 0.7, "scale": 0.9}),
+        ("retention", False, [3, 1], {}),
     ]
     B, H, N, D, M = 2, 1, 4, 3, 2
     h = 1e-5

@@ -407,6 +407,29 @@ def ref_polynomial(q, k, v, g, lengths, causal, c, scale, eps):
     return r
 
 
+def ref_retention(q, k, v, g, lengths, causal, gamma, scale):
+    """RetNet's retention (README): out_i = scale sum_j gamma_h^|i-j| (q_i . k_j) v_j over
+    the allowed j, gamma_h = 1 - 2^(-5-h) per head h unless one gamma is given. The
+    weights W_ij = scale gamma^|i-j| are exact, so the magnitudes are those of the
+    products q.k, g.v with W's absolute value."""
+    B, H, N, D = q.shape
+    if gamma is None:
+        gam = 1.0 - 2.0 ** (-5.0 - np.arange(H))
+    else:
+        gam = np.full(H, float(gamma))
+    dist = np.abs(np.arange(N)[:, None] - np.arange(N)[None, :]).astype(float)
+    W = scale * gam[:, None, None] ** dist[None]                         # (H, N, N)
+    W = np.where(base_mask(B, N, lengths, causal), W[None], 0.0)         # (B, H, N, N)
+    aW = np.abs(W)
+    A = W * (q @ _T(k))
+    dA = W * (g @ _T(v))
+    A_mag = aW * (np.abs(q) @ _T(np.abs(k)))
+    dA_mag = aW * (np.abs(g) @ _T(np.abs(v)))
+    return dict(out=A @ v, dq=dA @ k, dk=_T(dA) @ q, dv=_T(A) @ g,
+                mag_out=A_mag @ np.abs(v), mag_dq=dA_mag @ np.abs(k), mag_dk=_T(dA_mag) @ np.abs(q),
+                mag_dv=_T(A_mag) @ np.abs(g))
+
+
 def lsh_buckets(q, R):
     """First argmax of [xR, -xR] for every position, and the gap between the largest
     and second largest entry for unit-norm x (how far the hash is from a tie)."""
@@ -542,6 +565,10 @@ def _polynomial(q, k, v, g, lengths, causal, o, seed, masks):
                           o.get("eps", 1e-6))
 
 
+def _retention(q, k, v, g, lengths, causal, o, seed, masks):
+    return ref_retention(q, k, v, g, lengths, causal, o.get("gamma"), o.get("scale", _auto_scale(q)))
+
+
 def linformer_split(params, o, max_len):
     """E and F (k x max_len) of the flat parameters: E then F (share=none), or E = F."""
     P = o.get("k", 256)
@@ -665,6 +692,20 @@ def _draw_lsh(rng, D, choices):
     return o
 
 
+def _draw_retention(rng, D, choices):
+    o = {}
+    if rng.random() < 0.7:
+        o["gamma"] = float(rng.choice([1.0, 0.999, 0.9, 0.5, 0.05]))
+    elif rng.random() < 0.5:
+        o["gamma"] = "auto"
+    _draw_scale(rng, o, 0.5, lambda: rng.choice([0.0, rng.uniform(-2, 2), 1.0]))
+    if rng.random() < 0.7:
+        o["chunk"] = int(rng.choice(CHUNK_CHOICES))
+    elif rng.random() < 0.5:
+        o["chunk"] = "auto"
+    return o
+
+
 class Ref:
     """A variant's reference: fn(q, k, v, g, lengths, causal, o, seed, masks) -> dict (o
     without "auto" values), the options it reads (name -> None for a number, or the set
@@ -688,6 +729,7 @@ REFERENCES = {
     "efficient": Ref(_efficient, {}, _draw_efficient),
     "local": Ref(_local, {"window": None, "scale": None}, _draw_local),
     "linformer": Ref(_linformer, {"k": None, "share": {"none", "kv", "layer"}, "scale": None}, _draw_linformer),
+    "retention": Ref(_retention, {"gamma": None, "scale": None, "chunk": None}, _draw_retention),
 }
 
 # Options every variant has (the registry's common options): precision changes how the

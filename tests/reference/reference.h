@@ -54,6 +54,14 @@ typedef enum { REF_SIM_ELU = 0, REF_SIM_TAYLOR = 1, REF_SIM_POLY = 2 } ref_sim;
 void ref_linear(const ref_shape *s, ref_sim sim, double c, double scale, double eps, const double *q,
                 const double *k, const double *v, double *out);
 
+/* Retention (RetNet): out_i = scale sum_j gamma[h]^|i-j| (q_i . k_j) v_j over j <= i
+ * (causal) or all j, j < lengths[b]; padded rows zero. gamma holds one decay per head.
+ * The backward overwrites dq, dk, dv with the gradients of sum(dout . out). */
+void ref_retention(const ref_shape *s, const double *gamma, double scale, const double *q, const double *k,
+                   const double *v, double *out);
+void ref_retention_backward(const ref_shape *s, const double *gamma, double scale, const double *q, const double *k,
+                            const double *v, const double *dout, double *dq, double *dk, double *dv);
+
 /* LSH attention given explicit buckets: buckets[((r * B + b) * H + h) * N + i] for
  * round r; keys are the L2-normalised queries; chunk, rounds, combine (0 mean,
  * 1 logsumexp) as in the lsh variant. Per round: stable sort of the valid positions
