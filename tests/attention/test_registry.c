@@ -16,6 +16,7 @@ static const struct {
     {"softmax", false, true}, {"stateful-softmax", true, true}, {"linear", true, true}, {"polynomial", true, true},
     {"lsh", false, true},     {"efficient", false, false},      {"local", true, true},
     {"linformer", false, false},
+    {"sparse", true, true},
 };
 #define N_KNOWN ((int)(sizeof KNOWN / sizeof KNOWN[0]))
 
