@@ -99,6 +99,8 @@ def selftest_gradients():
         ("local", False, None, {"window": 2}),
         ("linformer", False, [3, 1], {"k": 3, "share": "none", "scale": 0.7}),
         ("linformer", False, None, {"k": 5, "share": "kv"}),
+        ("sparse", True, [4, 3], {"window": 1, "stride": 2, "scale": 0.9}),
+        ("sparse", False, None, {"window": 2, "stride": 3}),
     ]
     B, H, N, D, M = 2, 1, 4, 3, 2
     h = 1e-5
