@@ -35,7 +35,12 @@
  * (with the capacity's window and stride) and fills the cache. */
 #include "band_cpu.h"
 #include "cpu_util.h"
+#include "sparse_geo.h"
 #include "variant.h"
+
+#ifdef ATTNBENCH_HAVE_CUDA
+#include "sparse_cuda.h"
+#endif
 
 #include "../harness/error.h"
 
@@ -65,31 +70,6 @@ static void sparse_defaults(attn_params *p) {
 }
 
 /* ---- geometry ---- */
-
-typedef struct {
-    long long w; /* window */
-    int s;       /* stride, at most n (a larger one allows the same pairs: none strided) */
-    long long c; /* ceil(w / s): the least subsequence distance outside the window */
-    bool strided; /* some pair is strided: c s <= n - 1 */
-    int nsub;     /* longest subsequence: ceil(n / s) */
-} sp_geo;
-
-static long long auto_of(int n) {
-    long long r = llround(sqrt((double)n));
-    return r < 1 ? 1 : r;
-}
-
-/* Window and stride for sequences of n positions, "auto" resolved with n_auto. */
-static sp_geo geo_of(const attn *a, int n_auto, int n) {
-    sp_geo g;
-    g.w = a->p.window ? a->p.window : auto_of(n_auto);
-    long long st = a->p.stride ? a->p.stride : auto_of(n_auto);
-    g.s = (int)(st < n ? st : (n > 0 ? n : 1));
-    g.c = (g.w + g.s - 1) / g.s;
-    g.strided = g.c * g.s <= (long long)n - 1;
-    g.nsub = (n + g.s - 1) / g.s;
-    return g;
-}
 
 /* Subsequence length of residue class r among the first L positions. */
 static int sub_len(int L, int r, int s) { return r < L ? (L - 1 - r) / s + 1 : 0; }
@@ -156,7 +136,7 @@ static size_t sparse_saved_bytes(const attn *a, const attn_shape *s) {
 }
 
 static size_t sparse_workspace_bytes(const attn *a, const attn_shape *s) {
-    sp_geo g = geo_of(a, s->len, s->len);
+    sp_geo g = sp_geo_of(a, s->len, s->len);
     sp_ws w = ws_of(&g, s);
     return ws_bytes(&w);
 }
@@ -372,7 +352,7 @@ static void forward_impl(attn *a, const attn_shape *s, const sp_geo *g, const fl
 
 static int sparse_forward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v, float *out,
                           void *saved) {
-    const sp_geo g = geo_of(a, s->len, s->len);
+    const sp_geo g = sp_geo_of(a, s->len, s->len);
     const size_t no = (size_t)s->batch * s->heads * s->len * s->v_dim;
     float *lse = (float *)a->ws;
     forward_impl(a, s, &g, q, k, v, out, lse);
@@ -399,7 +379,7 @@ static void deltas(const attn_shape *s, const float *o, const float *dout, float
 static int sparse_backward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,
                            const float *dout, const void *saved, float *dq, float *dk, float *dv) {
     const int BH = s->batch * s->heads, N = s->len, D = s->qk_dim, M = s->v_dim, nblk = band_n_blocks(N);
-    const sp_geo g = geo_of(a, N, N);
+    const sp_geo g = sp_geo_of(a, N, N);
     const sp_ctx x = {s, &g, (float)attn_scale(a, D)};
     const sp_ws w = ws_of(&g, s);
     const float *o = saved, *lse = (const float *)saved + (size_t)BH * N * M;
@@ -455,7 +435,7 @@ static size_t step_slot(const sp_geo *g, int capacity) {
 
 /* The larger of a step's and of prefill's forward (on up to capacity positions). */
 static size_t sparse_step_workspace_bytes(const attn *a, const attn_shape *s, int capacity) {
-    const sp_geo g = geo_of(a, capacity, capacity);
+    const sp_geo g = sp_geo_of(a, capacity, capacity);
     attn_shape cs = *s;
     cs.len = capacity;
     const sp_ws w = ws_of(&g, &cs);
@@ -476,7 +456,7 @@ static int sparse_prefill(attn *a, const attn_shape *s, int capacity, int P, con
     if (!out) return 0;
     attn_shape ps = *s;
     ps.len = P;
-    const sp_geo g = geo_of(a, capacity, P);
+    const sp_geo g = sp_geo_of(a, capacity, P);
     forward_impl(a, &ps, &g, q, k, v, out, (float *)a->ws);
     return 0;
 }
@@ -484,7 +464,7 @@ static int sparse_prefill(attn *a, const attn_shape *s, int capacity, int P, con
 static int sparse_step(attn *a, const attn_shape *s, int capacity, void *state, int t, const float *q,
                        const float *k, const float *v, float *out) {
     const int D = s->qk_dim, M = s->v_dim, BH = s->batch * s->heads;
-    const sp_geo g = geo_of(a, capacity, capacity);
+    const sp_geo g = sp_geo_of(a, capacity, capacity);
     float *kc = state, *vc = (float *)((char *)state + kcache_bytes(s, capacity));
     const float scale = (float)attn_scale(a, D);
     const int n1 = t + 1 < g.w ? t + 1 : (int)g.w; /* window: positions t-n1+1..t */
@@ -519,7 +499,7 @@ static int sparse_step(attn *a, const attn_shape *s, int capacity, void *state, 
  * distance m s with w <= m s <= N - 1 (twice non-causal). Forward plus backward 3 times
  * the forward. Masked columns that the blocks compute are not counted. */
 static double sparse_flops(const attn *a, const attn_shape *s, bool backward) {
-    const sp_geo g = geo_of(a, s->len, s->len);
+    const sp_geo g = sp_geo_of(a, s->len, s->len);
     double n = s->len, K = (g.w < s->len ? (double)g.w : n) - 1.0;
     double below = K * n - K * (K + 1) / 2, strided = 0;
     if (g.strided) {
@@ -545,7 +525,25 @@ static const attn_backend cpu_backend = {
     .step_workspace_bytes = sparse_step_workspace_bytes,
 };
 
+#ifdef ATTNBENCH_HAVE_CUDA
+/* The CPU's shape checks, saved layout (O and the log-sum-exps) and cache layout. */
+static const attn_backend cuda_backend = {
+    .check_shape = sparse_check_shape,
+    .saved_bytes = sparse_saved_bytes,
+    .workspace_bytes = sparse_cuda_workspace_bytes,
+    .forward = sparse_cuda_forward,
+    .forward_unsaved = true,
+    .backward = sparse_cuda_backward,
+    .state_bytes = sparse_state_bytes,
+    .state_init = sparse_cuda_state_init,
+    .prefill = sparse_cuda_prefill,
+    .step = sparse_cuda_step,
+    .step_workspace_bytes = sparse_cuda_step_workspace_bytes,
+};
+#define CUDA_SPARSE (&cuda_backend)
+#else
 #define CUDA_SPARSE NULL
+#endif
 
 const attn_variant attn_variant_sparse = {
     .name = "sparse",

@@ -74,6 +74,12 @@ static const cuda_variant CUDA_VARIANTS[] = {
     {"local", {NULL}, 0, true},
     {"local", {"window=5"}, 1, true},
     {"local", {"window=3", "scale=0.7"}, 2, true},
+    /* explicit window and stride: with auto, the recurrent mode takes N = capacity
+     * (spare capacity then differs from the forward at N; crosscheck_cuda_emu has auto) */
+    {"sparse", {"window=3", "stride=4"}, 2, true},
+    {"sparse", {"window=5", "stride=3"}, 2, true},
+    {"sparse", {"window=1", "stride=2", "scale=0.7"}, 3, true},
+    {"sparse", {"window=2", "stride=1"}, 2, true},
 };
 #define N_CUDA_VARIANTS (int)(sizeof CUDA_VARIANTS / sizeof CUDA_VARIANTS[0])
 
