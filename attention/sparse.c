@@ -24,9 +24,10 @@
  * Saved: O and the rows' log-sum-exps L (B*H*N*(M + 1) floats). Backward recomputes the
  * scores of both parts, P = exp(S - L), and with Delta_i = dO_i . O_i:
  *   dV += P^T dO,  dP = dO V^T,  dS = P .* (dP - Delta),  dQ += scale dS K,  dK += scale dS^T Q.
- * Threads: the band pass as local's (blocks in classes with disjoint key ranges in
- * backward); the strided pass over (slice, residue class) items, whose rows and keys
- * are disjoint.
+ * Threads: with at least as many slices as threads, a slice per thread, both parts in
+ * turn (no barrier between them, nothing shared). Otherwise the band pass as local's
+ * (blocks in classes with disjoint key ranges in backward), then the strided pass over
+ * (slice, residue class) items, whose rows and keys are disjoint.
  *
  * Recurrent mode: the strided part reaches back to position 0, so the state is a
  * key/value cache of all `capacity` positions (B*H*capacity*(D + M) floats); step t
@@ -339,6 +340,16 @@ static void forward_impl(attn *a, const attn_shape *s, const sp_geo *g, const fl
     const int BH = s->batch * s->heads, nblk = band_n_blocks(s->len);
     const sp_ctx x = {s, g, (float)attn_scale(a, s->qk_dim)};
     const sp_ws w = ws_of(g, s);
+    if (BH >= ab_threads()) {
+        /* a slice per thread, both parts in turn: no barrier between them */
+        const int nt = attn_outer_threads(BH), nres = g->strided ? g->s : 0;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
+        for (int bh = 0; bh < BH; bh++) {
+            for (int blk = 0; blk < nblk; blk++) band_forward_block(&x, &w, a, bh, blk, q, k, v, out, lse);
+            for (int r = 0; r < nres; r++) sub_forward(&x, &w, a, bh, r, q, k, v, out, lse);
+        }
+        return;
+    }
     const long ia = (long)BH * nblk;
     const int ta = attn_outer_threads(ia > 1 << 30 ? 1 << 30 : (int)ia);
 #pragma omp parallel for schedule(static) num_threads(ta) if (ta > 1)
@@ -387,6 +398,17 @@ static int sparse_backward(attn *a, const attn_shape *s, const float *q, const f
     deltas(s, o, dout, delta);
     memset(dk, 0, sizeof(float) * (size_t)BH * N * D);
     memset(dv, 0, sizeof(float) * (size_t)BH * N * M);
+    if (BH >= ab_threads()) {
+        /* a slice per thread: its blocks in order (they alone add into its dK, dV) */
+        const int nt = attn_outer_threads(BH), nres = g.strided ? g.s : 0;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
+        for (int bh = 0; bh < BH; bh++) {
+            for (int blk = 0; blk < nblk; blk++)
+                band_backward_block(&x, &w, a, bh, blk, q, k, v, dout, lse, delta, dq, dk, dv);
+            for (int r = 0; r < nres; r++) sub_backward(&x, &w, a, bh, r, q, k, v, dout, lse, delta, dq, dk, dv);
+        }
+        return 0;
+    }
     /* the band: classes of blocks with disjoint key ranges; it writes every dq row */
     const int period = band_period(g.w, s->causal, N), per_class = (nblk + period - 1) / period;
     const long ia = (long)BH * per_class;
