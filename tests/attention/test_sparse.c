@@ -212,7 +212,9 @@ Test(sparse_backward, finite_differences) {
 }
 
 /* Blocks of 64 rows in both parts: N = 150, window 20 (band blocks overlap) with
- * stride 2 (subsequences of 75 rows: two blocks) and stride 1 (one of 150). */
+ * stride 2 (subsequences of 75 rows: two blocks) and stride 1 (one of 150). One slice:
+ * with 2 threads (the suite's OMP_NUM_THREADS) the block-parallel passes run, where
+ * cases of several slices take a slice per thread. */
 Test(sparse_backward, across_blocks) {
     int lens[1] = {141};
     check_backward(20, 2, 1, 1, 150, 2, 1, true, lens, 63);
