@@ -33,6 +33,7 @@
  * last keys and values. */
 #include "softmax_cpu.h"
 
+#include "band_cpu.h"
 #include "cpu_util.h"
 #include "variant.h"
 
@@ -47,7 +48,7 @@
 #include <math.h>
 #include <string.h>
 
-#define LOC_ROWS 64 /* query rows per block */
+#define LOC_ROWS BAND_ROWS /* query rows per block */
 
 static const attn_option_spec local_options[] = {
     {"window", ATTN_OPT_INT, offsetof(attn_params, window), "256",
@@ -63,31 +64,17 @@ static void local_defaults(attn_params *p) {
     p->scale = NAN;
 }
 
-/* ---- geometry ---- */
+/* ---- geometry (band_cpu.h) ---- */
 
-/* Keys a block of rows [r0, r1) may see, before clipping to [0, L): [r0 - w + 1, r1)
- * causal, [r0 - w + 1, r1 + w - 1) otherwise; its width (at most N) sizes the blocks. */
-static int key_span(const attn *a, const attn_shape *s) {
-    long long w = a->p.window, rb = s->len < LOC_ROWS ? s->len : LOC_ROWS;
-    long long span = rb + (w - 1) + (s->causal ? 0 : w - 1);
-    return span < s->len ? (int)span : s->len;
-}
+static int key_span(const attn *a, const attn_shape *s) { return band_key_span(a->p.window, s->causal, s->len); }
 
 static void block_keys(const attn *a, bool causal, int r0, int r1, int L, int *k0, int *k1) {
-    long long w = a->p.window, lo = (long long)r0 - w + 1, hi = causal ? r1 : (long long)r1 + w - 1;
-    *k0 = lo < 0 ? 0 : (int)lo;
-    *k1 = hi > L ? L : (int)hi;
+    band_block_keys(a->p.window, causal, r0, r1, L, k0, k1);
 }
 
-/* Blocks whose indices differ by this much have disjoint key ranges. */
-static int period_of(const attn *a, const attn_shape *s) {
-    long long reach = (long long)(a->p.window - 1) * (s->causal ? 1 : 2); /* rows - 1 beyond the block's own */
-    long long p = 1 + (reach + LOC_ROWS - 1) / LOC_ROWS;
-    long long nblk = (s->len + LOC_ROWS - 1) / LOC_ROWS;
-    return (int)(p < nblk ? p : nblk);
-}
+static int period_of(const attn *a, const attn_shape *s) { return band_period(a->p.window, s->causal, s->len); }
 
-static int n_blocks(int n) { return (n + LOC_ROWS - 1) / LOC_ROWS; }
+static int n_blocks(int n) { return band_n_blocks(n); }
 
 /* ---- workspace ---- */
 
@@ -134,8 +121,8 @@ static void block_probs(const attn *a, bool causal, const float *q, const float 
     ab_sgemm(false, true, rb, kc, D, scale, q + (size_t)r0 * D, D, k + (size_t)k0 * D, D, 0.0f, p, kc);
     for (int i = r0; i < r1; i++) {
         float *row = p + (size_t)(i - r0) * kc;
-        long long lo = (long long)i - w + 1, hi = causal ? i + 1 : (long long)i + w; /* [lo, hi) */
-        int j0 = lo < k0 ? k0 : (int)lo, j1 = hi > L ? L : (int)hi;
+        int j0, j1;
+        band_row_keys(w, causal, i, k0, L, &j0, &j1);
         smx_softmax_row(row + (j0 - k0), j1 - j0);
         memset(row, 0, sizeof(float) * (size_t)(j0 - k0));
         memset(row + (j1 - k0), 0, sizeof(float) * (size_t)(k1 - j1));

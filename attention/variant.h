@@ -155,6 +155,7 @@ extern const attn_variant attn_variant_efficient;
 extern const attn_variant attn_variant_local;
 extern const attn_variant attn_variant_linformer;
 extern const attn_variant attn_variant_retention;
+extern const attn_variant attn_variant_sparse;
 
 #ifdef __cplusplus
 }

@@ -77,6 +77,12 @@ static const cuda_variant CUDA_VARIANTS[] = {
     {"retention", {NULL}, 0, true},
     {"retention", {"gamma=0.9", "chunk=3"}, 2, true},
     {"retention", {"gamma=1", "scale=0.4", "chunk=100"}, 3, true},
+    /* explicit window and stride: with auto, the recurrent mode takes N = capacity
+     * (spare capacity then differs from the forward at N; crosscheck_cuda_emu has auto) */
+    {"sparse", {"window=3", "stride=4"}, 2, true},
+    {"sparse", {"window=5", "stride=3"}, 2, true},
+    {"sparse", {"window=1", "stride=2", "scale=0.7"}, 3, true},
+    {"sparse", {"window=2", "stride=1"}, 2, true},
 };
 #define N_CUDA_VARIANTS (int)(sizeof CUDA_VARIANTS / sizeof CUDA_VARIANTS[0])
 

@@ -17,6 +17,7 @@ static const struct {
     {"lsh", false, true},     {"efficient", false, false},      {"local", true, true},
     {"linformer", false, false},
     {"retention", true, true},
+    {"sparse", true, true},
 };
 #define N_KNOWN ((int)(sizeof KNOWN / sizeof KNOWN[0]))
 

@@ -101,6 +101,8 @@ def selftest_gradients():
         ("linformer", False, None, {"k": 5, "share": "kv"}),
         ("retention", True, [4, 2], {"gamma": 0.7, "scale": 0.9}),
         ("retention", False, [3, 1], {}),
+        ("sparse", True, [4, 3], {"window": 1, "stride": 2, "scale": 0.9}),
+        ("sparse", False, None, {"window": 2, "stride": 3}),
     ]
     B, H, N, D, M = 2, 1, 4, 3, 2
     h = 1e-5

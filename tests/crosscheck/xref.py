@@ -137,12 +137,23 @@ def band_mask(N, window, causal):
     return (d >= 0) & (d < window) if causal else np.abs(d) < window
 
 
-def ref_softmax(q, k, v, g, lengths, causal, scale, window=None):
-    """softmax attention; with a window, the local variant (the band of the window)."""
+def strided_mask(N, window, stride, causal):
+    """(N, N): key j is in the strided pattern of query i (Child et al. 2019; README:
+    |i - j| < window or |i - j| a multiple of stride, and j <= i when causal)."""
+    d = np.arange(N)[:, None] - np.arange(N)[None, :]      # i - j
+    allowed = (np.abs(d) < window) | (np.abs(d) % stride == 0)
+    return allowed & (d >= 0) if causal else allowed
+
+
+def ref_softmax(q, k, v, g, lengths, causal, scale, window=None, pattern=None):
+    """softmax attention; with a window, the local variant (the band of the window);
+    with a pattern ((N, N) booleans), only the pairs it allows (sparse)."""
     B, H, N, D = q.shape
     mask = base_mask(B, N, lengths, causal)
     if window is not None:
         mask = mask & band_mask(N, window, causal)[None, None]
+    if pattern is not None:
+        mask = mask & pattern[None, None]
     p, _ = masked_softmax(scale * (q @ _T(k)), mask)      # (B, H, N, N)
     out = p @ v
     ds = p * (g @ _T(v) - (g * out).sum(-1, keepdims=True))
@@ -560,6 +571,13 @@ def _local(q, k, v, g, lengths, causal, o, seed, masks):
     return ref_softmax(q, k, v, g, lengths, causal, o.get("scale", _auto_scale(q)), window=o.get("window", 256))
 
 
+def _sparse(q, k, v, g, lengths, causal, o, seed, masks):
+    N = q.shape[2]
+    auto = int(math.floor(math.sqrt(N) + 0.5))      # round(sqrt(N)), the README's auto
+    pattern = strided_mask(N, o.get("window", auto), o.get("stride", auto), causal)
+    return ref_softmax(q, k, v, g, lengths, causal, o.get("scale", _auto_scale(q)), pattern=pattern)
+
+
 def _polynomial(q, k, v, g, lengths, causal, o, seed, masks):
     return ref_polynomial(q, k, v, g, lengths, causal, o.get("c", 1.0), o.get("scale", _auto_scale(q)),
                           o.get("eps", 1e-6))
@@ -669,6 +687,20 @@ def _draw_local(rng, D, choices):
     return o
 
 
+def _draw_sparse(rng, D, choices):
+    o = {}
+    if rng.random() < 0.8:
+        o["window"] = int(rng.choice([1, 2, 3, 5, 17, 64, 1000]))
+    elif rng.random() < 0.5:
+        o["window"] = "auto"
+    if rng.random() < 0.8:
+        o["stride"] = int(rng.choice([1, 2, 3, 4, 7, 16, 1000]))
+    elif rng.random() < 0.5:
+        o["stride"] = "auto"
+    _draw_scale(rng, o, 0.6, lambda: rng.choice([0.0, rng.uniform(-2, 2), 1.0]))
+    return o
+
+
 def _draw_linformer(rng, D, choices):
     o = {"k": int(rng.choice([1, 2, 3, 5, 8, 17, 40]))}
     if rng.random() < 0.85:
@@ -730,6 +762,7 @@ REFERENCES = {
     "local": Ref(_local, {"window": None, "scale": None}, _draw_local),
     "linformer": Ref(_linformer, {"k": None, "share": {"none", "kv", "layer"}, "scale": None}, _draw_linformer),
     "retention": Ref(_retention, {"gamma": None, "scale": None, "chunk": None}, _draw_retention),
+    "sparse": Ref(_sparse, {"window": None, "stride": None, "scale": None}, _draw_sparse),
 }
 
 # Options every variant has (the registry's common options): precision changes how the

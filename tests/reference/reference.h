@@ -21,6 +21,13 @@ void ref_softmax(const ref_shape *s, double scale, const double *q, const double
 void ref_local(const ref_shape *s, long long window, double scale, const double *q, const double *k, const double *v,
                double *out);
 
+/* Strided sparse attention (the sparse variant): query i sees keys j < lengths[b] with
+ * |i - j| < window or |i - j| mod stride == 0, and j <= i when causal (window, stride
+ * >= 1). ref_sparse_allowed is that rule for one pair (ignoring lengths). */
+bool ref_sparse_allowed(bool causal, long long window, long long stride, int i, int j);
+void ref_sparse(const ref_shape *s, long long window, long long stride, double scale, const double *q,
+                const double *k, const double *v, double *out);
+
 /* Efficient Attention (Shen et al.), non-causal: softmax of each query row over D,
  * softmax of each key feature over the valid positions, out = Q' (K'^T V); padded rows
  * zero (s->causal is ignored). */
