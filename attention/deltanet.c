@@ -31,6 +31,9 @@
 #include "deltanet.h"
 
 #include "cpu_util.h"
+#ifdef ATTNBENCH_HAVE_CUDA
+#include "deltanet_cuda.h"
+#endif
 #include "variant.h"
 
 #include "../harness/error.h"
@@ -411,6 +414,25 @@ static const attn_backend cpu_backend = {
     .step_workspace_bytes = dn_step_workspace_bytes,
 };
 
+#ifdef ATTNBENCH_HAVE_CUDA
+/* The CPU's checks, saved layout and state size (deltanet_cuda.cu). */
+static const attn_backend cuda_backend = {
+    .check_shape = dn_check_shape,
+    .saved_bytes = dn_saved_bytes,
+    .workspace_bytes = dn_cuda_workspace_bytes,
+    .forward = dn_cuda_forward,
+    .forward_unsaved = true,
+    .backward = dn_cuda_backward,
+    .state_bytes = dn_state_bytes,
+    .state_init = dn_cuda_state_init,
+    .prefill = dn_cuda_prefill,
+    .step = dn_cuda_step,
+};
+#define CUDA_DELTANET (&cuda_backend)
+#else
+#define CUDA_DELTANET NULL
+#endif
+
 const attn_variant attn_variant_deltanet = {
     .name = "deltanet",
     .summary = "DeltaNet: linear attention with the delta rule, S_t = (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t "
@@ -423,5 +445,5 @@ const attn_variant attn_variant_deltanet = {
     .aux_name = "beta",
     .aux_width = dn_aux_width,
     .cpu = &cpu_backend,
-    .cuda = NULL,
+    .cuda = CUDA_DELTANET,
 };

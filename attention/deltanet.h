@@ -8,6 +8,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Added under the square root of the L2 normalisation of q and k:
  * x / sqrt(|x|^2 + DN_EPS), so a zero vector stays zero (and differentiable). */
 #define DN_EPS 1e-6
@@ -34,5 +38,9 @@ size_t dn_wy_floats(int C, int D, int M);
 bool dn_wy_usable(const attn *a, int n, int C, int D, int M);
 void dn_wy_chunk(int n, int D, int M, const float *q, const float *k, const float *v, const float *beta, float *S,
                  float *out, float *ws);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
