@@ -11,15 +11,17 @@
  *
  * Positions t >= L = lengths[b] are never read; their outputs and gradients are zero.
  *
- * Forward: chunks of C positions (option chunk). Each slice runs the recurrence one
- * position at a time (the scan: per position one pass over S for S^T kn and S^T qn,
- * one for the update, o_t = S_{t-1}^T qn + beta_t (kn . qn) e_t) or, at full chunks,
- * the chunked form (deltanet_wy.c): same states at the chunk boundaries. What forward
- * saves: the state at the start of every chunk, ceil(N / C) D x M per slice.
+ * Forward: chunks of C positions (option chunk). With C >= 2 each chunk goes through
+ * the chunked (WY) form in matrix products (deltanet_wy.c); with C = 1 the slice runs
+ * the recurrence one position at a time (the scan: per position one pass over S for
+ * S^T kn and S^T qn, one for the update, o_t = S_{t-1}^T qn + beta_t (kn . qn) e_t).
+ * Both give the same states at the chunk boundaries. What forward saves: the state at
+ * the start of every chunk, ceil(N / C) D x M per slice.
  *
- * Backward: the reverse recurrence, chunk by chunk from the last: the chunk's states
- * S_{t-1} are recomputed from its saved boundary state into per-thread workspace (C D M
- * floats), then with G = dL/dS_t:
+ * Backward: chunk by chunk from the last, each from its saved starting state and
+ * G = dL/dS after it. With C >= 2 the chunked form's backward (deltanet_wy.c: matrix
+ * products again); with C = 1 the reverse recurrence, the position's state S_{t-1}
+ * being the saved one, with G = dL/dS_t:
  *   G += qn_t dout_t^T;  dqn_t = S_t dout_t = S_{t-1} dout_t + beta_t kn_t (e_t . dout_t)
  *   de = beta_t G^T kn_t = dv_t;  dbeta_t = (G^T kn_t) . e_t
  *   dkn_t = beta_t G e_t - S_{t-1} de;  G <- G - kn_t de^T
@@ -60,12 +62,15 @@ int dn_chunk(const attn *a, int len) {
 
 /* ---- sizes ---- */
 
-/* Floats of one thread's workspace: backward's C states S_{t-1}, the chunk's qn, kn
- * (C D each), norms (2 C), e (C M), G and the running state (2 D M), vectors (4 D + 4 M);
- * the chunked forward's blocks (dn_wy_floats). 0 on overflow. */
+/* States S_{t-1} the scan's backward keeps per chunk (none for the chunked form). */
+static int scan_states(int C) { return dn_wy_usable(C) ? 0 : C; }
+
+/* Floats of one thread's workspace: the scan's states S_{t-1} (scan_states), the
+ * chunk's qn, kn (C D each), norms (2 C), e (C M), G and the running state (2 D M),
+ * vectors (4 D + 4 M); the chunked form's blocks (dn_wy_floats). 0 on overflow. */
 static size_t slot_floats(int C, int D, int M) {
     size_t dm, cdm, f;
-    if (ab_mul_size((size_t)D, (size_t)M, &dm) || ab_mul_size(dm, (size_t)C + 2, &cdm)) return 0;
+    if (ab_mul_size((size_t)D, (size_t)M, &dm) || ab_mul_size(dm, (size_t)scan_states(C) + 2, &cdm)) return 0;
     f = cdm + (size_t)C * (2 * (size_t)D + (size_t)M + 2) + 4 * (size_t)D + 4 * (size_t)M;
     size_t w = dn_wy_floats(C, D, M);
     if (w == 0 || f > SIZE_MAX / 8 - w) return 0;
@@ -186,7 +191,7 @@ static void forward_slice(const attn *a, int N, int L, int D, int M, const float
     for (int t0 = 0; t0 < L; t0 += C) {
         const int n = L - t0 < C ? L - t0 : C;
         if (bounds) memcpy(bounds + (size_t)(t0 / C) * dm, S, sizeof(float) * dm);
-        if (dn_wy_usable(a, n, C, D, M)) {
+        if (dn_wy_usable(C)) {
             dn_wy_chunk(n, D, M, q + (size_t)t0 * D, k + (size_t)t0 * D, v + (size_t)t0 * M, beta + t0, S,
                         out ? out + (size_t)t0 * M : NULL, tmp + 2 * D + 2 * M);
             continue;
@@ -232,12 +237,13 @@ typedef struct {
     float *rq, *rk;      /* C norms each */
     float *G;            /* D x M: dL/dS_t */
     float *gk, *dqn, *dkn, *de; /* M, D, D, M */
+    float *wy;                  /* the chunked form's blocks (dn_wy_floats) */
 } bwd_ws;
 
 static void bwd_carve(float *w, int C, int D, int M, bwd_ws *b) {
     const size_t dm = (size_t)D * M;
     b->D = D, b->M = M, b->C = C;
-    b->Sb = w, w += (size_t)C * dm;
+    b->Sb = w, w += (size_t)scan_states(C) * dm;
     b->G = w, w += dm;
     b->qn = w, w += (size_t)C * D;
     b->kn = w, w += (size_t)C * D;
@@ -247,7 +253,8 @@ static void bwd_carve(float *w, int C, int D, int M, bwd_ws *b) {
     b->gk = w, w += M;
     b->de = w, w += M;
     b->dqn = w, w += D;
-    b->dkn = w;
+    b->dkn = w, w += D;
+    b->wy = w;
 }
 
 /* Recomputes positions [t0, t0 + n) from the chunk's starting state S0: Sb[i] = S_{t0+i-1},
@@ -307,6 +314,12 @@ static void backward_slice(bwd_ws *b, int N, int L, const float *bounds, const f
     memset(b->G, 0, sizeof(float) * (size_t)D * M);
     for (int c = n_chunks(L, C) - 1; c >= 0; c--) {
         const int t0 = c * C, n = L - t0 < C ? L - t0 : C;
+        if (dn_wy_usable(C)) {
+            dn_wy_backward_chunk(n, D, M, q + (size_t)t0 * D, k + (size_t)t0 * D, v + (size_t)t0 * M, beta + t0,
+                                 bounds + (size_t)c * D * M, b->G, dout + (size_t)t0 * M, dq + (size_t)t0 * D,
+                                 dk + (size_t)t0 * D, dv + (size_t)t0 * M, dbeta ? dbeta + t0 : NULL, b->wy);
+            continue;
+        }
         recompute_chunk(b, t0, n, bounds + (size_t)c * D * M, q, k, v, beta);
         for (int i = n - 1; i >= 0; i--) {
             const int t = t0 + i;

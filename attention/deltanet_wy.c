@@ -9,7 +9,18 @@
  *   O = Qn S + lower_incl(Qn Kn^T) U',  S <- S + Kn^T U'
  *
  * which gives the states and outputs of the recurrence at every position of the chunk
- * (u'_t = beta_t (v_t - S_{t-1}^T kn_t), the scan's beta_t e_t) in matrix products. */
+ * (u'_t = beta_t (v_t - S_{t-1}^T kn_t), the scan's beta_t e_t) in matrix products.
+ *
+ * Backward of a chunk, from its starting state S (saved by forward) and G = dL/dS after
+ * it (X = (I + L)^{-1}, L = strictly_lower(diag(beta) A), A = Kn Kn^T, T = X diag(beta),
+ * P = lower_incl(Qn Kn^T)), the chain rule through the products above in reverse:
+ *   dU' = P^T dO + Kn G;  dP = lower_incl(dO U'^T);  dQn = dO S^T + dP Kn
+ *   dKn = dP^T Qn + U' G^T;  G <- G + Qn^T dO - W^T dU'   (dL/dS before the chunk)
+ *   dW = -dU' S^T;  dT = dU' V^T + dW Kn^T;  dV = T^T dU';  dKn += T^T dW
+ *   dbeta_i = sum_r dT_ri X_ri + sum_{l<i} dL_il A_il,  dL = -X^T (dT diag(beta)) X^T
+ *   dA = strictly_lower(diag(beta) dL);  dKn += (dA + dA^T) Kn
+ * then dq, dk through the normalisation. Only the strictly lower part of dL is read,
+ * so the entries of dT above X's support need no mask. */
 #include "deltanet.h"
 
 #include "cpu_util.h"
@@ -20,28 +31,37 @@
 
 size_t dn_wy_floats(int C, int D, int M) {
     const size_t c = (size_t)C;
-    return 3 * c * (size_t)D + 2 * c * c + c * (size_t)M;
+    return 6 * c * (size_t)D + 7 * c * c + 2 * c * (size_t)M + 2 * c; /* the backward's; forward needs less */
 }
 
-bool dn_wy_usable(const attn *a, int n, int C, int D, int M) {
-    (void)a, (void)n, (void)D, (void)M;
-    return C >= 2;
-}
+bool dn_wy_usable(int C) { return C >= 2; }
 
-/* T (n x n, lower triangular, row stride n) from A = Kn Kn^T and beta. */
-static void wy_solve(int n, const float *A, const float *beta, float *T) {
-    memset(T, 0, sizeof(float) * (size_t)n * n);
+/* X = (I + strictly_lower(diag(beta) A))^{-1} (n x n, unit lower triangular, row
+ * stride n) by forward substitution: X[i, :] = e_i - beta_i sum_{l<i} A[i, l] X[l, :]. */
+static void wy_inverse(int n, const float *A, const float *beta, float *X) {
+    memset(X, 0, sizeof(float) * (size_t)n * n);
     for (int i = 0; i < n; i++) {
-        float *ti = T + (size_t)i * n;
+        float *xi = X + (size_t)i * n;
         const float *ai = A + (size_t)i * n;
         for (int l = 0; l < i; l++) {
             const float c = ai[l];
-            const float *tl = T + (size_t)l * n;
-            for (int j = 0; j <= l; j++) ti[j] -= c * tl[j];
+            const float *xl = X + (size_t)l * n;
+            for (int j = 0; j <= l; j++) xi[j] -= c * xl[j];
         }
-        for (int j = 0; j < i; j++) ti[j] *= beta[i];
-        ti[i] = beta[i];
+        for (int j = 0; j < i; j++) xi[j] *= beta[i];
+        xi[i] = 1.0f;
     }
+}
+
+/* T = X diag(beta) (into T; X may be T). */
+static void wy_scale_cols(int n, const float *X, const float *beta, float *T) {
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) T[(size_t)i * n + j] = X[(size_t)i * n + j] * beta[j];
+}
+
+/* Zeroes the entries above the diagonal of an n x n matrix. */
+static void lower_incl(int n, float *P) {
+    for (int i = 0; i < n; i++) memset(P + (size_t)i * n + i + 1, 0, sizeof(float) * (size_t)(n - 1 - i));
 }
 
 void dn_wy_chunk(int n, int D, int M, const float *q, const float *k, const float *v, const float *beta, float *S,
@@ -53,15 +73,124 @@ void dn_wy_chunk(int n, int D, int M, const float *q, const float *k, const floa
         if (out) dn_normalise(q + (size_t)i * D, D, Qn + (size_t)i * D);
     }
     ab_sgemm(false, true, n, n, D, 1.0f, Kn, D, Kn, D, 0.0f, A, n);
-    wy_solve(n, A, beta, T);
+    wy_inverse(n, A, beta, T);
+    wy_scale_cols(n, T, beta, T);
     ab_sgemm(false, false, n, D, n, 1.0f, T, n, Kn, D, 0.0f, W, D);
     ab_sgemm(false, false, n, M, n, 1.0f, T, n, v, M, 0.0f, U, M);
     ab_sgemm(false, false, n, M, D, -1.0f, W, D, S, M, 1.0f, U, M); /* U' */
     if (out) {
         ab_sgemm(false, true, n, n, D, 1.0f, Qn, D, Kn, D, 0.0f, A, n);
-        for (int i = 0; i < n; i++) memset(A + (size_t)i * n + i + 1, 0, sizeof(float) * (size_t)(n - 1 - i));
+        lower_incl(n, A);
         ab_sgemm(false, false, n, M, D, 1.0f, Qn, D, S, M, 0.0f, out, M);
         ab_sgemm(false, false, n, M, n, 1.0f, A, n, U, M, 1.0f, out, M);
     }
     ab_sgemm(true, false, D, M, n, 1.0f, Kn, D, U, M, 1.0f, S, M);
+}
+
+/* ---- backward ---- */
+
+typedef struct {
+    float *Kn, *Qn, *W, *dW, *dKn, *dQn; /* n x D */
+    float *U, *dU;                       /* n x M: U', dU' */
+    float *A, *X, *T, *P, *dP, *dT, *tmp; /* n x n */
+    float *rk, *rq;                      /* n */
+} wy_bwd;
+
+static void wy_carve(float *w, int n, int D, int M, wy_bwd *b) {
+    const size_t nd = (size_t)n * D, nm = (size_t)n * M, nn = (size_t)n * n;
+    float **nds[6] = {&b->Kn, &b->Qn, &b->W, &b->dW, &b->dKn, &b->dQn};
+    for (int i = 0; i < 6; i++) *nds[i] = w, w += nd;
+    b->U = w, w += nm;
+    b->dU = w, w += nm;
+    float **nns[7] = {&b->A, &b->X, &b->T, &b->P, &b->dP, &b->dT, &b->tmp};
+    for (int i = 0; i < 7; i++) *nns[i] = w, w += nn;
+    b->rk = w, w += n;
+    b->rq = w;
+}
+
+/* The chunk's forward again: Kn, Qn, A, X, T, W, U', P. */
+static void wy_recompute(const wy_bwd *b, int n, int D, int M, const float *q, const float *k, const float *v,
+                         const float *beta, const float *S) {
+    for (int i = 0; i < n; i++) {
+        b->rk[i] = dn_normalise(k + (size_t)i * D, D, b->Kn + (size_t)i * D);
+        b->rq[i] = dn_normalise(q + (size_t)i * D, D, b->Qn + (size_t)i * D);
+    }
+    ab_sgemm(false, true, n, n, D, 1.0f, b->Kn, D, b->Kn, D, 0.0f, b->A, n);
+    wy_inverse(n, b->A, beta, b->X);
+    wy_scale_cols(n, b->X, beta, b->T);
+    ab_sgemm(false, false, n, D, n, 1.0f, b->T, n, b->Kn, D, 0.0f, b->W, D);
+    ab_sgemm(false, false, n, M, n, 1.0f, b->T, n, v, M, 0.0f, b->U, M);
+    ab_sgemm(false, false, n, M, D, -1.0f, b->W, D, S, M, 1.0f, b->U, M);
+    ab_sgemm(false, true, n, n, D, 1.0f, b->Qn, D, b->Kn, D, 0.0f, b->P, n);
+    lower_incl(n, b->P);
+}
+
+/* dx = (dxn - xn (xn . dxn)) / r per row. */
+static void wy_norm_back(int n, int D, const float *xn, const float *r, const float *dxn, float *dx) {
+    for (int i = 0; i < n; i++) {
+        const float *x = xn + (size_t)i * D, *g = dxn + (size_t)i * D;
+        float p = 0;
+        for (int d = 0; d < D; d++) p += x[d] * g[d];
+        const float inv = 1.0f / r[i];
+        for (int d = 0; d < D; d++) dx[(size_t)i * D + d] = (g[d] - x[d] * p) * inv;
+    }
+}
+
+/* Through T = X diag(beta), X = (I + L)^{-1}, L = strictly_lower(diag(beta) A),
+ * A = Kn Kn^T: dbeta (when not NULL) and dKn += (dA + dA^T) Kn. */
+static void wy_back_solve(const wy_bwd *b, int n, int D, const float *beta, float *dbeta) {
+    float *dX = b->dP; /* dP is spent */
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < n; i++) dX[(size_t)r * n + i] = b->dT[(size_t)r * n + i] * beta[i];
+    if (dbeta)
+        for (int i = 0; i < n; i++) {
+            float s = 0;
+            for (int r = i; r < n; r++) s += b->dT[(size_t)r * n + i] * b->X[(size_t)r * n + i];
+            dbeta[i] = s;
+        }
+    /* dL = -X^T dX X^T; dA = strictly_lower(diag(beta) dL) */
+    ab_sgemm(true, false, n, n, n, 1.0f, b->X, n, dX, n, 0.0f, b->tmp, n);
+    ab_sgemm(false, true, n, n, n, -1.0f, b->tmp, n, b->X, n, 0.0f, b->dT, n);
+    float *dA = b->dT;
+    for (int i = 0; i < n; i++) {
+        float s = 0;
+        for (int l = 0; l < i; l++) {
+            s += dA[(size_t)i * n + l] * b->A[(size_t)i * n + l];
+            dA[(size_t)i * n + l] *= beta[i];
+        }
+        memset(dA + (size_t)i * n + i, 0, sizeof(float) * (size_t)(n - i));
+        if (dbeta) dbeta[i] += s;
+    }
+    ab_sgemm(false, false, n, D, n, 1.0f, dA, n, b->Kn, D, 1.0f, b->dKn, D);
+    ab_sgemm(true, false, n, D, n, 1.0f, dA, n, b->Kn, D, 1.0f, b->dKn, D);
+}
+
+void dn_wy_backward_chunk(int n, int D, int M, const float *q, const float *k, const float *v, const float *beta,
+                          const float *S, float *G, const float *dout, float *dq, float *dk, float *dv, float *dbeta,
+                          float *ws) {
+    wy_bwd b;
+    wy_carve(ws, n, D, M, &b);
+    wy_recompute(&b, n, D, M, q, k, v, beta, S);
+    /* dU' = P^T dO + Kn G;  dP = lower_incl(dO U'^T) */
+    ab_sgemm(true, false, n, M, n, 1.0f, b.P, n, dout, M, 0.0f, b.dU, M);
+    ab_sgemm(false, false, n, M, D, 1.0f, b.Kn, D, G, M, 1.0f, b.dU, M);
+    ab_sgemm(false, true, n, n, M, 1.0f, dout, M, b.U, M, 0.0f, b.dP, n);
+    lower_incl(n, b.dP);
+    /* dQn = dO S^T + dP Kn;  dKn = dP^T Qn + U' G^T */
+    ab_sgemm(false, true, n, D, M, 1.0f, dout, M, S, M, 0.0f, b.dQn, D);
+    ab_sgemm(false, false, n, D, n, 1.0f, b.dP, n, b.Kn, D, 1.0f, b.dQn, D);
+    ab_sgemm(true, false, n, D, n, 1.0f, b.dP, n, b.Qn, D, 0.0f, b.dKn, D);
+    ab_sgemm(false, true, n, D, M, 1.0f, b.U, M, G, M, 1.0f, b.dKn, D);
+    /* G <- G + Qn^T dO - W^T dU' */
+    ab_sgemm(true, false, D, M, n, 1.0f, b.Qn, D, dout, M, 1.0f, G, M);
+    ab_sgemm(true, false, D, M, n, -1.0f, b.W, D, b.dU, M, 1.0f, G, M);
+    /* dW = -dU' S^T;  dT = dU' V^T + dW Kn^T;  dV = T^T dU';  dKn += T^T dW */
+    ab_sgemm(false, true, n, D, M, -1.0f, b.dU, M, S, M, 0.0f, b.dW, D);
+    ab_sgemm(false, true, n, n, M, 1.0f, b.dU, M, v, M, 0.0f, b.dT, n);
+    ab_sgemm(false, true, n, n, D, 1.0f, b.dW, D, b.Kn, D, 1.0f, b.dT, n);
+    ab_sgemm(true, false, n, M, n, 1.0f, b.T, n, b.dU, M, 0.0f, dv, M);
+    ab_sgemm(true, false, n, D, n, 1.0f, b.T, n, b.dW, D, 1.0f, b.dKn, D);
+    wy_back_solve(&b, n, D, beta, dbeta);
+    wy_norm_back(n, D, b.Qn, b.rq, b.dQn, dq);
+    wy_norm_back(n, D, b.Kn, b.rk, b.dKn, dk);
 }
