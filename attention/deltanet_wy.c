@@ -5,8 +5,9 @@
  *
  *   T = (I + strictly_lower(diag(beta) Kn Kn^T))^{-1} diag(beta)   (forward substitution:
  *       T[i, :] = beta_i (e_i - sum_{l<i} (kn_i . kn_l) T[l, :]), lower triangular)
- *   W = T Kn,  U = T V,  U' = U - W S
+ *   W = T Kn,  U = T V,  U' = U - W S = T Vs,  Vs = V - Kn S
  *   O = Qn S + lower_incl(Qn Kn^T) U',  S <- S + Kn^T U'
+ * (computed as U' = T Vs: W is never formed).
  *
  * which gives the states and outputs of the recurrence at every position of the chunk
  * (u'_t = beta_t (v_t - S_{t-1}^T kn_t), the scan's beta_t e_t) in matrix products.
@@ -15,8 +16,8 @@
  * it (X = (I + L)^{-1}, L = strictly_lower(diag(beta) A), A = Kn Kn^T, T = X diag(beta),
  * P = lower_incl(Qn Kn^T)), the chain rule through the products above in reverse:
  *   dU' = P^T dO + Kn G;  dP = lower_incl(dO U'^T);  dQn = dO S^T + dP Kn
- *   dKn = dP^T Qn + U' G^T;  G <- G + Qn^T dO - W^T dU'   (dL/dS before the chunk)
- *   dW = -dU' S^T;  dT = dU' V^T + dW Kn^T;  dV = T^T dU';  dKn += T^T dW
+ *   dKn = dP^T Qn + U' G^T;  dV = dVs = T^T dU';  dT = dU' Vs^T;  dKn -= dV S^T
+ *   G <- G + Qn^T dO - Kn^T dV   (dL/dS before the chunk)
  *   dbeta_i = sum_r dT_ri X_ri + sum_{l<i} dL_il A_il,  dL = -X^T (dT diag(beta)) X^T
  *   dA = strictly_lower(diag(beta) dL);  dKn += (dA + dA^T) Kn
  * then dq, dk through the normalisation. Only the strictly lower part of dL is read,
@@ -25,13 +26,33 @@
 
 #include "cpu_util.h"
 
+#include "small_gemm.h"
+
 #include "../harness/blas.h"
 
 #include <string.h>
 
 size_t dn_wy_floats(int C, int D, int M) {
     const size_t c = (size_t)C;
-    return 6 * c * (size_t)D + 7 * c * c + 2 * c * (size_t)M + 2 * c; /* the backward's; forward needs less */
+    return 4 * c * (size_t)D + 7 * c * c + 3 * c * (size_t)M + 2 * c; /* the backward's; forward needs less */
+}
+
+/* Y (n x M) = X (n x D) W (D x M), overwritten: small_gemm.h's kernel where M fits it. */
+static void rows_mul(int n, int D, int M, const float *X, const float *W, float *Y) {
+    if (sg_fits(M)) sg_rows(n, D, M, X, D, W, M, Y, M);
+    else ab_sgemm(false, false, n, M, D, 1.0f, X, D, W, M, 0.0f, Y, M);
+}
+
+/* W (D x M) += X^T Y, X (n x D), Y (n x M). */
+static void outer_acc(int n, int D, int M, const float *X, const float *Y, float *W) {
+    if (sg_fits(M)) sg_outer_acc(n, D, M, X, D, Y, M, W, M);
+    else ab_sgemm(true, false, D, M, n, 1.0f, X, D, Y, M, 1.0f, W, M);
+}
+
+/* Vs = V - Kn S (n x M). */
+static void values_less_state(int n, int D, int M, const float *Kn, const float *S, const float *v, float *Vs) {
+    rows_mul(n, D, M, Kn, S, Vs);
+    for (size_t i = 0; i < (size_t)n * M; i++) Vs[i] = v[i] - Vs[i];
 }
 
 bool dn_wy_usable(int C) { return C >= 2; }
@@ -66,7 +87,7 @@ static void lower_incl(int n, float *P) {
 
 void dn_wy_chunk(int n, int D, int M, const float *q, const float *k, const float *v, const float *beta, float *S,
                  float *out, float *ws) {
-    float *Kn = ws, *Qn = Kn + (size_t)n * D, *W = Qn + (size_t)n * D, *A = W + (size_t)n * D;
+    float *Kn = ws, *Qn = Kn + (size_t)n * D, *Vs = Qn + (size_t)n * D, *A = Vs + (size_t)n * M;
     float *T = A + (size_t)n * n, *U = T + (size_t)n * n;
     for (int i = 0; i < n; i++) {
         dn_normalise(k + (size_t)i * D, D, Kn + (size_t)i * D);
@@ -75,40 +96,40 @@ void dn_wy_chunk(int n, int D, int M, const float *q, const float *k, const floa
     ab_sgemm(false, true, n, n, D, 1.0f, Kn, D, Kn, D, 0.0f, A, n);
     wy_inverse(n, A, beta, T);
     wy_scale_cols(n, T, beta, T);
-    ab_sgemm(false, false, n, D, n, 1.0f, T, n, Kn, D, 0.0f, W, D);
-    ab_sgemm(false, false, n, M, n, 1.0f, T, n, v, M, 0.0f, U, M);
-    ab_sgemm(false, false, n, M, D, -1.0f, W, D, S, M, 1.0f, U, M); /* U' */
+    values_less_state(n, D, M, Kn, S, v, Vs);
+    rows_mul(n, n, M, T, Vs, U); /* U' */
     if (out) {
         ab_sgemm(false, true, n, n, D, 1.0f, Qn, D, Kn, D, 0.0f, A, n);
         lower_incl(n, A);
-        ab_sgemm(false, false, n, M, D, 1.0f, Qn, D, S, M, 0.0f, out, M);
+        rows_mul(n, D, M, Qn, S, out);
         ab_sgemm(false, false, n, M, n, 1.0f, A, n, U, M, 1.0f, out, M);
     }
-    ab_sgemm(true, false, D, M, n, 1.0f, Kn, D, U, M, 1.0f, S, M);
+    outer_acc(n, D, M, Kn, U, S);
 }
 
 /* ---- backward ---- */
 
 typedef struct {
-    float *Kn, *Qn, *W, *dW, *dKn, *dQn; /* n x D */
-    float *U, *dU;                       /* n x M: U', dU' */
+    float *Kn, *Qn, *dKn, *dQn; /* n x D */
+    float *U, *dU, *Vs;         /* n x M: U', dU', V - Kn S */
     float *A, *X, *T, *P, *dP, *dT, *tmp; /* n x n */
     float *rk, *rq;                      /* n */
 } wy_bwd;
 
 static void wy_carve(float *w, int n, int D, int M, wy_bwd *b) {
     const size_t nd = (size_t)n * D, nm = (size_t)n * M, nn = (size_t)n * n;
-    float **nds[6] = {&b->Kn, &b->Qn, &b->W, &b->dW, &b->dKn, &b->dQn};
-    for (int i = 0; i < 6; i++) *nds[i] = w, w += nd;
+    float **nds[4] = {&b->Kn, &b->Qn, &b->dKn, &b->dQn};
+    for (int i = 0; i < 4; i++) *nds[i] = w, w += nd;
     b->U = w, w += nm;
     b->dU = w, w += nm;
+    b->Vs = w, w += nm;
     float **nns[7] = {&b->A, &b->X, &b->T, &b->P, &b->dP, &b->dT, &b->tmp};
     for (int i = 0; i < 7; i++) *nns[i] = w, w += nn;
     b->rk = w, w += n;
     b->rq = w;
 }
 
-/* The chunk's forward again: Kn, Qn, A, X, T, W, U', P. */
+/* The chunk's forward again: Kn, Qn, A, X, T, Vs, U', P. */
 static void wy_recompute(const wy_bwd *b, int n, int D, int M, const float *q, const float *k, const float *v,
                          const float *beta, const float *S) {
     for (int i = 0; i < n; i++) {
@@ -118,9 +139,8 @@ static void wy_recompute(const wy_bwd *b, int n, int D, int M, const float *q, c
     ab_sgemm(false, true, n, n, D, 1.0f, b->Kn, D, b->Kn, D, 0.0f, b->A, n);
     wy_inverse(n, b->A, beta, b->X);
     wy_scale_cols(n, b->X, beta, b->T);
-    ab_sgemm(false, false, n, D, n, 1.0f, b->T, n, b->Kn, D, 0.0f, b->W, D);
-    ab_sgemm(false, false, n, M, n, 1.0f, b->T, n, v, M, 0.0f, b->U, M);
-    ab_sgemm(false, false, n, M, D, -1.0f, b->W, D, S, M, 1.0f, b->U, M);
+    values_less_state(n, D, M, b->Kn, S, v, b->Vs);
+    rows_mul(n, n, M, b->T, b->Vs, b->U);
     ab_sgemm(false, true, n, n, D, 1.0f, b->Qn, D, b->Kn, D, 0.0f, b->P, n);
     lower_incl(n, b->P);
 }
@@ -171,9 +191,9 @@ void dn_wy_backward_chunk(int n, int D, int M, const float *q, const float *k, c
     wy_bwd b;
     wy_carve(ws, n, D, M, &b);
     wy_recompute(&b, n, D, M, q, k, v, beta, S);
-    /* dU' = P^T dO + Kn G;  dP = lower_incl(dO U'^T) */
-    ab_sgemm(true, false, n, M, n, 1.0f, b.P, n, dout, M, 0.0f, b.dU, M);
-    ab_sgemm(false, false, n, M, D, 1.0f, b.Kn, D, G, M, 1.0f, b.dU, M);
+    /* dU' = Kn G + P^T dO;  dP = lower_incl(dO U'^T) */
+    rows_mul(n, D, M, b.Kn, G, b.dU);
+    ab_sgemm(true, false, n, M, n, 1.0f, b.P, n, dout, M, 1.0f, b.dU, M);
     ab_sgemm(false, true, n, n, M, 1.0f, dout, M, b.U, M, 0.0f, b.dP, n);
     lower_incl(n, b.dP);
     /* dQn = dO S^T + dP Kn;  dKn = dP^T Qn + U' G^T */
@@ -181,15 +201,12 @@ void dn_wy_backward_chunk(int n, int D, int M, const float *q, const float *k, c
     ab_sgemm(false, false, n, D, n, 1.0f, b.dP, n, b.Kn, D, 1.0f, b.dQn, D);
     ab_sgemm(true, false, n, D, n, 1.0f, b.dP, n, b.Qn, D, 0.0f, b.dKn, D);
     ab_sgemm(false, true, n, D, M, 1.0f, b.U, M, G, M, 1.0f, b.dKn, D);
-    /* G <- G + Qn^T dO - W^T dU' */
-    ab_sgemm(true, false, D, M, n, 1.0f, b.Qn, D, dout, M, 1.0f, G, M);
-    ab_sgemm(true, false, D, M, n, -1.0f, b.W, D, b.dU, M, 1.0f, G, M);
-    /* dW = -dU' S^T;  dT = dU' V^T + dW Kn^T;  dV = T^T dU';  dKn += T^T dW */
-    ab_sgemm(false, true, n, D, M, -1.0f, b.dU, M, S, M, 0.0f, b.dW, D);
-    ab_sgemm(false, true, n, n, M, 1.0f, b.dU, M, v, M, 0.0f, b.dT, n);
-    ab_sgemm(false, true, n, n, D, 1.0f, b.dW, D, b.Kn, D, 1.0f, b.dT, n);
+    /* dV = T^T dU';  dT = dU' Vs^T;  dKn -= dV S^T;  G <- G + Qn^T dO - Kn^T dV */
     ab_sgemm(true, false, n, M, n, 1.0f, b.T, n, b.dU, M, 0.0f, dv, M);
-    ab_sgemm(true, false, n, D, n, 1.0f, b.T, n, b.dW, D, 1.0f, b.dKn, D);
+    ab_sgemm(false, true, n, n, M, 1.0f, b.dU, M, b.Vs, M, 0.0f, b.dT, n);
+    ab_sgemm(false, true, n, D, M, -1.0f, dv, M, S, M, 1.0f, b.dKn, D);
+    outer_acc(n, D, M, b.Qn, dout, G);
+    ab_sgemm(true, false, D, M, n, -1.0f, b.Kn, D, dv, M, 1.0f, G, M);
     wy_back_solve(&b, n, D, beta, dbeta);
     wy_norm_back(n, D, b.Qn, b.rq, b.dQn, dq);
     wy_norm_back(n, D, b.Kn, b.rk, b.dKn, dk);
