@@ -156,6 +156,7 @@ extern const attn_variant attn_variant_local;
 extern const attn_variant attn_variant_linformer;
 extern const attn_variant attn_variant_retention;
 extern const attn_variant attn_variant_sparse;
+extern const attn_variant attn_variant_deltanet;
 
 #ifdef __cplusplus
 }

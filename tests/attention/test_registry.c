@@ -18,6 +18,7 @@ static const struct {
     {"linformer", false, false},
     {"retention", true, true},
     {"sparse", true, true},
+    {"deltanet", true, true},
 };
 #define N_KNOWN ((int)(sizeof KNOWN / sizeof KNOWN[0]))
 
@@ -110,6 +111,15 @@ static void expect_create_fails(const char *variant, const char *setting, int co
 attn_shape shape(int B, int H, int N, int D, int M, bool causal, const int *lengths) {
     attn_shape s = {B, H, N, D, M, causal, lengths};
     return s;
+}
+
+bool causal_only(int i) {
+    attn *a = make(attn_variant_name(i), 0, NULL);
+    ab_clear_error();
+    const int rc = attn_check_shape(a, &(attn_shape){1, 1, 4, 4, 4, false, NULL});
+    const bool only = rc == ATTN_EUNSUPPORTED && strstr(attn_error(), "causal only") != NULL;
+    attn_destroy(a);
+    return only;
 }
 
 /* The shape check must fail with a one-line message containing `must`. */
@@ -503,6 +513,15 @@ Test(registry, check_shape) {
                 /* A non-causal-only variant refuses every causal shape, saying why. */
                 cr_assert_eq(rc, ATTN_EUNSUPPORTED, "%s: causal shape %zu: %d", name, g, rc);
                 cr_assert(strstr(attn_error(), "non-causal") != NULL && strstr(attn_error(), name) != NULL,
+                          "%s: '%s'", name, attn_error());
+                cr_assert_eq(attn_saved_bytes(a, &good[g]), 0u);
+                cr_assert(isnan(attn_flops(a, &good[g], false)));
+                continue;
+            }
+            if (!good[g].causal && causal_only(i)) {
+                /* A causal-only variant refuses every non-causal shape, saying why. */
+                cr_assert_eq(rc, ATTN_EUNSUPPORTED, "%s: non-causal shape %zu: %d", name, g, rc);
+                cr_assert(strstr(attn_error(), "causal only") != NULL && strstr(attn_error(), name) != NULL,
                           "%s: '%s'", name, attn_error());
                 cr_assert_eq(attn_saved_bytes(a, &good[g]), 0u);
                 cr_assert(isnan(attn_flops(a, &good[g], false)));

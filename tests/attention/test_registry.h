@@ -27,6 +27,10 @@ const char *val(const attn *a, const attn_shape *s, const char *key);
  * bound to a constant in its range; asserts that it is made. */
 attn *make(const char *variant, int n, const char *const *settings);
 
+/* Whether variant i is causal only (deltanet): it refuses a non-causal shape with
+ * ATTN_EUNSUPPORTED, saying so ("causal only"). */
+bool causal_only(int i);
+
 /* The shape {B, H, N, D, M, causal, lengths}. */
 attn_shape shape(int B, int H, int N, int D, int M, bool causal, const int *lengths);
 

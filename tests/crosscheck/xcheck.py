@@ -64,7 +64,7 @@ from xref import (COMMON_OPTIONS, FEATURE_MAPS, MODES, REFERENCES, linformer_cou
 def check_magnitudes(ref, what):
     """The magnitude bounds must bound the values (a bound below |value| would excuse
     nothing but points at a mistake in the reference)."""
-    for n in ("out", "dq", "dk", "dv", "dparams"):
+    for n in ("out", "dq", "dk", "dv", "dparams", "daux"):
         if n not in ref:
             continue
         if not np.all(np.abs(ref[n]) <= ref["mag_" + n] * (1 + 1e-9) + 1e-300):
@@ -103,6 +103,8 @@ def selftest_gradients():
         ("retention", False, [3, 1], {}),
         ("sparse", True, [4, 3], {"window": 1, "stride": 2, "scale": 0.9}),
         ("sparse", False, None, {"window": 2, "stride": 3}),
+        ("deltanet", True, [3, 0], {}),
+        ("deltanet", True, None, {"chunk": 2}),
     ]
     B, H, N, D, M = 2, 1, 4, 3, 2
     h = 1e-5
@@ -119,9 +121,11 @@ def selftest_gradients():
         if variant == "linformer":
             pmax = N + 2      # columns past N: never read, zero gradient
             params = rng.standard_normal(linformer_count(o, pmax))
-        ref = reference(variant, q, k, v, g, L, causal, o, 7, masks=masks, max_len=pmax, params=params)
+        aux = draw_input(rng, INPUTS.get(variant), (B, H, N))
+        ref = reference(variant, q, k, v, g, L, causal, o, 7, masks=masks, max_len=pmax, params=params, aux=aux)
         check_magnitudes(ref, "self-test %s %s" % (variant, o))
-        xs = (("q", q), ("k", k), ("v", v)) + ((("params", params),) if params is not None else ())
+        xs = (("q", q), ("k", k), ("v", v)) + ((("params", params),) if params is not None else ()) + \
+            ((("aux", aux),) if aux is not None else ())
         for name, x in xs:
             dx = ref["d" + name]
             fd = np.zeros_like(x)
@@ -129,10 +133,10 @@ def selftest_gradients():
                 old = x[idx]
                 x[idx] = old + h
                 fp = (reference(variant, q, k, v, g, L, causal, o, 7, masks=masks, max_len=pmax,
-                                params=params)["out"] * g).sum()
+                                params=params, aux=aux)["out"] * g).sum()
                 x[idx] = old - h
                 fm = (reference(variant, q, k, v, g, L, causal, o, 7, masks=masks, max_len=pmax,
-                                params=params)["out"] * g).sum()
+                                params=params, aux=aux)["out"] * g).sum()
                 x[idx] = old
                 fd[idx] = (fp - fm) / (2 * h)
             err = np.abs(fd - dx).max() / max(np.abs(fd).max(), 1e-300)
@@ -218,6 +222,21 @@ def selftest_coverage(listing):
 LSH_MIN_GAP = 1e-4
 
 
+# The inputs of a variant's own (`attnbench list --json`'s "input"), by name: how a case
+# draws one of shape (B, H, N). beta (deltanet's rate, in [0, 1]): uniform in
+# [0.05, 0.95], away from the ends so that every step both keeps and writes.
+def draw_input(rng, name, shape):
+    if name is None:
+        return None
+    if name == "beta":
+        return rng.uniform(0.05, 0.95, size=shape).astype(np.float32).astype(np.float64)
+    raise RuntimeError("no rule in xcheck.py to draw the input '%s'" % name)
+
+
+# The self-test's view of the inputs (the cases read them from the listing).
+INPUTS = {"deltanet": "beta"}
+
+
 # Share of the cases on the CUDA device that run with precision=tf32 (drawn from a
 # generator of their own, so the other cases are the same on either device).
 TF32_SHARE = 0.3
@@ -239,6 +258,8 @@ def make_case(seed, idx, variants, only=None, max_n=70, max_d=12, device="cpu"):
     D = int(rng.integers(1, max_d + 1))
     M = D if rng.random() < 0.4 else int(rng.integers(1, max_d + 1))
     causal = bool(rng.random() < 0.5) and entry.get("causal", True)
+    if REFERENCES[variant].causal_only:
+        causal = True
     lengths = None
     if rng.random() < 0.5:
         choices = rng.integers(0, 3, size=B)              # 0: zero, 1: N, 2: anything
@@ -261,6 +282,11 @@ def make_case(seed, idx, variants, only=None, max_n=70, max_d=12, device="cpu"):
     case = dict(idx=idx, variant=variant, B=B, H=H, N=N, D=D, M=M, causal=causal,
                 lengths=lengths, opts=o, seed=lsh_seed, q=q, k=k, v=v, dout=dout, redrawn=0,
                 threads=1 + idx % 3, max_len=None)
+    if entry.get("input"):
+        # drawn from a generator of its own, so that the other variants' cases stay as they were
+        case["aux_name"] = entry["input"]
+        case["aux"] = draw_input(np.random.default_rng([seed, idx, 2]), entry["input"],
+                                 (B, H, N)).astype(np.float32)
     if variant == "linformer":
         # parameters for sequences of up to max_len: often N, else longer (the first
         # N columns are used)
@@ -321,6 +347,10 @@ def run_op(exe, c, folder, mode, device):
         cmd.append("--causal")
     if c.get("max_len") is not None:
         cmd += ["--max-len", str(c["max_len"])]
+    if c.get("aux") is not None:
+        files["aux"] = os.path.join(folder, c["aux_name"] + ".npy")
+        np.save(files["aux"], c["aux"])
+        cmd += ["--" + c["aux_name"], files["aux"]]
     if c["lengths"] is not None and mode == "parallel":   # recurrent mode takes no lengths
         lp = os.path.join(folder, "lengths.npy")
         np.save(lp, c["lengths"])
@@ -336,8 +366,17 @@ def run_op(exe, c, folder, mode, device):
     if c.get("max_len") is not None:
         n_par = linformer_count({k: v for k, v in c["opts"].items() if v != "auto"}, c["max_len"])
         names += ["params"] + (["dparams"] if mode == "parallel" else [])
+    if c.get("aux") is not None and mode == "parallel":
+        names.append("daux")
     res = {}
     for n in names:
+        if n == "daux":
+            a = np.load(os.path.join(folder, "out", "d" + c["aux_name"] + ".npy"))
+            if a.dtype != np.float32 or a.shape != c["aux"].shape:
+                raise RuntimeError("d%s.npy: dtype %s shape %s, expected float32 %s" %
+                                   (c["aux_name"], a.dtype, a.shape, c["aux"].shape))
+            res[n] = a.astype(np.float64)
+            continue
         a = np.load(os.path.join(folder, "out", n + ".npy"))
         want = (n_par,) if n in ("params", "dparams") else c["v"].shape if n in ("out", "dv") else c["q"].shape
         if a.dtype != np.float32 or a.shape != want:
@@ -426,8 +465,10 @@ def check_case(exe, c, folder, stats, failures, verbose, device, modes_of):
     f64 = {n: c[n].astype(np.float64) for n in ("q", "k", "v", "dout")}
 
     def ref_for(lengths):
+        aux = c.get("aux")
         r = reference(c["variant"], f64["q"], f64["k"], f64["v"], f64["dout"], lengths,
-                      c["causal"], c["opts"], c["seed"], max_len=c.get("max_len"))
+                      c["causal"], c["opts"], c["seed"], max_len=c.get("max_len"),
+                      aux=None if aux is None else aux.astype(np.float64))
         check_magnitudes(r, describe(c))
         return r
 
@@ -546,10 +587,10 @@ def main():
     worst = (-1.0, None, None, None)
     for key in sorted(stats):
         st = stats[key]
-        figs = ", ".join("%s %.1e" % (n, st["fig"][n][0]) for n in ("out", "dq", "dk", "dv", "dparams")
+        figs = ", ".join("%s %.1e" % (n, st["fig"][n][0]) for n in ("out", "dq", "dk", "dv", "dparams", "daux")
                          if n in st["fig"])
         bounds = []
-        for n in ("out", "dq", "dk", "dv", "dparams"):
+        for n in ("out", "dq", "dk", "dv", "dparams", "daux"):
             if n in st["bound"]:
                 e, ci = st["bound"][n]
                 bounds.append("%s %.1e (case %d)" % (n, e, ci))

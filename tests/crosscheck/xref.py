@@ -540,11 +540,95 @@ def ref_lsh(q, k, v, g, lengths, causal, rounds, bits, chunk, combine, scale, se
                 mag_dk=np.zeros_like(q), mag_dv=mag_dv)
 
 
-def reference(variant, q, k, v, g, lengths, causal, o, seed, masks=None, max_len=None, params=None):
+# DeltaNet (attention/README.md, "deltanet"): the eps under the normalisation's root.
+DELTANET_EPS = 1e-6
+
+
+def ref_deltanet(q, k, v, g, lengths, beta, eps=DELTANET_EPS):
+    """DeltaNet, causal: per slice, with qn = q / sqrt(|q|^2 + eps), kn likewise,
+    S_0 = 0, S_t = (I - beta_t kn_t kn_t^T) S_{t-1} + beta_t kn_t v_t^T (D x M),
+    out_t = S_t^T qn_t; positions >= lengths[b] take no part and get zeros. Gradients of
+    sum(out * g) by the reverse recurrence (G = dL/dS_t):
+        G += qn_t g_t^T; dqn_t = S_t g_t; dv_t = beta_t G^T kn_t;
+        dbeta_t = kn_t^T G (v_t - S_{t-1}^T kn_t);
+        dkn_t = beta_t (G (v_t - S_{t-1}^T kn_t) - S_{t-1} G^T kn_t); G <- (I - beta_t kn_t kn_t^T) G
+    and through the normalisation dx = (dxn - xn (xn . dxn)) / |x|_eps.
+    Magnitudes: per position, broadcast over the row, bounds on the norms of the terms
+    a value is made of (below)."""
+    B, H, N, D = q.shape
+    M = v.shape[-1]
+    L = np.full(B, N) if lengths is None else np.asarray(lengths)
+    valid = (np.arange(N)[None, :] < L[:, None])[:, None, :]            # (B, 1, N)
+    rq, rk = np.sqrt((q * q).sum(-1) + eps), np.sqrt((k * k).sum(-1) + eps)
+    qn, kn = q / rq[..., None], k / rk[..., None]
+    bt = np.where(valid, beta, 0.0)                                      # padding: no update
+    gm = np.where(valid[..., None], g, 0.0)
+    eye = np.eye(D)
+    S = np.zeros((B, H, D, M))
+    states = [S]
+    out = np.zeros_like(v)
+    for t in range(N):
+        kk = kn[:, :, t, :, None] * kn[:, :, t, None, :]                   # (B, H, D, D)
+        b = bt[:, :, t, None, None]
+        S = (eye - b * kk) @ S + b * (kn[:, :, t, :, None] * v[:, :, t, None, :])
+        states.append(S)
+        out[:, :, t] = np.einsum("bhdm,bhd->bhm", S, qn[:, :, t])
+    out = np.where(valid[..., None], out, 0.0)
+    dqn, dkn = np.zeros_like(q), np.zeros_like(k)
+    dv, dbeta = np.zeros_like(v), np.zeros_like(beta)
+    G = np.zeros((B, H, D, M))
+    gnorm = np.zeros((B, H, N))
+    for t in range(N - 1, -1, -1):
+        Sp, St = states[t], states[t + 1]
+        kt, b = kn[:, :, t], bt[:, :, t]
+        G = G + qn[:, :, t, :, None] * gm[:, :, t, None, :]
+        gnorm[:, :, t] = np.sqrt((G * G).sum((-1, -2)))
+        dqn[:, :, t] = np.einsum("bhdm,bhm->bhd", St, gm[:, :, t])
+        e = v[:, :, t] - np.einsum("bhdm,bhd->bhm", Sp, kt)
+        gk = np.einsum("bhdm,bhd->bhm", G, kt)
+        dv[:, :, t] = b[..., None] * gk
+        dbeta[:, :, t] = (gk * e).sum(-1)
+        dkn[:, :, t] = b[..., None] * (np.einsum("bhdm,bhm->bhd", G, e) - np.einsum("bhdm,bhm->bhd", Sp, gk))
+        G = G - b[..., None, None] * (kt[..., :, None] * gk[..., None, :])
+    dq = (dqn - qn * (qn * dqn).sum(-1, keepdims=True)) / rq[..., None]
+    dk = (dkn - kn * (kn * dkn).sum(-1, keepdims=True)) / rk[..., None]
+    # magnitudes: norms of the terms (a dot product's |terms| sum to at most the norms'
+    # product, |kn| <= 1, beta <= 1); a step adds terms of |S_{t-1}|, |v_t| and |e_t| to S
+    # and its rounding is never amplified later, so the steps' terms add up (eS); the
+    # same backwards for G (eG)
+    sF = np.array([np.sqrt((s * s).sum((-1, -2))) for s in states[1:]]).transpose(1, 2, 0)     # |S_t|_F
+    sP = np.array([np.sqrt((s * s).sum((-1, -2))) for s in states[:-1]]).transpose(1, 2, 0)    # |S_{t-1}|_F
+    vn, gn = np.sqrt((v * v).sum(-1)), np.sqrt((gm * gm).sum(-1))
+    eS = np.cumsum((2 * sP + vn) * valid, axis=-1)
+    eSp = eS - (2 * sP + vn) * valid                                     # through t - 1
+    eG = np.cumsum(((2 * gnorm + gn) * valid)[..., ::-1], axis=-1)[..., ::-1]
+    mag_s = sF + eS                                                      # S_t
+    mag_sp = sP + eSp                                                    # S_{t-1}
+    mag_e = vn + mag_sp                                                  # e_t
+    mag_g = gnorm + eG                                                   # G (after out_t's share)
+    mag_dqn = mag_s * gn
+    mag_dkn = mag_g * mag_e + mag_sp * mag_g
+    z = lambda x: np.where(valid, x, 0.0)                                # noqa: E731
+    r = dict(out=out, dq=np.where(valid[..., None], dq, 0.0), dk=np.where(valid[..., None], dk, 0.0),
+             dv=np.where(valid[..., None], dv, 0.0), daux=z(dbeta),
+             mag_out=np.broadcast_to(z(mag_s)[..., None], v.shape).copy(),
+             mag_dq=np.broadcast_to(z(2 * mag_dqn / rq)[..., None], q.shape).copy(),
+             mag_dk=np.broadcast_to(z(2 * mag_dkn / rk)[..., None], k.shape).copy(),
+             mag_dv=np.broadcast_to(z(mag_g)[..., None], v.shape).copy(),
+             mag_daux=z(mag_g * mag_e))
+    return r
+
+
+def reference(variant, q, k, v, g, lengths, causal, o, seed, masks=None, max_len=None, params=None,
+              aux=None):
     """o: the options as given to `--set` (absent or "auto": the README's default).
     A variant with parameters (linformer) takes them for max_len (default N), drawn from
-    the seed as `op` does, or given (params: the flat array, the self-test's)."""
+    the seed as `op` does, or given (params: the flat array, the self-test's). A variant
+    with an input of its own (deltanet's beta) takes it as aux and returns its gradient
+    as daux (with mag_daux)."""
     o = {key: val for key, val in o.items() if val != "auto" and key not in COMMON_OPTIONS}
+    if aux is not None:
+        return REFERENCES[variant].fn(q, k, v, g, lengths, causal, o, seed, masks, aux=aux)
     if variant == "linformer":
         return _linformer(q, k, v, g, lengths, causal, o, seed, max_len or q.shape[2], params)
     return REFERENCES[variant].fn(q, k, v, g, lengths, causal, o, seed, masks)
@@ -629,6 +713,12 @@ def _lsh(q, k, v, g, lengths, causal, o, seed, masks):
 CHUNK_CHOICES = [1, 2, 3, 5, 7, 8, 16, 32, 64, 100]
 
 
+def _deltanet(q, k, v, g, lengths, causal, o, seed, masks, aux=None):
+    assert causal, "deltanet is causal only"
+    assert aux is not None, "deltanet reads beta"
+    return ref_deltanet(q, k, v, g, lengths, aux)
+
+
 def _draw_scale(rng, o, explicit, value):
     """o["scale"]: value() (rounded to float32) with probability `explicit`, else "auto"
     half of the time, else unset (the variant's default)."""
@@ -709,6 +799,15 @@ def _draw_linformer(rng, D, choices):
     return o
 
 
+def _draw_deltanet(rng, D, choices):
+    o = {}
+    if rng.random() < 0.7:
+        o["chunk"] = int(rng.choice(CHUNK_CHOICES))
+    elif rng.random() < 0.5:
+        o["chunk"] = "auto"
+    return o
+
+
 def _draw_lsh(rng, D, choices):
     # defaults: rounds 1, bits 8, chunk 32, mean
     o = {}
@@ -743,8 +842,8 @@ class Ref:
     without "auto" values), the options it reads (name -> None for a number, or the set
     of values it knows for a choice option), and draw (see above)."""
 
-    def __init__(self, fn, options, draw):
-        self.fn, self.options, self.draw = fn, options, draw
+    def __init__(self, fn, options, draw, causal_only=False):
+        self.fn, self.options, self.draw, self.causal_only = fn, options, draw, causal_only
 
 
 # The references, by the variant names of `attnbench list --json`. The cross-check
@@ -763,6 +862,7 @@ REFERENCES = {
     "linformer": Ref(_linformer, {"k": None, "share": {"none", "kv", "layer"}, "scale": None}, _draw_linformer),
     "retention": Ref(_retention, {"gamma": None, "scale": None, "chunk": None}, _draw_retention),
     "sparse": Ref(_sparse, {"window": None, "stride": None, "scale": None}, _draw_sparse),
+    "deltanet": Ref(_deltanet, {"chunk": None}, _draw_deltanet, causal_only=True),
 }
 
 # Options every variant has (the registry's common options): precision changes how the

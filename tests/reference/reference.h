@@ -84,6 +84,17 @@ void ref_lsh(const ref_shape *s, int rounds, int chunk, int combine, double scal
  * sequence. */
 void ref_shared_qk_softmax(const ref_shape *s, double scale, const double *q, const double *v, double *out);
 
+/* DeltaNet (the deltanet variant), causal: per slice, with qn, kn the L2-normalised
+ * q, k (x / sqrt(|x|^2 + eps)), S_0 = 0, S_t = S_{t-1} + beta_t kn_t (v_t - S_{t-1}^T
+ * kn_t)^T (D x M), out_t = S_t^T qn_t; beta [B, H, N]; positions >= lengths[b] output
+ * zero and are never read (s->causal is ignored). Backward (overwrites dq, dk, dv,
+ * dbeta): the gradients of sum(dout . out) by the reverse recurrence, all N states
+ * kept; padded positions get zero. */
+void ref_deltanet(const ref_shape *s, double eps, const double *q, const double *k, const double *v,
+                  const double *beta, double *out);
+void ref_deltanet_backward(const ref_shape *s, double eps, const double *q, const double *k, const double *v,
+                           const double *beta, const double *dout, double *dq, double *dk, double *dv, double *dbeta);
+
 /* Adam (Kingma & Ba 2015, Algorithm 1) and RAdam (Liu et al. 2019, as the authors'
  * radam.py computes it) in double, one step at a time, written from the published
  * rules with no attention to speed. kind: 0 Adam, 1 RAdam. */
