@@ -154,6 +154,7 @@ extern const attn_variant attn_variant_lsh;
 extern const attn_variant attn_variant_efficient;
 extern const attn_variant attn_variant_local;
 extern const attn_variant attn_variant_linformer;
+extern const attn_variant attn_variant_gla;
 
 #ifdef __cplusplus
 }

@@ -15,7 +15,7 @@ static const struct {
 } KNOWN[] = {
     {"softmax", false, true}, {"stateful-softmax", true, true}, {"linear", true, true}, {"polynomial", true, true},
     {"lsh", false, true},     {"efficient", false, false},      {"local", true, true},
-    {"linformer", false, false},
+    {"linformer", false, false}, {"gla", true, true},
 };
 #define N_KNOWN ((int)(sizeof KNOWN / sizeof KNOWN[0]))
 
