@@ -4,7 +4,7 @@
  *   q, k      [B, H, N, D]
  *   v, out    [B, H, N, M]
  * Variants are chosen by name from a registry ("softmax", "stateful-softmax",
- * "linear", "polynomial", "lsh", "efficient", "local", "linformer") and configured with
+ * "linear", "polynomial", "lsh", "efficient", "local", "linformer", "gla") and configured with
  * "key=value"
  * settings whose names and defaults `attn_variant_option` lists.
  *

@@ -18,7 +18,8 @@
  * k_j e^(m - c_j), m = c_E / 2, when the chunk's decay |c_E| is at most FACTOR_MAX in
  * every dimension (the factors then stay within e^(+-FACTOR_MAX/2), and the masked
  * entries j > i within e^FACTOR_MAX |q||k|: no overflow, and each kept entry is the
- * exact term rescaled); else entry by entry from e^(c_id - c_jd) (strong gates).
+ * exact term rescaled); else entry by entry from e^(sum_{j<t<=i} g_t), the gap summed
+ * from i down (strong gates). The chunk's sums are taken in double.
  *
  * Backward (nothing saved; forward recomputed chunk by chunk), P = dout V^T masked:
  *   forward sweep:  dq_i = s (S dout_i) . e^c_i, then S as in the forward
@@ -41,8 +42,11 @@
 #include <string.h>
 
 /* The largest decay |c_E| of a chunk (in any dimension) for which A comes from one
- * product of rescaled factors (see above): e^60 |q||k| stays far below FLT_MAX. */
-#define FACTOR_MAX 60.0f
+ * product of rescaled factors (see above). Any value up to about 80 keeps e^FACTOR_MAX
+ * |q||k| below FLT_MAX; the factors' exponents carry a rounding of up to u FACTOR_MAX / 2
+ * each, which the cross-check's tolerance (170 u) bounds: 16 keeps it near 16 u, and
+ * costs nothing at the mild gates (|g| ~ 0.1, decay ~ 3 over 32 rows) of the timings. */
+#define FACTOR_MAX 16.0f
 
 /* ---- options ---- */
 
@@ -174,30 +178,48 @@ static size_t gla_workspace_bytes(const attn *a, const attn_shape *s) {
 
 /* ---- one chunk ---- */
 
+/* The chunk's cumulative gates: c_i = sum_{t<=i} g_t (w->c) and the rest of the chunk
+ * c_E - c_i = sum_{t>i} g_t (w->tmp, until the factors are made), each summed in double,
+ * so that each carries one rounding relative to itself (a difference of two long sums
+ * would carry the rounding of the longer: u |c_E| on a weight near 1). */
+static void chunk_cumulative(const gla_cfg *g, const gla_slot *w, int n, const float *gt) {
+    const int D = g->D, W = g->W;
+    for (int d = 0; d < D; d++) w->acc[d] = 0.0;
+    for (int i = 0; i < n; i++)
+        for (int d = 0; d < D; d++) {
+            w->acc[d] += gt[(size_t)i * W + (W == 1 ? 0 : d)];
+            w->c[(size_t)i * D + d] = (float)w->acc[d];
+        }
+    for (int d = 0; d < D; d++) w->acc[d] = 0.0;
+    for (int i = n - 1; i >= 0; i--)
+        for (int d = 0; d < D; d++) {
+            w->tmp[(size_t)i * D + d] = (float)w->acc[d];
+            w->acc[d] += gt[(size_t)i * W + (W == 1 ? 0 : d)];
+        }
+}
+
 /* The chunk's factors for rows 0..n-1 of q, k, gates gt (W per row); returns whether A
  * comes from the product of rescaled factors (qm, km filled) rather than entry by entry. */
 static bool chunk_prep(const gla_cfg *g, const gla_slot *w, int n, const float *gt, const float *q,
                        const float *k) {
-    const int D = g->D, W = g->W;
-    for (int d = 0; d < D; d++) w->c[d] = gt[W == 1 ? 0 : d];
-    for (int i = 1; i < n; i++)
-        for (int d = 0; d < D; d++) w->c[(size_t)i * D + d] = w->c[(size_t)(i - 1) * D + d] + gt[(size_t)i * W + (W == 1 ? 0 : d)];
+    const int D = g->D;
+    chunk_cumulative(g, w, n, gt);
     const float *cE = w->c + (size_t)(n - 1) * D;
     float decay = 0.0f;
     for (int d = 0; d < D; d++) decay = -cE[d] > decay ? -cE[d] : decay;
     const bool fact = decay <= FACTOR_MAX;
     for (int i = 0; i < n; i++) {
-        const float *ci = w->c + (size_t)i * D;
+        const float *ci = w->c + (size_t)i * D, *ri = w->tmp + (size_t)i * D;
         const size_t o = (size_t)i * D;
         for (int d = 0; d < D; d++) {
             w->fc[o + d] = attn_exp_nonpos(ci[d]);
-            w->fe[o + d] = attn_exp_nonpos(cE[d] - ci[d]);
+            w->fe[o + d] = attn_exp_nonpos(ri[d]);
             w->qe[o + d] = q[o + d] * w->fc[o + d];
             w->ke[o + d] = k[o + d] * w->fe[o + d];
         }
         if (fact)
             for (int d = 0; d < D; d++) {
-                const float x = ci[d] - 0.5f * cE[d]; /* in [c_E / 2, -c_E / 2] */
+                const float x = 0.5f * (ci[d] - ri[d]); /* c_i - c_E / 2, in [c_E / 2, -c_E / 2] */
                 w->fqm[o + d] = expf(x);
                 w->fkm[o + d] = expf(-x);
                 w->qm[o + d] = q[o + d] * w->fqm[o + d];
@@ -215,18 +237,32 @@ static void mask_upper(float *X, int n, bool strict) {
     }
 }
 
-/* A (n x n, masked) of the chunk. */
-static void chunk_A(const gla_cfg *g, const gla_slot *w, int n, bool fact, const float *q, const float *k) {
+/* x += g_(j+1): the gap sum_{j<t<=i} g_t grown by one row as j goes down from i, so that
+ * its rounding is relative to the gap itself. */
+static inline void running_gap(const gla_cfg *g, float *x, const float *gt, int j) {
+    const float *gj = gt + (size_t)(j + 1) * g->W;
+    if (g->W == 1)
+        for (int d = 0; d < g->D; d++) x[d] += gj[0];
+    else
+        for (int d = 0; d < g->D; d++) x[d] += gj[d];
+}
+
+/* A (n x n, masked) of the chunk (gt: its gates, for the entry-by-entry path). */
+static void chunk_A(const gla_cfg *g, const gla_slot *w, int n, bool fact, const float *q, const float *k,
+                    const float *gt) {
     const int D = g->D;
     if (fact) ab_sgemm(false, true, n, n, D, 1.0f, w->qm, D, w->km, D, 0.0f, w->A, n);
     else
         for (int i = 0; i < n; i++) {
-            const float *qi = q + (size_t)i * D, *ci = w->c + (size_t)i * D;
-            const int jn = g->strict ? i : i + 1;
-            for (int j = 0; j < jn; j++) {
-                const float *kj = k + (size_t)j * D, *cj = w->c + (size_t)j * D;
+            const float *qi = q + (size_t)i * D;
+            float *x = w->tmp; /* sum_{j<t<=i} g_t, from j = i down */
+            memset(x, 0, sizeof(float) * (size_t)D);
+            for (int j = i; j >= 0; j--) {
+                if (j < i) running_gap(g, x, gt, j);
+                if (g->strict && j == i) continue;
+                const float *kj = k + (size_t)j * D;
                 float sum = 0.0f;
-                for (int d = 0; d < D; d++) sum += qi[d] * kj[d] * attn_exp_nonpos(ci[d] - cj[d]);
+                for (int d = 0; d < D; d++) sum += qi[d] * kj[d] * attn_exp_nonpos(x[d]);
                 w->A[(size_t)i * n + j] = sum;
             }
         }
@@ -259,7 +295,7 @@ static void slice_fwd(const gla_cfg *g, const gla_slot *w, int L, const float *q
         if (out) {
             float *oc = out + (size_t)r0 * M;
             ab_sgemm(false, false, n, M, D, g->scale, w->qe, D, S, M, 0.0f, oc, M);
-            chunk_A(g, w, n, fact, qc, kc);
+            chunk_A(g, w, n, fact, qc, kc, gate + (size_t)r0 * W);
             ab_sgemm(false, false, n, M, n, g->scale, w->A, n, vc, M, 1.0f, oc, M);
         }
         state_advance(g, w, n, S, w->ke, vc);
@@ -268,7 +304,7 @@ static void slice_fwd(const gla_cfg *g, const gla_slot *w, int L, const float *q
 
 /* The chunk's within-chunk terms of dq and dk (added), from P (masked). */
 static void chunk_intra_grad(const gla_cfg *g, const gla_slot *w, int n, bool fact, const float *q, const float *k,
-                             float *dq, float *dk) {
+                             const float *gt, float *dq, float *dk) {
     const int D = g->D;
     const float s = g->scale;
     if (fact) {
@@ -279,15 +315,17 @@ static void chunk_intra_grad(const gla_cfg *g, const gla_slot *w, int n, bool fa
         return;
     }
     for (int i = 0; i < n; i++) {
-        const float *qi = q + (size_t)i * D, *ci = w->c + (size_t)i * D;
-        float *dqi = dq + (size_t)i * D;
-        const int jn = g->strict ? i : i + 1;
-        for (int j = 0; j < jn; j++) {
+        const float *qi = q + (size_t)i * D;
+        float *dqi = dq + (size_t)i * D, *x = w->tmp;
+        memset(x, 0, sizeof(float) * (size_t)D);
+        for (int j = i; j >= 0; j--) {
+            if (j < i) running_gap(g, x, gt, j);
+            if (g->strict && j == i) continue;
             const float p = s * w->P[(size_t)i * n + j];
-            const float *kj = k + (size_t)j * D, *cj = w->c + (size_t)j * D;
+            const float *kj = k + (size_t)j * D;
             float *dkj = dk + (size_t)j * D;
             for (int d = 0; d < D; d++) {
-                const float e = p * attn_exp_nonpos(ci[d] - cj[d]);
+                const float e = p * attn_exp_nonpos(x[d]);
                 dqi[d] += e * kj[d];
                 dkj[d] += e * qi[d];
             }
@@ -340,14 +378,14 @@ static void slice_bwd(const gla_cfg *g, const gla_slot *w, int L, const float *q
         const float *doc = dout + (size_t)r0 * M;
         float *dkc = dk + (size_t)r0 * D, *dvc = dv + (size_t)r0 * M;
         const bool fact = chunk_prep(g, w, n, gate + (size_t)r0 * W, qc, kc);
-        chunk_A(g, w, n, fact, qc, kc);
+        chunk_A(g, w, n, fact, qc, kc, gate + (size_t)r0 * W);
         ab_sgemm(false, true, n, n, M, 1.0f, doc, M, vc, M, 0.0f, w->P, n);
         mask_upper(w->P, n, g->strict);
         ab_sgemm(false, false, n, M, D, s, w->ke, D, w->R, M, 0.0f, dvc, M);
         ab_sgemm(true, false, n, M, n, s, w->A, n, doc, M, 1.0f, dvc, M);
         ab_sgemm(false, true, n, D, M, s, vc, M, w->R, M, 0.0f, dkc, D);
         for (size_t x = 0; x < (size_t)n * D; x++) dkc[x] *= w->fe[x];
-        chunk_intra_grad(g, w, n, fact, qc, kc, dq + (size_t)r0 * D, dkc);
+        chunk_intra_grad(g, w, n, fact, qc, kc, gate + (size_t)r0 * W, dq + (size_t)r0 * D, dkc);
         state_advance(g, w, n, w->R, w->qe, doc);
     }
     if (dg) slice_dgate(g, w, L, q, k, dq, dk, dg);
