@@ -34,6 +34,10 @@
 #include "cpu_util.h"
 #include "variant.h"
 
+#ifdef ATTNBENCH_HAVE_CUDA
+#include "gla_cuda.h"
+#endif
+
 #include "../harness/error.h"
 #include "../harness/memory.h"
 
@@ -199,9 +203,10 @@ static void chunk_cumulative(const gla_cfg *g, const gla_slot *w, int n, const f
 }
 
 /* The chunk's factors for rows 0..n-1 of q, k, gates gt (W per row); returns whether A
- * comes from the product of rescaled factors (qm, km filled) rather than entry by entry. */
+ * comes from the product of rescaled factors (qm, km filled when intra: the chunk's own
+ * terms are wanted) rather than entry by entry. */
 static bool chunk_prep(const gla_cfg *g, const gla_slot *w, int n, const float *gt, const float *q,
-                       const float *k) {
+                       const float *k, bool intra) {
     const int D = g->D;
     chunk_cumulative(g, w, n, gt);
     const float *cE = w->c + (size_t)(n - 1) * D;
@@ -217,11 +222,12 @@ static bool chunk_prep(const gla_cfg *g, const gla_slot *w, int n, const float *
             w->qe[o + d] = q[o + d] * w->fc[o + d];
             w->ke[o + d] = k[o + d] * w->fe[o + d];
         }
-        if (fact)
+        if (fact && intra)
             for (int d = 0; d < D; d++) {
                 const float x = 0.5f * (ci[d] - ri[d]); /* c_i - c_E / 2, in [c_E / 2, -c_E / 2] */
-                w->fqm[o + d] = expf(x);
-                w->fkm[o + d] = expf(-x);
+                const float e = attn_exp_nonpos(-fabsf(x)), r = 1.0f / e; /* e^-|x|, e^|x| */
+                w->fqm[o + d] = x <= 0.0f ? e : r;
+                w->fkm[o + d] = x <= 0.0f ? r : e;
                 w->qm[o + d] = q[o + d] * w->fqm[o + d];
                 w->km[o + d] = k[o + d] * w->fkm[o + d];
             }
@@ -291,7 +297,7 @@ static void slice_fwd(const gla_cfg *g, const gla_slot *w, int L, const float *q
     for (int r0 = 0; r0 < L; r0 += T) {
         const int n = r0 + T <= L ? T : L - r0;
         const float *qc = q + (size_t)r0 * D, *kc = k + (size_t)r0 * D, *vc = v + (size_t)r0 * M;
-        const bool fact = chunk_prep(g, w, n, gate + (size_t)r0 * W, qc, kc);
+        const bool fact = chunk_prep(g, w, n, gate + (size_t)r0 * W, qc, kc, out != NULL);
         if (out) {
             float *oc = out + (size_t)r0 * M;
             ab_sgemm(false, false, n, M, D, g->scale, w->qe, D, S, M, 0.0f, oc, M);
@@ -364,7 +370,7 @@ static void slice_bwd(const gla_cfg *g, const gla_slot *w, int L, const float *q
     memset(w->S, 0, sizeof(float) * (size_t)D * M);
     for (int r0 = 0; r0 < L; r0 += T) { /* dq's terms from earlier chunks */
         const int n = r0 + T <= L ? T : L - r0;
-        chunk_prep(g, w, n, gate + (size_t)r0 * W, q + (size_t)r0 * D, k + (size_t)r0 * D);
+        chunk_prep(g, w, n, gate + (size_t)r0 * W, q + (size_t)r0 * D, k + (size_t)r0 * D, false);
         float *dqc = dq + (size_t)r0 * D;
         ab_sgemm(false, true, n, D, M, s, dout + (size_t)r0 * M, M, w->S, M, 0.0f, dqc, D);
         for (size_t x = 0; x < (size_t)n * D; x++) dqc[x] *= w->fc[x];
@@ -377,7 +383,7 @@ static void slice_bwd(const gla_cfg *g, const gla_slot *w, int L, const float *q
         const float *qc = q + (size_t)r0 * D, *kc = k + (size_t)r0 * D, *vc = v + (size_t)r0 * M;
         const float *doc = dout + (size_t)r0 * M;
         float *dkc = dk + (size_t)r0 * D, *dvc = dv + (size_t)r0 * M;
-        const bool fact = chunk_prep(g, w, n, gate + (size_t)r0 * W, qc, kc);
+        const bool fact = chunk_prep(g, w, n, gate + (size_t)r0 * W, qc, kc, true);
         chunk_A(g, w, n, fact, qc, kc, gate + (size_t)r0 * W);
         ab_sgemm(false, true, n, n, M, 1.0f, doc, M, vc, M, 0.0f, w->P, n);
         mask_upper(w->P, n, g->strict);
@@ -564,6 +570,23 @@ static const attn_backend cpu_backend = {
     .step = gla_step,
 };
 
+#ifdef ATTNBENCH_HAVE_CUDA
+static const attn_backend cuda_backend = {
+    .check_shape = gla_check_shape,
+    .saved_bytes = gla_saved_bytes,
+    .workspace_bytes = gla_cuda_workspace_bytes,
+    .forward = gla_cuda_forward,
+    .backward = gla_cuda_backward,
+    .state_bytes = gla_state_bytes,
+    .state_init = gla_cuda_state_init,
+    .prefill = gla_cuda_prefill,
+    .step = gla_cuda_step,
+};
+#define CUDA_GLA (&cuda_backend)
+#else
+#define CUDA_GLA NULL
+#endif
+
 const attn_variant attn_variant_gla = {
     .name = "gla",
     .summary = "gated linear attention (Yang et al. 2023; scalar gate: Mamba-2's SSD): S_t = diag(e^g_t) S_{t-1} + "
@@ -575,5 +598,5 @@ const attn_variant attn_variant_gla = {
     .aux_name = "g",
     .aux_width = gla_aux_width,
     .cpu = &cpu_backend,
-    .cuda = NULL,
+    .cuda = CUDA_GLA,
 };

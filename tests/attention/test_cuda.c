@@ -689,6 +689,7 @@ Test(cuda_device, unsupported_variants_say_so) {
         /* a variant with parameters of its own (linformer) has its own suite, which
          * binds them: tests/attention/test_cuda_linformer.c */
         listed |= strcmp(name, "linformer") == 0;
+        listed |= strcmp(name, "gla") == 0; /* reads its gate g: tests/attention/test_cuda_gla.c */
         attn_options o = {name, AB_DEV_CUDA, 0, 0, NULL};
         attn *a = NULL;
         int rc = attn_create(&o, &a);
