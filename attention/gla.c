@@ -187,19 +187,37 @@ static size_t gla_workspace_bytes(const attn *a, const attn_shape *s) {
  * so that each carries one rounding relative to itself (a difference of two long sums
  * would carry the rounding of the longer: u |c_E| on a weight near 1). */
 static void chunk_cumulative(const gla_cfg *g, const gla_slot *w, int n, const float *gt) {
-    const int D = g->D, W = g->W;
-    for (int d = 0; d < D; d++) w->acc[d] = 0.0;
-    for (int i = 0; i < n; i++)
-        for (int d = 0; d < D; d++) {
-            w->acc[d] += gt[(size_t)i * W + (W == 1 ? 0 : d)];
-            w->c[(size_t)i * D + d] = (float)w->acc[d];
+    const int D = g->D;
+    if (g->W == 1) { /* one gate per row, broadcast over d */
+        double up = 0.0, down = 0.0;
+        for (int i = 0, j = n - 1; i < n; i++, j--) {
+            up += gt[i];
+            const float cu = (float)up, cd = (float)down;
+            for (int d = 0; d < D; d++) w->c[(size_t)i * D + d] = cu;
+            for (int d = 0; d < D; d++) w->tmp[(size_t)j * D + d] = cd;
+            down += gt[j];
         }
-    for (int d = 0; d < D; d++) w->acc[d] = 0.0;
-    for (int i = n - 1; i >= 0; i--)
+        return;
+    }
+    double *acc = w->acc;
+    for (int d = 0; d < D; d++) acc[d] = 0.0;
+    for (int i = 0; i < n; i++) {
+        const float *gi = gt + (size_t)i * D;
+        float *ci = w->c + (size_t)i * D;
         for (int d = 0; d < D; d++) {
-            w->tmp[(size_t)i * D + d] = (float)w->acc[d];
-            w->acc[d] += gt[(size_t)i * W + (W == 1 ? 0 : d)];
+            acc[d] += gi[d];
+            ci[d] = (float)acc[d];
         }
+    }
+    for (int d = 0; d < D; d++) acc[d] = 0.0;
+    for (int i = n - 1; i >= 0; i--) {
+        const float *gi = gt + (size_t)i * D;
+        float *ri = w->tmp + (size_t)i * D;
+        for (int d = 0; d < D; d++) {
+            ri[d] = (float)acc[d];
+            acc[d] += gi[d];
+        }
+    }
 }
 
 /* The chunk's factors for rows 0..n-1 of q, k, gates gt (W per row); returns whether A
