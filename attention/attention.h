@@ -1,4 +1,4 @@
-/* attnbench attention library: one interface, eight variants, CPU and CUDA.
+/* attnbench attention library: one interface, twelve variants, CPU and CUDA.
  *
  * Tensors are float32, contiguous, row-major:
  *   q, k      [B, H, N, D]

@@ -20,7 +20,8 @@
 static const attn_variant *const g_variants[] = {
     &attn_variant_softmax, &attn_variant_stateful_softmax, &attn_variant_linear,
     &attn_variant_polynomial, &attn_variant_lsh, &attn_variant_efficient, &attn_variant_local,
-    &attn_variant_linformer, &attn_variant_retention, &attn_variant_sparse, &attn_variant_deltanet,
+    &attn_variant_linformer, &attn_variant_retention, &attn_variant_sparse, &attn_variant_gla,
+    &attn_variant_deltanet,
 };
 #define N_VARIANTS ((int)(sizeof g_variants / sizeof g_variants[0]))
 

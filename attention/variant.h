@@ -157,6 +157,7 @@ extern const attn_variant attn_variant_linformer;
 extern const attn_variant attn_variant_retention;
 extern const attn_variant attn_variant_sparse;
 extern const attn_variant attn_variant_deltanet;
+extern const attn_variant attn_variant_gla;
 
 #ifdef __cplusplus
 }

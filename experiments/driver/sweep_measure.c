@@ -71,6 +71,31 @@ static int fill_normal_dev(ab_device d, float *x, size_t n, uint64_t seed, uint6
     return ab_dev_upload(d, x, stage, n * sizeof(float));
 }
 
+/* A variant's input of its own (attn_bind_aux: gla's log-gate g, deltanet's rate beta)
+ * for the timings: `count` floats on device d, drawn once per point as a typical value
+ * of its range plus small noise, center + spread * normal(seed, stream, i), clamped to
+ * the range: g = -0.1 +- 0.02 (<= 0: a decay of about 0.9 a step), beta = 0.5 +- 0.1
+ * (in [0, 1]). *out stays NULL for a variant without one. */
+static int aux_fill_dev(attn *a, ab_device d, size_t count, uint64_t seed, uint64_t stream, float **out) {
+    *out = NULL;
+    const char *name = attn_aux_name(a);
+    if (!name) return 0;
+    const bool is_g = strcmp(name, "g") == 0;
+    const double center = is_g ? -0.1 : 0.5, spread = is_g ? 0.02 : 0.1, lo = is_g ? -1e30 : 0.0,
+                 hi = is_g ? 0.0 : 1.0;
+    float *h = ab_alloc(count * sizeof(float));
+    if (!h) return ab_fail(AB_ENOMEM, "input %s of %zu floats: out of memory", name, count);
+    fill_normal(h, count, seed, stream);
+    for (size_t i = 0; i < count; i++) {
+        double x = center + spread * h[i];
+        h[i] = (float)(x < lo ? lo : x > hi ? hi : x);
+    }
+    int rc = ab_dev_malloc(d, (void **)out, count * sizeof(float));
+    if (!rc) rc = ab_dev_upload(d, *out, h, count * sizeof(float));
+    ab_free(h);
+    return rc;
+}
+
 /* The largest share of one n x n product run by a single BLAS call: about a second of
  * a CPU core's work (69 GFLOP), or of a slow GPU's (1.1 TFLOP). A BLAS call cannot be
  * stopped part-way, so a product is computed in row panels of at most this many FLOPs
@@ -308,6 +333,12 @@ json_t *sweep_run_point(const sweep_config *c, const sweep_variant *sv, attn *a,
     if (!rc) rc = ab_dev_malloc(dev, (void **)&dk, nq * 4);
     if (!rc) rc = ab_dev_malloc(dev, (void **)&dv, nv * 4);
     if (!rc) rc = ab_dev_malloc(dev, &saved, saved_bytes);
+    /* a variant's own input (stream 5) and its gradient buffer, bound */
+    const size_t naux = bh * (size_t)s->len * (size_t)attn_aux_width(a, s->qk_dim);
+    float *aux = NULL, *daux = NULL;
+    if (!rc) rc = aux_fill_dev(a, dev, naux, c->seed, 5, &aux);
+    if (!rc && aux) rc = ab_dev_malloc(dev, (void **)&daux, naux * 4);
+    if (!rc && aux) rc = attn_bind_aux(a, aux, daux);
     if (!rc) rc = attn_reserve(a, s);
     if (!rc) rc = fill_normal_dev(dev, q, nq, c->seed, 0, stage);
     if (!rc) rc = fill_normal_dev(dev, k, nq, c->seed, 1, stage);
@@ -437,6 +468,8 @@ json_t *sweep_run_point(const sweep_config *c, const sweep_variant *sv, attn *a,
     ab_dev_free(dev, saved);
     ab_dev_free(dev, par);
     ab_dev_free(dev, dpar);
+    ab_dev_free(dev, aux);
+    ab_dev_free(dev, daux);
     return rec;
 }
 
@@ -483,6 +516,12 @@ json_t *sweep_run_recurrent(const sweep_config *c, const sweep_variant *sv, attn
     if (!rc) rc = fill_normal_dev(dev, kt, bh * s.qk_dim, c->seed, 14, stage);
     if (!rc) rc = fill_normal_dev(dev, vt, bh * s.v_dim, c->seed, 15, stage);
     ab_free(stage);
+    /* a variant's own input: the prompt's (stream 16), then the steps' (stream 17) */
+    const size_t waux = (size_t)attn_aux_width(a, s.qk_dim);
+    float *aux = NULL, *auxt = NULL;
+    if (!rc) rc = aux_fill_dev(a, dev, np * waux, c->seed, 16, &aux);
+    if (!rc) rc = aux_fill_dev(a, dev, bh * waux, c->seed, 17, &auxt);
+    if (!rc && aux) rc = attn_bind_aux(a, aux, NULL);
     double prefill_ms = NAN;
     if (!rc) {
         rc = ab_dev_sync(dev);
@@ -490,6 +529,7 @@ json_t *sweep_run_recurrent(const sweep_config *c, const sweep_variant *sv, attn
         if (!rc && context > 0) rc = attn_prefill(a, state, (int)context, q, k, v, NULL);
         int rs = sync_ms(dev, t0, &prefill_ms);
         if (!rc) rc = rs;
+        if (!rc && auxt) rc = attn_bind_aux(a, auxt, NULL);
         /* traffic: the step at position `context` counted first; the timed steps follow */
         int first = (int)context;
         if (!rc && traffic && !*c->interrupted) {
@@ -553,6 +593,8 @@ json_t *sweep_run_recurrent(const sweep_config *c, const sweep_variant *sv, attn
     ab_dev_free(dev, kt);
     ab_dev_free(dev, vt);
     ab_dev_free(dev, ot);
+    ab_dev_free(dev, aux);
+    ab_dev_free(dev, auxt);
     return rec;
 }
 

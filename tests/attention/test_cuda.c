@@ -699,6 +699,7 @@ Test(cuda_device, unsupported_variants_say_so) {
          * binds them: tests/attention/test_cuda_linformer.c */
         listed |= strcmp(name, "linformer") == 0;
         listed |= strcmp(name, "deltanet") == 0; /* its input beta: tests/attention/test_cuda_deltanet.c */
+        listed |= strcmp(name, "gla") == 0; /* reads its gate g: tests/attention/test_cuda_gla.c */
         attn_options o = {name, AB_DEV_CUDA, 0, 0, NULL};
         attn *a = NULL;
         int rc = attn_create(&o, &a);

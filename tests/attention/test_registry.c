@@ -18,6 +18,7 @@ static const struct {
     {"linformer", false, false},
     {"retention", true, true},
     {"sparse", true, true},
+    {"gla", true, true},
     {"deltanet", true, true},
 };
 #define N_KNOWN ((int)(sizeof KNOWN / sizeof KNOWN[0]))

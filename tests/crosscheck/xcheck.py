@@ -54,8 +54,12 @@ except ImportError:  # the test is skipped, not passed
 
 # the reference (float64 numpy) in xref.py beside this file
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from xref import (COMMON_OPTIONS, FEATURE_MAPS, MODES, REFERENCES, linformer_count, lsh_buckets,  # noqa: E402
-                  lsh_masks, lsh_rotation, reference, selftest_philox)
+from xref import (COMMON_OPTIONS, FEATURE_MAPS, INPUTS, MODES, REFERENCES, linformer_count,  # noqa: E402
+                  lsh_buckets, lsh_masks, lsh_rotation, reference, selftest_philox)
+
+# The tensors compared: the output, the gradients, and the gradient of a variant's own
+# input (dNAME for the input NAME of INPUTS).
+TENSORS = ("out", "dq", "dk", "dv", "dparams") + tuple("d" + n for n in sorted(INPUTS))
 
 # ---------------------------------------------------------------------------------------
 # Self-test of the reference: analytic gradients against central finite differences
@@ -64,7 +68,7 @@ from xref import (COMMON_OPTIONS, FEATURE_MAPS, MODES, REFERENCES, linformer_cou
 def check_magnitudes(ref, what):
     """The magnitude bounds must bound the values (a bound below |value| would excuse
     nothing but points at a mistake in the reference)."""
-    for n in ("out", "dq", "dk", "dv", "dparams", "daux"):
+    for n in TENSORS:
         if n not in ref:
             continue
         if not np.all(np.abs(ref[n]) <= ref["mag_" + n] * (1 + 1e-9) + 1e-300):
@@ -99,12 +103,10 @@ def selftest_gradients():
         ("local", False, None, {"window": 2}),
         ("linformer", False, [3, 1], {"k": 3, "share": "none", "scale": 0.7}),
         ("linformer", False, None, {"k": 5, "share": "kv"}),
-        ("retention", True, [4, 2], {"gamma": 0.7, "scale": 0.9}),
-        ("retention", False, [3, 1], {}),
-        ("sparse", True, [4, 3], {"window": 1, "stride": 2, "scale": 0.9}),
-        ("sparse", False, None, {"window": 2, "stride": 3}),
-        ("deltanet", True, [3, 0], {}),
-        ("deltanet", True, None, {"chunk": 2}),
+        ("gla", True, [3, 4], {"gate": "vector", "chunk": 2}),
+        ("gla", False, [4, 2], {"gate": "scalar", "scale": 0.7}),
+        ("gla", True, None, {"gate": "scalar"}),
+        ("gla", False, None, {}),
     ]
     B, H, N, D, M = 2, 1, 4, 3, 2
     h = 1e-5
@@ -121,11 +123,14 @@ def selftest_gradients():
         if variant == "linformer":
             pmax = N + 2      # columns past N: never read, zero gradient
             params = rng.standard_normal(linformer_count(o, pmax))
-        aux = draw_input(rng, INPUTS.get(variant), (B, H, N))
+        iname = REFERENCES[variant].input
+        aux = None if iname is None else INPUTS[iname](rng, B, H, N, D, o).astype(np.float64)
+        if iname == "g":      # mild gates: with strong ones the gradients fall below what h resolves
+            aux = -rng.uniform(0.0, 1.0, size=aux.shape)
         ref = reference(variant, q, k, v, g, L, causal, o, 7, masks=masks, max_len=pmax, params=params, aux=aux)
         check_magnitudes(ref, "self-test %s %s" % (variant, o))
         xs = (("q", q), ("k", k), ("v", v)) + ((("params", params),) if params is not None else ()) + \
-            ((("aux", aux),) if aux is not None else ())
+            (((iname, aux),) if aux is not None else ())
         for name, x in xs:
             dx = ref["d" + name]
             fd = np.zeros_like(x)
@@ -192,6 +197,9 @@ def coverage(listing):
                                     (opt["name"], value, name,
                                      " (add the feature map to FEATURE_MAPS)" if opt["name"] == "feature_map"
                                      else ""))
+        if var.get("input") is not None and (var["input"] not in INPUTS or ref.input != var["input"]):
+            problems.append("input '%s' of variant '%s' has no reference in xcheck.py: add how its values "
+                            "are drawn to INPUTS (xref.py) and name it in the variant's Ref" % (var["input"], name))
         for mode in var["modes"]:
             if mode not in MODES:
                 problems.append("mode '%s' of variant '%s' is unknown to xcheck.py" % (mode, name))
@@ -220,21 +228,6 @@ def selftest_coverage(listing):
 # R_dj| <= 12 * 6e-8 * 3.5 * 4 ~ 1e-5 (seen: ~1e-7), so with gaps above 1e-4 the C code
 # and this reference choose the same bucket; rows of q closer to a tie are redrawn.
 LSH_MIN_GAP = 1e-4
-
-
-# The inputs of a variant's own (`attnbench list --json`'s "input"), by name: how a case
-# draws one of shape (B, H, N). beta (deltanet's rate, in [0, 1]): uniform in
-# [0.05, 0.95], away from the ends so that every step both keeps and writes.
-def draw_input(rng, name, shape):
-    if name is None:
-        return None
-    if name == "beta":
-        return rng.uniform(0.05, 0.95, size=shape).astype(np.float32).astype(np.float64)
-    raise RuntimeError("no rule in xcheck.py to draw the input '%s'" % name)
-
-
-# The self-test's view of the inputs (the cases read them from the listing).
-INPUTS = {"deltanet": "beta"}
 
 
 # Share of the cases on the CUDA device that run with precision=tf32 (drawn from a
@@ -282,15 +275,15 @@ def make_case(seed, idx, variants, only=None, max_n=70, max_d=12, device="cpu"):
     case = dict(idx=idx, variant=variant, B=B, H=H, N=N, D=D, M=M, causal=causal,
                 lengths=lengths, opts=o, seed=lsh_seed, q=q, k=k, v=v, dout=dout, redrawn=0,
                 threads=1 + idx % 3, max_len=None)
-    if entry.get("input"):
-        # drawn from a generator of its own, so that the other variants' cases stay as they were
-        case["aux_name"] = entry["input"]
-        case["aux"] = draw_input(np.random.default_rng([seed, idx, 2]), entry["input"],
-                                 (B, H, N)).astype(np.float32)
     if variant == "linformer":
         # parameters for sequences of up to max_len: often N, else longer (the first
         # N columns are used)
         case["max_len"] = N + int(rng.choice([0, 0, 1, 9]))
+    if entry.get("input") is not None:
+        # the variant's own input (gla's g, deltanet's beta), from a generator of its
+        # own so that the other draws stay those of the variants without one
+        case["aux_name"] = entry["input"]
+        case["aux"] = INPUTS[entry["input"]](np.random.default_rng([seed, idx, 2]), B, H, N, D, o)
     if variant == "lsh":
         # Keep every hash away from a tie (see LSH_MIN_GAP): redraw the rows of q that
         # come too close, deterministically; with D = 1 (or no luck) the rotations are
@@ -367,18 +360,12 @@ def run_op(exe, c, folder, mode, device):
         n_par = linformer_count({k: v for k, v in c["opts"].items() if v != "auto"}, c["max_len"])
         names += ["params"] + (["dparams"] if mode == "parallel" else [])
     if c.get("aux") is not None and mode == "parallel":
-        names.append("daux")
+        names.append("d" + c["aux_name"])
     res = {}
     for n in names:
-        if n == "daux":
-            a = np.load(os.path.join(folder, "out", "d" + c["aux_name"] + ".npy"))
-            if a.dtype != np.float32 or a.shape != c["aux"].shape:
-                raise RuntimeError("d%s.npy: dtype %s shape %s, expected float32 %s" %
-                                   (c["aux_name"], a.dtype, a.shape, c["aux"].shape))
-            res[n] = a.astype(np.float64)
-            continue
         a = np.load(os.path.join(folder, "out", n + ".npy"))
-        want = (n_par,) if n in ("params", "dparams") else c["v"].shape if n in ("out", "dv") else c["q"].shape
+        want = (n_par,) if n in ("params", "dparams") else c["v"].shape if n in ("out", "dv") else \
+            c["aux"].shape if c.get("aux") is not None and n == "d" + c["aux_name"] else c["q"].shape
         if a.dtype != np.float32 or a.shape != want:
             raise RuntimeError("%s.npy: dtype %s shape %s, expected float32 %s" %
                                (n, a.dtype, a.shape, want))
@@ -465,10 +452,9 @@ def check_case(exe, c, folder, stats, failures, verbose, device, modes_of):
     f64 = {n: c[n].astype(np.float64) for n in ("q", "k", "v", "dout")}
 
     def ref_for(lengths):
-        aux = c.get("aux")
+        aux = c["aux"].astype(np.float64) if c.get("aux") is not None else None
         r = reference(c["variant"], f64["q"], f64["k"], f64["v"], f64["dout"], lengths,
-                      c["causal"], c["opts"], c["seed"], max_len=c.get("max_len"),
-                      aux=None if aux is None else aux.astype(np.float64))
+                      c["causal"], c["opts"], c["seed"], max_len=c.get("max_len"), aux=aux)
         check_magnitudes(r, describe(c))
         return r
 
@@ -587,10 +573,9 @@ def main():
     worst = (-1.0, None, None, None)
     for key in sorted(stats):
         st = stats[key]
-        figs = ", ".join("%s %.1e" % (n, st["fig"][n][0]) for n in ("out", "dq", "dk", "dv", "dparams", "daux")
-                         if n in st["fig"])
+        figs = ", ".join("%s %.1e" % (n, st["fig"][n][0]) for n in TENSORS if n in st["fig"])
         bounds = []
-        for n in ("out", "dq", "dk", "dv", "dparams", "daux"):
+        for n in TENSORS:
             if n in st["bound"]:
                 e, ci = st["bound"][n]
                 bounds.append("%s %.1e (case %d)" % (n, e, ci))

@@ -402,6 +402,61 @@ def ref_linformer(q, k, v, g, lengths, E, F, scale):
                 mag_dE=(dkp_m @ _T(np.abs(km))).sum((0, 1)), mag_dF=(dvp_m @ _T(np.abs(vm))).sum((0, 1)))
 
 
+def ref_gla(q, k, v, g, lengths, causal, gates, scale):
+    """Gated linear attention (README, attention/README.md: gla), from its definition:
+    gates (B, H, N, D) or (B, H, N) are the log-gates g <= 0, b_i = sum_{t<=i} g_t per key
+    dimension (a scalar gate serves every dimension), and
+        out_i = scale sum_j sum_d q_id k_jd w_ijd v_j,
+    w_ijd = e^(b_id - b_jd) over j <= i (causal), e^(-|b_id - b_jd|) over every j
+    (non-causal); only valid positions take part. The gradient of the gate: w_ijd is
+    e^(the sum of the gates g_td for min(i, j) < t <= max(i, j)), so each term
+    c_ijd = scale (g_i . v_j) q_id k_jd w_ijd adds to dg_td for exactly those t.
+    Magnitudes: a weight carries the rounding of the gates' sums, u |b_i - b_j|
+    relative, so it counts (1 + |b_id - b_jd|) times (as softmax's scores); dg is held
+    to the magnitude of its evaluation through dg_t = sum_{t'>=t} (q dq - k dk)_t'
+    (Yang et al. 2023), summed over the whole sequence when non-causal (each direction
+    has its own suffix sums), the cheap form any implementation uses: the value itself is
+    the definition's."""
+    B, H, N, D = q.shape
+    scalar = gates.ndim == 3
+    gd = gates[..., None] if scalar else gates
+    b = np.cumsum(gd, axis=2)                                   # (B, H, N, D or 1)
+    diff = b[:, :, :, None, :] - b[:, :, None, :, :]            # b_i - b_j: (B, H, N, N, D|1)
+    mask = base_mask(B, N, lengths, causal)[..., None]          # (B, 1, N, N, 1)
+    w = np.where(mask, np.exp(-np.abs(diff)), 0.0)
+    wm = w * (1.0 + np.abs(diff))
+    w = np.broadcast_to(w, (B, H, N, N, D))
+    wm = np.broadcast_to(wm, (B, H, N, N, D))
+    aq, ak, av, ag = np.abs(q), np.abs(k), np.abs(v), np.abs(g)
+    A = scale * np.einsum("bhid,bhjd,bhijd->bhij", q, k, w)
+    Am = abs(scale) * np.einsum("bhid,bhjd,bhijd->bhij", aq, ak, wm)
+    out = A @ v
+    dA = g @ _T(v)
+    dAm = ag @ _T(av)
+    dq = scale * np.einsum("bhij,bhijd,bhjd->bhid", dA, w, k)
+    dk = scale * np.einsum("bhij,bhijd,bhid->bhjd", dA, w, q)
+    mag_dq = abs(scale) * np.einsum("bhij,bhijd,bhjd->bhid", dAm, wm, ak)
+    mag_dk = abs(scale) * np.einsum("bhij,bhijd,bhid->bhjd", dAm, wm, aq)
+    t = np.arange(N)
+    lo = np.minimum(t[:, None], t[None, :])
+    hi = np.maximum(t[:, None], t[None, :])
+    straddle = (lo[None] < t[:, None, None]) & (t[:, None, None] <= hi[None])    # (t, i, j)
+    c = scale * np.einsum("bhij,bhid,bhjd,bhijd->bhijd", dA, q, k, w)
+    dgate = np.einsum("tij,bhijd->bhtd", straddle.astype(np.float64), c)
+    per = aq * mag_dq + ak * mag_dk                             # (B, H, N, D)
+    if scalar:
+        dgate, per = dgate.sum(-1), per.sum(-1)
+    if causal:
+        mag_dg = np.flip(np.cumsum(np.flip(per, 2), axis=2), 2)
+    else:
+        mag_dg = np.broadcast_to(per.sum(2, keepdims=True), per.shape).copy()
+    valid = base_mask(B, N, lengths, False)[:, 0, 0, :]          # (B, N): position valid
+    vmask = valid[:, None, :] if scalar else valid[:, None, :, None]
+    mag_dg = np.where(vmask, mag_dg, 0.0)
+    return dict(out=out, dq=dq, dk=dk, dv=_T(A) @ g, dg=dgate,
+                mag_out=Am @ av, mag_dq=mag_dq, mag_dk=mag_dk, mag_dv=_T(Am) @ ag, mag_dg=mag_dg)
+
+
 def ref_polynomial(q, k, v, g, lengths, causal, c, scale, eps):
     """sim = (c + scale q.k)^2, computed directly (no feature map). The magnitudes are
     those of the exact features [c, sqrt(2 c scale) x, scale x_a x_b]: their products
@@ -610,27 +665,25 @@ def ref_deltanet(q, k, v, g, lengths, beta, eps=DELTANET_EPS):
     mag_dkn = mag_g * mag_e + mag_sp * mag_g
     z = lambda x: np.where(valid, x, 0.0)                                # noqa: E731
     r = dict(out=out, dq=np.where(valid[..., None], dq, 0.0), dk=np.where(valid[..., None], dk, 0.0),
-             dv=np.where(valid[..., None], dv, 0.0), daux=z(dbeta),
+             dv=np.where(valid[..., None], dv, 0.0), dbeta=z(dbeta),
              mag_out=np.broadcast_to(z(mag_s)[..., None], v.shape).copy(),
              mag_dq=np.broadcast_to(z(2 * mag_dqn / rq)[..., None], q.shape).copy(),
              mag_dk=np.broadcast_to(z(2 * mag_dkn / rk)[..., None], k.shape).copy(),
              mag_dv=np.broadcast_to(z(mag_g)[..., None], v.shape).copy(),
-             mag_daux=z(mag_g * mag_e))
+             mag_dbeta=z(mag_g * mag_e))
     return r
 
 
-def reference(variant, q, k, v, g, lengths, causal, o, seed, masks=None, max_len=None, params=None,
-              aux=None):
+def reference(variant, q, k, v, g, lengths, causal, o, seed, masks=None, max_len=None, params=None, aux=None):
     """o: the options as given to `--set` (absent or "auto": the README's default).
     A variant with parameters (linformer) takes them for max_len (default N), drawn from
     the seed as `op` does, or given (params: the flat array, the self-test's). A variant
-    with an input of its own (deltanet's beta) takes it as aux and returns its gradient
-    as daux (with mag_daux)."""
+    with an input of its own (INPUTS) takes it as aux."""
     o = {key: val for key, val in o.items() if val != "auto" and key not in COMMON_OPTIONS}
-    if aux is not None:
-        return REFERENCES[variant].fn(q, k, v, g, lengths, causal, o, seed, masks, aux=aux)
     if variant == "linformer":
         return _linformer(q, k, v, g, lengths, causal, o, seed, max_len or q.shape[2], params)
+    if aux is not None:
+        return REFERENCES[variant].fn(q, k, v, g, lengths, causal, o, seed, masks, aux=aux)
     return REFERENCES[variant].fn(q, k, v, g, lengths, causal, o, seed, masks)
 
 
@@ -669,6 +722,8 @@ def _polynomial(q, k, v, g, lengths, causal, o, seed, masks):
 
 def _retention(q, k, v, g, lengths, causal, o, seed, masks):
     return ref_retention(q, k, v, g, lengths, causal, o.get("gamma"), o.get("scale", _auto_scale(q)))
+def _gla(q, k, v, g, lengths, causal, o, seed, masks, aux=None):
+    return ref_gla(q, k, v, g, lengths, causal, aux, o.get("scale", _auto_scale(q)))
 
 
 def linformer_split(params, o, max_len):
@@ -830,6 +885,11 @@ def _draw_retention(rng, D, choices):
     elif rng.random() < 0.5:
         o["gamma"] = "auto"
     _draw_scale(rng, o, 0.5, lambda: rng.choice([0.0, rng.uniform(-2, 2), 1.0]))
+def _draw_gla(rng, D, choices):
+    o = {}
+    if rng.random() < 0.8:
+        o["gate"] = str(rng.choice(choices["gate"]))
+    _draw_scale(rng, o, 0.5, lambda: rng.uniform(0.05, 2.0))
     if rng.random() < 0.7:
         o["chunk"] = int(rng.choice(CHUNK_CHOICES))
     elif rng.random() < 0.5:
@@ -837,13 +897,34 @@ def _draw_retention(rng, D, choices):
     return o
 
 
+def _input_g(rng, B, H, N, D, o):
+    """gla's log-gates: (B, H, N, D) with gate=vector (the default), (B, H, N) with
+    gate=scalar or D = 1 (one float per position: `op` reads it as [B, H, N]); -gmax u^2,
+    u uniform, gmax from mild (0.05) to strong (20, whose products along N = 70 fall far
+    below float range), some exactly 0."""
+    shape = (B, H, N) if o.get("gate") == "scalar" or D == 1 else (B, H, N, D)
+    gmax = float(rng.choice([0.05, 0.5, 2.0, 20.0]))
+    x = -gmax * rng.uniform(0.0, 1.0, size=shape) ** 2
+    x[rng.random(shape) < 0.1] = 0.0
+    return x.astype(np.float32)
+
+
+def _input_beta(rng, B, H, N, D, o):
+    """deltanet's rates: (B, H, N), uniform in [0.05, 0.95], away from the ends so that
+    every step both keeps and writes."""
+    return rng.uniform(0.05, 0.95, size=(B, H, N)).astype(np.float32)
+
+
 class Ref:
     """A variant's reference: fn(q, k, v, g, lengths, causal, o, seed, masks) -> dict (o
     without "auto" values), the options it reads (name -> None for a number, or the set
-    of values it knows for a choice option), and draw (see above)."""
+    of values it knows for a choice option), draw (see above), and the name of its own
+    input (INPUTS) if it reads one, which fn then takes as aux=, and whether it computes
+    causal attention only (its cases are all causal)."""
 
-    def __init__(self, fn, options, draw, causal_only=False):
-        self.fn, self.options, self.draw, self.causal_only = fn, options, draw, causal_only
+    def __init__(self, fn, options, draw, input=None, causal_only=False):
+        self.fn, self.options, self.draw, self.input = fn, options, draw, input
+        self.causal_only = causal_only
 
 
 # The references, by the variant names of `attnbench list --json`. The cross-check
@@ -862,8 +943,15 @@ REFERENCES = {
     "linformer": Ref(_linformer, {"k": None, "share": {"none", "kv", "layer"}, "scale": None}, _draw_linformer),
     "retention": Ref(_retention, {"gamma": None, "scale": None, "chunk": None}, _draw_retention),
     "sparse": Ref(_sparse, {"window": None, "stride": None, "scale": None}, _draw_sparse),
-    "deltanet": Ref(_deltanet, {"chunk": None}, _draw_deltanet, causal_only=True),
+    "deltanet": Ref(_deltanet, {"chunk": None}, _draw_deltanet, input="beta", causal_only=True),
+    "gla": Ref(_gla, {"scale": None, "gate": {"vector", "scalar"}, "chunk": None}, _draw_gla, input="g"),
 }
+
+# Inputs of a variant's own, by the name `attnbench list --json` gives under "input"
+# (op's --NAME FILE.npy, its gradient dNAME.npy): draw(rng, B, H, N, D, o) -> float32
+# array of the shape the variant reads with options o. The reference takes it as aux
+# and returns "dNAME" and "mag_dNAME" beside dq, dk, dv.
+INPUTS = {"g": _input_g, "beta": _input_beta}
 
 # Options every variant has (the registry's common options): precision changes how the
 # CUDA backend rounds (fp32 or TF32 operands), not what is computed, so the references

@@ -45,6 +45,16 @@ void ref_linformer_backward(const ref_shape *s, int P, int ld, const double *E, 
                             const double *q, const double *k, const double *v, const double *dout, double *dq,
                             double *dk, double *dv, double *dE, double *dF);
 
+/* Gated linear attention (the gla variant): g [B, H, N, W] the log-gates (W = D: one per
+ * key dimension; W = 1: one per head and position), b_i = sum_{t<=i} g_t, out_i = scale
+ * sum_j sum_d q_id k_jd w_ijd v_j with w_ijd = e^(b_id - b_jd) over j <= i (causal) or
+ * e^(-|b_id - b_jd|) over every valid j. The backward overwrites dq, dk, dv and dg (the
+ * gradients of sum(dout . out)); padded rows zero. */
+void ref_gla(const ref_shape *s, int W, double scale, const double *q, const double *k, const double *v,
+             const double *g, double *out);
+void ref_gla_backward(const ref_shape *s, int W, double scale, const double *q, const double *k, const double *v,
+                      const double *g, const double *dout, double *dq, double *dk, double *dv, double *dg);
+
 /* FAVOR+ (attention/favor.h): W [m x D] from seed (Gram-Schmidt of Philox Gaussian
  * blocks, rows scaled by chi norms, each entry rounded to float as the library does);
  * phi(x) = m^-1/2 exp(W x' - |x'|^2/2), x' = D^-1/4 x (unshifted, in double); and linear

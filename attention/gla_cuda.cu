@@ -1,0 +1,269 @@
+/* gla (gated linear attention) on CUDA, with the definitions and options of the CPU
+ * version (gla.c): per slice, b_i = sum_{t<=i} g_t per key dimension,
+ *   causal      o_i = s sum_{j<=i} sum_d q_id k_jd e^(b_id - b_jd) v_j,
+ *   non-causal  weights e^(-|b_id - b_jd|) over every valid j.
+ * Every product is one pass of a recurrence over the sequence, in one of two directions:
+ * a state X (D x M per slice) holding X_t = sum over keys j on one side of t (j <= t
+ * forward, j >= t backward; strictly, without j = t, for the other direction of the
+ * non-causal form) of e^-(the gates between them) a_j b_j^T, read at every t against a
+ * vector c_t. Each step decays X by e^g (a factor <= 1: nothing under- or overflows
+ * that was not already below float range), so strong gates need no care. The state is
+ * in the workspace; one thread owns a column m of it (gla_cols: reads sum_d c_td X[d][m])
+ * or a row d (gla_rows: reads sum_m X[d][m] c_tm), so no reduction crosses threads.
+ *   forward    out  = cols(a=k, b=v, c=q, forward)        [+ cols(k, v, q, backward, strict)]
+ *   backward   dq   = rows(k, v, c=dout, forward)         [+ rows(k, v, dout, backward, strict)]
+ *              dk   = rows(q, dout, c=v, backward)        [+ rows(q, dout, v, forward, strict)]
+ *              dv   = cols(q, dout, c=k, backward)        [+ cols(q, dout, k, forward, strict)]
+ *              dg_t = sum_{t'>=t} (q dq - k dk)_t' per key dimension (over d for a scalar
+ *              gate; the strict direction's parts enter with the opposite sign), in double,
+ *              one thread per (slice, gate column); dg_0 = 0.
+ * This is the recurrent form, sequential in N within a slice (parallel over slices and
+ * columns): a correct baseline for the emulator, not the chunked form of the CPU (no GPU
+ * timing was made). Recurrent mode: the state is S (D x M per slice) in the CPU's layout;
+ * prefill is the forward pass with the state as X. */
+#include "cuda_util.cuh"
+
+#include "gla_cuda.h"
+
+#define GROUP 32
+#define MAX_BLOCKS 65535LL
+
+struct gla_pass {
+    const float *a, *b, *gate, *c; /* a, c: [slice][N][D] or c [slice][N][M] (rows) */
+    float *o;                      /* [slice][N][M] (cols) or [slice][N][D] (rows), or NULL */
+    float *X;                      /* D x M per slice */
+    long long N, ns;
+    int L, D, M, W, dir, strict, accumulate;
+    float scale;
+};
+
+/* The decay of step it (t in the pass's order): e^g of the gate between t and the
+ * previous position of the pass, for dimension d; 1 at the pass's first step. */
+__device__ __forceinline__ float gla_decay(const gla_pass &p, const float *g, int it, int t, int d) {
+    if (it == 0) return 1.0f;
+    const int gi = p.dir > 0 ? t : t + 1;
+    return expf(g[(long long)gi * p.W + (p.W == 1 ? 0 : d)]);
+}
+
+/* One thread per (slice, column m): X[d][m] at X + d * M + m. */
+__global__ void gla_cols_kernel(gla_pass p) {
+    const int groups = (p.M + GROUP - 1) / GROUP;
+    for (long long item = blockIdx.x; item < p.ns * groups; item += gridDim.x) {
+        const long long sl = item / groups;
+        const int m = (int)(item % groups) * GROUP + (int)threadIdx.x;
+        if (m >= p.M) continue;
+        const float *a = p.a + sl * p.N * p.D, *b = p.b + sl * p.N * p.M, *c = p.c + sl * p.N * p.D;
+        const float *g = p.gate + sl * p.N * p.W;
+        float *X = p.X + sl * (long long)p.D * p.M, *o = p.o ? p.o + sl * p.N * p.M : NULL;
+        for (int d = 0; d < p.D; d++) X[(long long)d * p.M + m] = 0.0f;
+        for (int it = 0; it < p.L; it++) {
+            const int t = p.dir > 0 ? it : p.L - 1 - it;
+            const float bt = b[(long long)t * p.M + m];
+            float acc = 0.0f;
+            for (int d = 0; d < p.D; d++) {
+                float x = X[(long long)d * p.M + m] * gla_decay(p, g, it, t, d);
+                const float ab = a[(long long)t * p.D + d] * bt;
+                if (!p.strict) x += ab;
+                acc += c[(long long)t * p.D + d] * x;
+                if (p.strict) x += ab;
+                X[(long long)d * p.M + m] = x;
+            }
+            if (o) o[(long long)t * p.M + m] = (p.accumulate ? o[(long long)t * p.M + m] : 0.0f) + p.scale * acc;
+        }
+    }
+}
+
+/* One thread per (slice, row d): X[d][m] at X + m * D + d. */
+__global__ void gla_rows_kernel(gla_pass p) {
+    const int groups = (p.D + GROUP - 1) / GROUP;
+    for (long long item = blockIdx.x; item < p.ns * groups; item += gridDim.x) {
+        const long long sl = item / groups;
+        const int d = (int)(item % groups) * GROUP + (int)threadIdx.x;
+        if (d >= p.D) continue;
+        const float *a = p.a + sl * p.N * p.D, *b = p.b + sl * p.N * p.M, *c = p.c + sl * p.N * p.M;
+        const float *g = p.gate + sl * p.N * p.W;
+        float *X = p.X + sl * (long long)p.D * p.M, *o = p.o + sl * p.N * p.D;
+        for (int m = 0; m < p.M; m++) X[(long long)m * p.D + d] = 0.0f;
+        for (int it = 0; it < p.L; it++) {
+            const int t = p.dir > 0 ? it : p.L - 1 - it;
+            const float e = gla_decay(p, g, it, t, d), at = a[(long long)t * p.D + d];
+            float acc = 0.0f;
+            for (int m = 0; m < p.M; m++) {
+                float x = X[(long long)m * p.D + d] * e;
+                const float ab = at * b[(long long)t * p.M + m];
+                if (!p.strict) x += ab;
+                acc += x * c[(long long)t * p.M + m];
+                if (p.strict) x += ab;
+                X[(long long)m * p.D + d] = x;
+            }
+            o[(long long)t * p.D + d] = (p.accumulate ? o[(long long)t * p.D + d] : 0.0f) + p.scale * acc;
+        }
+    }
+}
+
+/* dg (W columns per position) of ns slices of valid length L from q, k, dq, dk and, for
+ * the non-causal form, the strict direction's parts dqa, dka (else NULL). */
+__global__ void gla_dgate_kernel(const float *q, const float *k, const float *dq, const float *dk, const float *dqa,
+                                 const float *dka, float *dg, long long ns, long long N, int L, int D, int W) {
+    for (long long item = (long long)blockIdx.x * blockDim.x + threadIdx.x; item < ns * W;
+         item += (long long)gridDim.x * blockDim.x) {
+        const long long sl = item / W, off = sl * N * D;
+        const int x = (int)(item % W), d0 = W == 1 ? 0 : x, d1 = W == 1 ? D : x + 1;
+        double acc = 0.0;
+        for (int t = L - 1; t >= 1; t--) {
+            const long long r = off + (long long)t * D;
+            for (int d = d0; d < d1; d++) {
+                acc += (double)q[r + d] * dq[r + d] - (double)k[r + d] * dk[r + d];
+                if (dqa) acc -= (double)q[r + d] * dqa[r + d] - (double)k[r + d] * dka[r + d];
+            }
+            dg[sl * N * W + (long long)t * W + x] = (float)acc;
+        }
+        dg[sl * N * W + x] = 0.0f; /* only differences of b enter */
+    }
+}
+
+/* dst += src over rows [0, L) of ns slices of N rows of X floats. */
+__global__ void gla_add_rows_kernel(float *dst, const float *src, long long ns, long long N, int L, int X) {
+    const long long per = (long long)L * X;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < ns * per;
+         i += (long long)gridDim.x * blockDim.x) {
+        const long long e = (i / per) * N * X + i % per;
+        dst[e] += src[e];
+    }
+}
+
+/* One step for every slice: S = diag(e^g) S + k v^T, out = scale S^T q; thread per m. */
+__global__ void gla_step_kernel(float *S, const float *q, const float *k, const float *v, const float *g, float *out,
+                                long long ns, int D, int M, int W, float scale) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < ns * M;
+         i += (long long)gridDim.x * blockDim.x) {
+        const long long sl = i / M;
+        const int m = (int)(i % M);
+        float *Ss = S + sl * D * M;
+        const float vm = v[sl * M + m];
+        float acc = 0.0f;
+        for (int d = 0; d < D; d++) {
+            const float x = Ss[(long long)d * M + m] * expf(g[sl * W + (W == 1 ? 0 : d)]) + k[sl * D + d] * vm;
+            Ss[(long long)d * M + m] = x;
+            acc += q[sl * D + d] * x;
+        }
+        out[sl * M + m] = scale * acc;
+    }
+}
+
+static long long blocks_of(long long items) { return items < 1 ? 1 : items < MAX_BLOCKS ? items : MAX_BLOCKS; }
+
+static int run_pass(gla_pass p, bool cols) {
+    const long long groups = ((cols ? p.M : p.D) + GROUP - 1) / GROUP;
+    if (cols) AB_LAUNCH(gla_cols_kernel, blocks_of(p.ns * groups), GROUP, 0, ab_cuda_stream(), p);
+    else AB_LAUNCH(gla_rows_kernel, blocks_of(p.ns * groups), GROUP, 0, ab_cuda_stream(), p);
+    return 0;
+}
+
+static int gla_width(const attn *a, int D) { return a->p.gate == ATTN_GLA_GATE_SCALAR ? 1 : D; }
+
+/* A pass over slices [s0, s0 + ns) of length L. */
+static gla_pass pass_of(const attn *a, const attn_shape *s, long long s0, long long ns, int L, const float *pa,
+                        const float *pb, const float *pc, float *po, bool rows, int dir, bool strict, bool acc) {
+    const long long N = s->len;
+    const int D = s->qk_dim, M = s->v_dim, W = gla_width(a, D);
+    gla_pass p;
+    p.a = pa + s0 * N * D;
+    p.b = pb + s0 * N * M;
+    p.c = pc + s0 * N * (rows ? M : D);
+    p.o = po ? po + s0 * N * (rows ? D : M) : NULL;
+    p.gate = a->aux + s0 * N * W;
+    p.X = (float *)a->ws + s0 * (long long)D * M;
+    p.N = N;
+    p.ns = ns;
+    p.L = L;
+    p.D = D;
+    p.M = M;
+    p.W = W;
+    p.dir = dir;
+    p.strict = strict;
+    p.accumulate = acc;
+    p.scale = (float)attn_scale(a, D);
+    return p;
+}
+
+size_t gla_cuda_workspace_bytes(const attn *a, const attn_shape *s) {
+    (void)a;
+    const size_t bh = (size_t)s->batch * s->heads;
+    size_t n = bh * (size_t)s->qk_dim * s->v_dim;
+    if (!s->causal) n += 2 * bh * (size_t)s->len * s->qk_dim; /* the strict direction's dq, dk */
+    return n * sizeof(float);
+}
+
+int gla_cuda_forward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v, float *out,
+                     void *saved) {
+    (void)saved;
+    return attn_cuda_runs(s, {{out, s->v_dim, false}}, [&](long long s0, long long ns, int L) {
+        AB_TRY(run_pass(pass_of(a, s, s0, ns, L, k, v, q, out, false, +1, false, false), true));
+        if (!s->causal) AB_TRY(run_pass(pass_of(a, s, s0, ns, L, k, v, q, out, false, -1, true, true), true));
+        return 0;
+    });
+}
+
+int gla_cuda_backward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,
+                      const float *dout, const void *saved, float *dq, float *dk, float *dv) {
+    (void)saved;
+    const long long N = s->len, BH = (long long)s->batch * s->heads;
+    const int D = s->qk_dim, W = gla_width(a, D);
+    float *dqa = NULL, *dka = NULL, *dg = a->aux_grad;
+    if (!s->causal) {
+        dqa = (float *)a->ws + BH * D * s->v_dim;
+        dka = dqa + BH * N * D;
+    }
+    const float *dqa_c = dqa, *dka_c = dka;
+    return attn_cuda_runs(s, {{dq, D, false}, {dk, D, false}, {dv, s->v_dim, false}, {dg ? dg : dq, dg ? W : 0, false}},
+                          [&](long long s0, long long ns, int L) {
+        AB_TRY(run_pass(pass_of(a, s, s0, ns, L, k, v, dout, dq, true, +1, false, false), false));
+        AB_TRY(run_pass(pass_of(a, s, s0, ns, L, q, dout, v, dk, true, -1, false, false), false));
+        AB_TRY(run_pass(pass_of(a, s, s0, ns, L, q, dout, k, dv, false, -1, false, false), true));
+        if (!s->causal) {
+            AB_TRY(run_pass(pass_of(a, s, s0, ns, L, k, v, dout, dqa, true, -1, true, false), false));
+            AB_TRY(run_pass(pass_of(a, s, s0, ns, L, q, dout, v, dka, true, +1, true, false), false));
+            AB_TRY(run_pass(pass_of(a, s, s0, ns, L, q, dout, k, dv, false, +1, true, true), true));
+        }
+        const long long off = s0 * N * D;
+        if (dg)
+            AB_LAUNCH(gla_dgate_kernel, blocks_of((ns * W + 127) / 128), 128, 0, ab_cuda_stream(), q + off, k + off,
+                      dq + off, dk + off, dqa_c ? dqa_c + off : NULL, dka_c ? dka_c + off : NULL, dg + s0 * N * W, ns,
+                      N, L, D, W);
+        if (!s->causal) {
+            AB_LAUNCH(gla_add_rows_kernel, blocks_of((ns * L * D + 255) / 256), 256, 0, ab_cuda_stream(), dq + off,
+                      dqa_c + off, ns, N, L, D);
+            AB_LAUNCH(gla_add_rows_kernel, blocks_of((ns * L * D + 255) / 256), 256, 0, ab_cuda_stream(), dk + off,
+                      dka_c + off, ns, N, L, D);
+        }
+        return 0;
+    });
+}
+
+int gla_cuda_state_init(attn *a, const attn_shape *s, int capacity, void *state) {
+    (void)a, (void)capacity;
+    AB_CUDA_CHECK(cudaMemsetAsync(state, 0, (size_t)s->batch * s->heads * s->qk_dim * s->v_dim * sizeof(float),
+                                  ab_cuda_stream()));
+    return 0;
+}
+
+int gla_cuda_prefill(attn *a, const attn_shape *s, int capacity, int P, const float *q, const float *k,
+                     const float *v, float *out, void *state) {
+    (void)capacity;
+    attn_shape ps = *s;
+    ps.len = P;
+    gla_pass p = pass_of(a, &ps, 0, (long long)s->batch * s->heads, P, k, v, q, out, false, +1, false, false);
+    p.X = (float *)state;
+    return run_pass(p, true);
+}
+
+int gla_cuda_step(attn *a, const attn_shape *s, int capacity, void *state, int t, const float *q, const float *k,
+                  const float *v, float *out) {
+    (void)capacity, (void)t;
+    const long long ns = (long long)s->batch * s->heads;
+    const int D = s->qk_dim, M = s->v_dim;
+    AB_LAUNCH(gla_step_kernel, blocks_of((ns * M + 127) / 128), 128, 0, ab_cuda_stream(), (float *)state, q, k, v,
+              a->aux, out, ns, D, M, gla_width(a, D), (float)attn_scale(a, D));
+    return 0;
+}

@@ -1,0 +1,30 @@
+/* Internal: the CUDA backend of `gla` (gla_cuda.cu). gla.c puts these functions into its
+ * attn_backend table when the build has CUDA (ATTNBENCH_HAVE_CUDA); check_shape and
+ * saved_bytes (nothing saved) are the CPU's. */
+#ifndef ATTN_GLA_CUDA_H
+#define ATTN_GLA_CUDA_H
+
+#include "variant.h"
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+size_t gla_cuda_workspace_bytes(const attn *a, const attn_shape *s);
+int gla_cuda_forward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v, float *out,
+                     void *saved);
+int gla_cuda_backward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,
+                      const float *dout, const void *saved, float *dq, float *dk, float *dv);
+int gla_cuda_state_init(attn *a, const attn_shape *s, int capacity, void *state);
+int gla_cuda_prefill(attn *a, const attn_shape *s, int capacity, int prompt_len, const float *q, const float *k,
+                     const float *v, float *out, void *state);
+int gla_cuda_step(attn *a, const attn_shape *s, int capacity, void *state, int t, const float *q, const float *k,
+                  const float *v, float *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

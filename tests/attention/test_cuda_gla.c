@@ -1,0 +1,192 @@
+/* gla on CUDA against the CPU (built into both CUDA suites, as test_cuda.c: on the
+ * emulator everywhere, on a GPU where there is one): forward, backward and the gate's
+ * gradient dg (overwriting a buffer that starts as NaN), vector and scalar gates, causal
+ * and not, lengths with 0 and N, N = 1, D and M above a warp, gates down to -20; outputs
+ * and gradients start as NaN on the device (every entry must be written); a repeated
+ * call allocates nothing and gives the same bits; prefill and steps against the CPU's
+ * causal forward. Tolerances: test_cuda_util.h (FWD_TOL, BWD_TOL: both sides within the
+ * CPU suite's bound of the double reference, test_gla.c); dg within BWD_TOL as well
+ * (test_gla.c's DG_TOL on each side). The CUDA side is the recurrence in time order, the
+ * CPU the chunked form: different summation orders of the same terms. Measured on the
+ * emulator (TC_PRINT=1): out 4.6e-7 (prefill and steps included), dq 2.4e-7, dk 4.0e-7,
+ * dv 2.9e-7, dg 4.8e-7. */
+#include "attention.h"
+#include "cuda_device.h"
+#include "device.h"
+#include "error.h"
+#include "memory.h"
+#include "test_cuda_util.h"
+#include "test_util.h"
+
+#include <criterion/criterion.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static attn *make_gla(ab_device dev, const char *gate) {
+    char gset[32];
+    snprintf(gset, sizeof gset, "gate=%s", gate);
+    const char *set[1] = {gset};
+    attn_options o = {"gla", dev, 7, 1, set};
+    attn *a = NULL;
+    cr_assert_eq(attn_create(&o, &a), 0, "attn_create(gla): %s", attn_error());
+    return a;
+}
+
+/* n log-gates -gmax u^2, u = min(|normal| / 2.5, 1) (as test_gla.c). */
+static float *gates(size_t n, uint64_t seed, double gmax) {
+    float *g = tu_normal(n, seed, 9, 1.0);
+    for (size_t i = 0; i < n; i++) {
+        double u = fabs(g[i]) / 2.5;
+        u = u > 1 ? 1 : u;
+        g[i] = (float)(-gmax * u * u);
+    }
+    return g;
+}
+
+static void gla_case(const char *gate, int B, int H, int N, int D, int M, bool causal, const int *lengths,
+                     double gmax, uint64_t seed) {
+    tu_problem p;
+    tu_problem_init(&p, B, H, N, D, M, causal, lengths, seed);
+    attn *cpu = make_gla(AB_DEV_CPU, gate), *gpu = make_gla(AB_DEV_CUDA, gate);
+    const int W = attn_aux_width(cpu, D);
+    const size_t ng = (size_t)B * H * N * W;
+    float *g = gates(ng, seed, gmax), *dgc = tu_alloc_f(ng), *dgg = tu_alloc_f(ng);
+    cr_assert_eq(attn_bind_aux(cpu, g, dgc), 0, "%s", attn_error());
+    grads c, r;
+    grads_alloc(&c, &p);
+    grads_alloc(&r, &p);
+    cr_assert_eq(attn_forward(cpu, &p.s, p.q, p.k, p.v, c.out, NULL), 0, "%s", attn_error());
+    cr_assert_eq(attn_backward(cpu, &p.s, p.q, p.k, p.v, p.dout, NULL, c.dq, c.dk, c.dv), 0, "%s", attn_error());
+    float *q = dupload(p.q, p.nq), *k = dupload(p.k, p.nq), *v = dupload(p.v, p.nv), *dout = dupload(p.dout, p.nv);
+    float *dg_in = dupload(g, ng), *ddg = dpoison(ng);
+    float *out = dpoison(p.nv), *dq = dpoison(p.nq), *dk = dpoison(p.nq), *dv = dpoison(p.nv);
+    cr_assert_eq(attn_bind_aux(gpu, dg_in, ddg), 0, "%s", attn_error());
+    for (int rep = 0; rep < 2; rep++) {
+        size_t cur = ab_mem_current(AB_DEV_CUDA);
+        if (rep == 1) ab_mem_reset_peak(AB_DEV_CUDA);
+        cr_assert_eq(attn_forward(gpu, &p.s, q, k, v, out, NULL), 0, "cuda forward: %s", attn_error());
+        cr_assert_eq(attn_backward(gpu, &p.s, q, k, v, dout, NULL, dq, dk, dv), 0, "cuda backward: %s", attn_error());
+        cr_assert_eq(ab_cuda_sync(), 0, "%s", ab_error());
+        if (rep == 0) {
+            ddownload(r.out, out, p.nv);
+            ddownload(r.dq, dq, p.nq);
+            ddownload(r.dk, dk, p.nq);
+            ddownload(r.dv, dv, p.nv);
+            ddownload(dgg, ddg, ng);
+        } else {
+            cr_assert_eq(ab_mem_peak(AB_DEV_CUDA), cur, "a repeated call allocated %zu device bytes",
+                         ab_mem_peak(AB_DEV_CUDA) - cur);
+            float *again = tu_alloc_f(ng);
+            ddownload(again, ddg, ng);
+            cr_assert_eq(memcmp(again, dgg, sizeof(float) * ng), 0, "a repeated backward's dg differs");
+            free(again);
+        }
+    }
+    char ctx[160];
+    snprintf(ctx, sizeof ctx, "gla gate=%s B=%d H=%d N=%d D=%d M=%d causal=%d lengths=%s gmax=%g", gate, B, H, N, D,
+             M, causal, lengths ? "yes" : "no", gmax);
+    expect_close(r.out, c.out, p.nv, FWD_TOL, "out", ctx);
+    expect_close(r.dq, c.dq, p.nq, BWD_TOL, "dq", ctx);
+    expect_close(r.dk, c.dk, p.nq, BWD_TOL, "dk", ctx);
+    expect_close(r.dv, c.dv, p.nv, BWD_TOL, "dv", ctx);
+    expect_close(dgg, dgc, ng, BWD_TOL, "dg", ctx);
+    tu_assert_padded_zero(&p.s, r.out, M, "out");
+    tu_assert_padded_zero(&p.s, r.dq, D, "dq");
+    tu_assert_padded_zero(&p.s, r.dk, D, "dk");
+    tu_assert_padded_zero(&p.s, r.dv, M, "dv");
+    tu_assert_padded_zero(&p.s, dgg, W, "dg");
+    dfree(q), dfree(k), dfree(v), dfree(dout), dfree(out), dfree(dq), dfree(dk), dfree(dv), dfree(dg_in), dfree(ddg);
+    free(g), free(dgc), free(dgg);
+    grads_free(&c);
+    grads_free(&r);
+    attn_destroy(cpu);
+    attn_destroy(gpu);
+    tu_problem_free(&p);
+}
+
+Test(cuda_gla, against_cpu) {
+    require_cuda();
+    const int len[3] = {37, 20, 0};
+    gla_case("vector", 2, 3, 37, 5, 3, true, NULL, 0.5, 201);
+    gla_case("scalar", 2, 3, 37, 5, 3, true, NULL, 0.5, 202);
+    gla_case("vector", 3, 2, 37, 8, 8, true, len, 1.0, 203);   /* lengths N, partial, 0 */
+    gla_case("scalar", 3, 2, 37, 8, 8, false, len, 1.0, 204);  /* non-causal with lengths */
+    gla_case("vector", 2, 2, 33, 6, 4, false, NULL, 0.5, 205);
+    gla_case("vector", 1, 2, 1, 3, 2, true, NULL, 0.5, 206);   /* N = 1 */
+    gla_case("vector", 1, 2, 1, 3, 2, false, NULL, 0.5, 207);
+    gla_case("vector", 1, 2, 50, 40, 33, true, NULL, 0.2, 208); /* rows and columns past a warp */
+    gla_case("vector", 1, 2, 60, 16, 8, true, NULL, 20.0, 209); /* strong gates */
+    gla_case("scalar", 1, 2, 60, 16, 8, false, NULL, 20.0, 210);
+}
+
+/* Prefill of P (with its output) and steps to N-1 on CUDA against the CPU's causal
+ * forward: STEP_TOL (the forward's bound: the same terms in another order). */
+static void recurrent_case(const char *gate, int P) {
+    const int B = 2, H = 2, N = 19, D = 6, M = 5;
+    tu_problem p;
+    tu_problem_init(&p, B, H, N, D, M, true, NULL, 300 + P);
+    attn *cpu = make_gla(AB_DEV_CPU, gate), *gpu = make_gla(AB_DEV_CUDA, gate);
+    const int W = attn_aux_width(cpu, D);
+    float *g = gates((size_t)B * H * N * W, 300 + P, 2.0), *want = tu_alloc_f(p.nv), *got = tu_alloc_f(p.nv);
+    cr_assert_eq(attn_bind_aux(cpu, g, NULL), 0);
+    cr_assert_eq(attn_forward(cpu, &p.s, p.q, p.k, p.v, want, NULL), 0, "%s", attn_error());
+    attn_state *st = NULL;
+    cr_assert_eq(attn_state_create(gpu, &p.s, N, &st), 0, "%s", attn_error());
+    if (P > 0) {
+        attn_shape ps = p.s;
+        ps.len = P;
+        float *hq = tu_prefix(&p.s, p.q, P, D), *hk = tu_prefix(&p.s, p.k, P, D), *hv = tu_prefix(&p.s, p.v, P, M);
+        float *hg = tu_prefix(&p.s, g, P, W), *ho = tu_alloc_f((size_t)B * H * P * M);
+        float *pq = dupload(hq, (size_t)B * H * P * D), *pk = dupload(hk, (size_t)B * H * P * D);
+        float *pv = dupload(hv, (size_t)B * H * P * M), *pg = dupload(hg, (size_t)B * H * P * W);
+        float *po = dpoison((size_t)B * H * P * M);
+        cr_assert_eq(attn_bind_aux(gpu, pg, NULL), 0);
+        cr_assert_eq(attn_prefill(gpu, st, P, pq, pk, pv, po), 0, "%s", attn_error());
+        cr_assert_eq(ab_cuda_sync(), 0, "%s", ab_error());
+        ddownload(ho, po, (size_t)B * H * P * M);
+        float row[64];
+        for (int t = 0; t < P; t++) {
+            tu_gather(&ps, ho, row, t, M);
+            tu_scatter(&p.s, row, got, t, M);
+        }
+        dfree(pq), dfree(pk), dfree(pv), dfree(pg), dfree(po);
+        free(hq), free(hk), free(hv), free(hg), free(ho);
+    }
+    float hq[64], hk[64], hv[64], hg[64], ho[64];
+    float *sq = dalloc(64), *sk = dalloc(64), *sv = dalloc(64), *sg = dalloc(64), *so = dalloc(64);
+    cr_assert_eq(attn_bind_aux(gpu, sg, NULL), 0);
+    for (int t = P; t < N; t++) {
+        tu_gather(&p.s, p.q, hq, t, D);
+        tu_gather(&p.s, p.k, hk, t, D);
+        tu_gather(&p.s, p.v, hv, t, M);
+        tu_gather(&p.s, g, hg, t, W);
+        cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, sq, hq, sizeof(float) * B * H * D), 0);
+        cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, sk, hk, sizeof(float) * B * H * D), 0);
+        cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, sv, hv, sizeof(float) * B * H * M), 0);
+        cr_assert_eq(ab_dev_upload(AB_DEV_CUDA, sg, hg, sizeof(float) * B * H * W), 0);
+        cr_assert_eq(attn_step(gpu, st, t, sq, sk, sv, so), 0, "%s", attn_error());
+        cr_assert_eq(ab_cuda_sync(), 0, "%s", ab_error());
+        ddownload(ho, so, (size_t)B * H * M);
+        tu_scatter(&p.s, ho, got, t, M);
+    }
+    char ctx[64];
+    snprintf(ctx, sizeof ctx, "gla gate=%s prefill %d + steps", gate, P);
+    expect_close(got, want, p.nv, STEP_TOL, "out", ctx);
+    dfree(sq), dfree(sk), dfree(sv), dfree(sg), dfree(so);
+    free(g), free(want), free(got);
+    attn_state_destroy(st);
+    attn_destroy(cpu);
+    attn_destroy(gpu);
+    tu_problem_free(&p);
+}
+
+Test(cuda_gla, prefill_and_steps) {
+    require_cuda();
+    recurrent_case("vector", 0);
+    recurrent_case("scalar", 0);
+    recurrent_case("vector", 7);
+    recurrent_case("scalar", 19);
+}
