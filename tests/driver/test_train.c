@@ -377,7 +377,7 @@ static void step_case(const char *variant) {
     size_t np = tf_param_count(m);
     const tf_config *mc = tf_get_config(m);
     ref_model_cfg rc = {mc->vocab, mc->d_model, mc->heads, mc->layers, mc->d_ff, mc->pre_norm, mc->final_norm,
-                        mc->causal, strcmp(variant, "softmax") == 0 ? REF_ATTN_SOFTMAX : REF_ATTN_LINEAR_ELU, 0, 0, false};
+                        mc->causal, strcmp(variant, "softmax") == 0 ? REF_ATTN_SOFTMAX : REF_ATTN_LINEAR_ELU, 0, 0, false, 0, 0, 0};
     bool *decay = calloc(np, sizeof(bool));
     for (int i = 0; i < tf_param_tensor_count(m); i++) {
         const tf_tensor *p = tf_param_tensor(m, i);

@@ -110,7 +110,7 @@ static void transformer_case(const char *variant, bool pre_norm, uint64_t seed) 
     cr_expect_eq(st.weight_sum, 2.25);
 
     ref_model_cfg rc = {c.vocab, c.d_model, c.heads, c.layers, c.d_ff, c.pre_norm, c.final_norm, false,
-                        strstr(variant, "softmax") ? REF_ATTN_SOFTMAX : REF_ATTN_LINEAR_ELU, 0, 0, false};
+                        strstr(variant, "softmax") ? REF_ATTN_SOFTMAX : REF_ATTN_LINEAR_ELU, 0, 0, false, 0, 0, 0};
     rc.V = K;
     tf_ctx ctx = {m, rc, tu_to_double(params, np), tu_to_double(fr, (size_t)B * N * 3), tu_alloc_d(2), lengths, labels,
                   counts, B, N, 3, K, S};

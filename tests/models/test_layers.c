@@ -628,7 +628,7 @@ static void layer_make(layer_setup *s, const char *variant, bool causal, bool pr
     int C = 8, H = 2, F = 12;
     s->ec = (enc_config){C, H, F, dropout, pre_norm, causal, 0, 0, {0}};
     s->rc = (ref_model_cfg){5, C, H, 1, F, pre_norm, false, causal,
-                            strstr(variant, "softmax") ? REF_ATTN_SOFTMAX : REF_ATTN_LINEAR_ELU, 0, 0, false};
+                            strstr(variant, "softmax") ? REF_ATTN_SOFTMAX : REF_ATTN_LINEAR_ELU, 0, 0, false, 0, 0, 0};
     if (lengths) {
         memcpy(s->lengths, lengths, sizeof(int) * (size_t)s->B);
         s->has_lengths = true;
@@ -683,7 +683,7 @@ static ref_layer_params ref_params_of(const layer_setup *s) {
     const enc_params *p = &s->p;
     ref_layer_params r = {pd_of(s, p->ln1_g), pd_of(s, p->ln1_b), pd_of(s, p->attn.wqkv), pd_of(s, p->attn.bqkv),
                           pd_of(s, p->attn.wo), pd_of(s, p->attn.bo), pd_of(s, p->ln2_g), pd_of(s, p->ln2_b),
-                          pd_of(s, p->w1), pd_of(s, p->b1), pd_of(s, p->w2), pd_of(s, p->b2), NULL};
+                          pd_of(s, p->w1), pd_of(s, p->b1), pd_of(s, p->w2), pd_of(s, p->b2), NULL, NULL, NULL, NULL};
     return r;
 }
 

@@ -147,6 +147,29 @@ Test(model, tiny_frames_softmax_post_norm_padded) {
 }
 Test(model, tiny_frames_linear_pre_norm) { frames_transformer_case("linear", true, NULL, 17); }
 
+/* gla and deltanet read an input of their own that the block makes from its input
+ * (models/mha.h: mha_aux): gla's gate through a rank-16 pair and log(sigmoid)/16,
+ * deltanet's rate through one projection and sigmoid. The projections are parameters
+ * of the model (layers.L.attn.aux.w1, .w2, .b), so the finite differences above check
+ * their gradient, which reaches them through the attention's dg or dbeta. */
+Test(model, tiny_gla_vector_padded) {
+    int lengths[2] = {6, 4};
+    tiny_case("gla", false, true, true, lengths, true, 21);
+}
+Test(model, tiny_gla_scalar_pre_norm) {
+    tf_config c = tm_tiny_config("gla");
+    const char *set[] = {"gate=scalar"};
+    c.attn_settings = set;
+    c.n_attn_settings = 1;
+    c.pre_norm = true;
+    tiny_check(&c, NULL, false, 22, "gla gate=scalar pre_norm");
+}
+Test(model, tiny_deltanet_post_norm_padded) {
+    int lengths[2] = {3, 6};
+    tiny_case("deltanet", false, true, true, lengths, false, 23);
+}
+Test(model, tiny_deltanet_pre_norm) { tiny_case("deltanet", true, false, true, NULL, true, 24); }
+
 /* linformer (non-causal, k = 3 projections of the model's max_len 9 columns, run at
  * N = 6: the first 6 columns): its projections are parameters of the model, so the
  * finite differences above check their gradient too, per layer (none, kv: one matrix)

@@ -43,6 +43,30 @@ void ref_ffn(const double *x, const double *w1, const double *b1, const double *
     free(h);
 }
 
+/* The attention's own input the block makes from x (B, N, C): act(x W1 [W2] + b) in the
+ * heads' layout [B, H, N, W] (malloc'ed). */
+static double *ref_mha_aux(const ref_model_cfg *c, const ref_layer_params *p, const double *x, int B, int N) {
+    const int H = c->H, W = c->aux_w, HW = H * W, R = c->aux_rank, BT = B * N;
+    double *y = malloc(sizeof(double) * (size_t)BT * HW), *out = malloc(sizeof(double) * (size_t)BT * HW);
+    if (R) {
+        double *z1 = malloc(sizeof(double) * (size_t)BT * R);
+        ref_dense(x, p->aux_w1, NULL, BT, c->C, R, z1);
+        ref_dense(z1, p->aux_w2, p->aux_b, BT, R, HW, y);
+        free(z1);
+    } else {
+        ref_dense(x, p->aux_w1, p->aux_b, BT, c->C, HW, y);
+    }
+    for (long i = 0; i < (long)BT * HW; i++)
+        y[i] = c->aux_act == 0 ? -log1p(exp(-y[i])) / 16.0 : 1.0 / (1.0 + exp(-y[i]));
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < N; i++)
+            for (int h = 0; h < H; h++)
+                for (int w = 0; w < W; w++)
+                    out[(((long)b * H + h) * N + i) * W + w] = y[((long)b * N + i) * HW + h * W + w];
+    free(y);
+    return out;
+}
+
 void ref_mha(const ref_model_cfg *c, const ref_layer_params *p, const double *x, int B, int N, const int *lengths,
              double *out) {
     int C = c->C, H = c->H, D = C / H;
@@ -63,7 +87,12 @@ void ref_mha(const ref_model_cfg *c, const ref_layer_params *p, const double *x,
                     v[dst] = qkv[src + 2 * C];
                 }
     ref_shape s = {B, H, N, D, D, c->causal, lengths};
-    if (c->attn == REF_ATTN_SOFTMAX) ref_softmax(&s, 1.0 / sqrt((double)D), q, k, v, att);
+    if (c->attn == REF_ATTN_GLA || c->attn == REF_ATTN_DELTANET) {
+        double *aux = ref_mha_aux(c, p, x, B, N);
+        if (c->attn == REF_ATTN_GLA) ref_gla(&s, c->aux_w, 1.0 / sqrt((double)D), q, k, v, aux, att);
+        else ref_deltanet(&s, 1e-6, q, k, v, aux, att);
+        free(aux);
+    } else if (c->attn == REF_ATTN_SOFTMAX) ref_softmax(&s, 1.0 / sqrt((double)D), q, k, v, att);
     else if (c->attn == REF_ATTN_LINFORMER)
         ref_linformer(&s, c->lin_k, c->lin_len, p->proj, c->lin_one ? p->proj : p->proj + (long)c->lin_k * c->lin_len,
                       1.0 / sqrt((double)D), q, k, v, att);

@@ -10,7 +10,13 @@
 
 #define REF_MAX_LAYERS 8
 
-typedef enum { REF_ATTN_SOFTMAX = 0, REF_ATTN_LINEAR_ELU = 1, REF_ATTN_LINFORMER = 2 } ref_attn;
+typedef enum {
+    REF_ATTN_SOFTMAX = 0,
+    REF_ATTN_LINEAR_ELU = 1,
+    REF_ATTN_LINFORMER = 2,
+    REF_ATTN_GLA = 3,      /* ref_gla, scale 1/sqrt(D), the gate made by the block (aux_*) */
+    REF_ATTN_DELTANET = 4  /* ref_deltanet, eps 1e-6, the rate made by the block (aux_*) */
+} ref_attn;
 
 typedef struct {
     int V, C, H, L, F;
@@ -19,11 +25,16 @@ typedef struct {
                       linformer (ref_linformer, scale 1/sqrt(D)) */
     int lin_k, lin_len; /* linformer: rows k of E and F, and their columns (max_len) */
     bool lin_one;       /* linformer: F = E (share kv or layer) */
+    /* gla and deltanet: the block makes the attention's input y = act(x W1 [W2] + b),
+     * W per head (gla: D vector, 1 scalar; deltanet: 1), rank 0: W1 alone; act 0:
+     * log(sigmoid(.)) / 16, 1: sigmoid (models/mha.h: mha_aux) */
+    int aux_w, aux_rank, aux_act;
 } ref_model_cfg;
 
 typedef struct {
     const double *ln1_g, *ln1_b, *wqkv, *bqkv, *wo, *bo, *ln2_g, *ln2_b, *w1, *b1, *w2, *b2;
     const double *proj; /* linformer: E (k x lin_len), then F unless lin_one */
+    const double *aux_w1, *aux_w2, *aux_b; /* gla, deltanet: (rank or H W, C), (H W, rank), (H W) */
 } ref_layer_params;
 
 typedef struct {

@@ -50,11 +50,13 @@ ref_params tm_ref_params(const tf_model *m, const double *pd) {
         }
         else if (sscanf(t->name, "layers.%d.%63s", &l, suffix) == 2 && l >= 0 && l < REF_MAX_LAYERS) {
             ref_layer_params *lp = &r.layer[l];
-            const char *names[13] = {"ln1.g", "ln1.b", "attn.wqkv", "attn.bqkv", "attn.wo", "attn.bo",
-                                     "ln2.g", "ln2.b", "ffn.w1",    "ffn.b1",    "ffn.w2",  "ffn.b2", "attn.proj"};
-            const double **slots[13] = {&lp->ln1_g, &lp->ln1_b, &lp->wqkv, &lp->bqkv, &lp->wo, &lp->bo,
-                                        &lp->ln2_g, &lp->ln2_b, &lp->w1,   &lp->b1,   &lp->w2, &lp->b2, &lp->proj};
-            for (int k = 0; k < 13; k++)
+            const char *names[16] = {"ln1.g",  "ln1.b",  "attn.wqkv", "attn.bqkv", "attn.wo",     "attn.bo",
+                                     "ln2.g",  "ln2.b",  "ffn.w1",    "ffn.b1",    "ffn.w2",      "ffn.b2",
+                                     "attn.proj", "attn.aux.w1", "attn.aux.w2", "attn.aux.b"};
+            const double **slots[16] = {&lp->ln1_g, &lp->ln1_b, &lp->wqkv,   &lp->bqkv,   &lp->wo,    &lp->bo,
+                                        &lp->ln2_g, &lp->ln2_b, &lp->w1,     &lp->b1,     &lp->w2,    &lp->b2,
+                                        &lp->proj,  &lp->aux_w1, &lp->aux_w2, &lp->aux_b};
+            for (int k = 0; k < 16; k++)
                 if (strcmp(suffix, names[k]) == 0) slot = slots[k];
         }
         cr_assert_not_null(slot, "parameter %s has no place in the reference", t->name);
@@ -233,7 +235,19 @@ const tf_tensor *tm_find_param(const tf_model *m, const char *name) {
 
 ref_model_cfg tm_ref_cfg(const tf_config *c) {
     ref_model_cfg r = {c->vocab, c->d_model, c->heads, c->layers, c->d_ff, c->pre_norm, c->final_norm, c->causal,
-                       strstr(c->attention, "softmax") ? REF_ATTN_SOFTMAX : REF_ATTN_LINEAR_ELU, 0, 0, false};
+                       strstr(c->attention, "softmax") ? REF_ATTN_SOFTMAX : REF_ATTN_LINEAR_ELU, 0, 0, false, 0, 0, 0};
+    if (strcmp(c->attention, "gla") == 0) {
+        /* the block's gate: rank 16, log(sigmoid) / 16; W = D, or 1 with gate=scalar */
+        r.attn = REF_ATTN_GLA;
+        r.aux_w = c->d_model / c->heads;
+        r.aux_rank = 16;
+        for (int i = 0; i < c->n_attn_settings; i++)
+            if (strcmp(c->attn_settings[i], "gate=scalar") == 0) r.aux_w = 1;
+    } else if (strcmp(c->attention, "deltanet") == 0) {
+        r.attn = REF_ATTN_DELTANET; /* the block's rate: one projection, sigmoid */
+        r.aux_w = 1;
+        r.aux_act = 1;
+    }
     if (strcmp(c->attention, "linformer") == 0) {
         /* its settings here: k=K and share=NAME */
         r.attn = REF_ATTN_LINFORMER;
