@@ -85,7 +85,7 @@ typedef struct {
 
 /* chunk=auto: 32. Measured: causal forward+backward, B=1, H=8, N=4096, D=M=64, gates
  * -0.1 +- 0.02 (the sweep's), 2 threads, median of 7, ms, for chunk 16/32/64/128:
- * 226 217 238 308 (experiments/sweep/gla-cpu.json with --set). Larger chunks pay for
+ * 226 217 238 308 (experiments/sweep/rnn-family-cpu.json with --set). Larger chunks pay for
  * their T x T products; smaller ones for more state products per position. */
 static int chunk_of(const attn *a) { return a->p.chunk > 0 ? a->p.chunk : 32; }
 

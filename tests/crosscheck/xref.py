@@ -885,6 +885,13 @@ def _draw_retention(rng, D, choices):
     elif rng.random() < 0.5:
         o["gamma"] = "auto"
     _draw_scale(rng, o, 0.5, lambda: rng.choice([0.0, rng.uniform(-2, 2), 1.0]))
+    if rng.random() < 0.7:
+        o["chunk"] = int(rng.choice(CHUNK_CHOICES))
+    elif rng.random() < 0.5:
+        o["chunk"] = "auto"
+    return o
+
+
 def _draw_gla(rng, D, choices):
     o = {}
     if rng.random() < 0.8:

@@ -240,9 +240,43 @@ Test(bench, bad_configs_refused) {
     expect_refused("not an attnbench run document", "plot", DIR "/keep.json", NULL);
 }
 
-/* The committed Figure 1 configs, shrunk to seconds (tiny shapes, one repeat): every
- * variant in them runs (the new ones too: favor, local, efficient in the non-causal
- * ones), each record ok. */
+/* A committed sweep config shrunk to seconds (tiny shapes, one repeat): every variant
+ * in it runs, each record ok, `variants` of them in the parallel mode at two lengths.
+ * Returns the run document (json_decref it). */
+static json_t *run_shrunk(const char *file, bool recurrent, int variants) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/experiments/sweep/%s", ATTNBENCH_SOURCE_DIR, file);
+    const char *args[40] = {"bench", path, "--quiet", "--out", DIR "/shrunk.json", "--set", "lengths=[16,32]",
+                            "--set", "batch={\"rule\": \"fixed\", \"size\": 2}", "--set", "heads=1", "--set", "qk_dim=4", "--set",
+                            "v_dim=4", "--set", "repeats=1", "--set", "warmup=0", "--set", "gemm.size=16"};
+    int n = 0;
+    while (args[n]) n++;
+    if (recurrent) {
+        args[n++] = "--set";
+        args[n++] = "recurrent.contexts=[8]";
+        args[n++] = "--set";
+        args[n++] = "recurrent.steps=2";
+    }
+    args[n] = NULL;
+    int rc = tp_run(DIR, ATTNBENCH_EXE, NULL, args, NULL, &g_err);
+    cr_assert_eq(rc, 0, "%s: %s", file, g_err);
+    json_t *doc = json_load_file(DIR "/shrunk.json", 0, NULL);
+    cr_assert_not_null(doc);
+    json_t *recs = json_object_get(doc, "records"), *r;
+    size_t i;
+    int parallel = 0;
+    json_array_foreach(recs, i, r) {
+        const char *st = json_string_value(json_object_get(r, "status"));
+        cr_assert_str_eq(st, "ok", "%s record %zu (%s): %s", file, i, json_string_value(json_object_get(r, "variant")),
+                         json_string_value(json_object_get(r, "reason")));
+        parallel += strcmp(json_string_value(json_object_get(r, "kind")), "parallel") == 0;
+    }
+    cr_assert_eq(parallel, 2 * variants, "%s: %d parallel records", file, parallel);
+    return doc;
+}
+
+/* The committed Figure 1 configs: every variant in them runs (the new ones too: favor,
+ * local, efficient in the non-causal ones). */
 Test(bench, figure1_configs_run_shrunk) {
     static const struct {
         const char *file;
@@ -253,41 +287,22 @@ Test(bench, figure1_configs_run_shrunk) {
                    {"figure1-noncausal-cpu.json", false, 9},
                    {"figure1-noncausal-gpu.json", false, 10}};
     for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++) {
-        char path[512];
-        snprintf(path, sizeof path, "%s/experiments/sweep/%s", ATTNBENCH_SOURCE_DIR, configs[c].file);
-        const char *args[40] = {"bench", path, "--quiet", "--out", DIR "/shrunk.json", "--set", "lengths=[16,32]",
-                                "--set", "batch.tokens=32", "--set", "heads=1", "--set", "qk_dim=4", "--set",
-                                "v_dim=4", "--set", "repeats=1", "--set", "warmup=0", "--set", "gemm.size=16"};
-        int n = 0;
-        while (args[n]) n++;
-        if (configs[c].recurrent) {
-            args[n++] = "--set";
-            args[n++] = "recurrent.contexts=[8]";
-            args[n++] = "--set";
-            args[n++] = "recurrent.steps=2";
-        }
-        args[n] = NULL;
-        int rc = tp_run(DIR, ATTNBENCH_EXE, NULL, args, NULL, &g_err);
-        cr_assert_eq(rc, 0, "%s: %s", configs[c].file, g_err);
-        json_t *doc = json_load_file(DIR "/shrunk.json", 0, NULL);
-        cr_assert_not_null(doc);
-        json_t *recs = json_object_get(doc, "records"), *r;
-        size_t i;
-        int parallel = 0;
-        json_array_foreach(recs, i, r) {
-            const char *st = json_string_value(json_object_get(r, "status"));
-            cr_assert_str_eq(st, "ok", "%s record %zu (%s): %s", configs[c].file, i,
-                             json_string_value(json_object_get(r, "variant")),
-                             json_string_value(json_object_get(r, "reason")));
-            parallel += strcmp(json_string_value(json_object_get(r, "kind")), "parallel") == 0;
-        }
-        cr_assert_eq(parallel, 2 * configs[c].variants, "%s: %d parallel records", configs[c].file, parallel);
+        json_t *doc = run_shrunk(configs[c].file, configs[c].recurrent, configs[c].variants);
         json_t *sum = json_object_get(doc, "summary");
         for (const char *const *v = (const char *const[]){"favor", "local", NULL}; *v; v++)
             cr_assert_not_null(json_object_get(sum, *v), "%s: no %s", configs[c].file, *v);
         if (!configs[c].recurrent) cr_assert_not_null(json_object_get(sum, "efficient"), "%s", configs[c].file);
         json_decref(doc);
     }
+}
+
+/* The linear-RNN family's and sparse's sweeps (issue 25's speed targets): gla and
+ * deltanet get their inputs bound by the sweep, in the parallel and recurrent modes. */
+Test(bench, rnn_family_configs_run_shrunk) {
+    json_decref(run_shrunk("rnn-family-cpu.json", true, 5));
+    json_decref(run_shrunk("rnn-family-noncausal-cpu.json", false, 3));
+    json_decref(run_shrunk("rnn-family-sparse.json", false, 7));
+    json_decref(run_shrunk("rnn-family-sparse-noncausal.json", false, 7));
 }
 
 Test(bench, plot_draws_png_and_svg) {
