@@ -1,0 +1,35 @@
+# Associative recall (experiments/recall): recall accuracy against the recurrent
+# state's bytes (log x) or against the sequence length (log2 x), one line per variant.
+#
+#   gnuplot -c plots/recall.gp DATA.tsv OUT.png|OUT.svg state|length BLOCKS
+#
+# DATA.tsv (experiments/recall/table.py writes it): one block per variant, separated
+# by two blank lines, each starting with the variant's name in double quotes, then
+# rows "x<TAB>accuracy"; BLOCKS is their number. The script runs no shell command.
+if (ARGC < 4) { print "usage: gnuplot -c recall.gp DATA.tsv OUT.png|OUT.svg state|length BLOCKS"; exit status 2 }
+data = ARG1
+out = ARG2
+axis = ARG3
+if (out[strlen(out)-2:] eq "svg") {
+    set terminal svg size 800,520 dynamic enhanced font "sans,12"
+} else {
+    set terminal pngcairo size 800,520 enhanced font "sans,11"
+}
+set output out
+set datafile separator "\t"
+set key outside right top
+set grid
+set offsets graph 0.05, graph 0.05, 0, 0
+set yrange [0:1.02]
+set ylabel "recall accuracy (queried values)"
+if (axis eq "state") {
+    set logscale x 2
+    set xlabel "recurrent state of one sequence, all layers (bytes)"
+    set title "Associative recall against state size"
+} else {
+    set logscale x 2
+    set xlabel "sequence length N"
+    set title "Associative recall against sequence length"
+}
+blocks = int(ARG4)
+plot for [i=0:blocks-1] data index i using 1:2 with linespoints lw 2 pt 7 title columnheader(1)
