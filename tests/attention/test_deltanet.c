@@ -223,34 +223,7 @@ static void check_steps(int P, bool with_out) {
     cr_assert_eq(attn_bind_aux(a, c.beta, NULL), 0);
     float *want = tu_alloc_f(c.p.nv), *got = tu_alloc_f(c.p.nv);
     cr_assert_eq(attn_forward(a, &c.p.s, c.p.q, c.p.k, c.p.v, want, NULL), 0, "%s", attn_error());
-    attn_state *st = NULL;
-    cr_assert_eq(attn_state_create(a, &c.p.s, N, &st), 0, "%s", attn_error());
-    attn_shape bs = c.p.s; /* beta as a [B, H, N, 1] tensor */
-    if (P > 0) {
-        float *pq = tu_prefix(&c.p.s, c.p.q, P, D), *pk = tu_prefix(&c.p.s, c.p.k, P, D);
-        float *pv = tu_prefix(&c.p.s, c.p.v, P, M), *pb = tu_prefix(&bs, c.beta, P, 1);
-        float *po = with_out ? tu_alloc_f((size_t)B * H * P * M) : NULL;
-        cr_assert_eq(attn_bind_aux(a, pb, NULL), 0);
-        cr_assert_eq(attn_prefill(a, st, P, pq, pk, pv, po), 0, "%s", attn_error());
-        attn_shape ps = c.p.s;
-        ps.len = P;
-        for (int t = 0; with_out && t < P; t++) {
-            float row[B * H * M];
-            tu_gather(&ps, po, row, t, M);
-            tu_scatter(&c.p.s, row, got, t, M);
-        }
-        free(pq), free(pk), free(pv), free(pb), free(po);
-    }
-    float q[B * H * D], k[B * H * D], v[B * H * M], b[B * H], o[B * H * M];
-    cr_assert_eq(attn_bind_aux(a, b, NULL), 0);
-    for (int t = P; t < N; t++) {
-        tu_gather(&c.p.s, c.p.q, q, t, D);
-        tu_gather(&c.p.s, c.p.k, k, t, D);
-        tu_gather(&c.p.s, c.p.v, v, t, M);
-        tu_gather(&bs, c.beta, b, t, 1);
-        cr_assert_eq(attn_step(a, st, t, q, k, v, o), 0, "step %d: %s", t, attn_error());
-        tu_scatter(&c.p.s, o, got, t, M);
-    }
+    tu_run_recurrent(a, &c.p, N, P, with_out, c.beta, 1, got); /* beta: [B, H, N, 1] */
     const int from = with_out ? 0 : P;
     double *w = tu_to_double(want, c.p.nv);
     double scale = tu_max_abs(w, c.p.nv), worst = 0;
@@ -262,7 +235,6 @@ static void check_steps(int P, bool with_out) {
             }
     cr_expect_lt(note("steps", worst), 2 * FWD_TOL, "prefill %d: steps vs forward %g", P, worst);
     free(w), free(got), free(want);
-    attn_state_destroy(st);
     attn_destroy(a);
     case_free(&c);
 }

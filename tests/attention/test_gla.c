@@ -229,35 +229,8 @@ static void recurrent_check(const char *gate, int P, bool with_out) {
     float *g = gates((size_t)B * H * N * W, 31, 2.0), *out = tu_alloc_f(p.nv);
     cr_assert_eq(attn_bind_aux(a, g, NULL), 0);
     cr_assert_eq(attn_forward(a, &p.s, p.q, p.k, p.v, out, NULL), 0, "%s", attn_error());
-    attn_state *st = NULL;
-    cr_assert_eq(attn_state_create(a, &p.s, N, &st), 0, "%s", attn_error());
     float *rec = tu_alloc_f(p.nv);
-    if (P > 0) {
-        float *pq = tu_prefix(&p.s, p.q, P, D), *pk = tu_prefix(&p.s, p.k, P, D), *pv = tu_prefix(&p.s, p.v, P, M);
-        float *pg = tu_prefix(&p.s, g, P, W), *po = with_out ? tu_alloc_f((size_t)B * H * P * M) : NULL;
-        cr_assert_eq(attn_bind_aux(a, pg, NULL), 0);
-        cr_assert_eq(attn_prefill(a, st, P, pq, pk, pv, po), 0, "%s", attn_error());
-        if (po) {
-            attn_shape ps = p.s;
-            ps.len = P;
-            for (int t = 0; t < P; t++) {
-                float tmp[64];
-                tu_gather(&ps, po, tmp, t, M);
-                tu_scatter(&p.s, tmp, rec, t, M);
-            }
-        }
-        free(pq), free(pk), free(pv), free(pg), free(po);
-    }
-    float sq[64], sk[64], sv[64], sg[64], so[64];
-    cr_assert_eq(attn_bind_aux(a, sg, NULL), 0);
-    for (int t = P; t < N; t++) {
-        tu_gather(&p.s, p.q, sq, t, D);
-        tu_gather(&p.s, p.k, sk, t, D);
-        tu_gather(&p.s, p.v, sv, t, M);
-        tu_gather(&p.s, g, sg, t, W);
-        cr_assert_eq(attn_step(a, st, t, sq, sk, sv, so), 0, "%s", attn_error());
-        tu_scatter(&p.s, so, rec, t, M);
-    }
+    tu_run_recurrent(a, &p, N, P, with_out, g, W, rec);
     double *want = tu_to_double(out, p.nv);
     for (int bh = 0; bh < B * H; bh++)
         for (int t = (P > 0 && !with_out) ? P : 0; t < N; t++) {
@@ -266,7 +239,6 @@ static void recurrent_check(const char *gate, int P, bool with_out) {
             cr_expect_leq(e, 2e-5, "gate=%s prefill %d (out %d): row %d of slice %d: %g", gate, P, with_out, t, bh, e);
         }
     free(want), free(rec), free(out), free(g);
-    attn_state_destroy(st);
     attn_destroy(a);
     tu_problem_free(&p);
 }

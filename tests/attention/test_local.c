@@ -190,31 +190,8 @@ static void check_steps(int window, int P, int capacity, bool with_out) {
     tu_problem_init(&p, B, H, N, D, M, true, NULL, 51);
     attn *a = make_local(window, NULL);
     float *want = forward(a, &p);
-    attn_state *st = NULL;
-    cr_assert_eq(attn_state_create(a, &p.s, capacity, &st), 0, "%s", attn_error());
     float *got = tu_alloc_f(p.nv);
-    if (P > 0) {
-        float *pq = tu_prefix(&p.s, p.q, P, D), *pk = tu_prefix(&p.s, p.k, P, D), *pv = tu_prefix(&p.s, p.v, P, M);
-        float *po = with_out ? tu_alloc_f((size_t)B * H * P * M) : NULL;
-        cr_assert_eq(attn_prefill(a, st, P, pq, pk, pv, po), 0, "%s", attn_error());
-        if (with_out)
-            for (int t = 0; t < P; t++) {
-                float row[B * H * M];
-                attn_shape ps = p.s;
-                ps.len = P;
-                tu_gather(&ps, po, row, t, M);
-                tu_scatter(&p.s, row, got, t, M);
-            }
-        free(pq), free(pk), free(pv), free(po);
-    }
-    float q[B * H * D], k[B * H * D], v[B * H * M], o[B * H * M];
-    for (int t = P; t < N; t++) {
-        tu_gather(&p.s, p.q, q, t, D);
-        tu_gather(&p.s, p.k, k, t, D);
-        tu_gather(&p.s, p.v, v, t, M);
-        cr_assert_eq(attn_step(a, st, t, q, k, v, o), 0, "step %d: %s", t, attn_error());
-        tu_scatter(&p.s, o, got, t, M);
-    }
+    tu_run_recurrent(a, &p, capacity, P, with_out, NULL, 0, got);
     /* rows [from, N) were produced */
     const int from = with_out ? 0 : P;
     double *w = tu_to_double(want, p.nv);
@@ -227,7 +204,6 @@ static void check_steps(int window, int P, int capacity, bool with_out) {
             }
     cr_expect_lt(note("worst", worst), STEP_TOL, "window %d prefill %d capacity %d: steps vs forward %g", window, P, capacity, worst);
     free(w), free(got), free(want);
-    attn_state_destroy(st);
     attn_destroy(a);
     tu_problem_free(&p);
 }

@@ -254,35 +254,15 @@ static void check_steps(const char *gamma, int P, bool with_out) {
     attn *a = make(gamma ? 2 : 1, set);
     float *want = tu_alloc_f(p.nv), *got = tu_alloc_f(p.nv);
     cr_assert_eq(attn_forward(a, &p.s, p.q, p.k, p.v, want, NULL), 0, "%s", attn_error());
-    attn_state *st = NULL;
-    cr_assert_eq(attn_state_create(a, &p.s, N, &st), 0, "%s", attn_error());
     cr_assert_eq(attn_state_bytes(a, &p.s, N), (size_t)B * H * D * M * sizeof(float), "state: S per slice");
-    if (P > 0) {
-        float *pq = tu_prefix(&p.s, p.q, P, D), *pk = tu_prefix(&p.s, p.k, P, D), *pv = tu_prefix(&p.s, p.v, P, M);
-        float *po = with_out ? tu_alloc_f((size_t)B * H * P * M) : NULL;
-        cr_assert_eq(attn_prefill(a, st, P, pq, pk, pv, po), 0, "%s", attn_error());
-        if (po)
-            for (int b = 0; b < B * H; b++)
-                memcpy(got + (size_t)b * N * M, po + (size_t)b * P * M, sizeof(float) * (size_t)P * M);
-        free(pq), free(pk), free(pv), free(po);
-    }
-    float *sq = tu_alloc_f((size_t)B * H * D), *sk = tu_alloc_f((size_t)B * H * D);
-    float *sv = tu_alloc_f((size_t)B * H * M), *so = tu_alloc_f((size_t)B * H * M);
-    for (int t = P; t < N; t++) {
-        tu_gather(&p.s, p.q, sq, t, D);
-        tu_gather(&p.s, p.k, sk, t, D);
-        tu_gather(&p.s, p.v, sv, t, M);
-        cr_assert_eq(attn_step(a, st, t, sq, sk, sv, so), 0, "%s", attn_error());
-        tu_scatter(&p.s, so, got, t, M);
-    }
+    tu_run_recurrent(a, &p, N, P, with_out, NULL, 0, got);
     double *wd = tu_to_double(want, p.nv);
     if (!with_out && P > 0) /* only the steps' rows */
         for (int b = 0; b < B * H; b++)
             for (int e = 0; e < P * M; e++) wd[(size_t)b * N * M + e] = got[(size_t)b * N * M + e];
     double e = tu_rel_err(got, wd, p.nv, 1e-30);
     cr_expect_lt(note("steps", e), STEP_TOL, "gamma %s prefill %d: err %g", gamma ? gamma : "auto", P, e);
-    free(wd), free(sq), free(sk), free(sv), free(so), free(want), free(got);
-    attn_state_destroy(st);
+    free(wd), free(want), free(got);
     attn_destroy(a);
     tu_problem_free(&p);
 }

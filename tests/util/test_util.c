@@ -76,6 +76,42 @@ void tu_scatter(const attn_shape *s, const float *src, float *dst, int t, int X)
         memcpy(dst + ((size_t)bh * s->len + t) * X, src + (size_t)bh * X, sizeof(float) * (size_t)X);
 }
 
+void tu_run_recurrent(attn *a, const tu_problem *p, int capacity, int P, bool with_out, const float *aux, int W,
+                      float *got) {
+    const attn_shape *s = &p->s;
+    const int N = s->len, D = s->qk_dim, M = s->v_dim;
+    const size_t bh = (size_t)s->batch * s->heads;
+    attn_state *st = NULL;
+    cr_assert_eq(attn_state_create(a, s, capacity, &st), 0, "%s", attn_error());
+    if (P > 0) {
+        float *pq = tu_prefix(s, p->q, P, D), *pk = tu_prefix(s, p->k, P, D), *pv = tu_prefix(s, p->v, P, M);
+        float *pa = aux ? tu_prefix(s, aux, P, W) : NULL, *po = with_out ? tu_alloc_f(bh * P * M) : NULL;
+        if (pa) cr_assert_eq(attn_bind_aux(a, pa, NULL), 0, "%s", attn_error());
+        cr_assert_eq(attn_prefill(a, st, P, pq, pk, pv, po), 0, "prefill %d: %s", P, attn_error());
+        attn_shape ps = *s;
+        ps.len = P;
+        float *row = tu_alloc_f(bh * M);
+        for (int t = 0; po && t < P; t++) {
+            tu_gather(&ps, po, row, t, M);
+            tu_scatter(s, row, got, t, M);
+        }
+        free(row), free(pq), free(pk), free(pv), free(pa), free(po);
+    }
+    float *q = tu_alloc_f(bh * D), *k = tu_alloc_f(bh * D), *v = tu_alloc_f(bh * M), *o = tu_alloc_f(bh * M);
+    float *at = aux ? tu_alloc_f(bh * W) : NULL;
+    if (at) cr_assert_eq(attn_bind_aux(a, at, NULL), 0, "%s", attn_error());
+    for (int t = P; t < N; t++) {
+        tu_gather(s, p->q, q, t, D);
+        tu_gather(s, p->k, k, t, D);
+        tu_gather(s, p->v, v, t, M);
+        if (at) tu_gather(s, aux, at, t, W);
+        cr_assert_eq(attn_step(a, st, t, q, k, v, o), 0, "step %d: %s", t, attn_error());
+        tu_scatter(s, o, got, t, M);
+    }
+    free(q), free(k), free(v), free(o), free(at);
+    attn_state_destroy(st);
+}
+
 float *tu_prefix(const attn_shape *s, const float *src, int P, int X) {
     float *dst = tu_alloc_f((size_t)s->batch * s->heads * (size_t)(P ? P : 1) * X);
     for (int bh = 0; bh < s->batch * s->heads; bh++)

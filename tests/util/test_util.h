@@ -38,6 +38,13 @@ void tu_assert_padded_zero(const attn_shape *s, const float *x, int X, const cha
 void tu_gather(const attn_shape *s, const float *src, float *dst, int t, int X);
 void tu_scatter(const attn_shape *s, const float *src, float *dst, int t, int X);
 float *tu_prefix(const attn_shape *s, const float *src, int P, int X);
+/* The recurrent mode of a (a CPU object) over p: a state of `capacity` positions, a
+ * prefill of positions [0, P) (none when P = 0), then one step per position [P, N). The
+ * outputs go into got [B, H, N, M]: the steps' rows, and the prefill's when with_out
+ * (else rows [0, P) are left as they are). aux (NULL: the variant reads none) is its own
+ * input [B, H, N, W], bound as the prefill's and each step's slice. Asserts every call. */
+void tu_run_recurrent(attn *a, const tu_problem *p, int capacity, int P, bool with_out, const float *aux, int W,
+                      float *got);
 
 double *tu_to_double(const float *x, size_t n); /* malloc'ed copy */
 float *tu_alloc_f(size_t n);                     /* malloc'ed, zeroed */
