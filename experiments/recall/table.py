@@ -2,7 +2,8 @@
 """Prints the associative-recall results (experiments/recall/RESULTS.md) from `attnbench
 train` run documents, and with --plot PREFIX draws them with gnuplot
 (plots/recall.gp): PREFIX-state.png (accuracy against the recurrent state's bytes)
-and PREFIX-length.png (accuracy against the sequence length), one line per variant.
+and, when the runs cover more than one length, PREFIX-length.png (accuracy against the
+sequence length), one line per variant.
 
     python3 experiments/recall/table.py experiments/recall/runs [--plot plots/recall]
 
@@ -20,8 +21,10 @@ exit status 2 with one line for bad input."""
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GP = os.path.join(HERE, "..", "..", "plots", "recall.gp")
@@ -124,7 +127,8 @@ def plot(pts, prefix):
     by_var = {}
     for k, p in pts.items():
         by_var.setdefault(k[0], []).append((k, p))
-    state_tsv, length_tsv = prefix + "-state.tsv", prefix + "-length.tsv"
+    tmp = tempfile.mkdtemp(prefix="recall-plot-")
+    state_tsv, length_tsv = os.path.join(tmp, "state.tsv"), os.path.join(tmp, "length.tsv")
     with open(state_tsv, "w") as fs, open(length_tsv, "w") as fl:
         for v in sorted(by_var):
             rows = sorted(by_var[v], key=lambda kp: (kp[0][2], kp[0][1]))
@@ -137,11 +141,16 @@ def plot(pts, prefix):
             for k, p in rows:
                 fl.write(f"{k[2]}\t{mean_ci(p['accs'])[0]}\n")
             fl.write("\n\n")
-    for tsv, what in ((state_tsv, "state"), (length_tsv, "length")):
+    figures = [(state_tsv, "state")]
+    if len({k[2] for k in pts}) > 1:  # the length figure needs more than one length
+        figures.append((length_tsv, "length"))
+    for tsv, what in figures:
         r = subprocess.run(["gnuplot", "-c", GP, tsv, f"{prefix}-{what}.png", what, str(len(by_var))],
                            capture_output=True, text=True)
         if r.returncode != 0:
-            die(f"gnuplot failed on {tsv}: {r.stderr.strip()[:300]}")
+            shutil.rmtree(tmp, ignore_errors=True)
+            die(f"gnuplot failed on {what}: {r.stderr.strip()[:300]}")
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main(argv):

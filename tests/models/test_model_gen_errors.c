@@ -81,8 +81,10 @@ Test(model, sgd_reduces_loss) {
  * margin so that equal tokens mean something. */
 #define GEN_TOL 2e-5
 
-static void generation_case(const char *variant, bool pre_norm) {
+static void generation_case_set(const char *variant, bool pre_norm, int n_set, const char *const *set) {
     tf_config c = mid_config(variant, 0.1f);
+    c.attn_settings = set;
+    c.n_attn_settings = n_set;
     c.max_len = 24;
     c.pre_norm = pre_norm;
     tf_model *m = tm_make(&c, 3);
@@ -140,10 +142,25 @@ static void generation_case(const char *variant, bool pre_norm) {
     tf_destroy(m);
 }
 
+static void generation_case(const char *variant, bool pre_norm) { generation_case_set(variant, pre_norm, 0, NULL); }
+
 Test(generation, recurrent_equals_recompute_linear) { generation_case("linear", false); }
 Test(generation, recurrent_equals_recompute_linear_pre_norm) { generation_case("linear", true); }
 Test(generation, recurrent_equals_recompute_stateful_softmax) { generation_case("stateful-softmax", false); }
 Test(generation, recurrent_equals_recompute_polynomial) { generation_case("polynomial", false); }
+/* The linear-RNN family and sparse: gla and deltanet get their input from the block's
+ * projection at every step (mha_step_forward), the same as over the whole prefix. */
+Test(generation, recurrent_equals_recompute_retention) { generation_case("retention", false); }
+Test(generation, recurrent_equals_recompute_gla) { generation_case("gla", false); }
+Test(generation, recurrent_equals_recompute_gla_pre_norm) { generation_case("gla", true); }
+Test(generation, recurrent_equals_recompute_deltanet) { generation_case("deltanet", false); }
+/* sparse with a set window and stride: with auto ones the pattern follows N, which is
+ * the state's capacity in the recurrent mode and the prefix's length in a recomputation
+ * (attention/README.md), so the two differ by design. */
+Test(generation, recurrent_equals_recompute_sparse) {
+    const char *set[] = {"window=3", "stride=4"};
+    generation_case_set("sparse", false, 2, set);
+}
 
 Test(generation, state_sizes_and_unsupported) {
     tf_config c = mid_config("linear", 0.0f);
