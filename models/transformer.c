@@ -426,16 +426,10 @@ static int body_init(const init_ctx *x) {
         init_dense(x, p->w1, p->b1, F, C);
         init_dense(x, p->w2, p->b2, C, F);
         if (p->attn.proj && !m->attn_shared && (rc = fill_attn(x, p->attn.proj))) return rc;
-        const mha_aux *ax = &p->attn.aux;
-        if (ax->width) { /* nn.Linear's rule for each projection of the attention's input */
-            const int HW = c->heads * ax->width;
-            if (ax->rank) {
-                init_dense(x, p->attn.aux_w1, NULL, ax->rank, C);
-                init_dense(x, p->attn.aux_w2, p->attn.aux_b, HW, ax->rank);
-            } else {
-                init_dense(x, p->attn.aux_w1, p->attn.aux_b, HW, C);
-            }
-        }
+        const mha_aux *ax = &p->attn.aux; /* nn.Linear's rule for each projection of the attention's input */
+        if (ax->width && ax->rank) init_dense(x, p->attn.aux_w1, NULL, ax->rank, C);
+        if (ax->width) init_dense(x, ax->rank ? p->attn.aux_w2 : p->attn.aux_w1, p->attn.aux_b, c->heads * ax->width,
+                                  ax->rank ? ax->rank : C);
     }
     if (m->attn_shared && (rc = fill_attn(x, m->attn_proj))) return rc;
     if (c->final_norm) {
