@@ -2,6 +2,8 @@
 
 #include <cblas.h>
 #include <omp.h>
+#include <stdlib.h>
+#include <strings.h>
 
 /* OpenBLAS extensions (declared in its cblas.h too, repeated for clarity and for
  * cblas.h files that lack some of them). */
@@ -58,6 +60,27 @@ int ab_threads(void) { return g_threads > 0 ? g_threads : omp_get_max_threads();
 const char *ab_blas_config(void) { return openblas_get_config(); }
 const char *ab_blas_corename(void) { return openblas_get_corename(); }
 int ab_blas_threads(void) { return openblas_get_num_threads(); }
+
+const char *ab_blas_better_core(void) {
+    /* the cores OpenBLAS's DYNAMIC_ARCH falls back to (no AVX2 kernels) */
+    static const char *const generic[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom",
+                                          "Katmai", "Coppermine", "Northwood", "Banias", "Unknown"};
+    const char *env = getenv("OPENBLAS_CORETYPE"), *core = openblas_get_corename();
+    if ((env && *env) || !core) return NULL;
+    bool fallback = false;
+    for (size_t i = 0; i < sizeof generic / sizeof generic[0]; i++)
+        if (strcasecmp(core, generic[i]) == 0) fallback = true;
+    if (!fallback) return NULL;
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    __builtin_cpu_init();
+    /* libgcc sets the AVX features only where the OS saves their registers (XCR0) */
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+        return "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+#endif
+    return NULL;
+}
 int ab_blas_parallel(void) { return openblas_get_parallel(); }
 
 const char *ab_blas_parallel_name(int model) {

@@ -25,6 +25,14 @@ int ab_threads(void);
 const char *ab_blas_config(void);
 const char *ab_blas_corename(void);
 int ab_blas_threads(void);
+/* The OPENBLAS_CORETYPE worth setting for this CPU, or NULL. OpenBLAS picks its kernels
+ * once, at load time, from the CPU model; on a model newer than the library (Debian
+ * 12's 0.3.21 on a 5th-generation Xeon, say) it falls back to a generic core such as
+ * "Prescott", whose sgemm ran 6x slower than the AVX-512 one on such a machine (18 vs
+ * 109 GFLOP/s, one thread, n = 1024). Non-NULL only when the core in use is such a
+ * fallback, OPENBLAS_CORETYPE is unset, and the CPU (with the OS) supports more:
+ * "SkylakeX" with AVX-512 F, BW, DQ and VL, else "Haswell" with AVX2 and FMA. */
+const char *ab_blas_better_core(void);
 /* OpenBLAS's threading model (openblas_get_parallel()): 0 sequential, 1 pthreads,
  * 2 OpenMP; and its name ("sequential", "pthreads", "openmp", else "unknown"). */
 int ab_blas_parallel(void);

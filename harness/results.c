@@ -108,6 +108,10 @@ json_t *ab_machine_info(void) {
     json_object_set_new(m, "blas_parallel_model", json_string(ab_blas_parallel_name(par)));
     const char *ct = getenv("OPENBLAS_CORETYPE");
     json_object_set_new(m, "openblas_coretype_env", ct ? json_string(ct) : json_null());
+    /* "attnbench": the driver set it for a CPU that OpenBLAS did not know (harness/blas.h) */
+    const char *by = getenv("ATTNBENCH_SET_CORETYPE");
+    json_object_set_new(m, "openblas_coretype_by",
+                        !ct ? json_null() : json_string(by && strcmp(by, ct) == 0 ? "attnbench" : "environment"));
     /* Host memory: harness/memory.c's tracked allocator on glibc's malloc
      * (aligned_alloc, 64-byte alignment); an LD_PRELOAD'ed allocator or malloc tunables
      * would change what that means, so they are recorded when set. */

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 const cli_command cli_commands[] = {
     {"list", cmd_list, "list", "every attention variant with its options and defaults"},
@@ -47,6 +48,9 @@ static const char USAGE_TAIL[] =
     "  --command-max-mb MB  ... or when it has written more than MB MiB (default 1024)\n"
     "  --help               this text\n"
     "  --version            the version\n"
+    "  --blas-core          the core type whose kernels OpenBLAS runs (where OpenBLAS\n"
+    "                       falls back to generic kernels on a CPU it does not know,\n"
+    "                       attnbench sets OPENBLAS_CORETYPE and starts again)\n"
     "\n"
     "Exit status (every command; README.md, \"Exit status\"): 0 done; 1 a resource or\n"
     "system failure on a valid request (out of memory, on the host or a device; a full\n"
@@ -54,6 +58,21 @@ static const char USAGE_TAIL[] =
     "(options, configs, files, paths, inputs larger than memory; one line\n"
     "'attnbench: error: ...' on stderr, and no file already there is changed);\n"
     "130 interrupted (Ctrl-C, SIGTERM) in train and bench, with what was done written.\n";
+
+/* OpenBLAS chose its kernels when it loaded. Where it fell back to a generic core on a
+ * CPU it does not know (ab_blas_better_core, harness/blas.h), the process starts again
+ * with OPENBLAS_CORETYPE set, so that every measurement runs the CPU's own kernels; a
+ * result's machine section names the core and who set it (openblas_coretype_by). */
+static void blas_core_reexec(char **argv) {
+    const char *core = ab_blas_better_core();
+    if (!core) return;
+    if (setenv("OPENBLAS_CORETYPE", core, 1) == 0 && setenv("ATTNBENCH_SET_CORETYPE", core, 1) == 0)
+        execv("/proc/self/exe", argv);
+    unsetenv("OPENBLAS_CORETYPE");
+    unsetenv("ATTNBENCH_SET_CORETYPE");
+    fprintf(stderr, "attnbench: warning: OpenBLAS runs its generic %s kernels here; OPENBLAS_CORETYPE=%s is faster\n",
+            ab_blas_corename(), core);
+}
 
 /* The usage text: the commands' lines come from the table (a summary's further lines
  * are indented under its first). */
@@ -129,6 +148,7 @@ static bool global_option(int argc, char **argv, int *i, int *threads, dc_policy
 }
 
 int main(int argc, char **argv) {
+    blas_core_reexec(argv);
     task_list_install();
     int threads = 0, i = 1;
     dc_policy pol;
@@ -139,6 +159,9 @@ int main(int argc, char **argv) {
             return 0;
         } else if (strcmp(argv[i], "--version") == 0) {
             printf("attnbench %s\n", ATTNBENCH_VERSION);
+            return 0;
+        } else if (strcmp(argv[i], "--blas-core") == 0) {
+            printf("%s\n", ab_blas_corename());
             return 0;
         } else if (global_option(argc, argv, &i, &threads, &pol)) {
             continue;

@@ -109,6 +109,9 @@ fi
 
 mkdir -p "$out"
 export OMP_NUM_THREADS=$threads
+# Both sides on the same OpenBLAS kernels: the core attnbench runs with (it sets one
+# where OpenBLAS falls back to generic kernels on a CPU it does not know; harness/blas.h).
+[ -n "${OPENBLAS_CORETYPE:-}" ] || export OPENBLAS_CORETYPE="$("$exe" --blas-core)"
 echo "compare-torch: $device, $threads threads, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)}, config $config"
 echo "compare-torch: attnbench ($exe)"
 "$exe" --threads "$threads" bench "$config" --device "$device" --out "$out/$name.json" "$@"

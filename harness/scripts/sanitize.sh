@@ -37,4 +37,6 @@ if [ $# -gt 0 ]; then
     [ ${#keep[@]} -gt 0 ] || exit 0
     set -- "${keep[@]}"
 fi
+# The kernels attnbench runs with for the test programs' OpenBLAS (see test.sh).
+[ -n "${OPENBLAS_CORETYPE:-}" ] || export OPENBLAS_CORETYPE="$(build-san/attnbench --blas-core)"
 exec meson test -C build-san --print-errorlogs --num-processes 1 "$@"

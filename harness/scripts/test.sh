@@ -11,6 +11,10 @@ export PATH
 cd "$(dirname "$0")/../.."
 bash harness/scripts/setup.sh
 bash harness/scripts/build.sh
+# The test programs load OpenBLAS themselves: give them the kernels attnbench runs with
+# (where OpenBLAS falls back to generic ones on a CPU it does not know, attnbench picks
+# the CPU's own; harness/blas.h). An OPENBLAS_CORETYPE already set is kept.
+[ -n "${OPENBLAS_CORETYPE:-}" ] || export OPENBLAS_CORETYPE="$(build/attnbench --blas-core)"
 
 pass=0
 fail=0

@@ -13,6 +13,7 @@ import copy
 import importlib.util
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -432,7 +433,14 @@ class OurMachineSection(unittest.TestCase):
             m = self.bench(os.path.join(d, "a.json"))["machine"]
             self.assertIsInstance(m["blas_core"], str)
             self.assertTrue(m["blas_core"])
-            self.assertIsNone(m["openblas_coretype_env"])
+            # unset here: attnbench keeps OpenBLAS's choice, or sets the variable itself
+            # where that choice is a generic fallback (harness/blas.h) and says so
+            if m["openblas_coretype_env"] is None:
+                self.assertIsNone(m["openblas_coretype_by"])
+            else:
+                self.assertEqual(m["openblas_coretype_by"], "attnbench")
+                self.assertIn(m["openblas_coretype_env"], ("SkylakeX", "Haswell"))
+                self.assertEqual(m["blas_core"].lower(), m["openblas_coretype_env"].lower())
             self.assertIn(m["blas_parallel"], (0, 1, 2))
             self.assertEqual(m["blas_parallel_model"], ["sequential", "pthreads", "openmp"][m["blas_parallel"]])
             self.assertEqual(m["threads"], 1)
@@ -445,6 +453,12 @@ class OurMachineSection(unittest.TestCase):
             doc = self.bench(os.path.join(d, "b.json"), {"OPENBLAS_CORETYPE": m["blas_core"]})
             self.assertEqual(doc["machine"]["openblas_coretype_env"], m["blas_core"])
             self.assertEqual(doc["machine"]["blas_core"], m["blas_core"])
+            self.assertEqual(doc["machine"]["openblas_coretype_by"], "environment")
+            if platform.machine() == "x86_64":
+                # a user's choice stands, even a generic core attnbench would replace
+                doc = self.bench(os.path.join(d, "c.json"), {"OPENBLAS_CORETYPE": "Prescott"})
+                self.assertEqual(doc["machine"]["blas_core"], "Prescott")
+                self.assertEqual(doc["machine"]["openblas_coretype_by"], "environment")
             # compare_torch.py reads a real document of ours.
             t = torch_doc(blas_core=m["blas_core"], threads=1, blas_threads=1)
             t["records"] = [par("softmax", 16, fwd=1.0, fb=2.0, peak=MiB, input_bytes=0, peer_of=["softmax"])]
