@@ -66,15 +66,15 @@ static void local_defaults(attn_params *p) {
 
 /* ---- geometry (band_cpu.h) ---- */
 
-static int key_span(const attn *a, const attn_shape *s) { return band_key_span(a->p.window, s->causal, s->len); }
+static int key_span(const attn *a, const attn_shape *s) { return band_key_span(a->p.window, s->causal, s->len, LOC_ROWS); }
 
 static void block_keys(const attn *a, bool causal, int r0, int r1, int L, int *k0, int *k1) {
     band_block_keys(a->p.window, causal, r0, r1, L, k0, k1);
 }
 
-static int period_of(const attn *a, const attn_shape *s) { return band_period(a->p.window, s->causal, s->len); }
+static int period_of(const attn *a, const attn_shape *s) { return band_period(a->p.window, s->causal, s->len, LOC_ROWS); }
 
-static int n_blocks(int n) { return band_n_blocks(n); }
+static int n_blocks(int n) { return band_n_blocks(n, LOC_ROWS); }
 
 /* ---- workspace ---- */
 

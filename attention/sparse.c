@@ -9,16 +9,16 @@
  * stride of at least N leaves only the window (local).
  *
  * A(i) is cut into two disjoint parts, each computed without an N x N matrix:
- * - the band |i - j| < w: local's blocks of rows (band_cpu.h): a block of BAND_ROWS rows
+ * - the band |i - j| < w: local's blocks of rows (band_cpu.h): a block of R rows
  *   against its key range in one GEMM, each row's softmax over its own run;
  * - the strided keys |i - j| >= w, (i - j) mod s == 0: positions of one residue class
  *   r = i mod s only see each other, so per class the queries and keys r, r + s, ... form
  *   a subsequence (a matrix with row stride s D: no copy) in which query a sees key b
- *   when a - b >= c (and b - a >= c non-causal), c = ceil(w / s). Blocks of BAND_ROWS
+ *   when a - b >= c (and b - a >= c non-causal), c = ceil(w / s). Blocks of R
  *   subsequence rows against the subsequence keys.
  * The band pass writes normalised outputs and each row's log-sum-exp; the strided pass
  * merges its scores into them (out_i <- e^(lse_i - lse'_i) out_i + sum_j e^(S_ij -
- * lse'_i) v_j, lse' the log-sum-exp over both parts). Time O(N (w + BAND_ROWS + N / s)
+ * lse'_i) v_j, lse' the log-sum-exp over both parts). Time O(N (w + R + N / s)
  * (D + M)).
  *
  * Saved: O and the rows' log-sum-exps L (B*H*N*(M + 1) floats). Backward recomputes the
@@ -98,14 +98,14 @@ typedef struct {
 
 static sp_ws ws_of(const sp_geo *g, const attn_shape *s) {
     sp_ws w;
-    const int n = s->len, rb = n < BAND_ROWS ? n : BAND_ROWS, rs = g->nsub < BAND_ROWS ? g->nsub : BAND_ROWS;
+    const int n = s->len, rb = n < g->rows ? n : g->rows, rs = g->nsub < g->rows ? g->nsub : g->rows;
     const long BH = (long)s->batch * s->heads;
-    w.band = attn_align64((size_t)rb * (size_t)band_key_span(g->w, s->causal, n) * sizeof(float));
+    w.band = attn_align64((size_t)rb * (size_t)band_key_span(g->w, s->causal, n, g->rows) * sizeof(float));
     w.sub = g->strided ? attn_align64((size_t)rs * (size_t)g->nsub * sizeof(float)) : 0;
     w.half = w.band > w.sub ? w.band : w.sub;
-    w.slot = 2 * w.half + attn_align64(BAND_ROWS * sizeof(float));
+    w.slot = 2 * w.half + attn_align64((size_t)g->rows * sizeof(float));
     w.rows = attn_align64((size_t)BH * (size_t)n * sizeof(float));
-    long ia = BH * band_n_blocks(n), ib = BH * (g->s < n ? g->s : n);
+    long ia = BH * band_n_blocks(n, g->rows), ib = BH * (g->s < n ? g->s : n);
     int ta = attn_outer_threads(ia > 1 << 30 ? 1 << 30 : (int)ia), tb = attn_outer_threads(ib > 1 << 30 ? 1 << 30 : (int)ib);
     w.nslots = ta > tb ? ta : tb;
     return w;
@@ -196,8 +196,8 @@ static void band_probs(const sp_ctx *x, const float *q, const float *k, int r0, 
 static void band_forward_block(const sp_ctx *x, const sp_ws *w, attn *a, int bh, int blk, const float *q,
                                const float *k, const float *v, float *out, float *lse) {
     const attn_shape *s = x->s;
-    const int N = s->len, D = s->qk_dim, M = s->v_dim, L = attn_valid_len(s, bh / s->heads), r0 = blk * BAND_ROWS;
-    const int r1 = r0 + BAND_ROWS < N ? r0 + BAND_ROWS : N, re = r1 < L ? r1 : L;
+    const int N = s->len, D = s->qk_dim, M = s->v_dim, L = attn_valid_len(s, bh / s->heads), r0 = blk * x->g->rows;
+    const int r1 = r0 + x->g->rows < N ? r0 + x->g->rows : N, re = r1 < L ? r1 : L;
     float *o = out + attn_slice(s, bh, M);
     if (re > r0) {
         float *p = (float *)slot_of(a, w);
@@ -217,8 +217,8 @@ static void band_backward_block(const sp_ctx *x, const sp_ws *w, attn *a, int bh
                                 const float *k, const float *v, const float *dout, const float *lse,
                                 const float *delta, float *dq, float *dk, float *dv) {
     const attn_shape *s = x->s;
-    const int N = s->len, D = s->qk_dim, M = s->v_dim, L = attn_valid_len(s, bh / s->heads), r0 = blk * BAND_ROWS;
-    const int r1 = r0 + BAND_ROWS < N ? r0 + BAND_ROWS : N, re = r1 < L ? r1 : L;
+    const int N = s->len, D = s->qk_dim, M = s->v_dim, L = attn_valid_len(s, bh / s->heads), r0 = blk * x->g->rows;
+    const int r1 = r0 + x->g->rows < N ? r0 + x->g->rows : N, re = r1 < L ? r1 : L;
     const size_t oq = attn_slice(s, bh, D), ov = attn_slice(s, bh, M);
     const int z0 = re > r0 ? re : r0;
     if (r1 > z0) memset(dq + oq + (size_t)z0 * D, 0, sizeof(float) * (size_t)(r1 - z0) * D);
@@ -288,8 +288,8 @@ static void sub_forward(const sp_ctx *x, const sp_ws *w, attn *a, int bh, int r,
     float *O = out + attn_slice(s, bh, M) + (size_t)r * M, *ls = lse + (size_t)bh * N + r;
     char *slot = slot_of(a, w);
     float *p = (float *)slot, *alpha = (float *)(slot + 2 * w->half);
-    for (int a0 = 0; a0 < n_r; a0 += BAND_ROWS) {
-        const int a1 = a0 + BAND_ROWS < n_r ? a0 + BAND_ROWS : n_r, kc = sub_block_keys(x->g, s->causal, a1, n_r);
+    for (int a0 = 0; a0 < n_r; a0 += x->g->rows) {
+        const int a1 = a0 + x->g->rows < n_r ? a0 + x->g->rows : n_r, kc = sub_block_keys(x->g, s->causal, a1, n_r);
         if (kc == 0) continue;
         scores(Q, ldq, K, ldq, a0, a1, kc, D, x->scale, p);
         for (int i = a0; i < a1; i++) {
@@ -312,8 +312,8 @@ static void sub_backward(const sp_ctx *x, const sp_ws *w, attn *a, int bh, int r
     const float *ls = lse + (size_t)bh * N + r, *dl = delta + (size_t)bh * N + r;
     char *slot = slot_of(a, w);
     float *p = (float *)slot, *ds = (float *)(slot + w->half);
-    for (int a0 = 0; a0 < n_r; a0 += BAND_ROWS) {
-        const int a1 = a0 + BAND_ROWS < n_r ? a0 + BAND_ROWS : n_r, kc = sub_block_keys(x->g, s->causal, a1, n_r);
+    for (int a0 = 0; a0 < n_r; a0 += x->g->rows) {
+        const int a1 = a0 + x->g->rows < n_r ? a0 + x->g->rows : n_r, kc = sub_block_keys(x->g, s->causal, a1, n_r);
         const int rb = a1 - a0;
         if (kc == 0) continue;
         scores(Q, ldq, K, ldq, a0, a1, kc, D, x->scale, p);
@@ -337,7 +337,7 @@ static void sub_backward(const sp_ctx *x, const sp_ws *w, attn *a, int bh, int r
  * (B*H*N floats). Used by forward and by prefill (on the prompt). */
 static void forward_impl(attn *a, const attn_shape *s, const sp_geo *g, const float *q, const float *k,
                          const float *v, float *out, float *lse) {
-    const int BH = s->batch * s->heads, nblk = band_n_blocks(s->len);
+    const int BH = s->batch * s->heads, nblk = band_n_blocks(s->len, g->rows);
     const sp_ctx x = {s, g, (float)attn_scale(a, s->qk_dim)};
     const sp_ws w = ws_of(g, s);
     if (BH >= ab_threads()) {
@@ -389,8 +389,9 @@ static void deltas(const attn_shape *s, const float *o, const float *dout, float
 
 static int sparse_backward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v,
                            const float *dout, const void *saved, float *dq, float *dk, float *dv) {
-    const int BH = s->batch * s->heads, N = s->len, D = s->qk_dim, M = s->v_dim, nblk = band_n_blocks(N);
+    const int BH = s->batch * s->heads, N = s->len, D = s->qk_dim, M = s->v_dim;
     const sp_geo g = sp_geo_of(a, N, N);
+    const int nblk = band_n_blocks(N, g.rows);
     const sp_ctx x = {s, &g, (float)attn_scale(a, D)};
     const sp_ws w = ws_of(&g, s);
     const float *o = saved, *lse = (const float *)saved + (size_t)BH * N * M;
@@ -410,7 +411,7 @@ static int sparse_backward(attn *a, const attn_shape *s, const float *q, const f
         return 0;
     }
     /* the band: classes of blocks with disjoint key ranges; it writes every dq row */
-    const int period = band_period(g.w, s->causal, N), per_class = (nblk + period - 1) / period;
+    const int period = band_period(g.w, s->causal, N, g.rows), per_class = (nblk + period - 1) / period;
     const long ia = (long)BH * per_class;
     const int ta = attn_outer_threads(ia > 1 << 30 ? 1 << 30 : (int)ia);
     for (int cls = 0; cls < period; cls++) {

@@ -14,6 +14,8 @@ typedef struct {
     long long c; /* ceil(w / s): the least subsequence distance outside the window */
     bool strided; /* some pair is strided: c s <= n - 1 */
     int nsub;     /* longest subsequence: ceil(n / s) */
+    int rows;     /* CPU: query rows per block (16, 32 or 64: the largest not above max(16, w / 2)),
+                   * so that the band's scores a row (rows + w - 1) stay within 1.5 w */
 } sp_geo;
 
 static inline long long sp_auto(int n) {
@@ -30,6 +32,7 @@ static inline sp_geo sp_geo_of(const attn *a, int n_auto, int n) {
     g.c = (g.w + g.s - 1) / g.s;
     g.strided = g.c * g.s <= (long long)n - 1;
     g.nsub = (n + g.s - 1) / g.s;
+    g.rows = g.w >= 128 ? 64 : g.w >= 64 ? 32 : 16;
     return g;
 }
 

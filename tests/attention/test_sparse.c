@@ -211,8 +211,11 @@ Test(sparse_backward, finite_differences) {
     }
 }
 
-/* Blocks of 64 rows in both parts: N = 150, window 20 (band blocks overlap) with
- * stride 2 (subsequences of 75 rows: two blocks) and stride 1 (one of 150). One slice:
+/* Several blocks in both parts, at each block height (16, 32 and 64 rows for windows
+ * below 64, below 128 and from 128, sparse_geo.h): N = 150, window 20 (16 rows, band
+ * blocks overlap) with stride 2 (subsequences of 75 rows: five blocks); window 70 (32
+ * rows) with stride 1 (one subsequence of 130: five blocks); window 130 (64 rows) with
+ * stride 3 at N = 300 (subsequences of 100: two blocks). One slice:
  * with 2 threads (the suite's OMP_NUM_THREADS) the block-parallel passes run, where
  * cases of several slices take a slice per thread. */
 Test(sparse_backward, across_blocks) {
@@ -220,6 +223,8 @@ Test(sparse_backward, across_blocks) {
     check_backward(20, 2, 1, 1, 150, 2, 1, true, lens, 63);
     check_backward(20, 2, 1, 1, 150, 2, 1, false, NULL, 64);
     check_backward(70, 1, 1, 1, 130, 1, 1, true, NULL, 65);
+    check_backward(130, 3, 1, 1, 300, 1, 1, true, NULL, 66);
+    check_backward(130, 3, 1, 1, 300, 1, 1, false, NULL, 67);
 }
 
 /* ---- recurrent mode ---- */
