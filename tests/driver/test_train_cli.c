@@ -428,21 +428,32 @@ static json_t *generate(const char *ckpt, const char *mode, const char *n) {
 Test(train_cli, generate_every_variant) {
     /* Every causal variant the copy task can train (efficient is non-causal only: the
      * model refuses it, one line), local with a window shorter than the sequence (its
-     * ring wraps during generation) and linear with the favor map. */
+     * ring wraps during generation), linear with the favor map, the linear-RNN family
+     * (their gate and rate made from the layer input) and sparse with a set window and
+     * stride (auto ones follow the length, which recomputation changes every step). */
     static const struct {
-        const char *name, *variant, *set;
+        const char *name, *variant, *set, *set2;
     } cases[] = {
-        {"softmax", "softmax", NULL}, {"stateful-softmax", "stateful-softmax", NULL}, {"lsh", "lsh", NULL},
-        {"linear", "linear", NULL},   {"polynomial", "polynomial", NULL},
-        {"local", "local", "model.attention.set.window=3"},
-        {"favor", "linear", "model.attention.set.feature_map=favor"},
+        {"softmax", "softmax", NULL, NULL},
+        {"stateful-softmax", "stateful-softmax", NULL, NULL},
+        {"lsh", "lsh", NULL, NULL},
+        {"linear", "linear", NULL, NULL},
+        {"polynomial", "polynomial", NULL, NULL},
+        {"local", "local", "model.attention.set.window=3", NULL},
+        {"favor", "linear", "model.attention.set.feature_map=favor", NULL},
+        {"retention", "retention", NULL, NULL},
+        {"gla", "gla", NULL, NULL},
+        {"gla-scalar", "gla", "model.attention.set.gate=scalar", NULL},
+        {"deltanet", "deltanet", NULL, NULL},
+        {"sparse", "sparse", "model.attention.set.window=2", "model.attention.set.stride=3"},
     };
     for (size_t v = 0; v < sizeof cases / sizeof cases[0]; v++) {
         char set[64];
         snprintf(set, sizeof set, "model.attention.variant=%s", cases[v].variant);
         cr_assert_eq(run("train", SMOKE, "--out", P("%s", cases[v].name), "--quiet", "--set", set, "--set",
-                         cases[v].set ? cases[v].set : "steps=100", NULL),
-                     0, "%s", g_err);
+                         cases[v].set ? cases[v].set : "steps=100", "--set", cases[v].set2 ? cases[v].set2 : "steps=100",
+                         NULL),
+                     0, "%s: %s", cases[v].name, g_err);
         const char *ck = P("%s/checkpoint.bin", cases[v].name);
         bool rec = strcmp(cases[v].variant, "softmax") && strcmp(cases[v].variant, "lsh");
         json_t *a = generate(ck, "auto", "12");
@@ -457,8 +468,9 @@ Test(train_cli, generate_every_variant) {
         cr_expect_gt(json_number_value(json_object_get(a, "tokens_per_s")), 0);
         if (rec) {
             /* greedy decoding: the RNN and the recomputation give the same tokens. Their
-             * logits agree to ~1e-6 relative for linear, favor, local and
-             * stateful-softmax (the model suite measures linear's), far below the gaps
+             * logits agree to ~1e-6 relative for linear, favor, local,
+             * stateful-softmax, retention, gla, deltanet and sparse (the model suite
+             * measures linear's and the family's), far below the gaps
              * between a trained model's top two logits. The polynomial map's recurrent
              * state loses more (up to 1e-4 relative, README), so for it both modes only
              * have to run. */

@@ -103,6 +103,38 @@ Test(images, trains_resumes_bit_for_bit_and_generates) {
     tp_usage_error(st, g_err, "resume on more training images", TP_ARGV("rows", NULL));
 }
 
+/* The linear-RNN family and strided sparse attention through the images config alone:
+ * each trains (validation bits/dim falls from the first evaluation to the last, as
+ * linear's does above) and samples in its recurrent mode. */
+Test(images, the_rnn_family_and_sparse_train_and_sample) {
+    char cfg[1100]; /* P()'s buffers are reused */
+    snprintf(cfg, sizeof cfg, "%s", fixture_config(""));
+    static const char *const cases[][2] = {
+        {"retention", "seed=7"},
+        {"gla", "seed=7"},
+        {"deltanet", "seed=7"},
+        {"sparse", "model.attention.set.window=4"},
+    };
+    for (size_t v = 0; v < sizeof cases / sizeof cases[0]; v++) {
+        char set[64];
+        snprintf(set, sizeof set, "model.attention.variant=%s", cases[v][0]);
+        cr_assert_eq(run("train", cfg, "--out", P("%s", cases[v][0]), "--quiet", "--set", set, "--set", cases[v][1]), 0,
+                     "%s: %s", cases[v][0], g_err);
+        json_t *doc = load(P("%s/train.json", cases[v][0])), *first, *last;
+        cr_expect_str_eq(json_string_value(json_object_get(doc, "status")), "ok");
+        records(doc, "eval", &first, &last);
+        const double b0 = num(first, "eval_bits_per_dim"), b1 = num(last, "eval_bits_per_dim");
+        cr_expect(isfinite(b1) && b1 < b0, "%s: eval bits/dim %g -> %g", cases[v][0], b0, b1);
+        json_decref(doc);
+        cr_assert_eq(run("sample", P("%s/checkpoint.bin", cases[v][0]), "--n", "2", "--out", P("%s-s", cases[v][0])), 0,
+                     "%s: %s", cases[v][0], g_err);
+        json_t *d = load(P("%s-s/sample.json", cases[v][0]));
+        cr_expect_str_eq(json_string_value(json_object_get(d, "variant")), cases[v][0]);
+        cr_expect_str_eq(json_string_value(json_object_get(d, "mode")), "recurrent", "%s", cases[v][0]);
+        json_decref(d);
+    }
+}
+
 Test(images, bad_data_and_configs_are_one_line_exit_2) {
     const char *cfg = fixture_config("");
     struct {
