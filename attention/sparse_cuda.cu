@@ -5,7 +5,8 @@
  * One block per query row (grid-stride over the rows): the row enumerates the keys it
  * sees, never an N x N matrix: its window [i - w + 1, i + w) clipped (causal: up to
  * i), then the strided ones i - m s (and i + m s non-causal) for m s >= w, so
- * min(2 w - 1, N) + 2 N / s at most. Their scores go to the block's slot of workspace;
+ * min(2 w - 1, N) + 2 N / s at most. Their scores go to the block's slot, in shared
+ * memory where two slots fit 48 KiB (else in workspace);
  * a block maximum and sum give the softmax and the row's log-sum-exp, and each thread
  * sums one output column. Time O(N (w + N/s) (D + M)).
  *
@@ -100,8 +101,9 @@ __device__ void sp_row_forward(const float *qi, const float *K, const float *V, 
 /* Rows of slices [s0, s0 + ns) of valid length L. */
 __global__ void sp_forward_kernel(const float *q, const float *k, const float *v, float *out, float *o2, float *lse,
                                   float *ws, long long slot, long long s0, long long ns, int N, int L, int D, int M,
-                                  long long w, int s, long long c, bool causal, float scale) {
-    float *sc = ws + blockIdx.x * slot;
+                                  long long w, int s, long long c, bool causal, float scale, bool smem) {
+    AB_DYN_SMEM(float, sm);
+    float *sc = smem ? sm : ws + blockIdx.x * slot;
     for (long long row = blockIdx.x; row < ns * L; row += gridDim.x) {
         const long long bh = s0 + row / L, at = bh * N + row % L;
         const int i = (int)(row % L);
@@ -114,8 +116,9 @@ __global__ void sp_forward_kernel(const float *q, const float *k, const float *v
 __global__ void sp_dq_kernel(const float *q, const float *k, const float *v, const float *dout, const float *o,
                              const float *lse, float *delta, float *dq, float *ws, long long slot, long long s0,
                              long long ns, int N, int L, int D, int M, long long w, int s, long long c, bool causal,
-                             float scale) {
-    float *ds = ws + blockIdx.x * slot;
+                             float scale, bool smem) {
+    AB_DYN_SMEM(float, sm);
+    float *ds = smem ? sm : ws + blockIdx.x * slot;
     for (long long row = blockIdx.x; row < ns * L; row += gridDim.x) {
         const long long bh = s0 + row / L, at = bh * N + row % L;
         const float *qi = q + at * D, *doi = dout + at * M, *K = k + bh * N * D, *V = v + bh * N * M;
@@ -144,8 +147,9 @@ __global__ void sp_dq_kernel(const float *q, const float *k, const float *v, con
 __global__ void sp_dkdv_kernel(const float *q, const float *k, const float *v, const float *dout, const float *lse,
                                const float *delta, float *dk, float *dv, float *ws, long long slot, long long s0,
                                long long ns, int N, int L, int D, int M, long long w, int s, long long c, bool causal,
-                               float scale) {
-    float *p = ws + blockIdx.x * slot, *ds = p + slot / 2;
+                               float scale, bool smem) {
+    AB_DYN_SMEM(float, sm);
+    float *p = smem ? sm : ws + blockIdx.x * slot, *ds = p + slot / 2;
     for (long long row = blockIdx.x; row < ns * L; row += gridDim.x) {
         const long long bh = s0 + row / L, at = bh * N + row % L, base = bh * N;
         const float *kj = k + at * D, *vj = v + at * M, *Q = q + base * D, *dO = dout + base * M;
@@ -181,14 +185,19 @@ static long long slot_floats(const sp_geo *g, int n) {
 
 static unsigned row_grid(long long rows) { return ab_cuda_grid(rows, 1, MAX_BLOCKS); }
 
+/* Whether the row kernels keep their slots (two for dk, dv) in shared memory: when they
+ * fit the 48 KiB every device gives a block (2 w - 1 + 2 N / s up to about 6000 floats),
+ * so that the scores never reach global memory; else in workspace. */
+static bool slots_in_smem(const sp_geo *g, int n) { return 2 * slot_floats(g, n) * sizeof(float) <= 48 * 1024; }
+
 static long long rows_of(const attn_shape *s) { return (long long)s->batch * s->heads * s->len; }
 
 static size_t align64(size_t x) { return (x + 63) / 64 * 64; }
 
-/* [Delta (B*H*N floats) | MAX_BLOCKS slots of two halves] */
+/* [Delta (B*H*N floats) | MAX_BLOCKS slots of two halves, unless in shared memory] */
 extern "C" size_t sparse_cuda_workspace_bytes(const attn *a, const attn_shape *s) {
     const sp_geo g = sp_geo_of(a, s->len, s->len);
-    const long long blocks = row_grid(rows_of(s));
+    const long long blocks = slots_in_smem(&g, s->len) ? 0 : row_grid(rows_of(s));
     return align64((size_t)rows_of(s) * sizeof(float)) + (size_t)blocks * 2 * (size_t)slot_floats(&g, s->len) * sizeof(float);
 }
 
@@ -200,11 +209,12 @@ static int forward_impl(attn *a, const attn_shape *s, const sp_geo *g, const flo
     const int N = s->len, D = s->qk_dim, M = s->v_dim;
     const float scale = (float)attn_scale(a, D);
     const long long slot = slot_floats(g, N);
+    const bool sm = slots_in_smem(g, N);
     float *ws = (float *)a->ws;
     return attn_cuda_runs(s, {{out, M, false}}, [&](long long s0, long long ns, int L) {
         if (o2) AB_TRY(attn_cuda_zero_tail(o2 + s0 * N * M, ns, (long long)N * M, (long long)L * M));
-        AB_LAUNCH(sp_forward_kernel, row_grid(ns * L), THREADS, 0, ab_cuda_stream(), q, k, v, out, o2, lse, ws, slot,
-                  s0, ns, N, L, D, M, g->w, g->s, g->c, s->causal, scale);
+        AB_LAUNCH(sp_forward_kernel, row_grid(ns * L), THREADS, sm ? slot * sizeof(float) : 0, ab_cuda_stream(), q, k,
+                  v, out, o2, lse, ws, slot, s0, ns, N, L, D, M, g->w, g->s, g->c, s->causal, scale, sm);
         return 0;
     });
 }
@@ -224,11 +234,13 @@ extern "C" int sparse_cuda_backward(attn *a, const attn_shape *s, const float *q
     const float *o = (const float *)saved, *lse = o + rows_of(s) * M;
     float *delta = (float *)a->ws, *ws = (float *)((char *)a->ws + align64((size_t)rows_of(s) * sizeof(float)));
     const long long slot = slot_floats(&g, N);
+    const bool sm = slots_in_smem(&g, N);
+    const size_t sb = sm ? slot * sizeof(float) : 0;
     return attn_cuda_runs(s, {{dq, D, false}, {dk, D, false}, {dv, M, false}}, [&](long long s0, long long ns, int L) {
-        AB_LAUNCH(sp_dq_kernel, row_grid(ns * L), THREADS, 0, ab_cuda_stream(), q, k, v, dout, o, lse, delta, dq, ws,
-                  slot, s0, ns, N, L, D, M, g.w, g.s, g.c, s->causal, scale);
-        AB_LAUNCH(sp_dkdv_kernel, row_grid(ns * L), THREADS, 0, ab_cuda_stream(), q, k, v, dout, lse, delta, dk, dv,
-                  ws, 2 * slot, s0, ns, N, L, D, M, g.w, g.s, g.c, s->causal, scale);
+        AB_LAUNCH(sp_dq_kernel, row_grid(ns * L), THREADS, sb, ab_cuda_stream(), q, k, v, dout, o, lse, delta, dq, ws,
+                  slot, s0, ns, N, L, D, M, g.w, g.s, g.c, s->causal, scale, sm);
+        AB_LAUNCH(sp_dkdv_kernel, row_grid(ns * L), THREADS, 2 * sb, ab_cuda_stream(), q, k, v, dout, lse, delta, dk,
+                  dv, ws, 2 * slot, s0, ns, N, L, D, M, g.w, g.s, g.c, s->causal, scale, sm);
         return 0;
     });
 }

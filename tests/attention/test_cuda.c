@@ -356,6 +356,17 @@ Test(cuda_parallel, long_rows_and_head_size_64) {
     }
 }
 
+Test(cuda_parallel, sparse_rows_beyond_shared_memory) {
+    /* sparse keeps a row's scores in shared memory while two slots of 2 w - 1 + 2 N / s
+     * floats fit 48 KiB (attention/sparse_cuda.cu), and in workspace past that: window
+     * 1000 and stride 1 at N = 2100 give slots of 1999 + 4200 floats, past the 6144 that
+     * fit (the table's cases all fit). */
+    require_cuda();
+    static const cuda_variant big = {"sparse", {"window=1000", "stride=1"}, 2, true};
+    const int len[2] = {2100, 1999};
+    for (int causal = 0; causal < 2; causal++) check_parallel(&big, 2, 1, 2100, 3, 2, causal, len, 18, false);
+}
+
 Test(cuda_parallel, repeated_calls_reuse_the_workspace) {
     require_cuda();
     const int len[2] = {20, 11};
