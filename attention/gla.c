@@ -235,24 +235,33 @@ static bool chunk_prep(const gla_cfg *g, const gla_slot *w, int n, const float *
     float decay = 0.0f;
     for (int d = 0; d < D; d++) decay = -cE[d] > decay ? -cE[d] : decay;
     const bool fact = decay <= FACTOR_MAX;
-    for (int i = 0; i < n; i++) {
-        const float *ci = w->c + (size_t)i * D, *ri = w->tmp + (size_t)i * D;
-        const size_t o = (size_t)i * D;
-        for (int d = 0; d < D; d++) {
-            w->fc[o + d] = attn_exp_nonpos(ci[d]);
-            w->fe[o + d] = attn_exp_nonpos(ri[d]);
-            w->qe[o + d] = q[o + d] * w->fc[o + d];
-            w->ke[o + d] = k[o + d] * w->fe[o + d];
+    /* the whole chunk as one run of n D elements (rows are contiguous), through
+     * restrict pointers so that the loops vectorise: row by row through w's fields they
+     * did not, and these exponentials took 66% of gla's forward+backward (146-189 ms,
+     * now 53-57 ms: B = 1, H = 8, N = 4096, D = M = 64, one thread) */
+    const int nd = n * D;
+    const float *restrict cc = w->c, *restrict rr = w->tmp, *restrict qq = q, *restrict kk = k;
+    float *restrict fc = w->fc, *restrict fe = w->fe, *restrict qe = w->qe, *restrict ke = w->ke;
+#pragma omp simd
+    for (int x = 0; x < nd; x++) {
+        const float a = attn_exp_nonpos(cc[x]), b = attn_exp_nonpos(rr[x]);
+        fc[x] = a;
+        fe[x] = b;
+        qe[x] = qq[x] * a;
+        ke[x] = kk[x] * b;
+    }
+    if (fact && intra) {
+        float *restrict fqm = w->fqm, *restrict fkm = w->fkm, *restrict qm = w->qm, *restrict km = w->km;
+#pragma omp simd
+        for (int x = 0; x < nd; x++) {
+            const float h = 0.5f * (cc[x] - rr[x]); /* c_i - c_E / 2, in [c_E / 2, -c_E / 2] */
+            const float e = attn_exp_nonpos(-fabsf(h)), r = 1.0f / e; /* e^-|h|, e^|h| */
+            const float a = h <= 0.0f ? e : r, b = h <= 0.0f ? r : e;
+            fqm[x] = a;
+            fkm[x] = b;
+            qm[x] = qq[x] * a;
+            km[x] = kk[x] * b;
         }
-        if (fact && intra)
-            for (int d = 0; d < D; d++) {
-                const float x = 0.5f * (ci[d] - ri[d]); /* c_i - c_E / 2, in [c_E / 2, -c_E / 2] */
-                const float e = attn_exp_nonpos(-fabsf(x)), r = 1.0f / e; /* e^-|x|, e^|x| */
-                w->fqm[o + d] = x <= 0.0f ? e : r;
-                w->fkm[o + d] = x <= 0.0f ? r : e;
-                w->qm[o + d] = q[o + d] * w->fqm[o + d];
-                w->km[o + d] = k[o + d] * w->fkm[o + d];
-            }
     }
     return fact;
 }
