@@ -16,8 +16,9 @@ context, and the state each keeps.
 
 The two runs must have used the same BLAS core type and thread count (machine.blas_core,
 machine.threads and machine.blas_threads, on the CPU) or the same GPU (machine.gpu.name,
-on CUDA), and the same device: otherwise one line and exit status 2, unless
---allow-mismatch, which the output then states. Standard library only.
+on CUDA), the same device, and measured sgemm rates (the documents' sgemm.gflops) no
+more than 25% apart: otherwise one line and exit status 2, unless --allow-mismatch,
+which the output then states. Standard library only.
 """
 import json
 import sys
@@ -48,6 +49,23 @@ def device(doc):
     return (doc.get("config") or {}).get("device", "cpu")
 
 
+# The most the two sides' measured sgemm rates may differ by (the larger over the
+# smaller, less 1): beyond it the machine was not the same for both (another load, a
+# core lost, other kernels), and the ratios would measure that.
+SGEMM_GAP = 0.25
+
+
+def sgemm_gap(ours, theirs):
+    """A phrase when both sides measured sgemm and the rates are more than SGEMM_GAP apart."""
+    a, b = ((d.get("sgemm") or {}).get("gflops") for d in (ours, theirs))
+    if not isinstance(a, (int, float)) or not isinstance(b, (int, float)) or a <= 0 or b <= 0:
+        return None
+    if max(a, b) / min(a, b) - 1 > SGEMM_GAP:
+        return (f"measured sgemm rate {a:.0f} vs {b:.0f} GFLOP/s (more than {SGEMM_GAP:.0%} apart: "
+                "not the same machine conditions)")
+    return None
+
+
 def mismatches(ours, theirs):
     """What differs between the two runs' conditions, as short phrases."""
     out = []
@@ -55,17 +73,18 @@ def mismatches(ours, theirs):
     if dv_o != dv_t:
         return [f"device {dv_o} vs {dv_t}"]
     mo, mt = ours["machine"], theirs["machine"]
+    gap = sgemm_gap(ours, theirs)
     if dv_o == "cuda":
         go, gt = (mo.get("gpu") or {}).get("name"), (mt.get("gpu") or {}).get("name")
         if go != gt:
             out.append(f"GPU {go} vs {gt}")
-        return out
+        return out + ([gap] if gap else [])
     for key, name in (("blas_core", "BLAS core type"), ("threads", "thread count"),
                       ("blas_threads", "BLAS thread count")):
         a, b = mo.get(key), mt.get(key)
         if a != b:
             out.append(f"{name} {a} vs {b}")
-    return out
+    return out + ([gap] if gap else [])
 
 
 def ms(x):

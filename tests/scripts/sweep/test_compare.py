@@ -92,7 +92,7 @@ def ours_doc(**mkw):
 def torch_doc(**mkw):
     m = machine(torch="1.13.0", **mkw)
     return {"schema": "attnbench/run/1", "config": {"name": "t", "device": "cpu"}, "machine": m,
-            "sgemm": {"gflops": 100.0}, "records": [
+            "sgemm": {"gflops": 180.0}, "records": [
                 par("softmax", 1024, fwd=40.0, fb=60.0, peak=184 * MiB, input_bytes=16 * MiB, peer_of=["softmax"]),
                 par("softmax", 2048, fwd=80.0, fb=240.0, peak=700 * MiB, input_bytes=32 * MiB, peer_of=["softmax"]),
                 par("sdpa", 1024, status="skipped", reason="no sdpa", peer_of=["softmax"]),
@@ -169,6 +169,28 @@ class Compare(unittest.TestCase):
     def test_refuses_other_core_type(self):
         rc, out, err = self.compare(ours_doc(), torch_doc(blas_core="SkylakeX"))
         self.assert_refused(rc, out, err, ["BLAS core type Haswell vs SkylakeX", "--allow-mismatch"])
+
+    def test_refuses_sgemm_rates_more_than_a_quarter_apart(self):
+        # 200 vs 180 passes (the other tests); 200 vs 159 (25.8% apart) is refused, with
+        # what was measured; 200 vs 160 (exactly 25%) is not
+        for rate, refused in ((159.0, True), (160.0, False), (251.0, True), (250.0, False)):
+            t = torch_doc()
+            t["sgemm"]["gflops"] = rate
+            rc, out, err = self.compare(ours_doc(), t)
+            if refused:
+                self.assert_refused(rc, out, err, [f"measured sgemm rate 200 vs {rate:.0f} GFLOP/s", "25%"])
+            else:
+                self.assertEqual(rc, 0, f"{rate}: {err}")
+        t = torch_doc()
+        t["sgemm"]["gflops"] = 98.0
+        rc, out, err = self.compare(ours_doc(), t, "--allow-mismatch")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("WARNING: compared with --allow-mismatch", out)
+        self.assertIn("sgemm rate 200 vs 98", out)
+        # a side that measured no rate (sgemm off in the config) is not held to it
+        t = torch_doc()
+        t["sgemm"] = None
+        self.assertEqual(self.compare(ours_doc(), t)[0], 0)
 
     def test_refuses_other_thread_count(self):
         rc, out, err = self.compare(ours_doc(), torch_doc(threads=1))
@@ -461,6 +483,8 @@ class OurMachineSection(unittest.TestCase):
                 self.assertEqual(doc["machine"]["openblas_coretype_by"], "environment")
             # compare_torch.py reads a real document of ours.
             t = torch_doc(blas_core=m["blas_core"], threads=1, blas_threads=1)
+            with open(os.path.join(d, "a.json")) as f:
+                t["sgemm"] = json.load(f)["sgemm"]  # the same rate: the pair is like for like
             t["records"] = [par("softmax", 16, fwd=1.0, fb=2.0, peak=MiB, input_bytes=0, peer_of=["softmax"])]
             for r in t["records"]:
                 r.update(batch=16, heads=2, qk_dim=8, v_dim=8)
