@@ -147,31 +147,45 @@ json_t *ab_machine_info(void) {
     return m;
 }
 
-json_t *ab_git_info(void) {
+json_t *ab_git_info_at(const char *dir) {
     json_t *g = json_object();
+    char *commit = NULL, *dirty = NULL, *diff = NULL;
+    /* a folder name with a quote would end the shell's quoting: unknown, not a guess */
+    if (dir && !strchr(dir, '\'')) {
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd, "git -C '%s' rev-parse HEAD 2>/dev/null", dir);
+        commit = read_first_line(cmd);
+        snprintf(cmd, sizeof cmd, "git -C '%s' status --porcelain --untracked-files=no 2>/dev/null | head -n1", dir);
+        dirty = commit ? read_first_line(cmd) : NULL;
+        snprintf(cmd, sizeof cmd,
+                 "git -C '%s' diff HEAD --binary --no-ext-diff --no-color 2>/dev/null | git hash-object --stdin 2>/dev/null",
+                 dir);
+        diff = dirty ? read_first_line(cmd) : NULL;
+    }
+    json_object_set_new(g, "commit", commit ? json_string(commit) : json_null());
+    json_object_set_new(g, "dirty", commit ? json_boolean(dirty != NULL) : json_null());
+    json_object_set_new(g, "diff_sha1", diff ? json_string(diff) : json_null());
+    free(commit);
+    free(dirty);
+    free(diff);
+    return g;
+}
+
+json_t *ab_git_info(void) {
     const char *env = getenv("ATTNBENCH_GIT_COMMIT");
     if (env && *env) { /* a copy away from its checkout (harness/scripts/gpu-pack.sh) */
-        const char *d = getenv("ATTNBENCH_GIT_DIRTY");
+        json_t *g = json_object();
+        const char *d = getenv("ATTNBENCH_GIT_DIRTY"), *h = getenv("ATTNBENCH_GIT_DIFF_SHA1");
         json_object_set_new(g, "commit", json_string(env));
         json_object_set_new(g, "dirty", d && *d ? json_boolean(strcmp(d, "0") != 0) : json_null());
+        json_object_set_new(g, "diff_sha1", h && *h ? json_string(h) : json_null());
         return g;
     }
 #ifdef ATTNBENCH_SOURCE_DIR
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "git -C '%s' rev-parse HEAD 2>/dev/null", ATTNBENCH_SOURCE_DIR);
-    char *commit = read_first_line(cmd);
-    snprintf(cmd, sizeof cmd, "git -C '%s' status --porcelain --untracked-files=no 2>/dev/null | head -n1",
-             ATTNBENCH_SOURCE_DIR);
-    char *dirty = commit ? read_first_line(cmd) : NULL;
-    json_object_set_new(g, "commit", commit ? json_string(commit) : json_null());
-    json_object_set_new(g, "dirty", commit ? json_boolean(dirty != NULL) : json_null());
-    free(commit);
-    free(dirty);
+    return ab_git_info_at(ATTNBENCH_SOURCE_DIR);
 #else
-    json_object_set_new(g, "commit", json_null());
-    json_object_set_new(g, "dirty", json_null());
+    return ab_git_info_at(NULL);
 #endif
-    return g;
 }
 
 ab_run *ab_run_begin(const char *path, const char *command, const json_t *config, uint64_t seed,
@@ -217,7 +231,17 @@ ab_run *ab_run_begin(const char *path, const char *command, const json_t *config
     json_object_set_new(r->doc, "config", json_deep_copy(config));
     json_object_set_new(r->doc, "seed", json_integer((json_int_t)seed));
     json_object_set_new(r->doc, "machine", ab_machine_info());
-    json_object_set_new(r->doc, "git", ab_git_info());
+    json_t *git = ab_git_info();
+    json_object_set_new(r->doc, "git", git);
+    static bool warned = false; /* once a process */
+    if (json_is_true(json_object_get(git, "dirty")) && !warned) {
+        warned = true;
+        const char *h = json_string_value(json_object_get(git, "diff_sha1"));
+        fprintf(stderr,
+                "attnbench: warning: the source tree has changes not committed (diff %.12s): the run records "
+                "git.dirty and the diff's hash, and cannot be rebuilt from its commit alone\n",
+                h ? h : "unknown");
+    }
     json_object_set_new(r->doc, "started", json_string(now));
     json_object_set_new(r->doc, "finished", json_null());
     json_object_set_new(r->doc, "status", json_string("running"));

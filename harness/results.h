@@ -43,11 +43,16 @@ void ab_iso_time(char *buf, size_t cap);
  * capability, memory, driver and runtime versions) when the process initialised one,
  * else null (device_allocator likewise). */
 json_t *ab_machine_info(void);
-/* {"commit": ..., "dirty": bool} of the source tree the binary was built from (null
- * when unknown): git's answer in the source folder compiled in, or, when the
- * environment has ATTNBENCH_GIT_COMMIT (a copy of the binary away from its checkout:
- * harness/scripts/gpu-pack.sh records the commit), that, with dirty from
- * ATTNBENCH_GIT_DIRTY ("0": false, other text: true, unset: null). */
+/* {"commit": ..., "dirty": bool, "diff_sha1": ...} of the source tree the binary was
+ * built from (null when unknown): git's answer in the source folder compiled in, or,
+ * when the environment has ATTNBENCH_GIT_COMMIT (a copy of the binary away from its
+ * checkout: harness/scripts/gpu-pack.sh records the commit), that, with dirty from
+ * ATTNBENCH_GIT_DIRTY ("0": false, other text: true, unset: null) and diff_sha1 from
+ * ATTNBENCH_GIT_DIFF_SHA1. diff_sha1: where the tracked files differ from the commit,
+ * git's object name of that difference (`git diff HEAD --binary | git hash-object
+ * --stdin`: the same changes give the same name), else null. */
 json_t *ab_git_info(void);
+/* The same for the git checkout at dir (ab_git_info's own answer, and the tests'). */
+json_t *ab_git_info_at(const char *dir);
 
 #endif

@@ -114,7 +114,8 @@ export ATTNBENCH_PLOTS=$root/plots ATTNBENCH_TEST_DIR=$work/tmp
 if [ -f "$root/PACK_INFO" ]; then
     ATTNBENCH_GIT_COMMIT=$(sed -n 's/^commit=//p' "$root/PACK_INFO")
     ATTNBENCH_GIT_DIRTY=$(sed -n 's/^dirty=//p' "$root/PACK_INFO")
-    [ -n "$ATTNBENCH_GIT_COMMIT" ] && export ATTNBENCH_GIT_COMMIT ATTNBENCH_GIT_DIRTY
+    ATTNBENCH_GIT_DIFF_SHA1=$(sed -n 's/^diff_sha1=//p' "$root/PACK_INFO")
+    [ -n "$ATTNBENCH_GIT_COMMIT" ] && export ATTNBENCH_GIT_COMMIT ATTNBENCH_GIT_DIRTY ATTNBENCH_GIT_DIFF_SHA1
     cp "$root/PACK_INFO" "$work/"
 fi
 threads=${THREADS:-$(nproc 2>/dev/null || echo 4)}

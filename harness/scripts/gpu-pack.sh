@@ -180,9 +180,12 @@ if [ -n "$commit" ]; then
     dirty=0
     [ -z "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] || dirty=1
 fi
+diff_sha1=""
+[ "$dirty" != 1 ] || diff_sha1=$(git diff HEAD --binary --no-ext-diff --no-color | git hash-object --stdin)
 {
     echo "commit=$commit"
     echo "dirty=$dirty"
+    echo "diff_sha1=$diff_sha1"
     echo "packed=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "build=$([ -n "$from" ] && echo "$(basename "$bdir") (--from-build)" || echo "build-gpu: release, -march=x86-64-v3, CUDA")"
     echo "nvcc=$(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p' | head -n 1)"

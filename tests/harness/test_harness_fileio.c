@@ -300,6 +300,9 @@ Test(results, git_info_from_the_checkout_or_the_environment) {
         const char *h = json_string_value(c);
         cr_expect(strlen(h) == 40 && strspn(h, "0123456789abcdef") == 40, "commit %s", h);
         cr_expect(json_is_boolean(json_object_get(g, "dirty")));
+        const char *d = json_string_value(json_object_get(g, "diff_sha1"));
+        if (json_is_true(json_object_get(g, "dirty"))) cr_expect(d && strlen(d) == 40, "diff_sha1 %s", d ? d : "null");
+        else cr_expect_null(d, "a clean tree has no diff");
     } else {
         cr_expect(json_is_null(c) && json_is_null(json_object_get(g, "dirty")));
     }
@@ -309,7 +312,13 @@ Test(results, git_info_from_the_checkout_or_the_environment) {
     g = ab_git_info();
     cr_expect_str_eq(json_string_value(json_object_get(g, "commit")), commit);
     cr_expect(json_is_null(json_object_get(g, "dirty")), "dirty unknown without ATTNBENCH_GIT_DIRTY");
+    cr_expect(json_is_null(json_object_get(g, "diff_sha1")));
     json_decref(g);
+    setenv("ATTNBENCH_GIT_DIFF_SHA1", "89abcdef0123456789abcdef0123456789abcdef", 1);
+    g = ab_git_info();
+    cr_expect_str_eq(json_string_value(json_object_get(g, "diff_sha1")), "89abcdef0123456789abcdef0123456789abcdef");
+    json_decref(g);
+    unsetenv("ATTNBENCH_GIT_DIFF_SHA1");
     const char *flags[3][2] = {{"0", "false"}, {"1", "true"}, {"yes", "true"}};
     for (int i = 0; i < 3; i++) {
         setenv("ATTNBENCH_GIT_DIRTY", flags[i][0], 1);
@@ -319,4 +328,59 @@ Test(results, git_info_from_the_checkout_or_the_environment) {
                   "ATTNBENCH_GIT_DIRTY=%s", flags[i][0]);
         json_decref(g);
     }
+}
+
+/* Runs a shell command line in the scratch folder; its status. */
+static int sh(const char *fmt, const char *arg) {
+    char cmd[1600];
+    snprintf(cmd, sizeof cmd, fmt, arg, arg, arg);
+    return system(cmd);
+}
+
+/* First line of a command's output (static). */
+static const char *sh_line(const char *fmt, const char *arg) {
+    static char line[256];
+    char cmd[1600];
+    snprintf(cmd, sizeof cmd, fmt, arg, arg);
+    line[0] = '\0';
+    FILE *p = popen(cmd, "r");
+    if (p) {
+        if (!fgets(line, sizeof line, p)) line[0] = '\0';
+        pclose(p);
+    }
+    line[strcspn(line, "\n")] = '\0';
+    return line;
+}
+
+/* A checkout of its own in the scratch folder: clean, then a tracked file changed (the
+ * diff's object name, as git names it), then an untracked file only (not dirty). */
+Test(fileio, git_info_of_a_dirty_checkout_names_its_diff) {
+    if (system("git --version >/dev/null 2>&1") != 0) cr_skip_test("no git here");
+    const char *repo = path_in("repo");
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s", repo);
+    cr_assert_eq(sh("mkdir -p '%s' && cd '%s' && git init -q . && printf 'a\\n' > f.txt && git add f.txt && "
+                    "git -c user.name=t -c user.email=t@t commit -q -m one",
+                    dir),
+                 0);
+    json_t *g = ab_git_info_at(dir);
+    cr_expect(json_is_false(json_object_get(g, "dirty")));
+    cr_expect(json_is_null(json_object_get(g, "diff_sha1")), "a clean tree has no diff");
+    json_decref(g);
+    cr_assert_eq(sh("printf 'b\\n' >> '%s/f.txt'", dir), 0);
+    char want[64];
+    snprintf(want, sizeof want, "%s", sh_line("git -C '%s' diff HEAD --binary | git hash-object --stdin", dir));
+    cr_assert_eq(strlen(want), 40, "git's object name: '%s'", want);
+    g = ab_git_info_at(dir);
+    cr_expect(json_is_true(json_object_get(g, "dirty")));
+    cr_expect_str_eq(json_string_value(json_object_get(g, "diff_sha1")), want);
+    json_decref(g);
+    cr_assert_eq(sh("cd '%s' && git checkout -q f.txt && printf 'x\\n' > new.txt", dir), 0);
+    g = ab_git_info_at(dir);
+    cr_expect(json_is_false(json_object_get(g, "dirty")), "untracked files do not make a tree dirty");
+    cr_expect(json_is_null(json_object_get(g, "diff_sha1")));
+    json_decref(g);
+    g = ab_git_info_at(path_in("nothing"));
+    cr_expect(json_is_null(json_object_get(g, "commit")) && json_is_null(json_object_get(g, "diff_sha1")));
+    json_decref(g);
 }
