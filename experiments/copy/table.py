@@ -15,6 +15,9 @@ import os
 import statistics
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import provenance  # noqa: E402  (experiments/provenance.py)
+
 
 def fmt(x, spec):
     return "-" if x is None else format(x, spec)
@@ -36,6 +39,7 @@ def main(dirs):
     print("| variant | steps | final eval loss | eval accuracy | train loss, last 10% ± SE (std) | "
           "generation accuracy | exact copies | wall time | train tokens/s | generation mode | generation tokens/s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
+    docs = []
     for d in dirs:
         run = json.load(open(os.path.join(d, "train.json")))
         s = run.get("summary", {})
@@ -43,7 +47,8 @@ def main(dirs):
         gp = os.path.join(d, "generate.json")
         if os.path.exists(gp):
             g = json.load(open(gp))
-        label = run["config"].get("label", run["config"]["name"])
+        label = provenance.mark(run["config"].get("label", run["config"]["name"]), [run])
+        docs.append(run)
         _, se = mean_se(run.get("step_loss", []))
         wall = s.get("wall_s")
         print("| %s | %s | %s | %s | %s ± %s (%s) | %s | %s | %s | %s | %s | %s |" % (
@@ -52,6 +57,9 @@ def main(dirs):
             fmt(g.get("accuracy"), ".4f"), fmt(g.get("exact_rate"), ".3f"),
             "-" if wall is None else "%.1f min" % (wall / 60), fmt(s.get("train_tokens_per_s"), ".0f"),
             g.get("mode", "-"), fmt(g.get("tokens_per_s"), ".0f")))
+    for line in provenance.notes(docs):
+        print()
+        print(line)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,9 @@ import math
 import os
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import provenance  # noqa: E402  (experiments/provenance.py)
+
 VARIANTS = ["softmax", "linear", "lsh-1", "lsh-4"]
 # The paper's numbers (its Tables 1, 2 and 5; ../shared notes): bits/dim, images/s
 # (GPU, large batch), seconds per image at batch 1 on the CPU and on the GPU.
@@ -124,8 +127,11 @@ def cmd_bits(runs):
         wall = max(ep["summary"]["wall_s"], tm["summary"]["wall_s"]) / 3600
         b_e, b_t = te["test_bits_per_dim"], tt["test_bits_per_dim"]
         res[v] = (b_e, b_t)
-        print(f"| {v} | {b_e:.4f} | {b_t:.4f} | {steps_t} ({steps_t * 16 / IMAGES:.2f}) "
+        print(f"| {provenance.mark(v, [ep, tm])} | {b_e:.4f} | {b_t:.4f} | {steps_t} ({steps_t * 16 / IMAGES:.2f}) "
               f"| {best['eval_bits_per_dim']:.4f} ({best['step']}) | {wall:.2f} | {PAPER['mnist'][v][0]} |")
+    for line in provenance.notes([d for _, ep, tm in rows for d in (ep, tm) if d]):
+        print()
+        print(line)
     if "softmax" in res and "linear" in res:
         print()
         de = res["linear"][0] - res["softmax"][0]
@@ -160,8 +166,11 @@ def cmd_cifar(runs):
         if te:
             res[v] = te["test_bits_per_dim"]
         n = s * CIFAR_BATCH
-        print(f"| {v} | {s} | {n} ({n / CIFAR_IMAGES:.2f}) | {tb} | {best['eval_bits_per_dim']:.4f} ({best['step']}) "
+        print(f"| {provenance.mark(v, [d])} | {s} | {n} ({n / CIFAR_IMAGES:.2f}) | {tb} | {best['eval_bits_per_dim']:.4f} ({best['step']}) "
               f"| {d['summary']['wall_s'] / 3600:.2f} | {PAPER['cifar10'][v][0]} |")
+    for line in provenance.notes([d for _, d in docs]):
+        print()
+        print(line)
     if "softmax" in res and "linear" in res:
         print()
         print(f"linear - softmax at equal time: {res['linear'] - res['softmax']:+.4f} bits/dim "
@@ -239,7 +248,7 @@ def cmd_speed(speed, clock="wall"):
             ib = f"{fmt(per_image(big, cpu)[1])}{mark(big)} ({big['batch']})" if big else "-"
             pp = PAPER[shape][v]
             rate[v] = (per_image(one, cpu)[0] if one else None, per_image(big, cpu)[1] if big else None)
-            print(f"| {v} | {mode} | {s1} | {ib} | {pp[2]} / {pp[3]} | {pp[1]} |")
+            print(f"| {provenance.mark(v, [x for x in (one, big) if x])} | {mode} | {s1} | {ib} | {pp[2]} / {pp[3]} | {pp[1]} |")
         print()
         lin = rate.get("linear")
         for other in ("softmax", "stateful-softmax"):
@@ -257,6 +266,9 @@ def cmd_speed(speed, clock="wall"):
               f"estimated {b:.1f} (every {chk[1]['estimate']['every']}th position), ratio {b / a:.3f}")
     print()
     print("(e: estimated from timed positions, `sample --estimate`; otherwise whole images sampled)")
+    for line in provenance.notes(list(pts.values())):
+        print()
+        print(line)
 
 
 def lsh_name(d):

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Prints the associative-recall results (experiments/recall/RESULTS.md) from `attnbench
 train` run documents, and with --plot PREFIX draws them with gnuplot
-(plots/recall.gp): PREFIX-state.png (accuracy against the recurrent state's bytes)
-and, when the runs cover more than one length, PREFIX-length.png (accuracy against the
-sequence length), one line per variant.
+(plots/recall.gp), one line per variant, each figure on one slice of the points with
+the rest at the headline setting (width 64, 64 positions, 8 pairs): PREFIX-state.png
+(accuracy against the recurrent state's bytes: 64 positions, 8 pairs, every width),
+PREFIX-length.png (against the sequence length: width 64, 8 pairs) and
+PREFIX-pairs.png (against the pairs: width 64, 64 positions), each only when its
+slice has more than one point for some variant.
 
     python3 experiments/recall/table.py experiments/recall/runs [--plot plots/recall]
 
@@ -15,7 +18,8 @@ summary's state_bytes: what one sequence's recurrent state holds over all layers
 the task's length; for softmax, which has no recurrent mode of its own, the key/value
 cache its recurrent twin stateful-softmax holds for it (layers x N x 2 x d_model floats).
 A run that did not finish
-(status other than "ok") is left out and listed. Standard library and gnuplot;
+(status other than "ok") is left out and listed; a point resting on a run made from a
+tree with changes not committed is marked (experiments/provenance.py). Standard library and gnuplot;
 exit status 2 with one line for bad input."""
 
 import json
@@ -25,6 +29,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import provenance  # noqa: E402  (experiments/provenance.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GP = os.path.join(HERE, "..", "..", "plots", "recall.gp")
@@ -82,7 +89,7 @@ def load_runs(roots):
             runs.append({
                 "variant": label_of(cfg), "d_model": cfg["model"]["d_model"], "length": task["length"],
                 "pairs": task["pairs"], "seed": cfg["seed"], "acc": s["final_eval_accuracy"],
-                "state": state_of(cfg, task, s), "steps": s["steps_done"], "path": path,
+                "state": state_of(cfg, task, s), "steps": s["steps_done"], "path": path, "doc": doc,
             })
     return runs, skipped
 
@@ -99,12 +106,13 @@ def points(runs):
     pts = {}
     for r in runs:
         k = (r["variant"], r["d_model"], r["length"], r["pairs"])
-        p = pts.setdefault(k, {"accs": [], "seeds": [], "state": r["state"], "steps": set()})
+        p = pts.setdefault(k, {"accs": [], "seeds": [], "state": r["state"], "steps": set(), "docs": []})
         if r["seed"] in p["seeds"]:
             die(f"{r['path']}: seed {r['seed']} of {k} twice")
         p["accs"].append(r["acc"])
         p["seeds"].append(r["seed"])
         p["steps"].add(r["steps"])
+        p["docs"].append(r["doc"])
     return pts
 
 
@@ -119,38 +127,48 @@ def print_table(pts):
         p = pts[k]
         m, ci = mean_ci(p["accs"])
         acc = f"{m:.3f}" + ("" if ci is None else f" ± {ci:.3f}")
-        print(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {len(p['accs'])} | {acc} | {fmt_state(p['state'])} |")
+        print(f"| {provenance.mark(k[0], p['docs'])} | {k[1]} | {k[2]} | {k[3]} | {len(p['accs'])} | {acc} "
+              f"| {fmt_state(p['state'])} |")
+    for line in provenance.notes([d for p in pts.values() for d in p["docs"]]):
+        print()
+        print(line)
+
+
+# The figures, each on one slice of the points (the rest held at the headline
+# setting: width 64, 64 positions, 8 pairs): x, the slice's test, and the x value.
+FIGURES = (
+    ("state", lambda k: k[2] == 64 and k[3] == 8, lambda k, p: p["state"]),  # both widths
+    ("length", lambda k: k[1] == 64 and k[3] == 8, lambda k, p: k[2]),
+    ("pairs", lambda k: k[1] == 64 and k[2] == 64, lambda k, p: k[3]),
+)
 
 
 def plot(pts, prefix):
-    """Two data files (one block per variant) and the gnuplot script's two figures."""
-    by_var = {}
-    for k, p in pts.items():
-        by_var.setdefault(k[0], []).append((k, p))
+    """Per figure whose slice has more than one x for some variant: a data file (one
+    block per variant) and the gnuplot script's figure, PREFIX-WHAT.png."""
     tmp = tempfile.mkdtemp(prefix="recall-plot-")
-    state_tsv, length_tsv = os.path.join(tmp, "state.tsv"), os.path.join(tmp, "length.tsv")
-    with open(state_tsv, "w") as fs, open(length_tsv, "w") as fl:
-        for v in sorted(by_var):
-            rows = sorted(by_var[v], key=lambda kp: (kp[0][2], kp[0][1]))
-            fs.write(f'"{v}"\n')
-            for k, p in sorted(rows, key=lambda kp: kp[1]["state"] or 0):
-                if p["state"]:
-                    fs.write(f"{p['state']}\t{mean_ci(p['accs'])[0]}\n")
-            fs.write("\n\n")
-            fl.write(f'"{v}"\n')
-            for k, p in rows:
-                fl.write(f"{k[2]}\t{mean_ci(p['accs'])[0]}\n")
-            fl.write("\n\n")
-    figures = [(state_tsv, "state")]
-    if len({k[2] for k in pts}) > 1:  # the length figure needs more than one length
-        figures.append((length_tsv, "length"))
-    for tsv, what in figures:
-        r = subprocess.run(["gnuplot", "-c", GP, tsv, f"{prefix}-{what}.png", what, str(len(by_var))],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-            die(f"gnuplot failed on {what}: {r.stderr.strip()[:300]}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        for what, keep, x_of in FIGURES:
+            by_var = {}
+            for k, p in pts.items():
+                x = x_of(k, p)
+                if keep(k) and x:
+                    by_var.setdefault(k[0], []).append((x, mean_ci(p["accs"])[0]))
+            if not any(len(v) > 1 for v in by_var.values()):
+                continue
+            tsv = os.path.join(tmp, what + ".tsv")
+            with open(tsv, "w") as f:
+                for v in sorted(by_var):
+                    f.write(f'"{v}"\n')
+                    for x, a in sorted(by_var[v]):
+                        f.write(f"{x}\t{a}\n")
+                    f.write("\n\n")
+            r = subprocess.run(["gnuplot", "-c", GP, tsv, f"{prefix}-{what}.png", what, str(len(by_var))],
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                die(f"gnuplot failed on {what}: {r.stderr.strip()[:300]}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main(argv):

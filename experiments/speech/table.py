@@ -20,7 +20,11 @@ Standard library only; exit status 2 with one line for a file that is not what i
 should be.
 """
 import json
+import os
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import provenance  # noqa: E402  (experiments/provenance.py)
 
 # The paper's Table 3 (WSJ, validation PER %, seconds per epoch on a GPU), by label.
 PAPER = {"Bi-LSTM": (10.94, 1047), "softmax": (5.12, 2711), "lsh-4": (9.33, 2250), "linear": (8.08, 824)}
@@ -98,9 +102,12 @@ def table(paths):
     for r in rows:
         p = PAPER.get(r["label"])
         best = "-" if r["best"] is None else f"{pct(r['best'])} ({r['best_epoch']:.0f})"
-        print(f"| {r['label']} | {pct(r['valid'])} | {best} | {pct(r['test'])} | {r['cpu_epoch']:.1f} | "
+        print(f"| {provenance.mark(r['label'], [r['doc']])} | {pct(r['valid'])} | {best} | {pct(r['test'])} | {r['cpu_epoch']:.1f} | "
               f"{r['wall_epoch']:.1f} | {r['epochs']:.0f} | {r['params']:,} | "
               f"{'-' if p is None else p[0]} | {'-' if p is None else p[1]} |")
+    for line in provenance.notes([r["doc"] for r in rows]):
+        print()
+        print(line)
     by = {r["label"]: r for r in rows}
     if "linear" in by and "softmax" in by:
         ratio = by["linear"]["cpu_epoch"] / by["softmax"]["cpu_epoch"]
@@ -124,7 +131,10 @@ def decoded(paths):
         print(f"| reference | {ref} | |")
         for d in docs:
             u = d["utterances"][i]
-            print(f"| {d.get('label', d.get('run'))} | {u['hyp'] or '(nothing)'} | {u['errors']} |")
+            print(f"| {provenance.mark(d.get('label', d.get('run')), [d])} | {u['hyp'] or '(nothing)'} | {u['errors']} |")
+    for line in provenance.notes(docs):
+        print()
+        print(line)
 
 
 def main(argv):

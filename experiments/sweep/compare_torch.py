@@ -21,7 +21,11 @@ more than 25% apart: otherwise one line and exit status 2, unless --allow-mismat
 which the output then states. Standard library only.
 """
 import json
+import os
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import provenance  # noqa: E402  (experiments/provenance.py)
 
 PROG = "compare_torch"
 
@@ -123,7 +127,8 @@ def side_line(doc, who):
     return (f"{who}: {m.get('cpu')}{', GPU ' + gpu if gpu else ''}, {m.get('threads')} threads, "
             f"{m.get('blas')} core {m.get('blas_core')} ({m.get('blas_parallel_model')}, "
             f"{m.get('blas_threads')} threads), OPENBLAS_CORETYPE={m.get('openblas_coretype_env') or '(unset)'}, "
-            f"allocator {m.get('allocator')}{extra}; sgemm {'-' if sg is None else f'{sg:.0f}'} GFLOP/s")
+            f"allocator {m.get('allocator')}{extra}; sgemm {'-' if sg is None else f'{sg:.0f}'} GFLOP/s; "
+            f"{provenance.source_line(doc)}")
 
 
 def tables(ours, theirs):

@@ -12,7 +12,11 @@ last 10 steps (the ranks train the same model: it agrees to float rounding).
 Standard library only.
 """
 import json
+import os
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import provenance  # noqa: E402  (experiments/provenance.py)
 
 
 def row(path):
@@ -29,6 +33,7 @@ def row(path):
         "loss": sum(losses) / len(losses),
         "steps": steps,
         "machine": doc.get("machine", {}),
+        "doc": doc,
     }
 
 
@@ -46,8 +51,11 @@ def main(paths):
     base = rows[0]["tps"]
     for r in rows:
         share = r["comm_ms"] / r["step_ms"] if r["step_ms"] > 0 else 0.0
-        print(f"| {r['ranks']} | {r['threads']} | {r['step_ms']:.1f} | {r['comm_ms']:.1f} ({100 * share:.0f}%) "
+        print(f"| {provenance.mark(str(r['ranks']), [r['doc']])} | {r['threads']} | {r['step_ms']:.1f} | {r['comm_ms']:.1f} ({100 * share:.0f}%) "
               f"| {r['tps']:.0f} | {r['tps'] / base:.2f} | {r['loss']:.6f} |")
+    for line in provenance.notes([r["doc"] for r in rows]):
+        print()
+        print(line)
     return 0
 
 

@@ -13,7 +13,11 @@ each context; and the fitted growth exponent of time per sample with N per varia
 Standard library only; exit status 2 with one line for a file that is not a bench run.
 """
 import json
+import os
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import provenance  # noqa: E402  (experiments/provenance.py)
 
 
 def die(msg):
@@ -77,6 +81,7 @@ def main(argv):
     lens = sorted({r["len"] for r in par})
     key = "per_sample_fwd_ms" if fwd else "per_sample_fwd_bwd_ms"
     print(f"Run: {doc.get('command', '?')}  ")
+    print(f"Source: {provenance.source_line(doc)}  ")
     print(f"Machine: {machine_line(doc)}  ")
     print(f"Config: {cfg.get('name', '?')}, H={cfg.get('heads')}, D={cfg.get('qk_dim')}, M={cfg.get('v_dim')}, "
           f"causal={str(cfg.get('causal')).lower()}, batch rule {json.dumps(cfg.get('batch'))}, "

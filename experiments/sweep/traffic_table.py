@@ -24,7 +24,11 @@ Standard library only; exit status 2 with one line for a file that is not such a
 """
 import json
 import math
+import os
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import provenance  # noqa: E402  (experiments/provenance.py)
 
 
 def die(msg):
@@ -80,6 +84,7 @@ def table(doc):
     cfg = doc.get("config", {})
     gpu = (doc.get("machine") or {}).get("gpu") or {}
     print(f"Run: {doc.get('command', '?')}  ")
+    print(f"Source: {provenance.source_line(doc)}  ")
     print(f"Device: {gpu.get('name', '?')}, traffic counted: {str(gpu.get('traffic_counted')).lower()}  ")
     rb = cfg.get("recurrent", {}).get("batch", 1)
     print(f"Shape: H={cfg.get('heads')}, D={cfg.get('qk_dim')}, M={cfg.get('v_dim')}, causal={str(cfg.get('causal')).lower()}, "
