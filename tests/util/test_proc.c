@@ -1,5 +1,7 @@
 #include "test_proc.h"
 
+#include "blas.h"
+
 #include "error.h"
 #include "fileio.h"
 
@@ -100,9 +102,17 @@ pid_t tp_spawn(const char *dir, const char *exe, const char *env, const char *co
     memcpy(argv + 1, args, sizeof(char *) * (na + 1));
     size_t ne = 0;
     while (environ[ne]) ne++;
-    char **envp = malloc(sizeof(char *) * (ne + 2));
+    char **envp = malloc(sizeof(char *) * (ne + 3));
     cr_assert_not_null(envp);
     memcpy(envp, environ, sizeof(char *) * ne);
+    /* the child runs this process's OpenBLAS kernels: attnbench would pick others where
+     * OpenBLAS falls back to generic ones (harness/blas.h), and the suites compare its
+     * files with the library's results bit for bit */
+    static char core[96];
+    if (!getenv("OPENBLAS_CORETYPE")) {
+        snprintf(core, sizeof core, "OPENBLAS_CORETYPE=%s", ab_blas_corename());
+        envp[ne++] = core;
+    }
     if (env) { /* replaces a variable of the same name (getenv reads the first) */
         const char *eq = strchr(env, '=');
         size_t k = eq ? (size_t)(eq - env) + 1 : strlen(env), i = 0;
