@@ -25,8 +25,9 @@ set yrange [0:1.02]
 set ylabel "recall accuracy (queried values)"
 if (axis eq "state") {
     set logscale x 2
-    set xlabel "recurrent state of one sequence, all layers (bytes)"
-    set title "Associative recall against state size"
+    set format x "%.0b %BB"
+    set xlabel "recurrent state of one sequence, all layers"
+    set title "Associative recall against state size (64 positions, 8 pairs; widths 64 and 128)"
 } else {
     if (axis eq "pairs") {
         set logscale x 2
