@@ -17,16 +17,17 @@
  *   KV_SPLIT_MAX (2048) positions. At S = 8 on 132 SMs: 66 splits of 993 positions at
  *   64k; 16 splits of 64 at 1k. With S >= 528 (B = 66 images of 8 heads) one split per
  *   slice: no partials, no combine.
- * - block: KV_THREADS = 128 threads (4 warps). Scores: `lanes` lanes per key (16 at
+ * - block: KV_THREADS = 256 threads (8 warps; the lab on an H200 at B = 1, H = 8:
+ *   128 threads took 1.0-1.5x as long at contexts 1k-64k, 64 threads 1.2-2.7x). Scores: `lanes` lanes per key (16 at
  *   D = 64: 2 keys per warp per load, each lane one float4 of the row: 512 contiguous
  *   bytes per warp instruction), q in shared memory, 4 key groups loaded before their
  *   shuffle sums (8 independent 16-byte loads in flight per lane across the loop's
  *   unroll); the split's scores in shared memory (at most 8 KB). Then the split's max
  *   and sum (block reductions), p V with each thread owning one float4 of columns and
- *   a row slot (M = 64: 16 threads per row, 8 slots), the slots added through shared
- *   memory in slot order. Shared memory: (D + split + 4 * 128 + 4) floats, <= 11 KB at
- *   D = 64; registers: 72 per thread (ptxas, sm_90, float4 path), so 7 blocks of 128
- *   threads per SM and ~57 KB of loads in flight per SM (4 float4 per thread), above
+ *   a row slot (M = 64: 16 threads per row, 16 slots), the slots added through shared
+ *   memory in slot order. Shared memory: (D + split + 4 * 256 + 4) floats, <= 12 KB at
+ *   D = 64; registers: 72 per thread (ptxas, sm_90, float4 path), so 3 blocks of 256
+ *   threads per SM and ~49 KB of loads in flight per SM (4 float4 per thread), above
  *   the ~20 KB per SM that Little's law asks for 3.35 TB/s at ~800 ns of latency.
  * - combine: the last block of a slice to finish (an atomic counter per slice, kept in
  *   the state after the caches, zero between steps) rescales and sums the splits'

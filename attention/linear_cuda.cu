@@ -15,12 +15,13 @@
  * Shape of the work. A slice's L positions are cut into chunks of T rows and the chunks
  * into segments; one block of 256 threads (8 warps) owns a (slice, segment) and walks
  * its chunks carrying the state S [C x M] and z [C] in shared memory. Segments per slice:
- * min(chunks, ceil(target / slices)), target = 2 blocks per multiprocessor (knob
+ * min(chunks, max(1, floor(target / slices))), target = 2 blocks per multiprocessor (knob
  * lin_chunk_blocks; 264 on a 132-SM H100). A segment's entering state comes from
  * lc_state_kernel (its own sum phi(K)^T V, z) and lc_scan_kernel (exclusive prefix over
  * the segments, in double); with one segment per slice neither runs.
  *   B*H = 16, N = 4096, T = 32: 128 chunks per slice, 16 segments of 8 chunks: 256 blocks
- *   B*H = 16, N = 65536: 2048 chunks, 17 segments of 121 chunks: 272 blocks
+ *   B*H = 16, N = 65536: 2048 chunks, 16 segments of 128 chunks: 256 blocks (a ceiling
+ *   here made 17 segments, 272 blocks: a second wave of 8 blocks, slow on an H200)
  *   B*H = 8, N = 65536 (the B*N = 65536 sweep point): 33 segments of 63 chunks: 264 blocks
  * Per chunk (forward): load the q, k, v rows (float4), features into shared tiles
  * (Qf, Kf; no feature buffer in global memory), A = Qf Kf^T masked and O = Qf S, then

@@ -271,7 +271,11 @@ extern "C" size_t sparse_cuda_step_workspace_bytes(const attn *a, const attn_sha
     const sp_geo g = sp_geo_of(a, capacity, capacity);
     attn_shape cs = *s;
     cs.len = capacity;
-    const size_t fwd = (size_t)row_grid(rows_of(&cs)) * (size_t)slot_floats(&g, capacity) * sizeof(float);
+    /* prefill's rows keep their slots in shared memory when they fit at the capacity
+     * (and so at every shorter prefix): no workspace for them then */
+    const size_t fwd = slots_in_smem(&g, capacity)
+                           ? 0
+                           : (size_t)row_grid(rows_of(&cs)) * (size_t)slot_floats(&g, capacity) * sizeof(float);
     const size_t step = (size_t)row_grid((long long)s->batch * s->heads) * (size_t)slot_floats(&g, capacity) * sizeof(float);
     return fwd > step ? fwd : step;
 }

@@ -4,10 +4,11 @@
  *   version 1: the earlier kernel (one block of up to 256 threads per slice, the scores
  *              in global memory, k and v copied by two more kernels): 3 launches
  *   version 2: the library's step (kv_step_cuda: the context split so that the blocks
- *              fill the device, automatic split count, 128 threads), 1 launch
+ *              fill the device, automatic split count, 256 threads), 1 launch
  *   version 3: the split kernel with splits of 256 positions
  *   version 4: the split kernel with splits of 1024 positions
- *   version 5: the automatic split count with 256 threads per block
+ *   version 5: the automatic split count with 128 threads per block (the library's
+ *              until an H200 measured 256 faster)
  *   version 6: the automatic split count with 64 threads per block
  *   version 7: the automatic split count aiming at 2x the blocks (half the split length)
  * Reference: the same step in double on the host. Rates: GB/s of the cache read
@@ -113,7 +114,7 @@ static int run(int v, const problem &p) {
                             p.scale);
     case 3: return run_split(p, 256, KV_THREADS, 1);
     case 4: return run_split(p, 1024, KV_THREADS, 1);
-    case 5: return run_split(p, 0, 256, 1);
+    case 5: return run_split(p, 0, 128, 1);
     case 6: return run_split(p, 0, 64, 1);
     default: return run_split(p, 0, KV_THREADS, 2);
     }
@@ -168,7 +169,7 @@ int main(int argc, char **argv) {
                                    "split, automatic (library)",
                                    "split 256",
                                    "split 1024",
-                                   "split auto, 256 threads",
+                                   "split auto, 128 threads",
                                    "split auto, 64 threads",
                                    "split auto, 2x blocks"};
     /* Float sums: scores over D, p V over a split (or a thread's keys) of up to N terms,
