@@ -32,7 +32,8 @@
 #              that imports torch itself
 #   WORK       the folder of logs and results (default gpu-check/ beside build/; replaced)
 #   XCHECK_PARTS, XCHECK_CASES  the cross-check: PARTS runs side by side, seeds 20240607,
-#              20240608, .., of CASES cases each (default 4 x 100)
+#              20240608, .., of CASES cases each (default 4 x 40: on an H200 beside the
+#              suites, 100 cases did not finish in 110 s, each case starting CUDA anew)
 #   MNIST_BATCH, CIFAR_BATCH  the sampling batches of the recurrent modes (256, 64);
 #   MNIST_RECOMPUTE_BATCH, CIFAR_RECOMPUTE_BATCH  those of softmax and lsh-1, which
 #              cost the same per image at any batch (16, 4; as experiments/images/speed.sh)
@@ -237,7 +238,7 @@ fi
 for t in "${suites[@]}"; do
     bg_step "suite-$(basename "$t")" "$b1" env LD_LIBRARY_PATH="$libs" OMP_NUM_THREADS=2 "$t" --jobs 1
 done
-parts=${XCHECK_PARTS:-4} cases=${XCHECK_CASES:-100}
+parts=${XCHECK_PARTS:-4} cases=${XCHECK_CASES:-40}
 [ "$dry" = 1 ] && parts=${XCHECK_PARTS:-2} cases=${XCHECK_CASES:-3}
 if [ -z "$python" ]; then
     skip_step crosscheck "no python3 with numpy"
@@ -245,7 +246,7 @@ elif [ "$cuda_ok" = 0 ]; then
     skip_step crosscheck "--device cuda does not work here (step cuda-probe)"
 else
     for k in $(seq 1 "$parts"); do
-        bg_step "crosscheck-$k" "$b1" env OMP_NUM_THREADS=2 "$python" tests/crosscheck/xcheck.py "$ab" --device cuda \
+        bg_step "crosscheck-$k" "$b1" env OMP_NUM_THREADS=2 PYTHONUNBUFFERED=1 "$python" tests/crosscheck/xcheck.py "$ab" --device cuda \
             --cases "$cases" --seed $((20240606 + k))
     done
 fi

@@ -160,8 +160,9 @@ missing=$(for f in "${files[@]}"; do env LD_LIBRARY_PATH="$bdir" ldd "$f" 2>/dev
 [ -z "$missing" ] || die "libraries not found here: $missing"
 
 # The sources the runs read (no results, no committed runs).
-cp --parents -t "$pack" harness/scripts/gpu-check.sh experiments/sweep/*.json experiments/sweep/*.py \
-    experiments/sweep/compare-torch.sh experiments/images/*.json tests/crosscheck/*.py plots/*.gp
+cp --parents -t "$pack" harness/scripts/gpu-check.sh experiments/provenance.py experiments/sweep/*.json \
+    experiments/sweep/*.py experiments/sweep/compare-torch.sh experiments/images/*.json tests/crosscheck/*.py \
+    plots/*.gp attention/lab/first-runs.sh
 
 # Data: MNIST when given (gpu-check.sh makes random images of MNIST's and CIFAR-10's
 # shapes where data/ lacks them: only the shape matters for the sampling speed).
