@@ -228,6 +228,8 @@ def cmd_speed(speed, clock="wall"):
     print(f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, {any_doc['threads']} threads; OpenBLAS core "
           f"{m.get('blas_core', '?')} (OPENBLAS_CORETYPE {m.get('openblas_coretype_env') or 'unset'}); models of the "
           f"paper's shapes with initialised weights (`sample --config`); "
+          + (f"on the GPU ({(m.get('gpu') or {}).get('name', '?')}, CUDA {(m.get('gpu') or {}).get('cuda_runtime', '?')}); "
+             if any_doc.get("device") == "cuda" else "")
           + ("the process's CPU seconds" if cpu else "wall-clock seconds"))
     for shape, title in (("mnist", "MNIST shape: 8 layers, d_model 256, 784 values (Tables 1 and 5)"),
                          ("cifar10", "CIFAR-10 shape: 16 layers, d_model 256, 3,072 values (Tables 2 and 5)")):

@@ -255,6 +255,10 @@ class Bench:
             first, _ = self.timed(fwd_bwd)
             rec["first_call_ms"] = first
             budget = c["time_budget_s"] * 1e3
+            if first > budget and self.cuda:
+                # a method's first call on the GPU loads its kernels (CUDA's lazy module
+                # loading: on an H200, eager softmax's first call took over 2 s at N=1024)
+                first, _ = self.timed(fwd_bwd)
             if first > budget:
                 rec.update(status="timeout", reason="one forward+backward call exceeded time_budget_s")
                 self.null_timings(rec)
