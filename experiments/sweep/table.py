@@ -87,8 +87,16 @@ def main(argv):
           f"causal={str(cfg.get('causal')).lower()}, batch rule {json.dumps(cfg.get('batch'))}, "
           f"{cfg.get('repeats')} repeats (medians)")
     print()
-    for title, field, scale in ((("forward" if fwd else "forward+backward") + " time per sample, ms", key, 1.0),
-                                ("peak memory per sample, MiB", "peak_bytes_per_sample", 1.0 / 1048576)):
+    tables = [(("forward" if fwd else "forward+backward") + " time per sample, ms", key, 1.0),
+              ("peak memory per sample, MiB", "peak_bytes_per_sample", 1.0 / 1048576)]
+    cp = doc.get("copy") or {}
+    if cp.get("device") == "cuda" and cp.get("gbps") and any("fwd_bwd_over_floor" in r for r in par):
+        # on a GPU, how far each point is from the time its minimal bytes (inputs,
+        # outputs and their gradients) take at the card's measured copy rate
+        tables.append((("forward" if fwd else "forward+backward") + " time over the memory floor (the point's "
+                       f"minimal bytes at the measured copy rate, {cp['gbps']:.0f} GB/s)",
+                       "fwd_over_floor" if fwd else "fwd_bwd_over_floor", 1.0))
+    for title, field, scale in tables:
         print(f"{title}:")
         print()
         print("| variant | " + " | ".join(f"N={n}" for n in lens) + " |")

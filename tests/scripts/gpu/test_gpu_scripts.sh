@@ -165,6 +165,25 @@ EOF
 grep -q 'attnbench: warning: sample: .*samples.png not drawn' "$g/logs/sample-mnist-linear-b2.log" ||
     fail "no warning about the grid: $(cat "$g/logs/sample-mnist-linear-b2.log")"
 
+# ---- back here: gpu_import.py takes the GPU machine's paths out of the documents ----
+[ -f "$p/experiments/provenance.py" ] || fail "the pack lacks experiments/provenance.py (compare_torch.py imports it)"
+imp=$src/harness/scripts/gpu_import.py
+python3 "$imp" "$g" test-card --sweep "$tmp/imp/sweep" --images "$tmp/imp/images" >"$tmp/imp.log" 2>&1 ||
+    fail "gpu_import: $(cat "$tmp/imp.log")"
+[ -f "$tmp/imp/sweep/test-card/figure1-gpu.json" ] || fail "gpu_import wrote no figure1-gpu.json"
+[ "$(ls "$tmp/imp/images/speed-gpu-test-card" | wc -l)" = 7 ] || fail "gpu_import: not 7 sample points"
+! grep -rq -e "$p" -e 'attnbench-gpu/' "$tmp/imp" || fail "an imported document still names the pack's folder"
+grep -q '"command": "build/attnbench-emu ' "$tmp/imp/sweep/test-card/figure1-gpu.json" ||
+    fail "the imported command is not relative: $(grep -m1 '"command"' "$tmp/imp/sweep/test-card/figure1-gpu.json")"
+echo '{"not": "a run"}' >"$tmp/imp/sweep/test-card/figure1-gpu.json"
+rc=0
+python3 "$imp" "$g" test-card --sweep "$tmp/imp/sweep" --images "$tmp/imp/images" >"$tmp/imp.log" 2>&1 || rc=$?
+[ "$rc" = 2 ] && grep -q 'not a bench run document: not replaced' "$tmp/imp.log" ||
+    fail "gpu_import replaced a file that is no run document (exit $rc): $(cat "$tmp/imp.log")"
+rc=0
+python3 "$imp" "$tmp" Bad >"$tmp/imp.log" 2>&1 || rc=$?
+[ "$rc" = 2 ] || fail "gpu_import with a bad card name: exit $rc"
+
 if [ "$fails" -gt 0 ]; then
     echo "gpu_scripts: $fails checks failed"
     exit 1
