@@ -32,9 +32,11 @@
 #              that imports torch itself
 #   WORK       the folder of logs and results (default gpu-check/ beside build/; replaced)
 #   XCHECK_PARTS, XCHECK_CASES  the cross-check: PARTS runs side by side, seeds 20240607,
-#              20240608, .., of CASES cases each (default 4 x 40: on an H200 beside the
-#              suites, 100 cases did not finish in 110 s, each case starting CUDA anew)
-#   MNIST_BATCH, CIFAR_BATCH  the sampling batches of the recurrent modes (256, 64);
+#              20240608, .., of CASES cases each (default 4 x 25: on an H200 100 cases
+#              beside the suites, and 40 alone in 44 s, gave no verdict, each case
+#              starting CUDA anew), a progress line every 5 cases
+#   MNIST_BATCH, CIFAR_BATCH  the sampling batches of the recurrent modes (1024, 256:
+#              the largest that ran on an H200; 4096 and 1024 ran out of its memory);
 #   MNIST_RECOMPUTE_BATCH, CIFAR_RECOMPUTE_BATCH  those of softmax and lsh-1, which
 #              cost the same per image at any batch (16, 4; as experiments/images/speed.sh)
 #   BENCH_SET  --set options for both sweeps (default "time_budget_s=2": a point whose
@@ -52,10 +54,11 @@
 #   figure1-gpu sweep (attnbench bench --device cuda)                             100
 #   compare-torch.sh cuda (both sides and the table)                               80
 #   sampling: MNIST linear, stateful-softmax, softmax and lsh-1 (estimated), 15 each;
-#   CIFAR-10 linear, stateful-softmax, softmax (estimated), 20 each (a whole-image
-#   point that times out is measured again by --estimate 256, from what is left)  120
+#   CIFAR-10 linear, stateful-softmax, softmax (estimated), 30 each (a whole-image
+#   point that times out is measured again by --estimate 256, from what is left)  150
 #   archive                                                                         ~5
-#   in all (TOTAL_BUDGET; the probe takes a second or two on a GPU)                460
+#   in all (TOTAL_BUDGET; the probe takes a second or two on a GPU; the H200's
+#   run took 306 s of it)                                                          460
 # Exit status 0 when every step is ok or skipped, 1 otherwise, 2 on bad arguments.
 # Budgets, batches and sizes can be changed through the environment (B_PHASE1, B_BENCH,
 # ..., TOTAL_BUDGET: the names in the code below).
@@ -91,7 +94,7 @@ cd "$root"
 
 # ---- budgets (seconds) ----
 B_PHASE1=${B_PHASE1:-110} B_INFO=${B_INFO:-30} B_LAB=${B_LAB:-40} LAB_EACH=${LAB_EACH:-20} B_BENCH=${B_BENCH:-100}
-B_TORCH=${B_TORCH:-80} B_MNIST=${B_MNIST:-15} B_CIFAR=${B_CIFAR:-20} B_FALLBACK=${B_FALLBACK:-15}
+B_TORCH=${B_TORCH:-80} B_MNIST=${B_MNIST:-15} B_CIFAR=${B_CIFAR:-30} B_FALLBACK=${B_FALLBACK:-15}
 TOTAL_BUDGET=${TOTAL_BUDGET:-460}
 
 rm -rf "$work"
@@ -238,7 +241,7 @@ fi
 for t in "${suites[@]}"; do
     bg_step "suite-$(basename "$t")" "$b1" env LD_LIBRARY_PATH="$libs" OMP_NUM_THREADS=2 "$t" --jobs 1
 done
-parts=${XCHECK_PARTS:-4} cases=${XCHECK_CASES:-40}
+parts=${XCHECK_PARTS:-4} cases=${XCHECK_CASES:-25}
 [ "$dry" = 1 ] && parts=${XCHECK_PARTS:-2} cases=${XCHECK_CASES:-3}
 if [ -z "$python" ]; then
     skip_step crosscheck "no python3 with numpy"
@@ -247,7 +250,7 @@ elif [ "$cuda_ok" = 0 ]; then
 else
     for k in $(seq 1 "$parts"); do
         bg_step "crosscheck-$k" "$b1" env OMP_NUM_THREADS=2 PYTHONUNBUFFERED=1 "$python" tests/crosscheck/xcheck.py "$ab" --device cuda \
-            --cases "$cases" --seed $((20240606 + k))
+            --cases "$cases" --seed $((20240606 + k)) --progress 5
     done
 fi
 # each by its number: a bare `wait` would also wait for tee and the like
@@ -297,7 +300,7 @@ fi
 # depend on them; `sample --config`), each variant in its own mode: linear as an RNN,
 # stateful-softmax with its key/value cache (softmax's weights), softmax and lsh by
 # recomputing every prefix, estimated from every E-th position (`--estimate E`)
-mb=${MNIST_BATCH:-256} cb=${CIFAR_BATCH:-64} mrb=${MNIST_RECOMPUTE_BATCH:-16} crb=${CIFAR_RECOMPUTE_BATCH:-4}
+mb=${MNIST_BATCH:-1024} cb=${CIFAR_BATCH:-256} mrb=${MNIST_RECOMPUTE_BATCH:-16} crb=${CIFAR_RECOMPUTE_BATCH:-4}
 tiny=()
 if [ "$dry" = 1 ]; then
     mb=2 cb=2 mrb=2 crb=2

@@ -27,7 +27,7 @@ of the float64 forward on small shapes before any case runs (see selftest_gradie
 with LSH buckets held fixed under the perturbation.
 
 Usage: xcheck.py ATTNBENCH [--cases N] [--seed S] [--case K] [--variant NAME]
-                 [--max-n N] [--max-d D] [--device cpu|cuda] [-v]
+                 [--max-n N] [--max-d D] [--device cpu|cuda] [--progress K] [-v]
 
 With --device cuda every call runs on the GPU (or, given the attnbench-emu binary, on
 the CPU emulator of the CUDA code: the meson test crosscheck_cuda_emu).
@@ -518,8 +518,12 @@ def main():
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="the device `attnbench op` runs on (cuda: a GPU, or the CPU emulator "
                          "with the attnbench-emu binary)")
+    ap.add_argument("--progress", type=int, default=0, metavar="K",
+                    help="print a line after every K cases (0: none)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
+    if args.progress < 0:
+        ap.error("--progress %d: must be >= 0" % args.progress)
     exe = os.path.abspath(args.attnbench)
     if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
         print("crosscheck: error: %s is not an executable" % exe)
@@ -568,6 +572,10 @@ def main():
             if args.verbose:
                 print(describe(c))
             check_case(exe, c, os.path.join(tmp, "c"), stats, failures, args.verbose, args.device, modes_of)
+            if args.progress and (i + 1) % args.progress == 0:
+                # a part stopped by its time limit still says how far it got
+                print("crosscheck: progress: %d cases checked, %d disagreements, %.1f s" % (i + 1, len(failures),
+                                                                                 time.time() - t0), flush=True)
     elapsed = time.time() - t0
 
     worst = (-1.0, None, None, None)
