@@ -159,7 +159,11 @@ def tables(ours, theirs):
                     ms(ofb) if ok_o else o.get("status", "-"), ms(tfb) if ok_t else t.get("status", "-"),
                     ratio(ofb, tfb), mib(op), mib(tpi), ratio(op, tpi)]
             lines.append("| " + " | ".join(row) + " |")
-    lines.append("")
+    if n_par == 0:  # no parallel pairs: no table of headers alone
+        del lines[:]
+    else:
+        lines.append("")
+    rec0 = len(lines)
     lines.append("| ours | PyTorch | context | B | ours ms/step | PyTorch ms/step | step ratio | ours state MiB | "
                  "PyTorch state MiB |")
     lines.append("|---|---|---|---|---|---|---|---|---|")
@@ -178,6 +182,10 @@ def tables(ours, theirs):
                 label, t["variant"], str(t.get("context")), str(t["batch"]),
                 ms(op) if ok_o else o.get("status", "-"), ms(tp) if ok_t else t.get("status", "-"), ratio(op, tp),
                 mib(o.get("state_bytes") if ok_o else None), mib(t.get("state_bytes") if ok_t else None)]) + " |")
+    if n_rec == 0:
+        del lines[rec0:]
+        if lines:
+            lines.pop()  # the blank line after the parallel table
     return lines, n_par, n_rec
 
 

@@ -166,6 +166,18 @@ class Compare(unittest.TestCase):
         self.assertNotIn("WARNING", out)
         self.assertIn("core Haswell", out)
 
+    def test_no_table_of_headers_alone(self):
+        # steps only: no parallel table; parallel only: no recurrent table
+        ours, theirs = ours_doc(), torch_doc()
+        for keep in ("recurrent", "parallel"):
+            o = dict(ours, records=[r for r in ours["records"] if r["kind"] == keep])
+            t = dict(theirs, records=[r for r in theirs["records"] if r["kind"] == keep])
+            rc, out, err = self.compare(o, t)
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(out.count("| ours | PyTorch |"), 1, out)
+            self.assertIn("| context |" if keep == "recurrent" else "| N |", out)
+            self.assertTrue(out.rstrip("\n").endswith("|"), repr(out[-80:]))
+
     def test_refuses_other_core_type(self):
         rc, out, err = self.compare(ours_doc(), torch_doc(blas_core="SkylakeX"))
         self.assert_refused(rc, out, err, ["BLAS core type Haswell vs SkylakeX", "--allow-mismatch"])
