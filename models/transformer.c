@@ -135,6 +135,8 @@ static int check_config(const tf_config *c, int max_batch) {
                        c->mixtures);
     }
     if (c->max_len < 1) return ab_fail(AB_EINVAL, "model max_len %d must be >= 1", c->max_len);
+    if (c->forward_len < 0 || c->forward_len > c->max_len)
+        return ab_fail(AB_EINVAL, "model forward_len %d is outside 0..max_len=%d", c->forward_len, c->max_len);
     if (c->precision < 0 || c->precision >= AB_PREC_COUNT)
         return ab_fail(AB_EINVAL, "model precision %d is not a precision (fp32 or tf32)", c->precision);
     if (c->precision != AB_PREC_FP32 && c->device != AB_DEV_CUDA)
@@ -264,7 +266,8 @@ static void carve_acts(tf_model *m, tf_table *t) {
      * token index gets it here */
     const bool host = ab_dev_host_memory(m->dev), tokens = c->input == TF_INPUT_TOKENS;
     const bool transformer = c->body == TF_BODY_TRANSFORMER;
-    int B = m->max_batch, N = m->max_len, C = c->d_model, V = tokens ? c->vocab : 0, K = m->classes;
+    /* rows of one forward (fwd_len); the positions table keeps max_len rows */
+    int B = m->max_batch, N = m->fwd_len, C = c->d_model, V = tokens ? c->vocab : 0, K = m->classes;
     int64_t W = m->width > C ? m->width : C;
     m->tokens = tf_carve(t, "tokens", sizeof(int), false, 2, B, tokens ? N : 0, 0, 0);
     /* CUDA: embedding_token_index of the tokens, starts (V + 1) then order (B N) */
@@ -278,7 +281,7 @@ static void carve_acts(tf_model *m, tf_table *t) {
     int *lengths = tf_carve(t, "lengths", sizeof(int), false, 1, host ? B : 0, 0, 0, 0);
     if (host) m->lengths = lengths;
     m->frames = tf_carve_f(t, "frames", false, 3, B, N, tokens ? 0 : c->features, 0);
-    m->pos_table = tf_carve_f(t, "positions", false, 2, N, transformer ? C : 0, 0, 0);
+    m->pos_table = tf_carve_f(t, "positions", false, 2, m->max_len, transformer ? C : 0, 0, 0);
     m->emb = tf_carve_f(t, "emb", false, 3, B, N, C, 0);
     if (transformer) {
         /* forward only: layer l reads layer l-1's output and writes its own, so two
@@ -566,6 +569,8 @@ static int create(const tf_config *cfg, int max_batch, bool forward_only, tf_mod
     m->cfg = *cfg;
     m->max_batch = max_batch;
     m->max_len = cfg->max_len;
+    m->fwd_len = forward_only && cfg->forward_len > 0 && cfg->forward_len < cfg->max_len ? cfg->forward_len
+                                                                                           : cfg->max_len;
     m->forward_only = m->inference = forward_only;
     m->dev = cfg->device;
     m->variant = dup_str(cfg->attention ? cfg->attention : "");
@@ -599,7 +604,8 @@ static int create(const tf_config *cfg, int max_batch, bool forward_only, tf_mod
     set_dims(m, cfg);
 
     /* the attention (transformer body), checked at the largest shape */
-    mha_dims md = {max_batch, m->max_len, cfg->d_model, cfg->heads, cfg->causal, NULL, m->dev, 0};
+    const int fwd_len = m->fwd_len;
+    mha_dims md = {max_batch, fwd_len, cfg->d_model, cfg->heads, cfg->causal, NULL, m->dev, 0};
     attn_shape as = mha_shape(&md);
     if (cfg->body == TF_BODY_TRANSFORMER) {
         attn_options ao = {.variant = m->variant, .device = m->dev, .seed = tf_attn_seed(cfg->seed, 0),
@@ -612,7 +618,7 @@ static int create(const tf_config *cfg, int max_batch, bool forward_only, tf_mod
             char msg[512];
             snprintf(msg, sizeof msg, "%s", ab_error());
             tf_destroy(m);
-            return ab_fail(rc, "model attention at batch %d, length %d: %s", max_batch, cfg->max_len, msg);
+            return ab_fail(rc, "model attention at batch %d, length %d: %s", max_batch, fwd_len, msg);
         }
         m->attn_saved = forward_only && attn_can_forward_unsaved(m->att) ? 0 : attn_saved_bytes(m->att, &as);
         if ((rc = set_attn_params(m, &ao))) {
@@ -797,6 +803,10 @@ static int put_frames(tf_model *m, const float *frames, int BT) {
 static int forward_run(tf_model *m, const tf_in *in, int B, int N, int pos0, const int *lengths, bool train,
                        uint64_t seed, const mha_run *runs) {
     m->have_forward = m->have_loss = false;
+    if (B < 1 || B > m->max_batch || N < 1 || N > m->fwd_len || pos0 < 0 || pos0 > m->max_len - N)
+        return ab_fail(AB_EINVAL, "a forward of batch %d x length %d from position %d does not fit the model (batch "
+                                  "1..%d, length 1..%d, positions 0..%d)", B, N, pos0, m->max_batch, m->fwd_len,
+                       m->max_len - 1);
     m->infer_forward = m->inference || runs != NULL;
     int rc = in->tokens ? put_tokens(m, in->tokens, B * N) : put_frames(m, in->frames, B * N);
     if (rc || (rc = input_forward(m, B, N, pos0))) return rc;
@@ -845,9 +855,9 @@ static int forward(tf_model *m, const tf_in *in, bool frames, int B, int N, cons
                    uint64_t seed) {
     if (!m) return ab_fail(AB_EINVAL, "tf_forward: NULL model");
     m->have_forward = m->have_loss = false;
-    if (B < 1 || B > m->max_batch || N < 1 || N > m->max_len)
+    if (B < 1 || B > m->max_batch || N < 1 || N > m->fwd_len)
         return ab_fail(AB_EINVAL, "batch %d x length %d does not fit the model (batch 1..%d, length 1..%d)", B, N,
-                       m->max_batch, m->max_len);
+                       m->max_batch, m->fwd_len);
     int rc = !frames ? tf_check_tokens(m, in->tokens, (size_t)B * N, "tf_forward")
                      : check_frames(m, in->frames, (size_t)B * N * (size_t)m->cfg.features, "tf_forward_frames");
     if (rc) return rc;

@@ -124,6 +124,11 @@ typedef struct {
     int max_labels;      /* the CTC head's label slots per row S (the most labels a row has),
                             1..max_len (0: the head takes no label sequences) */
     int max_len;         /* longest sequence; rows of the positions table */
+    int forward_len;     /* tf_create_inference only, not in configs: the longest forward
+                            the model will run (a generator's prefill), 1..max_len; its
+                            activations are sized for it while positions and generation
+                            capacity stay max_len (0: max_len). A sampler that starts
+                            every row from the start token needs 1. */
     int d_model;         /* C: width of the input stage (and of the transformer) */
     int heads;           /* transformer: H; C % H == 0, head dimension C / H */
     int layers;          /* L >= 1 */
@@ -164,7 +169,10 @@ int tf_create(const tf_config *cfg, int max_batch, tf_model **out);
  * activations of two layers used in turn instead of one set per layer, and no saved
  * buffer for an attention that forwards without one (softmax's N x N scores per layer
  * at training would be 77 GB at the paper's CIFAR-10 shape, 16 layers x 8 heads x
- * 3,072^2 x batch 16). Same parameters, same results as tf_create's model. */
+ * 3,072^2 x batch 16). Same parameters, same results as tf_create's model. With
+ * cfg.forward_len > 0 the activations hold forwards of at most that many positions (a
+ * recurrent sampler's: 1, where max_len would cost 145 GB at MNIST's batch 4096, 8
+ * layers of d_model 256); generation still reaches max_len positions. */
 int tf_create_inference(const tf_config *cfg, int max_batch, tf_model **out);
 void tf_destroy(tf_model *m);
 /* The model's config (its strings owned by the model). */
@@ -217,7 +225,8 @@ uint64_t tf_step_seed(uint64_t run_seed, uint64_t step);
 uint64_t tf_attn_seed(uint64_t seed, int layer);
 
 /* tokens (B, N) in [0, V) (a token-input model), 1 <= B <= max_batch,
- * 1 <= N <= max_len; lengths NULL or B values in [0, N]. Computes logits (B, N, K),
+ * 1 <= N <= max_len (an inference model's forward_len, when set); lengths NULL or B
+ * values in [0, N]. Computes logits (B, N, K),
  * K = tf_classes() (the head's outputs). train: dropout on (masks from seed). */
 int tf_forward(tf_model *m, const int *tokens, int B, int N, const int *lengths, bool train, uint64_t seed);
 /* The same for a frame-input model: frames (B, N, F) finite floats (host memory). */

@@ -19,6 +19,7 @@ struct tf_model {
     int n_settings;
     enc_config enc;
     int max_batch, max_len;
+    int fwd_len; /* the longest forward: max_len, or an inference model's cfg.forward_len */
     int classes;        /* K: head outputs */
     int width;          /* the body's output channels (C, or the LSTM's H or 2H) */
     ab_device dev;      /* cfg.device: where params, grads, acts and the attention live */

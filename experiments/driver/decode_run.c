@@ -134,7 +134,7 @@ int decode_run(const char *checkpoint, const decode_opts *opts, decode_result *r
     if ((rc = run_batch(checkpoint, &batch))) return rc;
     if (opts->batch) batch = opts->batch;
     tf_model *m;
-    if ((rc = train_ckpt_load_model(checkpoint, batch, opts->device, NULL, &r->cfg, &m, &r->meta))) {
+    if ((rc = train_ckpt_load_model(checkpoint, batch, 0, opts->device, NULL, &r->cfg, &m, &r->meta))) {
         memset(r, 0, sizeof *r);
         return rc;
     }

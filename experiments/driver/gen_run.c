@@ -76,7 +76,7 @@ static int gen_prompt(tf_model *m, tf_gen *g, const gen_opts *o, long long k, in
 int gen_run(const char *checkpoint, const gen_opts *opts, gen_result *r) {
     memset(r, 0, sizeof *r);
     tf_model *m;
-    int rc = train_ckpt_load_model(checkpoint, 1, opts->device, NULL, &r->cfg, &m, &r->meta);
+    int rc = train_ckpt_load_model(checkpoint, 1, 0, opts->device, NULL, &r->cfg, &m, &r->meta);
     if (rc) {
         memset(r, 0, sizeof *r);
         return rc;

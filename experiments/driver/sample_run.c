@@ -81,8 +81,9 @@ int sample_grid_write(const char *path, const int *img, const int *below, int n,
 }
 
 /* The model a training config initialises (its seed), with --set overrides and an
- * optional stand-in variant, for B rows on `device`. 0 or an error code with a message. */
-static int config_model(const sample_source *src, int B, train_config *cfg, tf_model **m) {
+ * optional stand-in variant, for B rows on `device`, forwards of at most forward_len
+ * positions (0: max_len). 0 or an error code with a message. */
+static int config_model(const sample_source *src, int B, int forward_len, train_config *cfg, tf_model **m) {
     *m = NULL;
     json_t *root = ab_config_load(src->config);
     if (!root) return AB_EINVAL;
@@ -102,6 +103,7 @@ static int config_model(const sample_source *src, int B, train_config *cfg, tf_m
         else cfg->model.attention = src->variant;
     }
     cfg->model.device = src->device;
+    cfg->model.forward_len = forward_len < cfg->model.max_len ? forward_len : 0;
     if (!rc) rc = tf_create_inference(&cfg->model, B, m);
     if (rc) train_config_free(cfg);
     return rc;
@@ -134,18 +136,33 @@ static int check_request(sample_session *s) {
     return 0;
 }
 
+static int open_model(sample_session *s, int forward_len) {
+    const sample_source *src = &s->src;
+    int rc = src->checkpoint ? train_ckpt_load_model(src->checkpoint, s->opts.batch, forward_len, src->device,
+                                                     src->variant, &s->cfg, &s->m, &s->meta)
+                             : config_model(src, s->opts.batch, forward_len, &s->cfg, &s->m);
+    if (rc) s->m = NULL;
+    return rc;
+}
+
 int sample_open(sample_session *s, const sample_source *src, const sample_opts *opts) {
     memset(s, 0, sizeof *s);
     s->src = *src;
     s->opts = *opts;
     s->meta.step = -1;
-    int rc = src->checkpoint ? train_ckpt_load_model(src->checkpoint, opts->batch, src->device, src->variant, &s->cfg,
-                                                     &s->m, &s->meta)
-                             : config_model(src, opts->batch, &s->cfg, &s->m);
-    if (rc) {
-        s->m = NULL;
-        return rc;
+    /* Sampling as an RNN from the start token runs no forward longer than that token's
+     * prefill: a model sized for it needs (B, 1) activations, not (B, N) (MNIST's shape
+     * at batch 4096: 145 GB for the whole rows). Completions and estimates prefill
+     * longer prompts, recomputation whole prefixes: the model's full length. */
+    const bool short_fwd = opts->mode != SAMPLE_MODE_RECOMPUTE && opts->complete == 0 && opts->estimate == 0;
+    int rc = open_model(s, short_fwd ? 1 : 0);
+    if (!rc && short_fwd && opts->mode == SAMPLE_MODE_AUTO && !tf_has_recurrent(s->m)) {
+        /* auto resolves to recomputation for this variant: the full length after all */
+        sample_close(s);
+        ab_clear_error();
+        rc = open_model(s, 0);
     }
+    if (rc) return rc;
     if ((rc = check_request(s))) sample_close(s);
     return rc;
 }

@@ -184,10 +184,11 @@ int train_ckpt_check_model(const ab_ckpt_reader *r, const tf_config *model, trai
  * record. `variant` (NULL: the checkpoint's) runs the model with another attention
  * variant that computes the same function with the same parameters: softmax and
  * stateful-softmax stand in for each other (stateful-softmax trains as softmax and
- * samples with its key/value cache); any other change is AB_EINVAL. */
-int train_ckpt_load_model(const char *path, int max_batch, ab_device device, const char *variant, train_config *cfg,
-                          tf_model **model,
-                          train_ckpt_state *state);
+ * samples with its key/value cache); any other change is AB_EINVAL. forward_len: the
+ * model's cfg.forward_len (0: forwards up to max_len; 1: a sampler from the start
+ * token, whose activations then hold one position). */
+int train_ckpt_load_model(const char *path, int max_batch, int forward_len, ab_device device, const char *variant,
+                          train_config *cfg, tf_model **model, train_ckpt_state *state);
 /* Whether attention variant `b` may stand in for `a` with a's trained parameters (the
  * same function: equal names, or softmax and stateful-softmax); false with a message. */
 bool train_variant_interchangeable(const char *a, const char *b);

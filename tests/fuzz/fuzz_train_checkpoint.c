@@ -75,7 +75,7 @@ static void generate_path(const char *path) {
     if (!small) return;
     tf_model *m;
     train_ckpt_state st;
-    rc = train_ckpt_load_model(path, 2, AB_DEV_CPU, NULL, &cfg, &m, &st);
+    rc = train_ckpt_load_model(path, 2, 0, AB_DEV_CPU, NULL, &cfg, &m, &st);
     if (rc) {
         fuzz_refused(rc, "train_ckpt_load_model");
         return;

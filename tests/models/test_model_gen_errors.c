@@ -382,3 +382,61 @@ Test(errors, input_kinds_frames_and_lstm_configs) {
     cr_expect_eq(tf_param_tensor_count(fm), 2 + 3 * LSTM_MAX_LAYERS + 2);
     tf_destroy(fm);
 }
+
+/* An inference model made for forwards of one position (cfg.forward_len = 1: a sampler
+ * that starts from the start token) generates exactly as one of the full length, over
+ * the whole capacity of max_len positions, with activations for one position: its
+ * activation bytes are under 1/10 of the full model's at max_len = 40 (they scale with
+ * the rows, B x forward_len against B x max_len). A longer forward, or a prefill longer
+ * than forward_len, is refused with one line; forward_len outside 0..max_len is refused
+ * at creation. */
+Test(generation, forward_len_one_generates_the_same) {
+    const char *variants[2] = {"linear", "stateful-softmax"};
+    for (int v = 0; v < 2; v++) {
+        tf_config c = mid_config(variants[v], 0.0f);
+        const int B = 3, cap = c.max_len;
+        tf_model *mf = NULL, *m1 = NULL;
+        cr_assert_eq(tf_create_inference(&c, B, &mf), 0, "%s", ab_error());
+        c.forward_len = 1;
+        cr_assert_eq(tf_create_inference(&c, B, &m1), 0, "%s", ab_error());
+        cr_assert(memcmp(tf_params(mf), tf_params(m1), sizeof(float) * tf_param_count(mf)) == 0);
+        cr_expect_lt(10 * tf_act_bytes(m1), tf_act_bytes(mf), "%s: %zu vs %zu bytes", variants[v], tf_act_bytes(m1),
+                     tf_act_bytes(mf));
+        tf_gen *gf = NULL, *g1 = NULL;
+        cr_assert_eq(tf_gen_create(mf, B, cap, &gf), 0, "%s", ab_error());
+        cr_assert_eq(tf_gen_create(m1, B, cap, &g1), 0, "%s", ab_error());
+        float *a = malloc(sizeof(float) * B * c.vocab), *b = malloc(sizeof(float) * B * c.vocab);
+        int tok[3] = {1, 2, 3};
+        cr_assert_eq(tf_gen_prefill(gf, tok, 1, a), 0, "%s", ab_error());
+        cr_assert_eq(tf_gen_prefill(g1, tok, 1, b), 0, "%s", ab_error());
+        for (int t = 1; t <= cap; t++) {
+            cr_assert(memcmp(a, b, sizeof(float) * B * c.vocab) == 0, "%s: position %d differs", variants[v], t - 1);
+            if (t == cap) break;
+            for (int r = 0; r < B; r++) tok[r] = tu_argmax(a + r * c.vocab, c.vocab);
+            cr_assert_eq(tf_gen_step(gf, tok, a), 0, "%s", ab_error());
+            cr_assert_eq(tf_gen_step(g1, tok, b), 0, "%s at position %d", ab_error(), t);
+        }
+        /* what does not fit: a forward of 2 positions, a prefill of 2 */
+        int two[6] = {1, 2, 3, 4, 5, 6};
+        cr_expect_eq(tf_forward(m1, two, B, 2, NULL, false, 1), AB_EINVAL);
+        cr_expect(strstr(ab_error(), "length 1..1") != NULL, "%s", ab_error());
+        cr_assert_eq(tf_gen_init(g1), 0, "%s", ab_error());
+        cr_expect_eq(tf_gen_prefill(g1, two, 2, b), AB_EINVAL);
+        cr_expect(strstr(ab_error(), "does not fit the model") != NULL, "%s", ab_error());
+        cr_expect(strchr(ab_error(), '\n') == NULL, "%s", ab_error());
+        tf_gen_destroy(gf);
+        tf_gen_destroy(g1);
+        free(a);
+        free(b);
+        tf_destroy(mf);
+        tf_destroy(m1);
+    }
+    tf_config c = mid_config("linear", 0.0f);
+    tf_model *m = NULL;
+    c.forward_len = c.max_len + 1;
+    cr_expect_eq(tf_create_inference(&c, 2, &m), AB_EINVAL);
+    cr_expect(strstr(ab_error(), "forward_len") != NULL, "%s", ab_error());
+    c.forward_len = -1;
+    cr_expect_eq(tf_create_inference(&c, 2, &m), AB_EINVAL);
+    cr_expect(m == NULL);
+}
