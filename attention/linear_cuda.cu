@@ -63,6 +63,12 @@
  * shared-memory issue at about half the fp32 rate: 66 GFLOP of tile products at
  * ~25-30 TFLOP/s, ~2.5 ms; at PyTorch's B = 2, H = 8 shapes that is ~0.3 ms at N = 4096
  * (PyTorch 1.24 ms) and ~5 ms at N = 65536 (11.3 ms): under the 0.5x target.
+ * Measured on an H200 (2026-11-27, experiments/sweep/RESULTS.md): far slower than that.
+ * fp32 fwd+bwd 0.97 ms at B = 2, H = 8, N = 4096 and 14.5 ms at 65536 (PyTorch's chunked
+ * form 2.07 and 11.3), tf32 0.79 and 11.7 ms; 3.4-4.5 TFLOP/s, 21-26x the memory floor.
+ * The tiles are not what bounds it (2-3 us of products per chunk): each block spends
+ * ~20-40 us per chunk, so the loads and barriers of the serial chunk loop are the next
+ * thing to profile (prefetch of the next chunk's rows; fewer barriers).
  * favor: the projections add C D per row (3xtf32 on the tensor cores); its key shift is
  * the segments' largest key log-feature, found by the state kernel (the batched path's
  * pass over the keys with one block per slice was favor's N^1.56: favor_cuda.cu).
@@ -92,8 +98,9 @@
  * pass 1 5, pass 2 2): ~185 KB per position at T = 48, against 2 C M multiply-adds per
  * position per pass in products. In L2 where the live records fit (one per resident
  * block: ~90 MB at 132 blocks exceed an H100's 50 MB, so partly DRAM): expected 16-32 ms
- * forward+backward at B*N = 65536, H = 8 in tf32 (today 632-918 ms; 15-30x linear's
- * expected time, not the 10x asked). What would close the gap: larger chunks (the
+ * forward+backward at B*N = 65536, H = 8 in tf32 (the batched path took 632-918 ms;
+ * 15-30x linear's expected time, not the 10x asked). Measured on an H200 in fp32: 530 ms
+ * at N = 65536, 73x linear's 7.2 ms. What would close the gap: larger chunks (the
  * streaming is per chunk: O kept in registers and the slab tiles per warp would allow
  * 128 rows), state updates batched over several chunks, fewer live records (so that
  * they stay in L2).
