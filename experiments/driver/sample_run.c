@@ -103,7 +103,7 @@ static int config_model(const sample_source *src, int B, int forward_len, train_
         else cfg->model.attention = src->variant;
     }
     cfg->model.device = src->device;
-    cfg->model.forward_len = forward_len < cfg->model.max_len ? forward_len : 0;
+    cfg->model.forward_len = forward_len;
     if (!rc) rc = tf_create_inference(&cfg->model, B, m);
     if (rc) train_config_free(cfg);
     return rc;

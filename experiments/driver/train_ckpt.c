@@ -267,8 +267,7 @@ bool train_variant_interchangeable(const char *a, const char *b) {
 }
 
 int train_ckpt_load_model(const char *path, int max_batch, int forward_len, ab_device device, const char *variant,
-                          train_config *cfg,
-                          tf_model **model, train_ckpt_state *state) {
+                          train_config *cfg, tf_model **model, train_ckpt_state *state) {
     *model = NULL;
     memset(cfg, 0, sizeof *cfg);
     ab_ckpt_reader *r;
@@ -302,7 +301,7 @@ int train_ckpt_load_model(const char *path, int max_batch, int forward_len, ab_d
     }
     train_ckpt_state st;
     cfg->model.device = device;
-    cfg->model.forward_len = forward_len < cfg->model.max_len ? forward_len : 0;
+    cfg->model.forward_len = forward_len;
     float *host = NULL;
     /* the sizes first: the model is only allocated for parameters that fit it */
     if (!(rc = train_ckpt_check_model(r, &cfg->model, &st)) && !(rc = tf_create_inference(&cfg->model, max_batch, model)) &&

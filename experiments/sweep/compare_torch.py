@@ -132,14 +132,10 @@ def side_line(doc, who):
 
 
 def tables(ours, theirs):
-    lines = []
+    par, rec = [], []  # the rows of each table
     own = {}
     for r in ours["records"]:
         own[(r.get("kind"), r.get("variant")) + shape_key(r) + (r.get("context"),)] = r
-    lines.append("| ours | PyTorch | N | B | ours fwd ms | PyTorch fwd ms | fwd ratio | ours fwd+bwd ms | "
-                 "PyTorch fwd+bwd ms | fwd+bwd ratio | ours peak MiB | PyTorch peak + inputs MiB | memory ratio |")
-    lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    n_par = 0
     for t in theirs["records"]:
         if t.get("kind") != "parallel":
             continue
@@ -147,7 +143,6 @@ def tables(ours, theirs):
             o = own.get(("parallel", label) + shape_key(t) + (None,))
             if o is None:
                 continue
-            n_par += 1
             row = [label, t["variant"], str(t["len"]), str(t["batch"])]
             ok_o, ok_t = o.get("status") == "ok", t.get("status") == "ok"
             of, ofb = (med(o, "fwd_ms"), med(o, "fwd_bwd_ms")) if ok_o else (None, None)
@@ -158,16 +153,7 @@ def tables(ours, theirs):
             row += [ms(of) if ok_o else o.get("status", "-"), ms(tf) if ok_t else t.get("status", "-"), ratio(of, tf),
                     ms(ofb) if ok_o else o.get("status", "-"), ms(tfb) if ok_t else t.get("status", "-"),
                     ratio(ofb, tfb), mib(op), mib(tpi), ratio(op, tpi)]
-            lines.append("| " + " | ".join(row) + " |")
-    if n_par == 0:  # no parallel pairs: no table of headers alone
-        del lines[:]
-    else:
-        lines.append("")
-    rec0 = len(lines)
-    lines.append("| ours | PyTorch | context | B | ours ms/step | PyTorch ms/step | step ratio | ours state MiB | "
-                 "PyTorch state MiB |")
-    lines.append("|---|---|---|---|---|---|---|---|---|")
-    n_rec = 0
+            par.append("| " + " | ".join(row) + " |")
     for t in theirs["records"]:
         if t.get("kind") != "recurrent":
             continue
@@ -175,18 +161,23 @@ def tables(ours, theirs):
             o = own.get(("recurrent", label) + shape_key(t) + (t.get("context"),))
             if o is None:
                 continue
-            n_rec += 1
             ok_o, ok_t = o.get("status") == "ok", t.get("status") == "ok"
             op, tp = (o.get("per_position_ms") if ok_o else None), (t.get("per_position_ms") if ok_t else None)
-            lines.append("| " + " | ".join([
+            rec.append("| " + " | ".join([
                 label, t["variant"], str(t.get("context")), str(t["batch"]),
                 ms(op) if ok_o else o.get("status", "-"), ms(tp) if ok_t else t.get("status", "-"), ratio(op, tp),
                 mib(o.get("state_bytes") if ok_o else None), mib(t.get("state_bytes") if ok_t else None)]) + " |")
-    if n_rec == 0:
-        del lines[rec0:]
-        if lines:
-            lines.pop()  # the blank line after the parallel table
-    return lines, n_par, n_rec
+    # each table with rows under its header, a blank line between them: none of headers alone
+    lines = []
+    if par:
+        lines += ["| ours | PyTorch | N | B | ours fwd ms | PyTorch fwd ms | fwd ratio | ours fwd+bwd ms | "
+                  "PyTorch fwd+bwd ms | fwd+bwd ratio | ours peak MiB | PyTorch peak + inputs MiB | memory ratio |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"] + par
+    if rec:
+        lines += ([""] if lines else []) + [
+            "| ours | PyTorch | context | B | ours ms/step | PyTorch ms/step | step ratio | ours state MiB | "
+            "PyTorch state MiB |", "|---|---|---|---|---|---|---|---|---|"] + rec
+    return lines, len(par), len(rec)
 
 
 def main(argv):
