@@ -11,6 +11,10 @@
     python3 experiments/images/table.py curves RUNS [mnist|cifar10]   the validation
                                                        curves as TSV (for
                                                        plots/images-curves.gp)
+    python3 experiments/images/table.py pareto RUNS [mnist|cifar10]   bits/dim against
+                                                       training CPU hours, validation
+                                                       and test, as TSV (for
+                                                       plots/pareto.gp)
 
 RUNS holds the training run documents that experiments/images/collect.py copied:
 mnist-cpu-VARIANT-epochs.json and -time.json (the document at the end of each budget
@@ -202,6 +206,36 @@ def cmd_curves(runs, dataset="mnist"):
             print(f"mnist-{v}\t{step * 16 / IMAGES:.5f}\t{step * STEP_S[v] / 3600:.5f}\t{seen[step]:.6f}")
 
 
+def cmd_pareto(runs, dataset="mnist"):
+    """TSV: run, kind (valid: an evaluation; test: a test record), cpu_h, value (bits/dim).
+    CPU hours as in the curves and the budgets: step x the protocol's CPU s/step at 1
+    thread (four MNIST documents have no measured CPU time). A test record repeated in
+    two documents of one run (softmax's budgets are one run) is printed once."""
+    if dataset not in ("mnist", "cifar10"):
+        sys.exit(f"table.py: pareto: unknown dataset '{dataset}' (mnist, cifar10)")
+    step_s = CIFAR_STEP_S if dataset == "cifar10" else STEP_S
+    print("run\tkind\tcpu_h\tvalue")
+    found = False
+    for v in (list(CIFAR_STEP_S) if dataset == "cifar10" else VARIANTS):
+        names = [f"cifar10-cpu-{v}.json"] if dataset == "cifar10" else [f"mnist-cpu-{v}-{b}.json" for b in ("epochs", "time")]
+        docs = [load(os.path.join(runs, n)) for n in names if os.path.exists(os.path.join(runs, n))]
+        if not docs:
+            continue
+        found = True
+        seen = {"valid": {}, "test": {}}
+        for d in docs:
+            for r in d["records"]:
+                if r.get("kind") == "eval" and r["step"] > 0:
+                    seen["valid"][r["step"]] = r["eval_bits_per_dim"]
+                elif r.get("kind") == "test":
+                    seen["test"][r["step"]] = r["test_bits_per_dim"]
+        for kind in ("valid", "test"):
+            for step in sorted(seen[kind]):
+                print(f"{dataset}-{v}\t{kind}\t{step * step_s[v] / 3600:.5f}\t{seen[kind][step]:.6f}")
+    if not found:
+        sys.exit(f"table.py: no {dataset} runs in {runs}")
+
+
 def per_image(d, cpu):
     """Seconds per image and images per second on the chosen clock."""
     if not cpu:
@@ -292,9 +326,10 @@ def best_point(pts, shape, v, batch_ok):
 
 
 def main(argv):
-    if len(argv) < 2 or argv[0] not in ("bits", "cifar", "speed", "curves") or len(argv) > (3 if argv[0] in ("speed", "curves") else 2):
+    cmds = {"bits": cmd_bits, "cifar": cmd_cifar, "speed": cmd_speed, "curves": cmd_curves, "pareto": cmd_pareto}
+    if len(argv) < 2 or argv[0] not in cmds or len(argv) > (3 if argv[0] in ("speed", "curves", "pareto") else 2):
         sys.exit(__doc__)
-    {"bits": cmd_bits, "cifar": cmd_cifar, "speed": cmd_speed, "curves": cmd_curves}[argv[0]](*argv[1:])
+    cmds[argv[0]](*argv[1:])
 
 
 if __name__ == "__main__":

@@ -104,6 +104,25 @@ class Scripts(unittest.TestCase):
         # a step in both documents once
         self.assertEqual(sum(1 for l in lines if l.startswith("mnist-softmax\t")), 2)
 
+    def test_pareto(self):
+        self.runs()
+        r = self.run_script(TABLE, "pareto", self.dir)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertEqual(lines[0], "run\tkind\tcpu_h\tvalue")
+        # linear's evaluations over both documents (500 once) and its two test records,
+        # at 877 and 590 steps x 0.4198 CPU s
+        self.assertIn(f"mnist-linear\tvalid\t{877 * 0.4198 / 3600:.5f}\t1.100000", lines)
+        self.assertIn(f"mnist-linear\ttest\t{590 * 0.4198 / 3600:.5f}\t1.220000", lines)
+        self.assertIn(f"mnist-linear\ttest\t{877 * 0.4198 / 3600:.5f}\t1.150000", lines)
+        self.assertEqual(sum(1 for l in lines if l.startswith("mnist-linear\tvalid")), 2)
+        # softmax's two budgets are one run: its test record once
+        self.assertEqual([l for l in lines if l.startswith("mnist-softmax\ttest")],
+                         [f"mnist-softmax\ttest\t{590 * 0.6238 / 3600:.5f}\t1.200000"])
+        r = self.run_script(TABLE, "pareto", os.path.join(self.dir, "nothing"), "cifar10")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("no cifar10 runs", r.stderr)
+
     def test_cifar_table_and_curves(self):
         # softmax 1942 steps x 1.39 s = 0.75 h, linear 5934 x 0.455 s = 0.75 h
         self.write("cifar10-cpu-softmax.json", train_doc(1942, [(500, 5.1), (1942, 4.60)], 4.55, 3600))

@@ -29,7 +29,8 @@ def run_doc(label, per_by_epoch, test_per, step_cpu, step_s, params, status="ok"
     recs = [{"kind": "eval", "step": 0, "eval_loss": 900.0, "eval_per": 1.2}]
     for e, p in enumerate(per_by_epoch, 1):
         recs.append({"kind": "train", "step": 10 * e, "loss": 100.0 / e})
-        recs.append({"kind": "eval", "step": 10 * e, "eval_loss": 120.0 / e, "eval_per": p})
+        recs.append({"kind": "eval", "step": 10 * e, "eval_loss": 120.0 / e, "eval_per": p, "cpu_s": 36.0 * e})
+    recs.append({"kind": "test", "step": 10 * epochs, "test_loss": 1.0, "test_per": test_per, "cpu_s": 36.0 * epochs + 18})
     return {"schema": "attnbench/run/1", "status": status,
             "config": {"name": "speech-" + label, "label": label, "batch": 10,
                        "task": {"name": task, "rows": {"train": 100, "valid": 10, "test": 10}}},
@@ -113,6 +114,24 @@ class Scripts(unittest.TestCase):
         self.assertEqual(len(rows), 1 + 4, "step 0's evaluation is left out")
         r = self.run_script(CURVES, a)
         self.assertEqual(r.returncode, 2)
+
+    def test_pareto(self):
+        a = self.write("a.json", run_doc("Bi LSTM", [0.9, 0.4], 0.45, 30.0, 60.0, 1000))
+        prefix = os.path.join(self.tmp.name, "pa")
+        r = self.run_script(CURVES, a, "--pareto", "--out", prefix)
+        if shutil.which("gnuplot"):
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertTrue(os.path.getsize(prefix + ".png") > 0)
+        rows = open(prefix + ".tsv").read().splitlines()
+        # the records' cpu_s in hours (72 s = 0.02 h), PER in percent; step 0 left out
+        self.assertEqual(rows, ["run\tkind\tcpu_h\tvalue", "Bi_LSTM\tvalid\t0.010000\t90",
+                                "Bi_LSTM\tvalid\t0.020000\t40", "Bi_LSTM\ttest\t0.025000\t45"])
+        d = run_doc("old", [0.9], 0.45, 30.0, 60.0, 1000)
+        del d["records"][-1]["cpu_s"]
+        b = self.write("b.json", d)
+        r = self.run_script(CURVES, b, "--pareto", "--out", prefix)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("has no cpu_s", r.stderr)
 
 
 if __name__ == "__main__":
