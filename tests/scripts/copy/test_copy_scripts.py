@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The copy experiment's analysis scripts (experiments/copy/seeds.py, plateau.py) on
+"""The copy experiment's analysis scripts (experiments/copy/seeds.py, plateau.py,
+collect.py) on
 synthetic runs whose answers are known by construction.
 
     python3 tests/scripts/copy/test_copy_scripts.py SOURCE_ROOT
@@ -285,6 +286,44 @@ class Plateau(unittest.TestCase):
     def test_step_count_must_divide(self):
         self.assertIn("need a multiple of 200", self.verdict(lambda i: 1.0, steps=1010))
 
+
+
+class Collect(unittest.TestCase):
+    def test_compacts_train_records_and_keeps_the_rest(self):
+        with tempfile.TemporaryDirectory() as src, tempfile.TemporaryDirectory() as dst:
+            d = os.path.join(src, "copy-cpu-x")
+            os.makedirs(d)
+            run = {"schema": "attnbench/run/1", "config": {"steps": 20, "task": {"name": "copy"}},
+                   "git": {"commit": "abc", "dirty": False}, "summary": {"steps_done": 20},
+                   "step_loss": [0.5 + i for i in range(20)],
+                   "records": [{"kind": "eval", "step": 0, "eval_loss": 2.0, "eval_accuracy": 0.1},
+                               {"kind": "train", "step": 10, "loss": 1.5, "lr": 0.001, "grad_norm": 3.0}]}
+            with open(os.path.join(d, "train.json"), "w") as f:
+                json.dump(run, f)
+            with open(os.path.join(d, "generate.json"), "w") as f:
+                json.dump({"exact_rate": 1.0}, f)
+            collect = os.path.join(ROOT, "experiments", "copy", "collect.py")
+            r = subprocess.run([sys.executable, collect, "--from", src, "--to", dst, "copy-cpu-x"],
+                               capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            out = load(os.path.join(dst, "copy-cpu-x"))
+            self.assertEqual(out["records"][1], {"kind": "train", "step": 10, "loss": 1.5})
+            self.assertEqual(out["records"][0], run["records"][0])
+            for k in ("step_loss", "config", "git", "summary", "schema"):
+                self.assertEqual(out[k], run[k])
+            with open(os.path.join(dst, "copy-cpu-x", "generate.json")) as f:
+                self.assertEqual(json.load(f), {"exact_rate": 1.0})
+            # a run without its per-step losses, or a missing one: refused, nothing written
+            del run["step_loss"]
+            with open(os.path.join(d, "train.json"), "w") as f:
+                json.dump(run, f)
+            os.makedirs(os.path.join(src, "copy-cpu-y"))
+            for name in ("copy-cpu-x", "copy-cpu-y", "../x"):
+                r = subprocess.run([sys.executable, collect, "--from", src, "--to", os.path.join(dst, "new"), name],
+                                   capture_output=True, text=True)
+                self.assertEqual(r.returncode, 2)
+                self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+                self.assertFalse(os.path.exists(os.path.join(dst, "new")))
 
 class ShellArguments(unittest.TestCase):
     """run-seeds.sh and run-longer.sh refuse bad arguments with one line and exit
