@@ -31,10 +31,11 @@
 #              and /usr/bin/python3 that imports numpy); compare-torch.sh finds the one
 #              that imports torch itself
 #   WORK       the folder of logs and results (default gpu-check/ beside build/; replaced)
-#   XCHECK_PARTS, XCHECK_CASES  the cross-check: PARTS runs side by side, seeds 20240607,
-#              20240608, .., of CASES cases each (default 4 x 25: on an H200 100 cases
-#              beside the suites, and 40 alone in 44 s, gave no verdict, each case
-#              starting CUDA anew), a progress line every 5 cases
+#   XCHECK_PARTS, XCHECK_CASES, XCHECK_JOBS  the cross-check: PARTS runs side by side,
+#              seeds 20240607, 20240608, .., of CASES cases each, JOBS cases at a time
+#              in each (default 4 x 25, 3 at a time: on an H200 100 cases beside the
+#              suites, and 40 alone in 44 s, gave no verdict one case at a time, each
+#              case starting CUDA anew), a progress line every 5 cases
 #   MNIST_BATCH, CIFAR_BATCH  the sampling batches of the recurrent modes (1024, 256:
 #              the largest that ran on an H200; 4096 and 1024 ran out of its memory);
 #   MNIST_RECOMPUTE_BATCH, CIFAR_RECOMPUTE_BATCH  those of softmax and lsh-1, which
@@ -241,7 +242,7 @@ fi
 for t in "${suites[@]}"; do
     bg_step "suite-$(basename "$t")" "$b1" env LD_LIBRARY_PATH="$libs" OMP_NUM_THREADS=2 "$t" --jobs 1
 done
-parts=${XCHECK_PARTS:-4} cases=${XCHECK_CASES:-25}
+parts=${XCHECK_PARTS:-4} cases=${XCHECK_CASES:-25} xjobs=${XCHECK_JOBS:-3}
 [ "$dry" = 1 ] && parts=${XCHECK_PARTS:-2} cases=${XCHECK_CASES:-3}
 if [ -z "$python" ]; then
     skip_step crosscheck "no python3 with numpy"
@@ -250,7 +251,7 @@ elif [ "$cuda_ok" = 0 ]; then
 else
     for k in $(seq 1 "$parts"); do
         bg_step "crosscheck-$k" "$b1" env OMP_NUM_THREADS=2 PYTHONUNBUFFERED=1 "$python" tests/crosscheck/xcheck.py "$ab" --device cuda \
-            --cases "$cases" --seed $((20240606 + k)) --progress 5
+            --cases "$cases" --seed $((20240606 + k)) --progress 5 --jobs "$xjobs"
     done
 fi
 # each by its number: a bare `wait` would also wait for tee and the like
