@@ -65,6 +65,7 @@
 #define TASK_STREAM_EPOCH 0x45504F4300000000ULL /* "EPOC" << 32: dataset epoch orders, index = epoch */
 #define TASK_STREAM_SAMPLE 0x534D504C00000000ULL /* "SMPL" << 32: generation draws, index = prompt (N+1) + token */
 #define TASK_STREAM_SAMPLE2 0x534D503200000000ULL /* "SMP2" << 32: a second draw at the same index (a mixture's value) */
+#define TASK_STREAM_AUGMENT 0x4155474D00000000ULL /* "AUGM" << 32: training-batch augmentation, index = step */
 
 #define TASK_MAX_SPLITS 8
 #define TASK_MAX_METRICS 8
@@ -164,6 +165,12 @@ struct train_task {
      * positions are the same either way; the arithmetic of position-wise layers is too,
      * but matrix products over another N may round differently. */
     bool pad_to_longest;
+    /* Optional: augments row r of a filled training batch in place (e.g. masks bands
+     * of its frames), drawing from the cursor task_row_rng(seed, TASK_STREAM_AUGMENT,
+     * step, r): a pure function of (seed, step, r) and the row, so a resumed run
+     * augments exactly as before. Training batches only (trainer_fill_step); evaluation
+     * and decoding see the rows as they are. NULL: no augmentation. */
+    void (*augment)(const train_task *t, ab_rng *rng, task_batch *b, int r);
     /* Optional, for reports (attnbench decode): a row's name (e.g. its utterance id)
      * and a label's (e.g. its phone); NULL: rows and labels are shown by number. */
     const char *(*row_name)(const train_task *t, int split, long long index);

@@ -167,6 +167,11 @@ int trainer_fill_step(trainer *t, long long step) {
         t->rows[r] = t->order[pos % n];
     }
     task_batch_fill_rows(task, t->train_split, t->rows, (int)B, &t->batch);
+    if (task->augment)
+        for (int r = 0; r < t->batch.rows; r++) {
+            ab_rng rng = task_row_rng(t->cfg.seed, TASK_STREAM_AUGMENT, (uint64_t)step, (uint64_t)r);
+            task->augment(task, &rng, &t->batch, r);
+        }
     return 0;
 }
 

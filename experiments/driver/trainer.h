@@ -116,7 +116,8 @@ void trainer_destroy(trainer *t);
  * message, info->diverged set, parameters and optimiser unchanged for a bad loss. */
 int train_step(tf_model *m, ab_optim *o, const task_batch *b, uint64_t run_seed, long long step,
                train_step_info *info);
-/* Fills t->batch with the rows of training step `step` (1-based). */
+/* Fills t->batch with the rows of training step `step` (1-based), augmented when the
+ * task augments (train_task.augment). */
 int trainer_fill_step(trainer *t, long long step);
 /* Step t->step + 1 with its batch; records the loss. */
 int trainer_step(trainer *t, train_step_info *info);

@@ -259,6 +259,74 @@ Test(speech_task, an_utterance_with_an_empty_transcript_has_no_labels) {
     task_destroy(t);
 }
 
+/* ---- augmentation ---- */
+
+/* `augment`: each training row gets bands of channels (in every stacked frame of every
+ * position) and spans of positions set to 0, drawn from its cursor in the documented
+ * order (speech_task.h); the rest of the batch is untouched; off by default. */
+Test(speech_task, augment_masks_channel_bands_and_position_spans) {
+    const char *dir = corpus("c");
+    char text[1400];
+    snprintf(text, sizeof text, "{\"name\": \"speech\", \"path\": \"%s\", \"stack\": 3, \"subsample\": 2}", dir);
+    json_t *cfg = parse(text);
+    train_task *t;
+    cr_assert_eq(task_create(cfg, &t), 0, "%s", ab_error());
+    cr_expect_null(t->augment, "no augment option: no augmentation");
+    json_t *canon = t->to_json(t);
+    cr_expect_null(json_object_get(canon, "augment"), "off: not in the canonical options");
+    json_decref(canon);
+    task_destroy(t);
+    json_object_set_new(cfg, "augment", json_pack("{s:i, s:i, s:i, s:i}", "freq_masks", 2, "freq_width", 9,
+                                                  "time_masks", 2, "time_width", 6));
+    cr_assert_eq(task_create(cfg, &t), 0, "%s", ab_error());
+    json_decref(cfg);
+    cr_assert_not_null(t->augment);
+    canon = t->to_json(t);
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(canon, "augment"), "time_width")), 6);
+    json_decref(canon);
+    task_batch b;
+    cr_assert_eq(task_batch_alloc(t, 4, &b), 0, "%s", ab_error());
+    const long long rows[4] = {2, 9, 4, 11};
+    task_batch_fill_rows(t, 0, rows, 4, &b);
+    const int F = t->features, D = 40;
+    const size_t row = (size_t)b.N * F;
+    float *orig = malloc(sizeof(float) * row * 4), *want = malloc(sizeof(float) * row);
+    memcpy(orig, b.frames, sizeof(float) * row * 4);
+    long long masked = 0;
+    for (int r = 0; r < 4; r++) {
+        ab_rng c1 = task_row_rng(7, TASK_STREAM_AUGMENT, 3, (uint64_t)r), c2 = c1;
+        t->augment(t, &c1, &b, r);
+        /* the same draws by hand: bands first, then spans */
+        memcpy(want, orig + (size_t)r * row, sizeof(float) * row);
+        const int n = b.lengths[r];
+        for (int m = 0; m < 2; m++) {
+            int f = (int)ab_rng_next_below(&c2, 10), f0 = (int)ab_rng_next_below(&c2, (uint32_t)(D - f) + 1);
+            for (int j = 0; j < n; j++)
+                for (int i = 0; i < 3; i++)
+                    for (int c = f0; c < f0 + f; c++) want[(size_t)j * F + i * D + c] = 0;
+        }
+        for (int m = 0; m < 2; m++) {
+            int w = (int)ab_rng_next_below(&c2, 7), t0 = (int)ab_rng_next_below(&c2, (uint32_t)(n - w) + 1);
+            for (int j = t0; j < t0 + w; j++)
+                for (int c = 0; c < F; c++) want[(size_t)j * F + c] = 0;
+        }
+        int bad = 0;
+        for (size_t e = 0; e < row; e++) {
+            bad += b.frames[(size_t)r * row + e] != want[e];
+            masked += want[e] == 0 && orig[(size_t)r * row + e] != 0;
+        }
+        cr_expect_eq(bad, 0, "row %d: %d values differ from the masks drawn by hand", r, bad);
+        /* the rows after r are untouched so far */
+        for (int q = r + 1; q < 4; q++)
+            cr_expect(memcmp(b.frames + (size_t)q * row, orig + (size_t)q * row, sizeof(float) * row) == 0);
+    }
+    cr_expect_gt(masked, 0, "some values were masked");
+    free(orig);
+    free(want);
+    task_batch_free(&b);
+    task_destroy(t);
+}
+
 /* ---- training ---- */
 
 /* A run config: 4 epochs of batches of 4 over the 12 training utterances (3 steps an
@@ -366,6 +434,39 @@ Test(speech_task, trains_and_resumes_with_a_transformer) {
     train_case(TF_BODY, "{\"kind\": \"radam\", \"lr\": 0.003}", "speech, transformer");
 }
 
+/* Training with `augment`: the document records it, the steps differ from a plain
+ * run's from the first on (its rows are masked), and a run stopped in its second epoch
+ * and resumed ends bit for bit where the uninterrupted one does (the masks depend on
+ * the step, not on the process). Evaluation sees the rows unmasked: at step 0 the
+ * evaluations agree exactly. */
+Test(speech_task, augmented_training_is_recorded_and_resumes_bit_for_bit) {
+    const char *dir = corpus("c");
+    char cfg[1100];
+    snprintf(cfg, sizeof cfg, "%s", run_config(dir, TF_BODY, "{\"kind\": \"radam\", \"lr\": 0.003}"));
+    const char *aug = "task.augment={\"freq_masks\": 2, \"freq_width\": 8, \"time_masks\": 2, \"time_width\": 4}";
+    cr_assert_eq(run("train", cfg, "--out", P("plain"), "--quiet", "--set", "epochs=1"), 0, "%s", g_err);
+    cr_assert_eq(run("train", cfg, "--out", P("a"), "--quiet", "--set", aug), 0, "%s", g_err);
+    cr_assert_eq(run("train", cfg, "--out", P("b"), "--quiet", "--set", aug, "--set", "epochs=1.4"), 0, "%s", g_err);
+    cr_assert_eq(run("train", "--resume", "--out", P("b"), "--quiet", "--set", "epochs=4"), 0, "%s", g_err);
+    expect_same_state(P("a/checkpoint.bin"), P("b/checkpoint.bin"), "augmented, resumed");
+    json_t *doc = load(P("a/train.json")), *plain = load(P("plain/train.json"));
+    json_t *a = json_object_get(json_object_get(json_object_get(doc, "config"), "task"), "augment");
+    cr_expect_eq(json_integer_value(json_object_get(a, "freq_width")), 8, "the run document records augment");
+    cr_expect_null(json_object_get(json_object_get(json_object_get(plain, "config"), "task"), "augment"));
+    json_t *e0 = json_array_get(json_object_get(doc, "records"), 0), *p0 = json_array_get(json_object_get(plain, "records"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(e0, "kind")), "eval");
+    cr_assert_eq(num(e0, "step"), 0);
+    cr_expect_eq(num(e0, "eval_loss"), num(p0, "eval_loss"), "step 0's evaluation: unmasked rows, the same model");
+    json_decref(doc);
+    json_decref(plain);
+    size_t na, np;
+    double *la = step_losses(P("a/train.json"), &na), *lp = step_losses(P("plain/train.json"), &np);
+    cr_assert(na >= 1 && np >= 1);
+    cr_expect_neq(la[0], lp[0], "step 1's loss: masked rows against plain ones");
+    free(la);
+    free(lp);
+}
+
 Test(speech_task, trains_and_resumes_with_a_bidirectional_lstm) {
     train_case(LSTM_BODY, "{\"kind\": \"adam\", \"lr\": 0.01}", "speech, bidirectional LSTM");
 }
@@ -391,6 +492,11 @@ Test(speech_task, bad_configs_and_data_are_one_line_exit_2) {
         {"task.rows={\"train\": 11, \"valid\": 4, \"test\": 4}", "task.rows.train", NULL},
         {"task.crc32={\"train\": 1}", "task.crc32.train", NULL},
         {"task.colour=red", "colour", NULL},
+        {"task.augment={\"freq_masks\": 2}", "task.augment", "give both or neither"},
+        {"task.augment={\"freq_masks\": 1, \"freq_width\": 41}", "freq_width 41", "40 filterbank channels"},
+        {"task.augment={\"time_masks\": 65, \"time_width\": 3}", "task.augment", "at most 64"},
+        {"task.augment={\"time_masks\": 1, \"time_width\": 3, \"warp\": 5}", "warp", NULL},
+        {"task.augment=3", "task.augment", "must be an object"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const char *out = P("bad%zu", i);
@@ -498,13 +604,15 @@ Test(speech_task, the_experiment_configs_train_a_step) {
     char dir[1100];
     snprintf(dir, sizeof dir, "%s", corpus("c"));
     put(P("c/lexicon.txt"), "a a\nb b\nc c\nd d\n!SIL SIL\n<SPOKEN_NOISE> SPN\n<NOISE> NSN\n");
-    static const char *const cpu[] = {"bilstm", "softmax", "lsh-4", "linear", "polynomial"};
+    /* Table 3's five and the Bi-LSTM with the schedule */
+    static const char *const cpu[] = {"bilstm", "softmax", "lsh-4", "linear", "polynomial", "bilstm-plateau"};
     static const char *const wsj[] = {"bilstm", "softmax", "lsh-4", "linear"};
+    enum { N_CPU = sizeof cpu / sizeof *cpu, N_WSJ = sizeof wsj / sizeof *wsj };
     char cfg[1200], set1[4096], set2[4096], set3[4096]; /* up to three copies of dir and the JSON */
-    for (int i = 0; i < 9; i++) {
-        const bool paper = i >= 5;
+    for (int i = 0; i < N_CPU + N_WSJ; i++) {
+        const bool paper = i >= N_CPU;
         snprintf(cfg, sizeof cfg, "%s/experiments/speech/%s-%s.json", ATTNBENCH_SOURCE_DIR, paper ? "wsj" : "speech-cpu",
-                 paper ? wsj[i - 5] : cpu[i]);
+                 paper ? wsj[i - N_CPU] : cpu[i]);
         if (paper) {
             snprintf(set1, sizeof set1, "task.dirs={\"train\": \"%s/train\", \"valid\": \"%s/valid\", \"test\": \"%s/test\"}",
                      dir, dir, dir);

@@ -26,6 +26,7 @@ typedef struct {
     json_t *features;               /* the canonical feature options (owned) */
     char *cache;                    /* the cache folder, or NULL */
     int stack, subsample, max_frames_opt;
+    int freq_masks, freq_width, time_masks, time_width; /* the `augment` option (speech_task.h) */
     int dim, N;                     /* filterbank dimensions D; model positions */
     uint32_t crc[TASK_MAX_SPLITS];
 } speech_state;
@@ -51,6 +52,30 @@ static void speech_fill(const train_task *t, int split, long long index, int *to
     memset(targets, 0, sizeof(int) * (size_t)N);
     memset(weights, 0, sizeof(float) * (size_t)N);
     *length = n;
+}
+
+/* SpecAugment-style masking of training row r (speech_task.h, `augment`): bands of
+ * filterbank channels and spans of model positions set to 0, the features' mean after
+ * CMVN. Draws, in this order: per frequency mask its width f = uniform{0..freq_width}
+ * and first channel uniform{0..D-f}; per time mask its width w = uniform{0..min(
+ * time_width, n)} and first position uniform{0..n-w} (n the row's positions). */
+static void speech_augment(const train_task *t, ab_rng *rng, task_batch *b, int r) {
+    const speech_state *st = t->priv;
+    const int D = st->dim, k = st->stack, n = b->lengths[r];
+    const size_t F = (size_t)k * (size_t)D;
+    float *x = b->frames + (size_t)r * (size_t)b->N * F;
+    for (int m = 0; m < st->freq_masks; m++) {
+        const int f = (int)ab_rng_next_below(rng, (uint32_t)st->freq_width + 1);
+        const int f0 = (int)ab_rng_next_below(rng, (uint32_t)(D - f) + 1);
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < k; i++) memset(x + (size_t)j * F + (size_t)i * D + f0, 0, sizeof(float) * (size_t)f);
+    }
+    for (int m = 0; m < st->time_masks; m++) {
+        const int wmax = st->time_width < n ? st->time_width : n;
+        const int w = (int)ab_rng_next_below(rng, (uint32_t)wmax + 1);
+        const int t0 = (int)ab_rng_next_below(rng, (uint32_t)(n - w) + 1);
+        memset(x + (size_t)t0 * F, 0, sizeof(float) * F * (size_t)w);
+    }
 }
 
 static void speech_fill_labels(const train_task *t, int split, long long index, int *labels, int *count) {
@@ -83,6 +108,10 @@ static json_t *speech_to_json(const train_task *t) {
     json_object_set_new(o, "stack", json_integer(st->stack));
     json_object_set_new(o, "subsample", json_integer(st->subsample));
     json_object_set_new(o, "max_frames", json_integer(st->max_frames_opt));
+    if (st->freq_masks || st->time_masks) /* absent when off: earlier runs' task options stay as they were */
+        json_object_set_new(o, "augment",
+                            json_pack("{s:i, s:i, s:i, s:i}", "freq_masks", st->freq_masks, "freq_width",
+                                      st->freq_width, "time_masks", st->time_masks, "time_width", st->time_width));
     json_object_set_new(o, "rows", npy_splits_rows_json(&st->s));
     json_t *crc = json_object();
     for (int i = 0; i < st->s.n; i++) json_object_set_new(crc, st->s.names[i], json_integer(st->crc[i]));
@@ -104,8 +133,34 @@ static void speech_destroy(train_task *t) {
     free(t);
 }
 
-static const char *const speech_keys[] = {"name",      "path",       "dirs", "features", "cache", "stack",
-                                          "subsample", "max_frames", "rows", "crc32",    NULL};
+static const char *const speech_keys[] = {"name",      "path",       "dirs", "features", "cache",   "stack",
+                                          "subsample", "max_frames", "rows", "crc32",    "augment", NULL};
+
+/* The `augment` option: {"freq_masks", "freq_width", "time_masks", "time_width"},
+ * each 0 when left out; a width of 0 with masks, or masks of no width, is refused. */
+static int parse_augment(const json_t *obj, speech_state *st) {
+    const json_t *a = json_object_get(obj, "augment");
+    if (!a || json_is_null(a)) return 0;
+    if (!json_is_object(a))
+        return ab_fail(AB_EINVAL, "config: 'task.augment' must be an object of freq_masks, freq_width, "
+                                  "time_masks, time_width");
+    static const char *const keys[] = {"freq_masks", "freq_width", "time_masks", "time_width", NULL};
+    long long v[4];
+    int rc = ab_config_only_keys(a, "task.augment", keys);
+    for (int i = 0; !rc && i < 4; i++) rc = ab_config_int(a, "task.augment", keys[i], false, 0, 0, 1 << 20, &v[i]);
+    if (rc) return rc;
+    for (int i = 0; i < 4; i += 2)
+        if ((v[i] > 0) != (v[i + 1] > 0))
+            return ab_fail(AB_EINVAL, "config: 'task.augment': %s = %lld with %s = %lld: give both or neither", keys[i],
+                           v[i], keys[i + 1], v[i + 1]);
+    if (v[0] > 64 || v[2] > 64)
+        return ab_fail(AB_EINVAL, "config: 'task.augment': at most 64 masks of each kind");
+    st->freq_masks = (int)v[0];
+    st->freq_width = (int)v[1];
+    st->time_masks = (int)v[2];
+    st->time_width = (int)v[3];
+    return 0;
+}
 
 static bool is_dir(const char *p) {
     struct stat s;
@@ -303,7 +358,7 @@ static int speech_create(const json_t *obj, train_task **out) {
     st->stack = (int)stack;
     st->subsample = (int)subsample;
     st->max_frames_opt = (int)max_frames;
-    if ((rc = parse_source(obj, st))) goto fail;
+    if ((rc = parse_augment(obj, st)) || (rc = parse_source(obj, st))) goto fail;
     if (cache && json_is_string(cache)) {
         const char *c = json_string_value(cache);
         if (!(st->cache = strdup(c))) {
@@ -322,6 +377,11 @@ static int speech_create(const json_t *obj, train_task **out) {
     st->N = st->max_frames_opt ? st->max_frames_opt : longest;
     if ((long long)st->stack * st->dim > (1 << 20)) {
         rc = ab_fail(AB_EINVAL, "config: 'task.stack' = %d frames of %d features is too wide", st->stack, st->dim);
+        goto fail;
+    }
+    if (st->freq_width > st->dim) {
+        rc = ab_fail(AB_EINVAL, "config: 'task.augment': freq_width %d is wider than the %d filterbank channels",
+                     st->freq_width, st->dim);
         goto fail;
     }
     if (most < 1) {
@@ -346,6 +406,7 @@ static int speech_create(const json_t *obj, train_task **out) {
     npy_splits_to_task(&st->s, t);
     t->fill = speech_fill;
     t->fill_labels = speech_fill_labels;
+    if (st->freq_masks || st->time_masks) t->augment = speech_augment;
     t->row_name = speech_row_name;
     t->label_name = speech_label_name;
     t->to_json = speech_to_json;

@@ -46,7 +46,13 @@
  * default): the longest row's); rows (split -> utterances) and crc32 (split -> the
  * CRC-32 of its features, phone ids and, for train, the inventory), which the
  * canonical config writes and a later load checks, so that a resume on changed data
- * is refused. */
+ * is refused; augment (default none: not in the canonical config), SpecAugment-style
+ * masks on the training batches only: {"freq_masks": F, "freq_width": WF,
+ * "time_masks": T, "time_width": WT}, F bands of 0..WF of the D filterbank channels
+ * (WF <= D; each band set to 0 in every stacked frame of every position) and T spans of
+ * 0..WT model positions (all features set to 0), widths and places drawn per row and
+ * step from the TASK_STREAM_AUGMENT cursor (speech_augment in speech_task.c gives the
+ * order of the draws); 0 is the features' mean after CMVN. */
 #ifndef AB_SPEECH_TASK_H
 #define AB_SPEECH_TASK_H
 
