@@ -37,7 +37,11 @@
 #              suites, and 40 alone in 44 s, gave no verdict one case at a time, each
 #              case starting CUDA anew), a progress line every 5 cases
 #   MNIST_BATCH, CIFAR_BATCH  the sampling batches of the recurrent modes (1024, 256:
-#              the largest that ran on an H200; 4096 and 1024 ran out of its memory);
+#              the largest that ran on an H200 before `sample` sized its model for one
+#              position; 4096 and 1024 ran out of its memory then);
+#   MNIST_BIG_BATCH, CIFAR_BIG_BATCH  linear's batches after them (4096, 1024: its
+#              recurrent sampling model holds one position's activations now, so the
+#              batch is bounded by the state and the logits, not the whole sequence);
 #   MNIST_RECOMPUTE_BATCH, CIFAR_RECOMPUTE_BATCH  those of softmax and lsh-1, which
 #              cost the same per image at any batch (16, 4; as experiments/images/speed.sh)
 #   BENCH_SET  --set options for both sweeps (default "time_budget_s=2": a point whose
@@ -132,7 +136,12 @@ if [ -z "$python" ]; then
 fi
 torch_python=""
 for p in ${PYTHON:-} python3 /usr/bin/python3; do
-    if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import torch' >/dev/null 2>&1; then torch_python=$p; break; fi
+    # compare-torch cuda needs PyTorch with CUDA and a device (Debian's python3-torch has no CUDA)
+    if command -v "$p" >/dev/null 2>&1 &&
+        "$p" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+        torch_python=$p
+        break
+    fi
 done
 
 # ---- steps ----
@@ -284,17 +293,20 @@ fi
 read -r -a bench_set <<<"${BENCH_SET-time_budget_s=2}"
 sets=()
 for s in "${bench_set[@]}"; do sets+=(--set "$s"); done
+# figure1-gpu's batch rule is scaled (tokens), compare-torch-gpu's fixed (size)
+fig_sets=() cmp_sets=()
 if [ "$dry" = 1 ]; then
-    sets+=(--set 'lengths=[16,32]' --set batch.tokens=32 --set heads=1 --set qk_dim=4 --set v_dim=4 --set repeats=1
+    sets+=(--set 'lengths=[16,32]' --set heads=1 --set qk_dim=4 --set v_dim=4 --set repeats=1
         --set warmup=0 --set gemm.size=16 --set 'recurrent.contexts=[8]' --set recurrent.steps=2)
+    fig_sets=(--set batch.tokens=32) cmp_sets=(--set batch.size=1)
 fi
 step bench-figure1-gpu "$(budget $B_BENCH)" "$ab" --threads "$threads" bench experiments/sweep/figure1-gpu.json \
-    --device cuda --out "$res/figure1-gpu.json" "${sets[@]}"
+    --device cuda --out "$res/figure1-gpu.json" "${sets[@]}" ${fig_sets[@]+"${fig_sets[@]}"}
 if [ -z "$torch_python" ]; then
-    skip_step compare-torch-cuda "no python3 here imports torch"
+    skip_step compare-torch-cuda "no python3 here has PyTorch with a CUDA device"
 else
     step compare-torch-cuda "$(budget $B_TORCH)" env THREADS="$threads" OUT="$res" ATTNBENCH="$ab" \
-        PYTHON="$torch_python" bash experiments/sweep/compare-torch.sh cuda "${sets[@]}"
+        PYTHON="$torch_python" bash experiments/sweep/compare-torch.sh cuda "${sets[@]}" ${cmp_sets[@]+"${cmp_sets[@]}"}
 fi
 
 # sampling speed: images/s at a batch, with initialised weights (the time does not
@@ -302,9 +314,10 @@ fi
 # stateful-softmax with its key/value cache (softmax's weights), softmax and lsh by
 # recomputing every prefix, estimated from every E-th position (`--estimate E`)
 mb=${MNIST_BATCH:-1024} cb=${CIFAR_BATCH:-256} mrb=${MNIST_RECOMPUTE_BATCH:-16} crb=${CIFAR_RECOMPUTE_BATCH:-4}
+mbb=${MNIST_BIG_BATCH:-4096} cbb=${CIFAR_BIG_BATCH:-1024}
 tiny=()
 if [ "$dry" = 1 ]; then
-    mb=2 cb=2 mrb=2 crb=2
+    mb=2 cb=2 mrb=2 crb=2 mbb=4 cbb=4
     tiny=(--set model.layers=1 --set model.d_model=16 --set model.heads=2 --set model.d_ff=16 --set model.dropout=0)
 fi
 # The task reads its data even for an initialised model: data/SHAPE of the pack or
@@ -378,6 +391,9 @@ sample_point mnist lsh-1 "$mrb" $B_MNIST 49
 sample_point cifar10 linear "$cb" $B_CIFAR
 sample_point cifar10 stateful-softmax "$cb" $B_CIFAR
 sample_point cifar10 softmax "$crb" $B_CIFAR 384
+# linear at the larger batches last: what is left of the budget, after the points above
+sample_point mnist linear "$mbb" $B_MNIST
+sample_point cifar10 linear "$cbb" $B_CIFAR
 
 # ---- summary and archive ----
 summary() {

@@ -120,7 +120,8 @@ mkdir -p "$tmp/x" && tar -xzf "$a" -C "$tmp/x" || fail "the archive does not ext
 g=$tmp/x/gpu-check
 steps="machine cuda-probe crosscheck-1 crosscheck-2 bench-figure1-gpu compare-torch-cuda sample-mnist-linear-b2
 sample-mnist-stateful-softmax-b2 sample-mnist-softmax-b2-e49 sample-mnist-lsh-1-b2-e49 sample-cifar10-linear-b2
-sample-cifar10-stateful-softmax-b2 sample-cifar10-softmax-b2-e384 suite-test_cuda suite-test_model_cuda
+sample-cifar10-stateful-softmax-b2 sample-cifar10-softmax-b2-e384 sample-mnist-linear-b4 sample-cifar10-linear-b4
+suite-test_cuda suite-test_model_cuda
 suite-test_ctc_cuda"
 for s in $steps; do
     [ -f "$g/steps/$s" ] || { fail "no step $s"; continue; }
@@ -149,8 +150,8 @@ if d["status"] != "ok" or not d["records"] or any(r["status"] != "ok" for r in d
 if d["git"]["commit"] != (commit or None):
     bad.append("figure1-gpu.json: git %s, PACK_INFO %s" % (d["git"], commit))
 samples = sorted(glob.glob(g + "/results/sample-*/sample.json"))
-if len(samples) != 7:
-    bad.append("%d sample.json, want 7" % len(samples))
+if len(samples) != 9:
+    bad.append("%d sample.json, want 9" % len(samples))
 for p in samples:
     s = json.load(open(p))
     if s["device"] != "cuda" or not (isinstance(s["images_per_s"], float) and s["images_per_s"] > 0):
@@ -171,7 +172,7 @@ imp=$src/harness/scripts/gpu_import.py
 python3 "$imp" "$g" test-card --sweep "$tmp/imp/sweep" --images "$tmp/imp/images" >"$tmp/imp.log" 2>&1 ||
     fail "gpu_import: $(cat "$tmp/imp.log")"
 [ -f "$tmp/imp/sweep/test-card/figure1-gpu.json" ] || fail "gpu_import wrote no figure1-gpu.json"
-[ "$(ls "$tmp/imp/images/speed-gpu-test-card" | wc -l)" = 7 ] || fail "gpu_import: not 7 sample points"
+[ "$(ls "$tmp/imp/images/speed-gpu-test-card" | wc -l)" = 9 ] || fail "gpu_import: not 9 sample points"
 ! grep -rq -e "$p" -e 'attnbench-gpu/' "$tmp/imp" || fail "an imported document still names the pack's folder"
 grep -q '"command": "build/attnbench-emu ' "$tmp/imp/sweep/test-card/figure1-gpu.json" ||
     fail "the imported command is not relative: $(grep -m1 '"command"' "$tmp/imp/sweep/test-card/figure1-gpu.json")"
