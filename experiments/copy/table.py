@@ -9,7 +9,8 @@ the mean of the per-step training loss over the last 10% of the steps with the
 standard error of that mean (from 20 block means, as plateau.py: neighbouring steps'
 losses are correlated) and the standard deviation of the per-step loss, greedy-generation copy accuracy and exact-copy rate, training wall
 time (all processes of the run), training tokens/s (positions processed per second
-inside the steps), generation mode and tokens/s."""
+inside the steps), generation mode and tokens/s. When the runs differ in their seed,
+each row's variant names it."""
 import json
 import os
 import statistics
@@ -39,15 +40,20 @@ def main(dirs):
     print("| variant | steps | final eval loss | eval accuracy | train loss, last 10% ± SE (std) | "
           "generation accuracy | exact copies | wall time | train tokens/s | generation mode | generation tokens/s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
+    runs = [json.load(open(os.path.join(d, "train.json"))) for d in dirs]
+    # runs of several seeds: each row names its seed
+    seeded = len({r["config"].get("seed") for r in runs}) > 1
     docs = []
-    for d in dirs:
-        run = json.load(open(os.path.join(d, "train.json")))
+    for d, run in zip(dirs, runs):
         s = run.get("summary", {})
         g = {}
         gp = os.path.join(d, "generate.json")
         if os.path.exists(gp):
             g = json.load(open(gp))
-        label = provenance.mark(run["config"].get("label", run["config"]["name"]), [run])
+        label = run["config"].get("label", run["config"]["name"])
+        if seeded:
+            label += f" (seed {run['config'].get('seed')})"
+        label = provenance.mark(label, [run])
         docs.append(run)
         _, se = mean_se(run.get("step_loss", []))
         wall = s.get("wall_s")

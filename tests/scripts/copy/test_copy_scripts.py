@@ -288,6 +288,29 @@ class Plateau(unittest.TestCase):
 
 
 
+class Table(unittest.TestCase):
+    def test_rows_name_the_seed_when_seeds_differ(self):
+        table = os.path.join(ROOT, "experiments", "copy", "table.py")
+        with tempfile.TemporaryDirectory() as root:
+            dirs = []
+            for seed, v in ((1, "softmax"), (2, "softmax")):
+                d = make_run(root, f"s{seed}-{v}", 200, lambda i: 0.5, const_evals(200, 0.1))
+                run = load(d)
+                run["config"].update(label=v, seed=seed, name="copy-cpu-" + v)
+                run["summary"].update(final_train_loss_mean=0.5, final_eval_loss=0.1)
+                with open(os.path.join(d, "train.json"), "w") as f:
+                    json.dump(run, f)
+                dirs.append(d)
+            out = subprocess.run([sys.executable, table] + dirs, capture_output=True, text=True)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            rows = [l for l in out.stdout.splitlines() if l.startswith("| softmax")]
+            self.assertEqual([r.split(" | ")[0] for r in rows], ["| softmax (seed 1)", "| softmax (seed 2)"])
+            # the last 10% of a constant loss: mean 0.5, standard error 0 over 20 blocks of 1
+            self.assertIn("| 0.5 ± 0 (", rows[0])
+            out = subprocess.run([sys.executable, table, dirs[0]], capture_output=True, text=True)
+            self.assertTrue(out.stdout.splitlines()[2].startswith("| softmax | 200 |"), out.stdout)
+
+
 class Collect(unittest.TestCase):
     def test_compacts_train_records_and_keeps_the_rest(self):
         with tempfile.TemporaryDirectory() as src, tempfile.TemporaryDirectory() as dst:
