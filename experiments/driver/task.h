@@ -165,10 +165,10 @@ struct train_task {
      * positions are the same either way; the arithmetic of position-wise layers is too,
      * but matrix products over another N may round differently. */
     bool pad_to_longest;
-    /* Optional: augments row r of a filled training batch in place (e.g. masks bands
-     * of its frames), drawing from the cursor task_row_rng(seed, TASK_STREAM_AUGMENT,
-     * step, r): a pure function of (seed, step, r) and the row, so a resumed run
-     * augments exactly as before. Training batches only (trainer_fill_step); evaluation
+    /* Optional, dataset tasks: augments row r of a filled training batch in place
+     * (e.g. masks bands of its frames), drawing from the cursor task_row_rng(seed,
+     * TASK_STREAM_AUGMENT, step, r): a pure function of (seed, step, r) and the row, so
+     * a resumed run augments exactly as before. Training batches only (trainer_fill_step); evaluation
      * and decoding see the rows as they are. NULL: no augmentation. */
     void (*augment)(const train_task *t, ab_rng *rng, task_batch *b, int r);
     /* Optional, for reports (attnbench decode): a row's name (e.g. its utterance id)
