@@ -106,7 +106,12 @@ def main(argv):
             f.write("\t".join(row) + "\n")
     for ext in ("png", "svg"):
         gp[1:3] = [prefix + ".tsv", f"{prefix}.{ext}"]
-        r = subprocess.run(["gnuplot", "-c"] + gp, capture_output=True, text=True)
+        try:
+            r = subprocess.run(["gnuplot", "-c"] + gp, capture_output=True, text=True)
+        except OSError as e:  # no gnuplot: the data is written, the figure is not
+            print(f"curves.py: warning: gnuplot cannot run ({e.strerror}): {prefix}.tsv written, no figure",
+                  file=sys.stderr)
+            return
         if r.returncode != 0:
             die(f"gnuplot failed on {prefix}.{ext}: {r.stderr.strip()[:300]}")
     print(f"curves.py: {prefix}.tsv, {prefix}.png, {prefix}.svg")
