@@ -136,14 +136,19 @@ static json_t *parse(const char *text) {
 
 /* ---- the rows ---- */
 
+/* The task config of the corpus in DIR with 3 frames stacked every 2. */
+static json_t *stacked_config(const char *dir) {
+    char text[1400];
+    snprintf(text, sizeof text, "{\"name\": \"speech\", \"path\": \"%s\", \"stack\": 3, \"subsample\": 2}", dir);
+    return parse(text);
+}
+
 /* Rows against the features speech_data.h loads from the same directories: position j
  * of a row is frames j s .. j s + k - 1 side by side (the last frame repeated past the
  * end), zeros beyond the row's ceil(T / s) positions; labels are the phones. */
 Test(speech_task, rows_are_stacked_subsampled_frames_and_phones) {
     const char *dir = corpus("c");
-    char text[1400];
-    snprintf(text, sizeof text, "{\"name\": \"speech\", \"path\": \"%s\", \"stack\": 3, \"subsample\": 2}", dir);
-    json_t *cfg = parse(text);
+    json_t *cfg = stacked_config(dir);
     train_task *t;
     cr_assert_eq(task_create(cfg, &t), 0, "%s", ab_error());
     json_decref(cfg);
@@ -265,10 +270,7 @@ Test(speech_task, an_utterance_with_an_empty_transcript_has_no_labels) {
  * position) and spans of positions set to 0, drawn from its cursor in the documented
  * order (speech_task.h); the rest of the batch is untouched; off by default. */
 Test(speech_task, augment_masks_channel_bands_and_position_spans) {
-    const char *dir = corpus("c");
-    char text[1400];
-    snprintf(text, sizeof text, "{\"name\": \"speech\", \"path\": \"%s\", \"stack\": 3, \"subsample\": 2}", dir);
-    json_t *cfg = parse(text);
+    json_t *cfg = stacked_config(corpus("c"));
     train_task *t;
     cr_assert_eq(task_create(cfg, &t), 0, "%s", ab_error());
     cr_expect_null(t->augment, "no augment option: no augmentation");
