@@ -608,8 +608,10 @@ class TorchImplementations(unittest.TestCase):
     def test_end_to_end_run_document(self):
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "torch.json")
+            # sgemm off (gemm.size 0): a 32^3 product's rate, beside the other tests, is noise
+            # that compare_torch.py would hold the pair to (its rule is tested above)
             sets = ["--set", "lengths=[16,32]", "--set", "recurrent.contexts=[0,8]", "--set", "repeats=2",
-                    "--set", "gemm.size=32"]
+                    "--set", "gemm.size=0"]
             rc, _, err = run([TORCH_BENCH, SMOKE, "--threads", "1", "--quiet", "--out", out] + sets)
             self.assertEqual(rc, 0, err)
             with open(out) as f:
