@@ -181,29 +181,33 @@ def cmd_cifar(runs):
               f"(paper, 7 days each: {PAPER['cifar10']['linear'][0] - PAPER['cifar10']['softmax'][0]:+.2f})")
 
 
+def run_docs(runs, dataset, v):
+    """The documents of variant v's run in RUNS: CIFAR-10's one, MNIST's two budgets."""
+    names = [f"cifar10-cpu-{v}.json"] if dataset == "cifar10" else [f"mnist-cpu-{v}-{b}.json" for b in ("epochs", "time")]
+    return [load(os.path.join(runs, n)) for n in names if os.path.exists(os.path.join(runs, n))]
+
+
+def by_step(docs, kind, key, first=0):
+    """{step: record[key]} of the documents' records of this kind from step `first` on (a
+    step in two documents of one run once)."""
+    return {r["step"]: r[key] for d in docs for r in records(d, kind) if r["step"] >= first}
+
+
+def dataset_variants(dataset):
+    if dataset not in ("mnist", "cifar10"):
+        sys.exit(f"table.py: unknown dataset '{dataset}' (mnist, cifar10)")
+    return list(CIFAR_STEP_S) if dataset == "cifar10" else VARIANTS
+
+
 def cmd_curves(runs, dataset="mnist"):
     """TSV: run, x (epochs), cpu_h (step x the protocol's CPU s/step), valid bits/dim."""
-    if dataset not in ("mnist", "cifar10"):
-        sys.exit(f"table.py: curves: unknown dataset '{dataset}' (mnist, cifar10)")
+    variants = dataset_variants(dataset)
+    step_s, batch, images = (CIFAR_STEP_S, CIFAR_BATCH, CIFAR_IMAGES) if dataset == "cifar10" else (STEP_S, 16, IMAGES)
     print("run\tepochs\tcpu_h\tbits_per_dim")
-    if dataset == "cifar10":
-        for v in CIFAR_STEP_S:
-            p = os.path.join(runs, f"cifar10-cpu-{v}.json")
-            if os.path.exists(p):
-                for r in records(load(p), "eval"):
-                    step = r["step"]
-                    print(f"cifar10-{v}\t{step * CIFAR_BATCH / CIFAR_IMAGES:.5f}\t"
-                          f"{step * CIFAR_STEP_S[v] / 3600:.5f}\t{r['eval_bits_per_dim']:.6f}")
-        return
-    for v in VARIANTS:
-        docs = [os.path.join(runs, f"mnist-cpu-{v}-{b}.json") for b in ("epochs", "time")]
-        seen = {}
-        for p in docs:
-            if os.path.exists(p):
-                for r in records(load(p), "eval"):
-                    seen[r["step"]] = r["eval_bits_per_dim"]
+    for v in variants:
+        seen = by_step(run_docs(runs, dataset, v), "eval", "eval_bits_per_dim")
         for step in sorted(seen):
-            print(f"mnist-{v}\t{step * 16 / IMAGES:.5f}\t{step * STEP_S[v] / 3600:.5f}\t{seen[step]:.6f}")
+            print(f"{dataset}-{v}\t{step * batch / images:.5f}\t{step * step_s[v] / 3600:.5f}\t{seen[step]:.6f}")
 
 
 def cmd_pareto(runs, dataset="mnist"):
@@ -211,27 +215,17 @@ def cmd_pareto(runs, dataset="mnist"):
     CPU hours as in the curves and the budgets: step x the protocol's CPU s/step at 1
     thread (four MNIST documents have no measured CPU time). A test record repeated in
     two documents of one run (softmax's budgets are one run) is printed once."""
-    if dataset not in ("mnist", "cifar10"):
-        sys.exit(f"table.py: pareto: unknown dataset '{dataset}' (mnist, cifar10)")
+    variants = dataset_variants(dataset)
     step_s = CIFAR_STEP_S if dataset == "cifar10" else STEP_S
     print("run\tkind\tcpu_h\tvalue")
     found = False
-    for v in (list(CIFAR_STEP_S) if dataset == "cifar10" else VARIANTS):
-        names = [f"cifar10-cpu-{v}.json"] if dataset == "cifar10" else [f"mnist-cpu-{v}-{b}.json" for b in ("epochs", "time")]
-        docs = [load(os.path.join(runs, n)) for n in names if os.path.exists(os.path.join(runs, n))]
-        if not docs:
-            continue
-        found = True
-        seen = {"valid": {}, "test": {}}
-        for d in docs:
-            for r in d["records"]:
-                if r.get("kind") == "eval" and r["step"] > 0:
-                    seen["valid"][r["step"]] = r["eval_bits_per_dim"]
-                elif r.get("kind") == "test":
-                    seen["test"][r["step"]] = r["test_bits_per_dim"]
-        for kind in ("valid", "test"):
-            for step in sorted(seen[kind]):
-                print(f"{dataset}-{v}\t{kind}\t{step * step_s[v] / 3600:.5f}\t{seen[kind][step]:.6f}")
+    for v in variants:
+        docs = run_docs(runs, dataset, v)
+        found = found or bool(docs)
+        for kind, seen in (("valid", by_step(docs, "eval", "eval_bits_per_dim", first=1)),
+                           ("test", by_step(docs, "test", "test_bits_per_dim"))):
+            for step in sorted(seen):
+                print(f"{dataset}-{v}\t{kind}\t{step * step_s[v] / 3600:.5f}\t{seen[step]:.6f}")
     if not found:
         sys.exit(f"table.py: no {dataset} runs in {runs}")
 
