@@ -455,6 +455,13 @@ def compare(got, ref, mag):
     return fig, bound, None
 
 
+def keep_worst(worst, n, e, case):
+    """worst[n] = (e, case) when e is the first or a larger figure of tensor n."""
+    w = worst.get(n)
+    if w is None or e > w[0]:
+        worst[n] = (e, case)
+
+
 def check_case(exe, c, folder, stats, failures, verbose, device, modes_of):
     f64 = {n: c[n].astype(np.float64) for n in ("q", "k", "v", "dout")}
 
@@ -499,9 +506,7 @@ def check_case(exe, c, folder, stats, failures, verbose, device, modes_of):
             for which, e in (("fig", fig), ("bound", bound)):
                 if e is None:
                     continue
-                w = st[which].get(n)
-                if w is None or e > w[0]:
-                    st[which][n] = (e, c["idx"])
+                keep_worst(st[which], n, e, c["idx"])
             if verbose:
                 print("  %-27s %-3s max|err|/max|ref| %s  max|err|/mag %.2e" %
                       (key, n, "degenerate" if fig is None else "%.2e" % fig, bound))
@@ -523,9 +528,7 @@ def merge_stats(into, part):
         g["degenerate"] += st["degenerate"]
         for which in ("fig", "bound"):
             for n, (e, ci) in st[which].items():
-                w = g[which].get(n)
-                if w is None or e > w[0]:
-                    g[which][n] = (e, ci)
+                keep_worst(g[which], n, e, ci)
 
 
 def main():
