@@ -49,9 +49,8 @@ import re
 import statistics
 import sys
 
-# Two-sided 95% Student t quantiles, by degrees of freedom.
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-       9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from seedstats import t95  # noqa: E402  (experiments/seedstats.py)
 
 NAMES = ["eval", "eval-10%", "train-10%", "train-med"]
 
@@ -59,13 +58,6 @@ NAMES = ["eval", "eval-10%", "train-10%", "train-med"]
 def geomean(xs):
     """Geometric mean of positive numbers."""
     return math.exp(statistics.fmean(math.log(x) for x in xs))
-
-
-def t95(df):
-    """The quantile for df degrees of freedom, or for the largest tabled df below it
-    (a slightly wider interval); None below 1."""
-    keys = sorted(k for k in T95 if k <= df)
-    return T95[keys[-1]] if keys else None
 
 
 def loss_floor(task):

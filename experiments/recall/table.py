@@ -23,7 +23,6 @@ tree with changes not committed is marked (experiments/provenance.py). Standard 
 exit status 2 with one line for bad input."""
 
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -32,12 +31,10 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import provenance  # noqa: E402  (experiments/provenance.py)
+from seedstats import mean_ci  # noqa: E402  (experiments/seedstats.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GP = os.path.join(HERE, "..", "..", "plots", "recall.gp")
-
-# two-sided 95% Student t quantiles by degrees of freedom
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
 
 def die(msg):
@@ -92,14 +89,6 @@ def load_runs(roots):
                 "state": state_of(cfg, task, s), "steps": s["steps_done"], "path": path, "doc": doc,
             })
     return runs, skipped
-
-
-def mean_ci(xs):
-    m = sum(xs) / len(xs)
-    if len(xs) < 2:
-        return m, None
-    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
-    return m, T95.get(len(xs) - 1, 1.96) * sd / math.sqrt(len(xs))
 
 
 def points(runs):
