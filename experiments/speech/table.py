@@ -3,6 +3,7 @@
 documents, beside the paper's numbers.
 
     python3 experiments/speech/table.py RUN.json... [--decoded DECODE.json...]
+    python3 experiments/speech/table.py --seeds RUN.json...
 
 RUN.json: a training run's train.json (the speech task). One row per run, in the order
 given, labelled with its config's label: the phone error rate on the validation split
@@ -16,6 +17,14 @@ the ratio of linear's CPU time per epoch to softmax's (and the paper's 824 / 271
 --decoded DECODE.json...: `attnbench decode` documents of those runs on the same rows;
 prints, for each row, its reference and each run's best path with its errors.
 
+--seeds RUN.json...: runs of one model that differ only in their seed (their configs
+equal but for seed, name, label and description) make one row, labelled with the
+lowest seed's label, in the order of each model's first run: the seeds, the mean over
+them of the validation PER at the end, of the best validation PER and of the test PER,
+each with its 95% interval (Student's t over the seeds, experiments/seedstats.py; none
+for one seed), and the mean CPU time per epoch. Two runs of one model with the same
+seed are refused.
+
 Standard library only; exit status 2 with one line for a file that is not what it
 should be.
 """
@@ -25,6 +34,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import provenance  # noqa: E402  (experiments/provenance.py)
+from seedstats import fmt_mean_ci  # noqa: E402  (experiments/seedstats.py)
 
 # The paper's Table 3 (WSJ, validation PER %, seconds per epoch on a GPU), by label.
 PAPER = {"Bi-LSTM": (10.94, 1047), "softmax": (5.12, 2711), "lsh-4": (9.33, 2250), "linear": (8.08, 824)}
@@ -115,6 +125,44 @@ def table(paths):
         print(f"linear / softmax, CPU time per epoch: {ratio:.2f} (the paper's, GPU: 824 / 2711 = {824 / 2711:.2f})")
 
 
+def model_key(cfg):
+    """The config less what tells seeds apart, as a comparable string."""
+    return json.dumps({k: v for k, v in cfg.items() if k not in ("seed", "name", "label", "description")},
+                      sort_keys=True)
+
+
+def seeds_table(paths):
+    groups = {}
+    for p in paths:
+        r = run_row(p)
+        r["path"] = p
+        g = groups.setdefault(model_key(r["doc"]["config"]), [])
+        seed = r["doc"]["config"].get("seed")
+        if any(o["doc"]["config"].get("seed") == seed for o in g):
+            die(f"{p}: seed {seed} of its model twice (also {next(o['path'] for o in g if o['doc']['config'].get('seed') == seed)})")
+        g.append(r)
+    rows = [r for g in groups.values() for r in g]
+    machines = sorted({machine_line(r["doc"]) for r in rows})
+    threads = sorted({str(r["threads"]) for r in rows})
+    print(f"Machine: {'; '.join(machines)}; {', '.join(threads)} thread(s) per run  ")
+    print("Mean over the seeds [95% interval, Student's t over the seeds; none for one seed]")
+    print()
+    print("| model | seeds | valid PER % (end) | valid PER % (best) | test PER % | CPU s / epoch | paper: valid PER % |")
+    print("|---|---|---|---|---|---|---|")
+    for g in groups.values():
+        g.sort(key=lambda r: r["doc"]["config"].get("seed", 0))
+        lab = g[0]["label"]
+        p = PAPER.get(lab)
+        best = "-" if any(r["best"] is None for r in g) else fmt_mean_ci([r["best"] for r in g], 100)
+        cpu = sum(r["cpu_epoch"] for r in g) / len(g)
+        print(f"| {provenance.mark(lab, [r['doc'] for r in g])} | {', '.join(str(r['doc']['config'].get('seed')) for r in g)} "
+              f"| {fmt_mean_ci([r['valid'] for r in g], 100)} | {best} | {fmt_mean_ci([r['test'] for r in g], 100)} "
+              f"| {cpu:.1f} | {'-' if p is None else p[0]} |")
+    for line in provenance.notes([r["doc"] for r in rows]):
+        print()
+        print(line)
+
+
 def decoded(paths):
     docs = [load(p, "attnbench/decode/1") for p in paths]
     split, ids = docs[0].get("split"), [u.get("id") for u in docs[0].get("utterances", [])]
@@ -138,6 +186,11 @@ def decoded(paths):
 
 
 def main(argv):
+    if argv[:1] == ["--seeds"]:
+        if len(argv) < 2:
+            die("usage: table.py --seeds RUN.json...")
+        seeds_table(argv[1:])
+        return
     if "--decoded" in argv:
         k = argv.index("--decoded")
         runs, decs = argv[:k], argv[k + 1:]

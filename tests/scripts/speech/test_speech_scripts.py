@@ -6,7 +6,7 @@ synthetic run documents whose answers are known by construction.
 
 Table 3 of experiments/speech/RESULTS.md is printed by table.py, so its arithmetic
 (PER in percent, the best evaluation and its epoch, CPU and wall time per epoch, the
-linear / softmax ratio) and its refusals (a run that is not a complete speech run, a
+linear / softmax ratio, the means over seeds and their intervals) and its refusals (a run that is not a complete speech run, a
 decode of other rows) are checked here; curves.py's data file too (gnuplot draws it
 when present). Standard library only."""
 import json
@@ -84,6 +84,41 @@ class Scripts(unittest.TestCase):
             self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
         r = self.run_script(TABLE, os.path.join(self.tmp.name, "missing.json"))
         self.assertEqual(r.returncode, 2)
+
+    def seed_doc(self, label, seed, per_end, test_per, step_cpu):
+        d = run_doc(label, [0.9, per_end], test_per, step_cpu, 2 * step_cpu, 1000)
+        d["config"]["seed"] = seed
+        d["config"]["model"] = {"attention": {"variant": label.split(",")[0]}}
+        return self.write(f"{label}-{seed}.json", d)
+
+    def test_seeds(self):
+        # given out of seed order: the row takes seed 1's label and lists the seeds sorted
+        s2 = self.seed_doc("softmax, seed 2", 2, 0.6, 0.42, 20.0)
+        s1 = self.seed_doc("softmax", 1, 0.5, 0.40, 10.0)
+        lin = self.seed_doc("linear", 1, 0.55, 0.5, 6.0)
+        s3 = self.seed_doc("softmax, seed 3", 3, 0.7, 0.44, 30.0)
+        r = self.run_script(TABLE, "--seeds", s2, s1, lin, s3)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        # end PER 50, 60, 70: mean 60, sd 10, half-width t(2) 4.303 * 10 / sqrt(3) = 24.84;
+        # test 40, 42, 44: mean 42, sd 2, half-width 4.97; CPU s an epoch (10+20+30)/2/3 = 10
+        self.assertIn("| softmax | 1, 2, 3 | 60.00 [35.16, 84.84] | 60.00 [35.16, 84.84] | 42.00 [37.03, 46.97] "
+                      "| 10.0 | 5.12 |", lines)
+        self.assertIn("| linear | 1 | 55.00 | 55.00 | 50.00 | 3.0 | 8.08 |", lines)
+        self.assertLess(lines.index(next(x for x in lines if x.startswith("| softmax"))),
+                        lines.index(next(x for x in lines if x.startswith("| linear"))))
+        # another config is another row, however it is labelled
+        d = run_doc("softmax", [0.9, 0.5], 0.4, 10.0, 20.0, 1000)
+        d["config"]["seed"] = 4
+        d["config"]["model"] = {"attention": {"variant": "softmax"}, "layers": 2}
+        r = self.run_script(TABLE, "--seeds", s1, self.write("other.json", d))
+        self.assertEqual(sum(1 for x in r.stdout.splitlines() if x.startswith("| softmax |")), 2, r.stdout)
+        # the same seed twice is refused
+        again = self.seed_doc("softmax, again", 1, 0.5, 0.40, 10.0)
+        r = self.run_script(TABLE, "--seeds", s1, again)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("seed 1 of its model twice", r.stderr)
+        self.assertEqual(self.run_script(TABLE, "--seeds").returncode, 2)
 
     def test_decoded(self):
         a = self.write("da.json", decode_doc("softmax", ["u1", "u2"], ["a b c", ""]))
