@@ -2,7 +2,7 @@
 """Table 3 (speech recognition with CTC) at CPU scale, from `attnbench train` run
 documents, beside the paper's numbers.
 
-    python3 experiments/speech/table.py RUN.json... [--decoded DECODE.json...]
+    python3 experiments/speech/table.py [--loss] RUN.json... [--decoded DECODE.json...]
     python3 experiments/speech/table.py --seeds RUN.json...
 
 RUN.json: a training run's train.json (the speech task). One row per run, in the order
@@ -13,6 +13,10 @@ training steps over the epochs run: evaluation left out; at one thread, about th
 time on an idle core) and the wall time per epoch, the epochs run, the parameters, and
 the paper's validation PER and time per epoch for the same model (WSJ, a GPU). Then
 the ratio of linear's CPU time per epoch to softmax's (and the paper's 824 / 2711).
+
+--loss adds a column: the validation loss (CTC, nats per utterance) at its lowest,
+with the epoch, and at the end; how far the end is above the lowest says how far the
+run overfits.
 
 --decoded DECODE.json...: `attnbench decode` documents of those runs on the same rows;
 prints, for each row, its reference and each run's best path with its errors.
@@ -76,14 +80,19 @@ def run_row(path):
     rows = cfg["task"]["rows"]["train"]
     batch = cfg["batch"]
     best, best_epoch = None, None
+    low, low_epoch, last = None, None, None
     for r in doc["records"]:
         if r.get("kind") == "eval" and r.get("step", 0) > 0 and isinstance(r.get("eval_per"), (int, float)):
             if best is None or r["eval_per"] < best:
                 best, best_epoch = r["eval_per"], r["step"] * batch / rows
+        if r.get("kind") == "eval" and r.get("step", 0) > 0 and isinstance(r.get("eval_loss"), (int, float)):
+            last = r["eval_loss"]
+            if low is None or last < low:
+                low, low_epoch = last, r["step"] * batch / rows
     ep = s["epochs_done"]
     return {
         "label": label(doc), "valid": s["final_eval_per"], "best": best, "best_epoch": best_epoch,
-        "test": s["test_per"], "cpu_epoch": s["step_cpu_s"] / ep, "wall_epoch": s["step_s"] / ep, "epochs": ep,
+        "test": s["test_per"], "loss_low": low, "loss_low_epoch": low_epoch, "loss_end": last, "cpu_epoch": s["step_cpu_s"] / ep, "wall_epoch": s["step_s"] / ep, "epochs": ep,
         "params": s["params"], "threads": s.get("threads"), "doc": doc,
     }
 
@@ -98,7 +107,13 @@ def machine_line(doc):
             f"{m.get('compiler', '?')}")
 
 
-def table(paths):
+def lossc(r):
+    if r["loss_low"] is None:
+        return "- | "
+    return f"{r['loss_low']:.1f} ({r['loss_low_epoch']:.0f}) / {r['loss_end']:.1f} | "
+
+
+def table(paths, loss=False):
     rows = [run_row(p) for p in paths]
     machines = sorted({machine_line(r["doc"]) for r in rows})
     threads = sorted({str(r["threads"]) for r in rows})
@@ -107,13 +122,14 @@ def table(paths):
           "the paper's: WSJ (80 h)")
     print()
     print("| model | valid PER % (end) | valid PER % (best, epoch) | test PER % | CPU s / epoch | wall s / epoch "
-          "| epochs | parameters | paper: valid PER % | paper: s / epoch (GPU) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| epochs | parameters |" + (" valid loss: lowest (epoch) / end |" if loss else "")
+          + " paper: valid PER % | paper: s / epoch (GPU) |")
+    print("|---|---|---|---|---|---|---|---|---|---|" + ("---|" if loss else ""))
     for r in rows:
         p = PAPER.get(r["label"])
         best = "-" if r["best"] is None else f"{pct(r['best'])} ({r['best_epoch']:.0f})"
         print(f"| {provenance.mark(r['label'], [r['doc']])} | {pct(r['valid'])} | {best} | {pct(r['test'])} | {r['cpu_epoch']:.1f} | "
-              f"{r['wall_epoch']:.1f} | {r['epochs']:.0f} | {r['params']:,} | "
+              f"{r['wall_epoch']:.1f} | {r['epochs']:.0f} | {r['params']:,} | " + (lossc(r) if loss else "") +
               f"{'-' if p is None else p[0]} | {'-' if p is None else p[1]} |")
     for line in provenance.notes([r["doc"] for r in rows]):
         print()
@@ -195,13 +211,15 @@ def main(argv):
         k = argv.index("--decoded")
         runs, decs = argv[:k], argv[k + 1:]
         if not decs:
-            die("usage: table.py RUN.json... [--decoded DECODE.json...]")
+            die("usage: table.py [--loss] RUN.json... [--decoded DECODE.json...]")
     else:
         runs, decs = argv, []
+    loss = "--loss" in runs
+    runs = [a for a in runs if a != "--loss"]
     if not runs and not decs:
-        die("usage: table.py RUN.json... [--decoded DECODE.json...]")
+        die("usage: table.py [--loss] RUN.json... [--decoded DECODE.json...]")
     if runs:
-        table(runs)
+        table(runs, loss)
     if decs:
         decoded(decs)
 

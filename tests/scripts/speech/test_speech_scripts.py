@@ -74,6 +74,16 @@ class Scripts(unittest.TestCase):
         self.assertIn("linear / softmax, CPU time per epoch: 0.40 (the paper's, GPU: 824 / 2711 = 0.30)", lines)
         self.assertTrue(lines[0].startswith("Machine: Test CPU, 2 cores"), lines[0])
 
+    def test_table_loss_column(self):
+        d = run_doc("softmax", [0.9, 0.4, 0.5], 0.45, 30.0, 60.0, 1000)
+        next(r for r in d["records"] if r["kind"] == "eval" and r["step"] == 30)["eval_loss"] = 70.0
+        r = self.run_script(TABLE, "--loss", self.write("a.json", d))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # evaluation losses 120, 60, 70 at epochs 1-3 (step 0's 900 left out)
+        self.assertIn("| softmax | 50.00 | 40.00 (2) | 45.00 | 10.0 | 20.0 | 3 | 1,000 | 60.0 (2) / 70.0 | 5.12 | 2711 |",
+                      r.stdout.splitlines())
+        self.assertEqual(self.run_script(TABLE, "--loss").returncode, 2)
+
     def test_table_refusals(self):
         bad = [run_doc("softmax", [0.5], 0.5, 1, 1, 1, status="running"),
                run_doc("softmax", [0.5], 0.5, 1, 1, 1, task="frames"),
