@@ -6,6 +6,7 @@ them again):
     python3 experiments/images/collect.py [RESULTS]        (default RESULTS: results)
 
 - RESULTS/mnist-cpu-VARIANT/train-{epochs,time}.json -> runs/mnist-cpu-VARIANT-{epochs,time}.json
+- RESULTS/mnist-cpu-VARIANT-seedS/train-epochs.json  -> runs/mnist-cpu-VARIANT-seedS-epochs.json
 - RESULTS/cifar10-cpu-VARIANT/train.json             -> runs/cifar10-cpu-VARIANT.json
 - RESULTS/images-speed/POINT/sample.json             -> runs/speed/POINT/sample.json
 - RESULTS/*-samples*/sample.json                     -> runs/samples/NAME/sample.json
@@ -48,6 +49,9 @@ def main(argv):
     for v in ("softmax", "linear", "lsh-1", "lsh-4"):
         for b in ("epochs", "time"):
             copy_train(os.path.join(res, f"mnist-cpu-{v}", f"train-{b}.json"), os.path.join(runs, f"mnist-cpu-{v}-{b}.json"))
+        for p in sorted(glob.glob(os.path.join(res, f"mnist-cpu-{v}-seed*", "train-epochs.json"))):
+            name = os.path.basename(os.path.dirname(p))
+            copy_train(p, os.path.join(runs, f"{name}-epochs.json"))
     for v in ("softmax", "linear"):
         copy_train(os.path.join(res, f"cifar10-cpu-{v}", "train.json"), os.path.join(runs, f"cifar10-cpu-{v}.json"))
     for p in sorted(glob.glob(os.path.join(res, "images-speed", "*", "sample.json"))):

@@ -9,6 +9,10 @@
 #
 #   bash experiments/images/run-cpu.sh [VARIANT...]     (default: softmax linear lsh-1 lsh-4)
 #
+# SEED=S (default 1) trains seed S instead of the config's seed 1 (`--set seed=S`), into
+# results/mnist-cpu-VARIANT-seedS/, at the equal-epochs budget only (the further seeds
+# of PROTOCOL.md's addendum 2: train-epochs.json).
+#
 # Environment: BUDGET_STEPS (default 11063, the protocol's 3 epochs: the equal-epochs
 # step count, from which the equal-time counts follow; PROTOCOL.md's log entry 3 says
 # which budget the reported runs used), THREADS (default 1: the protocol's step times are at 1 thread),
@@ -26,6 +30,8 @@ for k, v in json.load(open(sys.argv[1]))["mnist"]["seconds_per_step"].items(): p
 epoch_steps=${BUDGET_STEPS:-11063}
 [[ "$epoch_steps" =~ ^[1-9][0-9]*$ ]] || { echo "run-cpu: error: BUDGET_STEPS '$epoch_steps' is not a positive step count" >&2; exit 2; }
 threads=${THREADS:-1}
+seed=${SEED:-1}
+[[ "$seed" =~ ^[1-9][0-9]*$ ]] || { echo "run-cpu: error: SEED '$seed' is not a positive integer" >&2; exit 2; }
 out=${OUT:-results}
 exe=${ATTNBENCH:-build/attnbench}
 [ $# -gt 0 ] || set -- softmax linear lsh-1 lsh-4
@@ -38,7 +44,8 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
 for v in "$@"; do
     cfg=experiments/images/mnist-cpu-$v.json
-    dir=$out/mnist-cpu-$v
+    dir=$out/mnist-cpu-$v seedset=()
+    if [ "$seed" -ne 1 ]; then dir=$out/mnist-cpu-$v-seed$seed seedset=(--set "seed=$seed"); fi
     # equal time: T = 11063 softmax steps; S_v = round(T / t_v)
     time_steps=$(python3 -c "print(round($epoch_steps * ${step_s[softmax]} / ${step_s[$v]}))")
     if [ "$time_steps" -le "$epoch_steps" ]; then
@@ -46,7 +53,12 @@ for v in "$@"; do
     else
         first=("epochs" "$epoch_steps") second=("time" "$time_steps")
     fi
-    echo "run-cpu: $v: ${first[0]} budget $((first[1])) steps, then ${second[0]} budget $((second[1])) steps"
+    if [ "$seed" -ne 1 ]; then
+        first=("epochs" "$epoch_steps") second=("epochs" "$epoch_steps")
+        echo "run-cpu: $v, seed $seed: epochs budget $epoch_steps steps"
+    else
+        echo "run-cpu: $v: ${first[0]} budget $((first[1])) steps, then ${second[0]} budget $((second[1])) steps"
+    fi
     # a run interrupted (Ctrl-C, or a kill: the last checkpoint) continues where it was
     if [ -f "$dir/train-${second[0]}.json" ]; then
         echo "run-cpu: $v: done before ($dir/train-${second[0]}.json)"
@@ -56,7 +68,7 @@ for v in "$@"; do
         if [ -f "$dir/checkpoint.bin" ]; then
             "$exe" --threads "$threads" train --resume --out "$dir" --set "steps=${first[1]}" --quiet
         else
-            "$exe" --threads "$threads" train "$cfg" --out "$dir" --set "steps=${first[1]}" --quiet
+            "$exe" --threads "$threads" train "$cfg" --out "$dir" --set "steps=${first[1]}" "${seedset[@]}" --quiet
         fi
         cp "$dir/train.json" "$dir/train-${first[0]}.json"
     fi

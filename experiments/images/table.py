@@ -3,6 +3,9 @@
 
     python3 experiments/images/table.py bits RUNS      MNIST at CPU scale: test bits/dim
                                                        at equal epochs and equal time
+    python3 experiments/images/table.py seeds RUNS     MNIST at the equal-epochs budget:
+                                                       the mean over seeds with a 95%
+                                                       interval
     python3 experiments/images/table.py cifar RUNS     CIFAR-10 at CPU scale
     python3 experiments/images/table.py speed SPEED [cpu]   sampling speed (Tables 1, 2,
                                                        5); cpu: in the process's CPU
@@ -18,7 +21,8 @@
 
 RUNS holds the training run documents that experiments/images/collect.py copied:
 mnist-cpu-VARIANT-epochs.json and -time.json (the document at the end of each budget
-of PROTOCOL.md), cifar10-cpu-VARIANT.json. SPEED holds SHAPE-VARIANT-bB[-eE]/sample.json
+of PROTOCOL.md), mnist-cpu-VARIANT-seedS-epochs.json (the further seeds, equal epochs
+only), cifar10-cpu-VARIANT.json. SPEED holds SHAPE-VARIANT-bB[-eE]/sample.json
 of experiments/images/speed.sh. Standard library only.
 """
 import glob
@@ -29,6 +33,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import provenance  # noqa: E402  (experiments/provenance.py)
+from seedstats import fmt_mean_ci  # noqa: E402  (experiments/seedstats.py)
 
 VARIANTS = ["softmax", "linear", "lsh-1", "lsh-4"]
 # The paper's numbers (its Tables 1, 2 and 5; ../shared notes): bits/dim, images/s
@@ -145,6 +150,47 @@ def cmd_bits(runs):
         worst = max(res, key=lambda v: res[v][0])
         print(f"worst at {ep_txt}: {worst}; below 1.0 bits/dim at {ep_txt}: "
               + (", ".join(v for v in res if res[v][0] < 1.0) or "none"))
+
+
+def cmd_seeds(runs):
+    """Per variant: seed 1's equal-epochs document and those of its further seeds, all at
+    the same step count; the test bits/dim's mean over the seeds with a 95% interval."""
+    rows, steps = [], None
+    for v in VARIANTS:
+        paths = glob.glob(os.path.join(runs, f"mnist-cpu-{v}-epochs.json"))
+        paths += glob.glob(os.path.join(runs, f"mnist-cpu-{v}-seed*-epochs.json"))
+        docs = []
+        for p in paths:
+            d = load(p)
+            t = last_test(d)
+            if t is None:
+                sys.exit(f"table.py: {p} has no test record")
+            n = d["summary"]["steps_done"]
+            if steps is not None and n != steps:
+                sys.exit(f"table.py: {p} has {n} steps, the other equal-epochs runs {steps}")
+            steps = n
+            docs.append((d.get("config", {}).get("seed"), t["test_bits_per_dim"], d, p))
+        seeds = [s for s, _, _, _ in docs]
+        if len(set(seeds)) != len(seeds):
+            sys.exit(f"table.py: {v}: a seed twice among {', '.join(p for _, _, _, p in docs)}")
+        if docs:
+            rows.append((v, sorted(docs, key=lambda x: (x[0] is None, x[0] or 0))))
+    if not rows:
+        sys.exit(f"table.py: no MNIST equal-epochs runs in {runs}")
+    for m in sorted({machine_line(d) for _, docs in rows for _, _, d, _ in docs}):
+        print(m + "  ")
+    print(f"Equal epochs: {steps} steps of 16 images ({steps * 16 / IMAGES:.2f} epochs); mean over the seeds "
+          "[95% interval, Student's t over the seeds; none for one seed]")
+    print()
+    print("| variant | seeds | test bits/dim | each seed's | paper (250 epochs) |")
+    print("|---|---|---|---|---|")
+    for v, docs in rows:
+        print(f"| {provenance.mark(v, [d for _, _, d, _ in docs])} | {', '.join(str(s) for s, _, _, _ in docs)} "
+              f"| {fmt_mean_ci([b for _, b, _, _ in docs], digits=4)} | {', '.join(f'{b:.4f}' for _, b, _, _ in docs)} "
+              f"| {PAPER['mnist'][v][0]} |")
+    for line in provenance.notes([d for _, docs in rows for _, _, d, _ in docs]):
+        print()
+        print(line)
 
 
 def cmd_cifar(runs):
@@ -320,7 +366,7 @@ def best_point(pts, shape, v, batch_ok):
 
 
 def main(argv):
-    cmds = {"bits": cmd_bits, "cifar": cmd_cifar, "speed": cmd_speed, "curves": cmd_curves, "pareto": cmd_pareto}
+    cmds = {"bits": cmd_bits, "seeds": cmd_seeds, "cifar": cmd_cifar, "speed": cmd_speed, "curves": cmd_curves, "pareto": cmd_pareto}
     if len(argv) < 2 or argv[0] not in cmds or len(argv) > (3 if argv[0] in ("speed", "curves", "pareto") else 2):
         sys.exit(__doc__)
     cmds[argv[0]](*argv[1:])

@@ -93,6 +93,34 @@ class Scripts(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("no MNIST runs", r.stderr)
 
+    def seed_doc(self, name, seed, steps, test_bits):
+        d = train_doc(steps, [(steps, test_bits + 0.05)], test_bits, 100)
+        d["config"] = {"seed": seed}
+        self.write(name, d)
+
+    def test_seeds(self):
+        self.seed_doc("mnist-cpu-softmax-epochs.json", 1, 590, 1.20)
+        self.seed_doc("mnist-cpu-softmax-seed3-epochs.json", 3, 590, 1.24)
+        self.seed_doc("mnist-cpu-softmax-seed2-epochs.json", 2, 590, 1.22)
+        self.seed_doc("mnist-cpu-linear-epochs.json", 1, 590, 1.30)
+        self.write("mnist-cpu-linear-time.json", train_doc(877, [(877, 1.1)], 1.15, 5400))  # not read
+        r = self.run_script(TABLE, "seeds", self.dir)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertIn("Equal epochs: 590 steps of 16 images (0.16 epochs)", lines[1])
+        # 1.20, 1.22, 1.24: mean 1.22, sd 0.02, half-width t(2) 4.303 x 0.02 / sqrt(3) = 0.0497
+        self.assertIn("| softmax | 1, 2, 3 | 1.2200 [1.1703, 1.2697] | 1.2000, 1.2200, 1.2400 | 0.621 |", lines)
+        self.assertIn("| linear | 1 | 1.3000 | 1.3000 | 0.644 |", lines)
+        self.assertFalse(any(x.startswith("| lsh-1") for x in lines))
+        self.seed_doc("mnist-cpu-linear-seed2-epochs.json", 2, 600, 1.3)
+        r = self.run_script(TABLE, "seeds", self.dir)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("has 600 steps, the other equal-epochs runs 590", r.stderr)
+        self.seed_doc("mnist-cpu-linear-seed2-epochs.json", 1, 590, 1.3)
+        r = self.run_script(TABLE, "seeds", self.dir)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("linear: a seed twice", r.stderr)
+
     def test_curves(self):
         self.runs()
         r = self.run_script(TABLE, "curves", self.dir)
@@ -180,6 +208,7 @@ class Scripts(unittest.TestCase):
     def test_collect(self):
         res = os.path.join(self.dir, "results")
         self.write("results/mnist-cpu-linear/train-epochs.json", train_doc(5, [(5, 1.5)], 1.4, 10))
+        self.write("results/mnist-cpu-linear-seed2/train-epochs.json", train_doc(5, [(5, 1.5)], 1.3, 10))
         self.write("results/images-speed/mnist-linear-b1/sample.json",
                    sample_doc("mnist-linear", "linear", 784, 1, 0.5, mode="recurrent"))
         # collect writes into the source tree's runs/: run it on a copy of the script
@@ -194,6 +223,8 @@ class Scripts(unittest.TestCase):
             doc = json.load(f)
         self.assertNotIn("step_loss", doc)
         self.assertEqual(doc["records"][-1]["test_bits_per_dim"], 1.4)
+        with open(os.path.join(tree, "runs", "mnist-cpu-linear-seed2-epochs.json")) as f:
+            self.assertEqual(json.load(f)["records"][-1]["test_bits_per_dim"], 1.3)
         self.assertTrue(os.path.exists(os.path.join(tree, "runs", "speed", "mnist-linear-b1", "sample.json")))
         self.assertIn("missing, skipped", r.stderr)  # the other variants' documents
 
