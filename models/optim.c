@@ -81,6 +81,7 @@ void ab_optim_config_default(ab_optim_config *c) {
     c->plateau_patience = 10;
     c->plateau_threshold = 1e-4;
     c->plateau_min_lr = 0.0;
+    c->plateau_begin_below = INFINITY;
 }
 
 bool ab_optim_config_has_plateau(const ab_optim_config *c) { return c->plateau_metric[0] != '\0'; }
@@ -153,6 +154,9 @@ static int validate(const ab_optim_config *c, const char *where) {
         return bad_key(where, "schedule.plateau.threshold", "= %g must be finite and >= 0", c->plateau_threshold);
     if (!(c->plateau_min_lr >= 0.0 && isfinite(c->plateau_min_lr)))
         return bad_key(where, "schedule.plateau.min_lr", "= %g must be finite and >= 0", c->plateau_min_lr);
+    if (isnan(c->plateau_begin_below) || c->plateau_begin_below == -INFINITY)
+        return bad_key(where, "schedule.plateau.begin_below", "= %g must be a number (or +inf: from the first value)",
+                       c->plateau_begin_below);
     return 0;
 }
 
@@ -227,7 +231,7 @@ int ab_optim_config_from_json(const json_t *obj, const char *where, ab_optim_con
             snprintf(pw, sizeof pw, "%s.plateau", sw);
             if (!json_is_object(pl))
                 return ab_fail(AB_EINVAL, "config: '%s' must be an object {\"metric\": NAME, \"factor\": 0.5, ...}", pw);
-            static const char *const pkeys[] = {"metric", "factor", "patience", "threshold", "min_lr", NULL};
+            static const char *const pkeys[] = {"metric", "factor", "patience", "threshold", "min_lr", "begin_below", NULL};
             if ((rc = ab_config_only_keys(pl, pw, pkeys))) return rc;
             const char *metric;
             if ((rc = ab_config_str(pl, pw, "metric", true, NULL, &metric))) return rc;
@@ -242,6 +246,9 @@ int ab_optim_config_from_json(const json_t *obj, const char *where, ab_optim_con
             if ((rc = ab_config_num(pl, pw, "threshold", false, c.plateau_threshold, -big, big, &c.plateau_threshold)))
                 return rc;
             if ((rc = ab_config_num(pl, pw, "min_lr", false, c.plateau_min_lr, -big, big, &c.plateau_min_lr))) return rc;
+            if (json_object_get(pl, "begin_below") &&
+                (rc = ab_config_num(pl, pw, "begin_below", false, 0.0, -big, big, &c.plateau_begin_below)))
+                return rc;
         }
     }
     if ((rc = validate(&c, where))) return rc;
@@ -262,6 +269,11 @@ json_t *ab_optim_config_to_json(const ab_optim_config *c) {
         json_t *pl = json_pack("{s:s, s:f, s:I, s:f, s:f}", "metric", c->plateau_metric, "factor", c->plateau_factor,
                                "patience", (json_int_t)c->plateau_patience, "threshold", c->plateau_threshold,
                                "min_lr", c->plateau_min_lr);
+        if (pl && isfinite(c->plateau_begin_below) &&
+            json_object_set_new(pl, "begin_below", json_real(c->plateau_begin_below))) {
+            json_decref(pl);
+            pl = NULL;
+        }
         if (!pl || json_object_set_new(json_object_get(o, "schedule"), "plateau", pl)) {
             json_decref(o);
             return NULL;
@@ -426,6 +438,8 @@ int ab_optim_plateau(ab_optim *o, double value, bool *reduced) {
     if (!ab_optim_config_has_plateau(c))
         return ab_fail(AB_EINVAL, "optimiser: the schedule has no plateau (schedule.plateau) to report a value to");
     ab_optim_plateau_state *p = &o->plateau;
+    const double bb = c->plateau_begin_below;
+    if (isfinite(bb) && !(p->best < bb) && !(value < bb)) return 0; /* not started */
     const bool improved = isinf(p->best) ? value < p->best : value < p->best - c->plateau_threshold * fabs(p->best);
     if (improved) {
         p->best = value;

@@ -52,7 +52,11 @@
  * improves when it is below best - threshold |best|; otherwise the evaluation is a bad
  * one. After more than `patience` bad evaluations in a row, the factor r becomes
  * max(r factor, min_lr / lr) (when that is lower) and the count restarts. NaN never
- * improves. The state (r, best, the bad count, the reductions) is part of the
+ * improves. With begin_below finite, values are ignored (neither bad nor a best) until
+ * the first one below it, which starts the rule as the first value would: a CTC model
+ * that sits at 100% PER while it learns to emit anything but blanks is not counted as
+ * stuck there (the state needs nothing more: the rule has started exactly when best <
+ * begin_below). The driver reports a maximised metric negated, begin_below too. The state (r, best, the bad count, the reductions) is part of the
  * optimiser's state blob, so a resumed run continues it bit for bit. The optimiser
  * does not interpret the metric's name: the driver does (experiments/driver/).
  *
@@ -113,6 +117,7 @@ typedef struct {
     long long plateau_patience; /* >= 0 bad evaluations tolerated, default 10 (PyTorch's) */
     double plateau_threshold;   /* >= 0: relative improvement needed, default 1e-4 (PyTorch's) */
     double plateau_min_lr;      /* >= 0: the lr r never goes below, default 0 */
+    double plateau_begin_below; /* the rule starts at the first value below it; default +inf */
 } ab_optim_config;
 
 /* The defaults listed above. */
@@ -129,8 +134,8 @@ int ab_optim_kind_find(const char *name);
  *    "rectify_threshold": 5,
  *    "schedule": {"milestones": [3000], "gamma": 0.1, "warmup": 0,
  *                 "plateau": {"metric": "per", "factor": 0.5, "patience": 10,
- *                             "threshold": 1e-4, "min_lr": 0}}}
- * ("plateau" is optional, its "metric" required: any non-empty name of at most 31
+ *                             "threshold": 1e-4, "min_lr": 0, "begin_below": 0.95}}}
+ * ("plateau" is optional, its "metric" required, "begin_below" absent for +inf: any non-empty name of at most 31
  * characters; the driver checks that it names something it evaluates).
  * Every key is optional (defaults above); unknown keys, wrong types and values out of
  * range are AB_EINVAL with a message naming the key as `where.key` ("" for `where`

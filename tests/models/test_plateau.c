@@ -95,6 +95,39 @@ Test(plateau, the_rule_on_a_hand_made_sequence) {
     ab_optim_destroy(o);
 }
 
+/* begin_below: nothing counts until the first value below it (a CTC model's all-blank
+ * start at 100% PER); from there the rule is the one above. */
+Test(plateau, begin_below_waits_for_the_first_value_below) {
+    ab_optim_config c = plateau_cfg();
+    c.plateau_begin_below = 0.9;
+    ab_optim *o = make(&c, 4);
+    const struct {
+        double v, factor, best;
+        long long bad;
+        int reductions;
+    } seq[] = {
+        {1.0, 1.0, INFINITY, 0, 0},  /* not below 0.9: ignored, where the rule would count it */
+        {1.0, 1.0, INFINITY, 0, 0},  /* ignored again: without begin_below, a reduction here */
+        {NAN, 1.0, INFINITY, 0, 0},  /* NaN is not below either */
+        {0.95, 1.0, INFINITY, 0, 0}, /* ignored */
+        {0.8, 1.0, 0.8, 0, 0},       /* the first below 0.9: the first best */
+        {0.85, 1.0, 0.8, 1, 0},      /* from here the rule: not below 0.72, bad */
+        {0.95, 0.5, 0.8, 0, 1},      /* above begin_below, and counted: the second bad one halves */
+        {NAN, 0.5, 0.8, 1, 1},       /* NaN counts as bad once started */
+    };
+    for (size_t i = 0; i < sizeof seq / sizeof *seq; i++) {
+        cr_assert_eq(ab_optim_plateau(o, seq[i].v, NULL), 0, "%s", ab_error());
+        ab_optim_plateau_state st;
+        ab_optim_plateau_get(o, &st);
+        cr_expect(st.factor == seq[i].factor && st.best == seq[i].best && st.bad == seq[i].bad &&
+                      st.reductions == seq[i].reductions,
+                  "value %zu (%g): factor %g best %g bad %lld reductions %d; expected %g %g %lld %d", i, seq[i].v,
+                  st.factor, st.best, st.bad, st.reductions, seq[i].factor, seq[i].best, seq[i].bad,
+                  seq[i].reductions);
+    }
+    ab_optim_destroy(o);
+}
+
 Test(plateau, state_is_in_the_optimiser_blob) {
     ab_optim_config c = plateau_cfg();
     ab_optim *a = make(&c, 5), *b = make(&c, 5);
@@ -169,6 +202,20 @@ Test(plateau, json_config) {
     cr_expect(memcmp(&back, &c, sizeof c) == 0, "the canonical form does not read back the same");
     free(text);
     json_decref(j);
+    /* begin_below: in the canonical form only when set, and read back */
+    cr_expect(isinf(c.plateau_begin_below) && c.plateau_begin_below > 0);
+    cr_assert_eq(parse("{\"schedule\": {\"plateau\": {\"metric\": \"per\", \"begin_below\": 0.95}}}", &c), 0, "%s",
+                 ab_error());
+    cr_expect(c.plateau_begin_below == 0.95);
+    j = ab_optim_config_to_json(&c);
+    pl = json_object_get(json_object_get(j, "schedule"), "plateau");
+    cr_expect_eq(json_object_size(pl), 6);
+    cr_expect(json_real_value(json_object_get(pl, "begin_below")) == 0.95);
+    text = json_dumps(j, JSON_REAL_PRECISION(17));
+    cr_assert_eq(parse(text, &back), 0, "%s", ab_error());
+    cr_expect(memcmp(&back, &c, sizeof c) == 0, "begin_below does not read back the same");
+    free(text);
+    json_decref(j);
     /* no schedule: no "plateau" in the canonical form (the form of earlier runs) */
     ab_optim_config_default(&c);
     cr_expect(!ab_optim_config_has_plateau(&c));
@@ -186,6 +233,7 @@ Test(plateau, json_config) {
         {"{\"metric\": \"per\", \"patience\": -1}", "'optim.schedule.plateau.patience' = -1"},
         {"{\"metric\": \"per\", \"threshold\": -0.5}", "plateau.threshold"},
         {"{\"metric\": \"per\", \"min_lr\": -1}", "plateau.min_lr"},
+        {"{\"metric\": \"per\", \"begin_below\": \"soon\"}", "plateau.begin_below"},
         {"{\"metric\": \"per\", \"mode\": \"max\"}", "mode"},
         {"\"per\"", "'optim.schedule.plateau' must be an object"},
     };
