@@ -92,7 +92,8 @@ def run_row(path):
     ep = s["epochs_done"]
     return {
         "label": label(doc), "valid": s["final_eval_per"], "best": best, "best_epoch": best_epoch,
-        "test": s["test_per"], "loss_low": low, "loss_low_epoch": low_epoch, "loss_end": last, "cpu_epoch": s["step_cpu_s"] / ep, "wall_epoch": s["step_s"] / ep, "epochs": ep,
+        "test": s["test_per"], "loss_low": low, "loss_low_epoch": low_epoch, "loss_end": last,
+        "cpu_epoch": s["step_cpu_s"] / ep, "wall_epoch": s["step_s"] / ep, "epochs": ep,
         "params": s["params"], "threads": s.get("threads"), "doc": doc,
     }
 
