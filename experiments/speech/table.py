@@ -149,15 +149,15 @@ def model_key(cfg):
 
 
 def seeds_table(paths):
-    groups = {}
+    groups = {}  # model -> {seed: (path, row)}
     for p in paths:
         r = run_row(p)
-        r["path"] = p
-        g = groups.setdefault(model_key(r["doc"]["config"]), [])
         seed = r["doc"]["config"].get("seed")
-        if any(o["doc"]["config"].get("seed") == seed for o in g):
-            die(f"{p}: seed {seed} of its model twice (also {next(o['path'] for o in g if o['doc']['config'].get('seed') == seed)})")
-        g.append(r)
+        g = groups.setdefault(model_key(r["doc"]["config"]), {})
+        if seed in g:
+            die(f"{p}: seed {seed} of its model twice (also {g[seed][0]})")
+        g[seed] = (p, r)
+    groups = {k: [r for _, r in g.values()] for k, g in groups.items()}
     rows = [r for g in groups.values() for r in g]
     machines = sorted({machine_line(r["doc"]) for r in rows})
     threads = sorted({str(r["threads"]) for r in rows})
