@@ -30,9 +30,10 @@
  * small_gemm's (sg_rows, sg_outer_acc) where the output width allows, ab_sgemm otherwise.
  * OpenMP runs over the B*H slices (attn_outer_threads), as linear's.
  *
- * Nothing is saved for the backward (saved_bytes = 0): each gradient is its own pass
- * over the inputs. The recurrent state is S per slice (B*H*D*M floats); prefill runs the
- * causal forward pass into it, a step updates it in place. */
+ * Nothing is saved for the backward (saved_bytes = 0): dq is its own pass over the
+ * inputs, dk and dv share one (ret_pass_kv). The recurrent state is S per slice
+ * (B*H*D*M floats); prefill runs the causal forward pass into it, a step updates it in
+ * place. */
 #include "cpu_util.h"
 #include "small_gemm.h"
 #include "variant.h"
@@ -207,6 +208,17 @@ static void inter_add(ret_slot *w, int t, const float *a, int P, const float *S,
     }
 }
 
+/* As inter_add with the state's transpose: y rows += f[r] * (a rows S^T), S (R x P). */
+static void inter_add_t(ret_slot *w, int t, const float *a, int P, const float *S, int R, int off, int sign,
+                        float *y) {
+    ab_sgemm(false, true, t, R, P, 1.0f, a, P, S, P, 0.0f, w->Y, R);
+    for (int r = 0; r < t; r++) {
+        const float f = w->spw[off + sign * r], *src = w->Y + (size_t)r * R;
+        float *dst = y + (size_t)r * R;
+        for (int m = 0; m < R; m++) dst[m] += f * src[m];
+    }
+}
+
 /* S <- gamma^t S + (diag(pw[off + sign r]) B_c)^T C_c. */
 static void state_add(ret_slot *w, int t, const float *b, int P, const float *c, int R, int off, int sign, float *S) {
     const float d = w->pw[t];
@@ -243,6 +255,53 @@ static void ret_pass(const ret_cfg *g, ret_slot *w, int L, int dir, const float 
         const float *ac = a + (size_t)i0 * P, *bc = b + (size_t)i0 * P, *cc = c + (size_t)i0 * R;
         if (i0 + t < L) inter_add(w, t, ac, P, U, R, t, -1, y + (size_t)i0 * R);
         if (i0 > 0) state_add(w, t, bc, P, cc, R, 0, 1, U);
+    }
+}
+
+/* The backward's dk and dv together: dk is the pass (v, g, q) and dv the pass (k, q, g)
+ * (g = dout), with the same decays, and dk's state g^T q is the transpose of dv's q^T g,
+ * so one state X (D x M) serves both sweeps. dir is RET_ANTI (causal) or RET_BOTH. A
+ * causal backward does the chunks' own t x t terms in the anti-causal sweep itself, so
+ * it reads q, k, v and dout once and writes dk and dv once (6 streams of a slice's N
+ * rows; two anti-causal ret_pass calls made 18: an intra sweep and an inter sweep each,
+ * the second reading its output back), which matters once a slice's tensors outgrow
+ * the cache (experiments/sweep/RESULTS.md, "retention's growth"). */
+static void ret_pass_kv(const ret_cfg *g, ret_slot *w, int L, int dir, const float *q, const float *k,
+                        const float *v, const float *gd, float *dk, float *dv) {
+    const int T = g->T, D = g->D, M = g->M;
+    float *X = w->S;
+    if (L <= 0) return;
+    if (dir & RET_CAUSAL) {
+        memset(X, 0, sizeof(float) * (size_t)D * M);
+        for (int i0 = 0; i0 < L; i0 += T) {
+            const int t = L - i0 < T ? L - i0 : T;
+            const float *qc = q + (size_t)i0 * D, *kc = k + (size_t)i0 * D, *vc = v + (size_t)i0 * M;
+            const float *gc = gd + (size_t)i0 * M;
+            float *dkc = dk + (size_t)i0 * D, *dvc = dv + (size_t)i0 * M;
+            intra(g, w, t, dir, vc, gc, M, qc, D, dkc);
+            intra(g, w, t, dir, kc, qc, D, gc, M, dvc);
+            if (i0 > 0) {
+                inter_add_t(w, t, vc, M, X, D, 1, 1, dkc);
+                inter_add(w, t, kc, D, X, M, 1, 1, dvc);
+            }
+            if (i0 + t < L) state_add(w, t, qc, D, gc, M, t - 1, -1, X);
+        }
+    }
+    memset(X, 0, sizeof(float) * (size_t)D * M);
+    for (int i0 = ((L - 1) / T) * T; i0 >= 0; i0 -= T) {
+        const int t = L - i0 < T ? L - i0 : T;
+        const float *qc = q + (size_t)i0 * D, *kc = k + (size_t)i0 * D, *vc = v + (size_t)i0 * M;
+        const float *gc = gd + (size_t)i0 * M;
+        float *dkc = dk + (size_t)i0 * D, *dvc = dv + (size_t)i0 * M;
+        if (!(dir & RET_CAUSAL)) {
+            intra(g, w, t, dir, vc, gc, M, qc, D, dkc);
+            intra(g, w, t, dir, kc, qc, D, gc, M, dvc);
+        }
+        if (i0 + t < L) {
+            inter_add_t(w, t, vc, M, X, D, t, -1, dkc);
+            inter_add(w, t, kc, D, X, M, t, -1, dvc);
+        }
+        if (i0 > 0) state_add(w, t, qc, D, gc, M, 0, 1, X);
     }
 }
 
@@ -289,10 +348,7 @@ static int backward(attn *a, const attn_shape *s, const float *q, const float *k
         decay_tables(&g, &w, ret_gamma(a, bh % s->heads));
         memset(w.S, 0, sizeof(float) * (size_t)D * M);
         ret_pass(&g, &w, L, fwd, gs, vs, M, ks, D, dq + oq, w.S, false);
-        memset(w.S, 0, sizeof(float) * (size_t)D * M);
-        ret_pass(&g, &w, L, rev, vs, gs, M, qs, D, dk + oq, w.S, false);
-        memset(w.S, 0, sizeof(float) * (size_t)D * M);
-        ret_pass(&g, &w, L, rev, ks, qs, D, gs, M, dv + ov, w.S, false);
+        ret_pass_kv(&g, &w, L, rev, qs, ks, vs, gs, dk + oq, dv + ov);
         zero_rows(dq + oq, L, N, D);
         zero_rows(dk + oq, L, N, D);
         zero_rows(dv + ov, L, N, M);
