@@ -128,8 +128,10 @@ json_t *ab_machine_info(void) {
     json_object_set_new(m, "memory_bytes", json_integer((json_int_t)pages * psz));
     struct utsname u;
     if (uname(&u) == 0) {
+        /* the system and the architecture: a kernel's release string names the build of
+         * the host it ran on, not anything a result depends on */
         char os[400];
-        snprintf(os, sizeof os, "%s %s %s", u.sysname, u.release, u.machine);
+        snprintf(os, sizeof os, "%s %s", u.sysname, u.machine);
         json_object_set_new(m, "os", json_string(os));
     }
 #ifdef __VERSION__

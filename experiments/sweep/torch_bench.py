@@ -484,7 +484,7 @@ def machine_info(torch, device, threads_set, ob):
         "ld_preload": os.environ.get("LD_PRELOAD"),
         "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
         "memory_bytes": mem,
-        "os": f"{platform.system()} {platform.release()} {platform.machine()}",
+        "os": f"{platform.system()} {platform.machine()}",
         "python": platform.python_version(),
         "python_executable": sys.executable,
         "torch": torch.__version__,
