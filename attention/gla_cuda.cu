@@ -101,6 +101,130 @@ __global__ void gla_rows_kernel(gla_pass p) {
     }
 }
 
+/* The two kernels above with the state in registers, for D (cols) or M (rows) up to
+ * DM: the thread's column (row) of X is x[0..DM), and the pass's rows are staged STAGE
+ * steps at a time in shared memory, each read and each decay e^g computed once per block
+ * rather than once per thread. The recurrence's dependent chain then runs in registers,
+ * where the kernels above load and store X[d][m] in global memory at every step; the
+ * arithmetic, in the same order, gives the same floats. X is written once at the end
+ * (prefill's state). Shared memory: STAGE (3 D) floats (cols), STAGE (2 D + 2 M) (rows). */
+#define STAGE 32
+
+/* Unrolled for nvcc, so that x[] is indexed by constants and stays in registers (g++ of
+ * the emulated build does not know the pragma). */
+#ifdef AB_CUDA_EMU
+#define GLA_UNROLL
+#else
+#define GLA_UNROLL _Pragma("unroll")
+#endif
+
+/* Stages steps [i0, i0 + n) of the pass: for each, the D values of `a` (when sa) and of
+ * `c` (when sc, width R), and the decays of the D key dimensions (when se). */
+__device__ __forceinline__ void gla_stage(const gla_pass &p, const float *a, const float *c, int R, const float *g,
+                                          int i0, int n, float *sa, float *sc, float *se) {
+    for (int e = threadIdx.x; e < n * p.D; e += blockDim.x) {
+        const int s = e / p.D, d = e % p.D, it = i0 + s, t = p.dir > 0 ? it : p.L - 1 - it;
+        sa[e] = a[(long long)t * p.D + d];
+        se[e] = gla_decay(p, g, it, t, d);
+    }
+    for (int e = threadIdx.x; e < n * R; e += blockDim.x) {
+        const int s = e / R, r = e % R, it = i0 + s, t = p.dir > 0 ? it : p.L - 1 - it;
+        sc[e] = c[(long long)t * R + r];
+    }
+}
+
+template <int DM> __global__ void gla_cols_reg_kernel(gla_pass p) {
+    AB_DYN_SMEM(float, smem);
+    const int D = p.D, M = p.M, groups = (M + GROUP - 1) / GROUP;
+    float *sa = smem, *se = sa + STAGE * D, *sc = se + STAGE * D;
+    for (long long item = blockIdx.x; item < p.ns * groups; item += gridDim.x) {
+        const long long sl = item / groups;
+        const int m = (int)(item % groups) * GROUP + (int)threadIdx.x;
+        const bool on = m < M;
+        const float *a = p.a + sl * p.N * D, *b = p.b + sl * p.N * M, *c = p.c + sl * p.N * D;
+        const float *g = p.gate + sl * p.N * p.W;
+        float *X = p.X + sl * (long long)D * M, *o = p.o ? p.o + sl * p.N * M : NULL;
+        float x[DM];
+GLA_UNROLL
+        for (int d = 0; d < DM; d++) x[d] = 0.0f;
+        for (int i0 = 0; i0 < p.L; i0 += STAGE) {
+            const int n = p.L - i0 < STAGE ? p.L - i0 : STAGE;
+            __syncthreads(); /* every thread is done with the previous stage */
+            gla_stage(p, a, c, D, g, i0, n, sa, sc, se);
+            __syncthreads();
+            for (int s = 0; s < n; s++) {
+                const int it = i0 + s, t = p.dir > 0 ? it : p.L - 1 - it;
+                const float bt = on ? b[(long long)t * M + m] : 0.0f;
+                const float *ra = sa + s * D, *rc = sc + s * D, *re = se + s * D;
+                float acc = 0.0f;
+GLA_UNROLL
+                for (int d = 0; d < DM; d++)
+                    if (d < D) {
+                        float xd = x[d] * re[d];
+                        const float ab = ra[d] * bt;
+                        if (!p.strict) xd += ab;
+                        acc += rc[d] * xd;
+                        if (p.strict) xd += ab;
+                        x[d] = xd;
+                    }
+                if (on && o) o[(long long)t * M + m] = (p.accumulate ? o[(long long)t * M + m] : 0.0f) + p.scale * acc;
+            }
+        }
+        if (on)
+GLA_UNROLL
+            for (int d = 0; d < DM; d++)
+                if (d < D) X[(long long)d * M + m] = x[d];
+    }
+}
+
+template <int DM> __global__ void gla_rows_reg_kernel(gla_pass p) {
+    AB_DYN_SMEM(float, smem);
+    const int D = p.D, M = p.M, groups = (D + GROUP - 1) / GROUP;
+    float *sa = smem, *se = sa + STAGE * D, *sc = se + STAGE * D, *sb = sc + STAGE * M;
+    for (long long item = blockIdx.x; item < p.ns * groups; item += gridDim.x) {
+        const long long sl = item / groups;
+        const int d = (int)(item % groups) * GROUP + (int)threadIdx.x;
+        const bool on = d < D;
+        const float *a = p.a + sl * p.N * D, *b = p.b + sl * p.N * M, *c = p.c + sl * p.N * M;
+        const float *g = p.gate + sl * p.N * p.W;
+        float *X = p.X + sl * (long long)D * M, *o = p.o + sl * p.N * D;
+        float x[DM];
+GLA_UNROLL
+        for (int m = 0; m < DM; m++) x[m] = 0.0f;
+        for (int i0 = 0; i0 < p.L; i0 += STAGE) {
+            const int n = p.L - i0 < STAGE ? p.L - i0 : STAGE;
+            __syncthreads();
+            gla_stage(p, a, c, M, g, i0, n, sa, sc, se);
+            for (int e = threadIdx.x; e < n * M; e += blockDim.x) {
+                const int s = e / M, r = e % M, it = i0 + s, t = p.dir > 0 ? it : p.L - 1 - it;
+                sb[e] = b[(long long)t * M + r];
+            }
+            __syncthreads();
+            for (int s = 0; s < n; s++) {
+                const int it = i0 + s, t = p.dir > 0 ? it : p.L - 1 - it;
+                const float e = on ? se[s * D + d] : 1.0f, at = on ? sa[s * D + d] : 0.0f;
+                const float *rb = sb + s * M, *rc = sc + s * M;
+                float acc = 0.0f;
+GLA_UNROLL
+                for (int m = 0; m < DM; m++)
+                    if (m < M) {
+                        float xm = x[m] * e;
+                        const float ab = at * rb[m];
+                        if (!p.strict) xm += ab;
+                        acc += xm * rc[m];
+                        if (p.strict) xm += ab;
+                        x[m] = xm;
+                    }
+                if (on) o[(long long)t * D + d] = (p.accumulate ? o[(long long)t * D + d] : 0.0f) + p.scale * acc;
+            }
+        }
+        if (on)
+GLA_UNROLL
+            for (int m = 0; m < DM; m++)
+                if (m < M) X[(long long)m * D + d] = x[m];
+    }
+}
+
 /* dg (W columns per position) of ns slices of valid length L from q, k, dq, dk and, for
  * the non-causal form, the strict direction's parts dqa, dka (else NULL). */
 __global__ void gla_dgate_kernel(const float *q, const float *k, const float *dq, const float *dk, const float *dqa,
@@ -153,10 +277,22 @@ __global__ void gla_step_kernel(float *S, const float *q, const float *k, const 
 
 static long long blocks_of(long long items) { return items < 1 ? 1 : items < MAX_BLOCKS ? items : MAX_BLOCKS; }
 
+/* The register kernels where the thread's line of X fits (D for cols, M for rows, up
+ * to 64), the global-state kernels past that. */
 static int run_pass(gla_pass p, bool cols) {
-    const long long groups = ((cols ? p.M : p.D) + GROUP - 1) / GROUP;
-    if (cols) AB_LAUNCH(gla_cols_kernel, blocks_of(p.ns * groups), GROUP, 0, ab_cuda_stream(), p);
-    else AB_LAUNCH(gla_rows_kernel, blocks_of(p.ns * groups), GROUP, 0, ab_cuda_stream(), p);
+    const long long groups = ((cols ? p.M : p.D) + GROUP - 1) / GROUP, grid = blocks_of(p.ns * groups);
+    const int line = cols ? p.D : p.M;
+    const size_t sm = (size_t)STAGE * (cols ? 3 * p.D : 2 * p.D + 2 * p.M) * sizeof(float);
+    cudaStream_t st = ab_cuda_stream();
+    if (cols) {
+        if (line <= 32) AB_LAUNCH(gla_cols_reg_kernel<32>, grid, GROUP, sm, st, p);
+        else if (line <= 64) AB_LAUNCH(gla_cols_reg_kernel<64>, grid, GROUP, sm, st, p);
+        else AB_LAUNCH(gla_cols_kernel, grid, GROUP, 0, st, p);
+    } else {
+        if (line <= 32) AB_LAUNCH(gla_rows_reg_kernel<32>, grid, GROUP, sm, st, p);
+        else if (line <= 64) AB_LAUNCH(gla_rows_reg_kernel<64>, grid, GROUP, sm, st, p);
+        else AB_LAUNCH(gla_rows_kernel, grid, GROUP, 0, st, p);
+    }
     return 0;
 }
 

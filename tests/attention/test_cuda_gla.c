@@ -1,7 +1,8 @@
 /* gla on CUDA against the CPU (built into both CUDA suites, as test_cuda.c: on the
  * emulator everywhere, on a GPU where there is one): forward, backward and the gate's
  * gradient dg (overwriting a buffer that starts as NaN), vector and scalar gates, causal
- * and not, lengths with 0 and N, N = 1, D and M above a warp, gates down to -20; outputs
+ * and not, lengths with 0 and N, N = 1, D and M above a warp and above the register
+ * kernels' 64, rows over several staged steps, gates down to -20; outputs
  * and gradients start as NaN on the device (every entry must be written); a repeated
  * call allocates nothing and gives the same bits; prefill and steps against the CPU's
  * causal forward. Tolerances: test_cuda_util.h (FWD_TOL, BWD_TOL: both sides within the
@@ -120,6 +121,10 @@ Test(cuda_gla, against_cpu) {
     gla_case("vector", 1, 2, 50, 40, 33, true, NULL, 0.2, 208); /* rows and columns past a warp */
     gla_case("vector", 1, 2, 60, 16, 8, true, NULL, 20.0, 209); /* strong gates */
     gla_case("scalar", 1, 2, 60, 16, 8, false, NULL, 20.0, 210);
+    /* a state line past the register kernels' 64 (gla_cuda.cu): D = 70 runs the column
+     * passes on the global-state kernel, M = 70 the row passes; 75 rows, three stages */
+    gla_case("vector", 1, 1, 75, 70, 9, false, NULL, 0.5, 211);
+    gla_case("scalar", 1, 1, 75, 9, 70, true, NULL, 0.5, 212);
 }
 
 /* Prefill of P (with its output) and steps to N-1 on CUDA against the CPU's causal
