@@ -13,27 +13,12 @@ points that ran) of the pairs and of the time: the difference says how much of t
 growth the mask's work explains and how much the cost per pair changes with N.
 Standard library only; exit status 2 with one line for a file that is not a bench run.
 """
-import json
 import math
+import os
 import sys
 
-
-def die(msg):
-    print(f"sparse_work.py: {msg}", file=sys.stderr)
-    sys.exit(2)
-
-
-def load(path):
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-    except OSError as e:
-        die(f"cannot read {path}: {e.strerror}")
-    except json.JSONDecodeError as e:
-        die(f"{path}:{e.lineno}:{e.colno}: not JSON: {e.msg}")
-    if not isinstance(doc, dict) or doc.get("schema") != "attnbench/run/1" or not isinstance(doc.get("records"), list):
-        die(f"{path} is not an attnbench run document (schema attnbench/run/1)")
-    return doc
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from table import die, load  # noqa: E402  (experiments/sweep/table.py: one-line refusals)
 
 
 def auto(n):

@@ -21,7 +21,9 @@ import provenance  # noqa: E402  (experiments/provenance.py)
 
 
 def die(msg):
-    print(f"table.py: {msg}", file=sys.stderr)
+    # the running script's name: sparse_work.py reads run documents through load() too
+    prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "table.py"
+    print(f"{prog}: {msg}", file=sys.stderr)
     sys.exit(2)
 
 
