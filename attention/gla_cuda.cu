@@ -105,8 +105,9 @@ __global__ void gla_rows_kernel(gla_pass p) {
  * DM: the thread's column (row) of X is x[0..DM), and the pass's rows are staged STAGE
  * steps at a time in shared memory, each read and each decay e^g computed once per block
  * rather than once per thread. The recurrence's dependent chain then runs in registers,
- * where the kernels above load and store X[d][m] in global memory at every step; the
- * arithmetic, in the same order, gives the same floats. X is written once at the end
+ * where the kernels above load and store X[d][m] in global memory at every step. The
+ * read-out sum over the line runs in four partial sums (d mod 4), so that a step's
+ * chain of dependent additions is a quarter as long. X is written once at the end
  * (prefill's state). Shared memory: STAGE (3 D) floats (cols), STAGE (2 D + 2 M) (rows). */
 #define STAGE 32
 
@@ -156,18 +157,19 @@ GLA_UNROLL
                 const int it = i0 + s, t = p.dir > 0 ? it : p.L - 1 - it;
                 const float bt = on ? b[(long long)t * M + m] : 0.0f;
                 const float *ra = sa + s * D, *rc = sc + s * D, *re = se + s * D;
-                float acc = 0.0f;
+                float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 GLA_UNROLL
                 for (int d = 0; d < DM; d++)
                     if (d < D) {
                         float xd = x[d] * re[d];
                         const float ab = ra[d] * bt;
                         if (!p.strict) xd += ab;
-                        acc += rc[d] * xd;
+                        acc[d & 3] += rc[d] * xd;
                         if (p.strict) xd += ab;
                         x[d] = xd;
                     }
-                if (on && o) o[(long long)t * M + m] = (p.accumulate ? o[(long long)t * M + m] : 0.0f) + p.scale * acc;
+                const float sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+                if (on && o) o[(long long)t * M + m] = (p.accumulate ? o[(long long)t * M + m] : 0.0f) + p.scale * sum;
             }
         }
         if (on)
@@ -204,18 +206,19 @@ GLA_UNROLL
                 const int it = i0 + s, t = p.dir > 0 ? it : p.L - 1 - it;
                 const float e = on ? se[s * D + d] : 1.0f, at = on ? sa[s * D + d] : 0.0f;
                 const float *rb = sb + s * M, *rc = sc + s * M;
-                float acc = 0.0f;
+                float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 GLA_UNROLL
                 for (int m = 0; m < DM; m++)
                     if (m < M) {
                         float xm = x[m] * e;
                         const float ab = at * rb[m];
                         if (!p.strict) xm += ab;
-                        acc += xm * rc[m];
+                        acc[m & 3] += xm * rc[m];
                         if (p.strict) xm += ab;
                         x[m] = xm;
                     }
-                if (on) o[(long long)t * D + d] = (p.accumulate ? o[(long long)t * D + d] : 0.0f) + p.scale * acc;
+                const float sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+                if (on) o[(long long)t * D + d] = (p.accumulate ? o[(long long)t * D + d] : 0.0f) + p.scale * sum;
             }
         }
         if (on)
@@ -226,23 +229,46 @@ GLA_UNROLL
 }
 
 /* dg (W columns per position) of ns slices of valid length L from q, k, dq, dk and, for
- * the non-causal form, the strict direction's parts dqa, dka (else NULL). */
+ * the non-causal form, the strict direction's parts dqa, dka (else NULL):
+ * dg_t = sum_{t' >= t} term(t'), term(t) = sum over the column's d of q dq - k dk, in
+ * double. One block per (slice, gate column): positions 1..L-1 cut into DG_THREADS
+ * contiguous ranges, one a thread; each thread sums its range, the block adds up the
+ * ranges after each, and each thread writes its range's suffix sums from the end. (One
+ * thread walking every position, the CPU's order, made a scalar gate's dg one thread
+ * per slice adding L D terms in sequence.) dg_0 = 0: only differences of b enter. */
+#define DG_THREADS 128
+
+__device__ __forceinline__ double gla_dg_term(const float *q, const float *k, const float *dq, const float *dk,
+                                              const float *dqa, const float *dka, long long r, int d0, int d1) {
+    double a = 0.0;
+    for (int d = d0; d < d1; d++) {
+        a += (double)q[r + d] * dq[r + d] - (double)k[r + d] * dk[r + d];
+        if (dqa) a -= (double)q[r + d] * dqa[r + d] - (double)k[r + d] * dka[r + d];
+    }
+    return a;
+}
+
 __global__ void gla_dgate_kernel(const float *q, const float *k, const float *dq, const float *dk, const float *dqa,
                                  const float *dka, float *dg, long long ns, long long N, int L, int D, int W) {
-    for (long long item = (long long)blockIdx.x * blockDim.x + threadIdx.x; item < ns * W;
-         item += (long long)gridDim.x * blockDim.x) {
+    __shared__ double tot[DG_THREADS];
+    const int T = (int)blockDim.x, tid = (int)threadIdx.x;
+    const int per = L > 1 ? (L - 1 + T - 1) / T : 0;
+    const int t0 = 1 + tid * per, t1 = t0 + per < L ? t0 + per : L; /* [t0, t1), maybe empty */
+    for (long long item = blockIdx.x; item < ns * W; item += gridDim.x) {
         const long long sl = item / W, off = sl * N * D;
         const int x = (int)(item % W), d0 = W == 1 ? 0 : x, d1 = W == 1 ? D : x + 1;
+        double local = 0.0;
+        for (int t = t0; t < t1; t++) local += gla_dg_term(q, k, dq, dk, dqa, dka, off + (long long)t * D, d0, d1);
+        tot[tid] = local;
+        __syncthreads();
         double acc = 0.0;
-        for (int t = L - 1; t >= 1; t--) {
-            const long long r = off + (long long)t * D;
-            for (int d = d0; d < d1; d++) {
-                acc += (double)q[r + d] * dq[r + d] - (double)k[r + d] * dk[r + d];
-                if (dqa) acc -= (double)q[r + d] * dqa[r + d] - (double)k[r + d] * dka[r + d];
-            }
+        for (int j = T - 1; j > tid; j--) acc += tot[j];
+        for (int t = t1 - 1; t >= t0; t--) {
+            acc += gla_dg_term(q, k, dq, dk, dqa, dka, off + (long long)t * D, d0, d1);
             dg[sl * N * W + (long long)t * W + x] = (float)acc;
         }
-        dg[sl * N * W + x] = 0.0f; /* only differences of b enter */
+        if (tid == 0) dg[sl * N * W + x] = 0.0f;
+        __syncthreads(); /* tot is the next item's */
     }
 }
 
@@ -364,7 +390,7 @@ int gla_cuda_backward(attn *a, const attn_shape *s, const float *q, const float 
         }
         const long long off = s0 * N * D;
         if (dg)
-            AB_LAUNCH(gla_dgate_kernel, blocks_of((ns * W + 127) / 128), 128, 0, ab_cuda_stream(), q + off, k + off,
+            AB_LAUNCH(gla_dgate_kernel, blocks_of(ns * W), DG_THREADS, 0, ab_cuda_stream(), q + off, k + off,
                       dq + off, dk + off, dqa_c ? dqa_c + off : NULL, dka_c ? dka_c + off : NULL, dg + s0 * N * W, ns,
                       N, L, D, W);
         if (!s->causal) {
