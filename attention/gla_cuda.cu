@@ -16,11 +16,13 @@
  *              dv   = cols(q, dout, c=k, backward)        [+ cols(q, dout, k, forward, strict)]
  *              dg_t = sum_{t'>=t} (q dq - k dk)_t' per key dimension (over d for a scalar
  *              gate; the strict direction's parts enter with the opposite sign), in double,
- *              one thread per (slice, gate column); dg_0 = 0.
+ *              one block per (slice, gate column); dg_0 = 0.
  * This is the recurrent form, sequential in N within a slice (parallel over slices and
- * columns): a correct baseline for the emulator, not the chunked form of the CPU (no GPU
- * timing was made). Recurrent mode: the state is S (D x M per slice) in the CPU's layout;
- * prefill is the forward pass with the state as X. */
+ * columns), not the chunked form of the CPU. On an H200 it took 100-250x linear's time
+ * with the state in global memory (experiments/sweep/RESULTS.md); the passes now keep it
+ * in registers where a line fits (gla_*_reg_kernel), not yet timed. Recurrent mode:
+ * the state is S (D x M per slice) in the CPU's layout; prefill is the forward pass with
+ * the state as X. */
 #include "cuda_util.cuh"
 
 #include "gla_cuda.h"
