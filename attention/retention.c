@@ -265,7 +265,7 @@ static void ret_pass(const ret_cfg *g, ret_slot *w, int L, int dir, const float 
  * it reads q, k, v and dout once and writes dk and dv once (6 streams of a slice's N
  * rows; two anti-causal ret_pass calls made 18: an intra sweep and an inter sweep each,
  * the second reading its output back), which matters once a slice's tensors outgrow
- * the cache (experiments/sweep/RESULTS.md, "retention's growth"). */
+ * the cache (experiments/sweep/RESULTS.md, the linear-RNN family section). */
 static void ret_pass_kv(const ret_cfg *g, ret_slot *w, int L, int dir, const float *q, const float *k,
                         const float *v, const float *gd, float *dk, float *dv) {
     const int T = g->T, D = g->D, M = g->M;
