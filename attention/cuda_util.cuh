@@ -41,6 +41,15 @@
 #include <math.h>
 #include <initializer_list>
 
+/* Loop unrolling hints for nvcc (g++ of the emulated build does not know the pragma). */
+#ifdef AB_CUDA_EMU
+#define AB_UNROLL
+#define AB_UNROLL_4
+#else
+#define AB_UNROLL _Pragma("unroll")
+#define AB_UNROLL_4 _Pragma("unroll 4")
+#endif
+
 /* ---- reductions (1-D blocks whose size is a multiple of 32; every thread calls) ---- */
 
 __device__ __forceinline__ float attn_warp_sum(float v) {

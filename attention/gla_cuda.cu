@@ -113,26 +113,20 @@ __global__ void gla_rows_kernel(gla_pass p) {
  * (prefill's state). Shared memory: STAGE (3 D) floats (cols), STAGE (2 D + 2 M) (rows). */
 #define STAGE 32
 
-/* Unrolled for nvcc, so that x[] is indexed by constants and stays in registers (g++ of
- * the emulated build does not know the pragma). */
-#ifdef AB_CUDA_EMU
-#define GLA_UNROLL
-#else
-#define GLA_UNROLL _Pragma("unroll")
-#endif
+/* The position of a pass's step it (in the pass's order). */
+__device__ __forceinline__ int gla_time(const gla_pass &p, int it) { return p.dir > 0 ? it : p.L - 1 - it; }
 
-/* Stages steps [i0, i0 + n) of the pass: for each, the D values of `a` (when sa) and of
- * `c` (when sc, width R), and the decays of the D key dimensions (when se). */
-__device__ __forceinline__ void gla_stage(const gla_pass &p, const float *a, const float *c, int R, const float *g,
-                                          int i0, int n, float *sa, float *sc, float *se) {
+/* Stages steps [i0, i0 + n) of the pass: dst[s][r] = src's row of step i0 + s (R wide). */
+__device__ __forceinline__ void gla_stage_rows(const gla_pass &p, const float *src, int R, int i0, int n, float *dst) {
+    for (int e = threadIdx.x; e < n * R; e += blockDim.x)
+        dst[e] = src[(long long)gla_time(p, i0 + e / R) * R + e % R];
+}
+
+/* The decays of steps [i0, i0 + n) for the D key dimensions: se[s][d]. */
+__device__ __forceinline__ void gla_stage_decays(const gla_pass &p, const float *g, int i0, int n, float *se) {
     for (int e = threadIdx.x; e < n * p.D; e += blockDim.x) {
-        const int s = e / p.D, d = e % p.D, it = i0 + s, t = p.dir > 0 ? it : p.L - 1 - it;
-        sa[e] = a[(long long)t * p.D + d];
-        se[e] = gla_decay(p, g, it, t, d);
-    }
-    for (int e = threadIdx.x; e < n * R; e += blockDim.x) {
-        const int s = e / R, r = e % R, it = i0 + s, t = p.dir > 0 ? it : p.L - 1 - it;
-        sc[e] = c[(long long)t * R + r];
+        const int it = i0 + e / p.D;
+        se[e] = gla_decay(p, g, it, gla_time(p, it), e % p.D);
     }
 }
 
@@ -148,19 +142,21 @@ template <int DM> __global__ void gla_cols_reg_kernel(gla_pass p) {
         const float *g = p.gate + sl * p.N * p.W;
         float *X = p.X + sl * (long long)D * M, *o = p.o ? p.o + sl * p.N * M : NULL;
         float x[DM];
-GLA_UNROLL
+AB_UNROLL /* x[] indexed by constants: it stays in registers */
         for (int d = 0; d < DM; d++) x[d] = 0.0f;
         for (int i0 = 0; i0 < p.L; i0 += STAGE) {
             const int n = p.L - i0 < STAGE ? p.L - i0 : STAGE;
             __syncthreads(); /* every thread is done with the previous stage */
-            gla_stage(p, a, c, D, g, i0, n, sa, sc, se);
+            gla_stage_rows(p, a, D, i0, n, sa);
+            gla_stage_rows(p, c, D, i0, n, sc);
+            gla_stage_decays(p, g, i0, n, se);
             __syncthreads();
             for (int s = 0; s < n; s++) {
-                const int it = i0 + s, t = p.dir > 0 ? it : p.L - 1 - it;
+                const int t = gla_time(p, i0 + s);
                 const float bt = on ? b[(long long)t * M + m] : 0.0f;
                 const float *ra = sa + s * D, *rc = sc + s * D, *re = se + s * D;
                 float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-GLA_UNROLL
+AB_UNROLL
                 for (int d = 0; d < DM; d++)
                     if (d < D) {
                         float xd = x[d] * re[d];
@@ -175,7 +171,7 @@ GLA_UNROLL
             }
         }
         if (on)
-GLA_UNROLL
+AB_UNROLL
             for (int d = 0; d < DM; d++)
                 if (d < D) X[(long long)d * M + m] = x[d];
     }
@@ -193,23 +189,22 @@ template <int DM> __global__ void gla_rows_reg_kernel(gla_pass p) {
         const float *g = p.gate + sl * p.N * p.W;
         float *X = p.X + sl * (long long)D * M, *o = p.o + sl * p.N * D;
         float x[DM];
-GLA_UNROLL
+AB_UNROLL
         for (int m = 0; m < DM; m++) x[m] = 0.0f;
         for (int i0 = 0; i0 < p.L; i0 += STAGE) {
             const int n = p.L - i0 < STAGE ? p.L - i0 : STAGE;
             __syncthreads();
-            gla_stage(p, a, c, M, g, i0, n, sa, sc, se);
-            for (int e = threadIdx.x; e < n * M; e += blockDim.x) {
-                const int s = e / M, r = e % M, it = i0 + s, t = p.dir > 0 ? it : p.L - 1 - it;
-                sb[e] = b[(long long)t * M + r];
-            }
+            gla_stage_rows(p, a, D, i0, n, sa);
+            gla_stage_rows(p, b, M, i0, n, sb);
+            gla_stage_rows(p, c, M, i0, n, sc);
+            gla_stage_decays(p, g, i0, n, se);
             __syncthreads();
             for (int s = 0; s < n; s++) {
-                const int it = i0 + s, t = p.dir > 0 ? it : p.L - 1 - it;
+                const int t = gla_time(p, i0 + s);
                 const float e = on ? se[s * D + d] : 1.0f, at = on ? sa[s * D + d] : 0.0f;
                 const float *rb = sb + s * M, *rc = sc + s * M;
                 float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-GLA_UNROLL
+AB_UNROLL
                 for (int m = 0; m < DM; m++)
                     if (m < M) {
                         float xm = x[m] * e;
@@ -224,7 +219,7 @@ GLA_UNROLL
             }
         }
         if (on)
-GLA_UNROLL
+AB_UNROLL
             for (int m = 0; m < DM; m++)
                 if (m < M) X[(long long)m * D + d] = x[m];
     }

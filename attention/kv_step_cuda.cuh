@@ -10,16 +10,6 @@
 
 #include <stdint.h>
 
-/* Loop unrolling hints for nvcc (g++ does not know the pragma). */
-#ifndef AB_UNROLL
-#ifdef AB_CUDA_EMU
-#define AB_UNROLL
-#define AB_UNROLL_4
-#else
-#define AB_UNROLL _Pragma("unroll")
-#define AB_UNROLL_4 _Pragma("unroll 4")
-#endif
-#endif
 
 #define KV_THREADS 256     /* threads per block (8 warps; 128 was 1.2-1.5x slower on an H200 at contexts 1k-64k) */
 #define KV_SPLIT_MIN 64    /* positions per split at least (unless the context is shorter) */

@@ -10,16 +10,6 @@
 
 #include <limits.h>
 
-#ifndef AB_UNROLL
-#ifdef AB_CUDA_EMU
-#define AB_UNROLL
-#define AB_UNROLL_4
-#else
-#define AB_UNROLL _Pragma("unroll")
-#define AB_UNROLL_4 _Pragma("unroll 4")
-#endif
-#endif
-
 #define LS_THREADS 256        /* threads per block in the library */
 #define LS_MAX_COLS 256       /* columns of a tile at most (one tile per slice up to M = 255) */
 #define LS_CHUNK 256          /* rows whose features a block stages at a time */

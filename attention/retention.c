@@ -197,10 +197,9 @@ static void intra(const ret_cfg *g, ret_slot *w, int t, int dir, const float *a,
     prod_rows(t, t, R, w->A, T, c, y);
 }
 
-/* y rows += f[r] * (a rows S): the chunk's part from the state S (P x R); f = spw shifted
- * so that row r gets spw[off + sign r]. */
-static void inter_add(ret_slot *w, int t, const float *a, int P, const float *S, int R, int off, int sign, float *y) {
-    prod_rows(t, P, R, a, P, S, w->Y);
+/* y rows += spw[off + sign r] * (w->Y rows): a chunk's part from a state, once its
+ * product is in w->Y (t x R). */
+static void add_decayed(ret_slot *w, int t, int R, int off, int sign, float *y) {
     for (int r = 0; r < t; r++) {
         const float f = w->spw[off + sign * r], *src = w->Y + (size_t)r * R;
         float *dst = y + (size_t)r * R;
@@ -208,15 +207,18 @@ static void inter_add(ret_slot *w, int t, const float *a, int P, const float *S,
     }
 }
 
+/* y rows += f[r] * (a rows S): the chunk's part from the state S (P x R); f = spw shifted
+ * so that row r gets spw[off + sign r]. */
+static void inter_add(ret_slot *w, int t, const float *a, int P, const float *S, int R, int off, int sign, float *y) {
+    prod_rows(t, P, R, a, P, S, w->Y);
+    add_decayed(w, t, R, off, sign, y);
+}
+
 /* As inter_add with the state's transpose: y rows += f[r] * (a rows S^T), S (R x P). */
 static void inter_add_t(ret_slot *w, int t, const float *a, int P, const float *S, int R, int off, int sign,
                         float *y) {
     ab_sgemm(false, true, t, R, P, 1.0f, a, P, S, P, 0.0f, w->Y, R);
-    for (int r = 0; r < t; r++) {
-        const float f = w->spw[off + sign * r], *src = w->Y + (size_t)r * R;
-        float *dst = y + (size_t)r * R;
-        for (int m = 0; m < R; m++) dst[m] += f * src[m];
-    }
+    add_decayed(w, t, R, off, sign, y);
 }
 
 /* S <- gamma^t S + (diag(pw[off + sign r]) B_c)^T C_c. */
