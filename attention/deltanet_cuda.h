@@ -13,6 +13,10 @@
 extern "C" {
 #endif
 
+/* The workspace the backend sizes itself to (bytes; default 256 MiB): slices and blocks
+ * go in groups that keep it under this. The tests lower it to take the grouped paths. */
+extern size_t dn_cuda_ws_cap;
+
 size_t dn_cuda_workspace_bytes(const attn *a, const attn_shape *s);
 int dn_cuda_forward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v, float *out,
                     void *saved);

@@ -1,14 +1,19 @@
 /* deltanet on CUDA against the CPU (built into both CUDA suites, as test_cuda.c: on the
  * emulator everywhere, on a GPU where there is one): forward, backward with dbeta, the
- * rate beta random, 0 and 1, chunk lengths 1, 5 and auto, lengths with 0 and N, N = 1,
- * a state too large for shared memory (D M > 8192 floats: the workspace path); outputs
- * and gradients start as NaN on the device (every entry must be written); a repeated
- * call allocates nothing and gives the same bits; recurrent steps and prefill against
- * the CPU's forward; the refusals. Tolerances: test_cuda_util.h (FWD_TOL, BWD_TOL: each
- * side within the CPU suite's bound of the double reference, test_deltanet.c's 2e-5
- * and 5e-5). Measured on the emulator (plain and strict): out 4.1e-7, dq 4.1e-7, dk
- * 5.0e-7, dv 2.6e-7, dbeta 2.5e-7; steps and prefill 3.7e-7. */
+ * rate beta random, 0 and 1, chunk lengths 1 (the scan), 5, 7, 8, 16, 64 and auto (the
+ * chunked form), chunks too large for shared memory (the scan again), lengths with 0
+ * and N, N = 1, a state beyond a warp's columns and beyond shared memory (the scan's
+ * workspace path), the chunk kernel's matrices in shared memory and in workspace slots,
+ * and with the workspace cap lowered so that every pass goes one slice at a time;
+ * outputs and gradients start as NaN on the device (every entry must be written); a
+ * repeated call allocates nothing and gives the same bits; recurrent steps and prefill
+ * against the CPU's forward; the refusals. Tolerances: test_cuda_util.h (FWD_TOL,
+ * BWD_TOL: each side within the CPU suite's bound of the double reference,
+ * test_deltanet.c's 2e-5 and 5e-5). Measured on the emulator (plain and strict, the
+ * largest over the cases, with the chunked form): out 5.0e-7, dq 3.8e-7, dk 4.7e-7,
+ * dv 4.9e-7, dbeta 6.0e-7; steps and prefill 4.2e-7. */
 #include "attention.h"
+#include "deltanet_cuda.h"
 #include "cuda_device.h"
 #include "device.h"
 #include "error.h"
@@ -119,7 +124,23 @@ Test(cuda_deltanet, against_cpu) {
     dn_case("chunk=8", 1, 2, 1, 21, 6, 5, NULL, 205);  /* beta 1 */
     dn_case(NULL, 2, 1, 2, 1, 3, 2, NULL, 206);        /* N = 1 */
     dn_case("chunk=16", 2, 1, 2, 40, 33, 40, NULL, 207); /* columns and rows beyond a warp */
-    dn_case("chunk=7", 2, 1, 2, 20, 96, 100, NULL, 208); /* the state in the workspace */
+    dn_case("chunk=7", 2, 1, 2, 20, 96, 100, NULL, 208); /* chunked, the state beyond a warp's columns */
+    dn_case("chunk=1", 2, 1, 2, 9, 96, 100, NULL, 209);  /* the scan with its state in the workspace */
+    dn_case("chunk=64", 2, 1, 1, 70, 160, 8, NULL, 210); /* chunks too large for shared memory: the scan */
+    dn_case("chunk=64", 2, 1, 2, 130, 64, 64, NULL, 211); /* chunks of 64 and a partial one: the workspace slots */
+}
+
+/* With the workspace cap lowered to nothing, every pass goes one slice (and one block)
+ * at a time: the groups' and the grid-stride loops' paths. */
+Test(cuda_deltanet, grouped) {
+    require_cuda();
+    const int len[3] = {37, 20, 0};
+    const size_t cap = dn_cuda_ws_cap;
+    dn_cuda_ws_cap = 1;
+    dn_case("chunk=8", 2, 3, 2, 37, 6, 5, len, 212);
+    dn_case("chunk=1", 2, 2, 2, 11, 4, 3, NULL, 213);
+    dn_case("chunk=64", 2, 1, 2, 70, 64, 64, NULL, 214); /* the chunk kernel's one slot in the workspace */
+    dn_cuda_ws_cap = cap;
 }
 
 /* prefill P then steps to N - 1 on the device, against the CPU's forward (the same
