@@ -3,7 +3,8 @@
 # first (one attention call on the device, then the GPU suites and the float64
 # cross-check through --device cuda, side by side;
 # then the kernel lab programs, when the build has them), then speed, one step at a time
-# (the Figure 1 sweep on the GPU, the side by side with PyTorch, the sampling speeds at
+# (the Figure 1 sweep on the GPU, the side by side with PyTorch, the linear-RNN family's
+# sweep, the sampling speeds at
 # the paper's MNIST and CIFAR-10 shapes). Each step runs under its own `timeout`, logs to
 # one folder, and what it measured is kept whatever the others do; at the end everything
 # goes into ONE archive and a summary is printed (each step: ok, failed, timeout,
@@ -58,6 +59,7 @@
 #   the lab programs (each at most LAB_EACH 20)                                    40
 #   figure1-gpu sweep (attnbench bench --device cuda)                             100
 #   compare-torch.sh cuda (both sides and the table)                               80
+#   rnn-family-gpu sweep (retention, gla, deltanet's two forms beside linear)       40
 #   sampling: MNIST linear, stateful-softmax, softmax and lsh-1 (estimated), 15 each;
 #   CIFAR-10 linear, stateful-softmax, softmax (estimated), 30 each (a whole-image
 #   point that times out is measured again by --estimate 256, from what is left)  150
@@ -99,7 +101,7 @@ cd "$root"
 
 # ---- budgets (seconds) ----
 B_PHASE1=${B_PHASE1:-110} B_INFO=${B_INFO:-30} B_LAB=${B_LAB:-40} LAB_EACH=${LAB_EACH:-20} B_BENCH=${B_BENCH:-100}
-B_TORCH=${B_TORCH:-80} B_MNIST=${B_MNIST:-15} B_CIFAR=${B_CIFAR:-30} B_FALLBACK=${B_FALLBACK:-15}
+B_TORCH=${B_TORCH:-80} B_RNN=${B_RNN:-40} B_MNIST=${B_MNIST:-15} B_CIFAR=${B_CIFAR:-30} B_FALLBACK=${B_FALLBACK:-15}
 TOTAL_BUDGET=${TOTAL_BUDGET:-460}
 
 rm -rf "$work"
@@ -308,6 +310,9 @@ else
     step compare-torch-cuda "$(budget $B_TORCH)" env THREADS="$threads" OUT="$res" ATTNBENCH="$ab" \
         PYTHON="$torch_python" bash experiments/sweep/compare-torch.sh cuda "${sets[@]}" ${cmp_sets[@]+"${cmp_sets[@]}"}
 fi
+
+step bench-rnn-family-gpu "$(budget $B_RNN)" "$ab" --threads "$threads" bench experiments/sweep/rnn-family-gpu.json \
+    --device cuda --out "$res/rnn-family-gpu.json" "${sets[@]}"
 
 # sampling speed: images/s at a batch, with initialised weights (the time does not
 # depend on them; `sample --config`), each variant in its own mode: linear as an RNN,

@@ -118,7 +118,8 @@ a=$tmp/gc.tar.gz
 [ -f "$a" ] || { fail "no archive $a"; exit 1; }
 mkdir -p "$tmp/x" && tar -xzf "$a" -C "$tmp/x" || fail "the archive does not extract"
 g=$tmp/x/gpu-check
-steps="machine cuda-probe crosscheck-1 crosscheck-2 bench-figure1-gpu compare-torch-cuda sample-mnist-linear-b2
+steps="machine cuda-probe crosscheck-1 crosscheck-2 bench-figure1-gpu compare-torch-cuda bench-rnn-family-gpu
+sample-mnist-linear-b2
 sample-mnist-stateful-softmax-b2 sample-mnist-softmax-b2-e49 sample-mnist-lsh-1-b2-e49 sample-cifar10-linear-b2
 sample-cifar10-stateful-softmax-b2 sample-cifar10-softmax-b2-e384 sample-mnist-linear-b4 sample-cifar10-linear-b4
 suite-test_cuda suite-test_model_cuda
@@ -136,7 +137,7 @@ labs=$(cd "$g/steps" && ls lab-* 2>/dev/null)
 for s in $labs; do
     [ "$(cut -f2 "$g/steps/$s")" = ok ] || fail "step $s: $(cut -f2 "$g/steps/$s")"
 done
-for s in bench-figure1-gpu sample-mnist-linear-b2 sample-cifar10-softmax-b2-e384; do
+for s in bench-figure1-gpu bench-rnn-family-gpu sample-mnist-linear-b2 sample-cifar10-softmax-b2-e384; do
     [ "$(cut -f2 "$g/steps/$s")" = ok ] || fail "$s did not run"
 done
 grep -q 'gpu-check: wrote .*gc.tar.gz' "$tmp/check.log" || fail "no line naming the archive"
@@ -144,11 +145,12 @@ python3 - "$g" "$commit" <<'EOF' || fail "the documents in the archive"
 import glob, json, math, sys
 g, commit = sys.argv[1], sys.argv[2]
 bad = []
-d = json.load(open(g + "/results/figure1-gpu.json"))
-if d["status"] != "ok" or not d["records"] or any(r["status"] != "ok" for r in d["records"]):
-    bad.append("figure1-gpu.json: status %s, %d records" % (d["status"], len(d["records"])))
-if d["git"]["commit"] != (commit or None):
-    bad.append("figure1-gpu.json: git %s, PACK_INFO %s" % (d["git"], commit))
+for name in ("figure1-gpu", "rnn-family-gpu"):
+    d = json.load(open(g + "/results/%s.json" % name))
+    if d["status"] != "ok" or not d["records"] or any(r["status"] != "ok" for r in d["records"]):
+        bad.append("%s.json: status %s, %d records" % (name, d["status"], len(d["records"])))
+    if d["git"]["commit"] != (commit or None):
+        bad.append("%s.json: git %s, PACK_INFO %s" % (name, d["git"], commit))
 samples = sorted(glob.glob(g + "/results/sample-*/sample.json"))
 if len(samples) != 9:
     bad.append("%d sample.json, want 9" % len(samples))
