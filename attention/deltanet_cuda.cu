@@ -38,7 +38,11 @@
 
 #define DN_THREADS_MAX 128
 #define DN_SMEM_STATE (32 * 1024)
-#define DN_WS_CAP ((size_t)256 << 20)
+/* 1 GiB: the chunked form's backward keeps per slice the chunks' X, P and G and the
+ * rows' dU' (B = 2, H = 8, N = 65536, D = M = 64, chunk 16: 92 MB a slice), and the
+ * carry of S runs per (slice of the group, 32 columns): a group of a few slices would
+ * leave that sequential part a handful of blocks. */
+#define DN_WS_CAP ((size_t)1 << 30)
 
 size_t dn_cuda_ws_cap = DN_WS_CAP;
 #define DN_MAX_BLOCKS 65535LL
@@ -149,7 +153,7 @@ __global__ void dn_forward_kernel(const float *q, const float *k, const float *v
  * scan above takes n dependent steps with four block-wide barriers each. Backward reads
  * the chunks' starting states that `state` saves, in the scan's layout.
  * Workspace per slice: N (D + M) floats (W, U), and the chunks' starting states when
- * the caller saves none; slices go in groups that keep it under DN_WS_CAP. Used when
+ * the caller saves none; slices go in groups that keep it under dn_cuda_ws_cap. Used when
  * C >= 2 and every kernel's shared memory fits WY_SMEM_MAX; else the scan. */
 #define WY_GROUP 32
 #define WY_ROWS 16
@@ -543,7 +547,7 @@ __global__ void dn_backward_kernel(const float *q, const float *k, const float *
  *           dKn += (dA + dA^T) Kn), then dq, dk through the normalisation.
  * Workspace: per slice (nb chunks) nb (2 C^2 + D M) + N M floats, slices in groups;
  * the chunk kernel's slots (wy_slot_floats each; none when they fit shared memory) use
- * at most half the cap. */
+ * at most half the cap, the groups what the slots leave. */
 static size_t wy_bwd_slice_floats(int N, int C, int D, int M) {
     return (size_t)n_chunks(N, C) * (2 * (size_t)C * C + (size_t)D * M) + (size_t)N * M;
 }
@@ -570,7 +574,9 @@ static long long wy_slots(const attn_shape *s, int C) {
 
 static long long wy_bwd_group_slices(const attn_shape *s, int C) {
     const size_t per = wy_bwd_slice_floats(s->len, C, s->qk_dim, s->v_dim) * sizeof(float);
-    long long g = (long long)(dn_cuda_ws_cap / 2 / per), bh = (long long)s->batch * s->heads;
+    const size_t slots = (size_t)wy_slots(s, C) * wy_slot_floats(C, s->qk_dim, s->v_dim) * sizeof(float);
+    long long g = (long long)(dn_cuda_ws_cap > slots ? (dn_cuda_ws_cap - slots) / per : 0),
+              bh = (long long)s->batch * s->heads;
     if (g < 1) g = 1;
     return g < bh ? g : bh;
 }

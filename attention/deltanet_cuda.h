@@ -13,8 +13,9 @@
 extern "C" {
 #endif
 
-/* The workspace the backend sizes itself to (bytes; default 256 MiB): slices and blocks
- * go in groups that keep it under this. The tests lower it to take the grouped paths. */
+/* The workspace the backend sizes itself to (bytes): slices and blocks
+ * go in groups that keep it under this (default 1 GiB). The tests lower it to take the
+ * grouped paths. */
 extern size_t dn_cuda_ws_cap;
 
 size_t dn_cuda_workspace_bytes(const attn *a, const attn_shape *s);
