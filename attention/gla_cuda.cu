@@ -17,12 +17,16 @@
  *              dg_t = sum_{t'>=t} (q dq - k dk)_t' per key dimension (over d for a scalar
  *              gate; the strict direction's parts enter with the opposite sign), in double,
  *              one block per (slice, gate column); dg_0 = 0.
- * This is the recurrent form, sequential in N within a slice (parallel over slices and
- * columns), not the chunked form of the CPU. On an H200 it took 100-250x linear's time
- * with the state in global memory (experiments/sweep/RESULTS.md); the passes now keep it
- * in registers where a line fits (gla_*_reg_kernel), not yet timed. Recurrent mode:
- * the state is S (D x M per slice) in the CPU's layout; prefill is the forward pass with
- * the state as X. */
+ * Each pass runs in one of two forms, chosen by the option chunk as on the CPU:
+ * - chunk >= 2 (auto 32): the chunked form ("chunked passes" below), parallel over
+ *   (slice, chunk) but for the carry of X from chunk to chunk, per (slice, 32 columns);
+ *   taken when its kernels' shared memory fits 48 KiB (chunks of 32 up to D = M = 64);
+ * - chunk = 1, or chunks that do not fit: the recurrence, sequential in N within a slice
+ *   (parallel over slices and columns). On an H200 it took 100-250x linear's time with
+ *   the state in global memory (experiments/sweep/RESULTS.md); the passes now keep it in
+ *   registers where a line fits (gla_*_reg_kernel).
+ * Neither is timed on a GPU yet. Recurrent mode: the state is S (D x M per slice) in the
+ * CPU's layout; a step is one kernel; prefill is the forward pass with the state as X. */
 #include "cuda_util.cuh"
 
 #include "gla_cuda.h"
@@ -302,7 +306,7 @@ static long long blocks_of(long long items) { return items < 1 ? 1 : items < MAX
 
 /* The register kernels where the thread's line of X fits (D for cols, M for rows, up
  * to 64), the global-state kernels past that. */
-static int run_pass(gla_pass p, bool cols) {
+static int run_pass_recurrent(gla_pass p, bool cols) {
     const long long groups = ((cols ? p.M : p.D) + GROUP - 1) / GROUP, grid = blocks_of(p.ns * groups);
     const int line = cols ? p.D : p.M;
     const size_t sm = (size_t)STAGE * (cols ? 3 * p.D : 2 * p.D + 2 * p.M) * sizeof(float);
@@ -319,7 +323,258 @@ static int run_pass(gla_pass p, bool cols) {
     return 0;
 }
 
+/* ---- chunked passes ----
+ *
+ * A pass in chunks of T steps (the option chunk, in the pass's order), with Gam_i the
+ * sum of the log-decays of the chunk's steps up to i (the first included: it decays the
+ * state carried in) and X_c the state before the chunk:
+ *   cols  o_i[m] = s [sum_d c_id e^Gam_id X_c[d][m] + sum_{j<=i} A_ij b_jm],
+ *         A_ij = sum_d c_id a_jd e^(Gam_id - Gam_jd)
+ *   rows  o_i[d] = s [e^Gam_id sum_m X_c[d][m] c_im + sum_{j<=i} (b_j . c_i) a_jd e^(Gam_id - Gam_jd)]
+ *   X_(c+1) = diag(e^Gam_E) X_c + sum_j (a_j e^(Gam_E - Gam_j)) b_j^T
+ * (j < i for a strict pass). Every exponent is a sum of log-gates <= 0 over steps
+ * between j and i: each term is exact and nothing overflows, however strong the gates.
+ * Three kernels: intra (per slice and chunk: the in-chunk sums into o, and a_j
+ * e^(Gam_E - Gam_j) and e^Gam_E to the workspace), carry (per slice and 32 columns m
+ * of X, chunks in order: the chunks' starting states to the workspace, the final state
+ * into X), inter (per slice and chunk: the carried state's term added to o). Taken for
+ * chunk >= 2 when the intra kernel's shared memory fits CH_SMEM_MAX; chunk = 1 runs the
+ * recurrent kernels above. Workspace per slice: nb D M + N D + nb D floats (nb chunks),
+ * after the recurrent passes' part, slices in groups under gla_cuda_ws_cap (1 GiB). */
+#define CH_THREADS 128
+#define CH_ROWS 16
+#define CH_SMEM_MAX (48 * 1024)
+
+size_t gla_cuda_ws_cap = (size_t)1 << 30;
+
+static size_t ch_intra_smem(int T, int D, int M) { /* gam in double, a, c, b, A */
+    return (size_t)T * D * sizeof(double) +
+           ((size_t)T * ((size_t)D + (size_t)(D > M ? D : M) + (size_t)M) + (size_t)T * T) * sizeof(float);
+}
+static size_t ch_carry_smem(int D) { return ((size_t)D * GROUP + (size_t)CH_ROWS * D) * sizeof(float); }
+static size_t ch_inter_smem(int T, int D, int M) {
+    return ((size_t)T * D + (size_t)T * (D > M ? D : M)) * sizeof(float);
+}
+
+static bool ch_usable(int T, int D, int M) {
+    return T >= 2 && ch_intra_smem(T, D, M) <= CH_SMEM_MAX && ch_carry_smem(D) <= CH_SMEM_MAX &&
+           ch_inter_smem(T, D, M) <= CH_SMEM_MAX;
+}
+
+__host__ __device__ static inline int ch_chunks(int L, int T) { return (L + T - 1) / T; }
+
+static size_t ch_slice_floats(int N, int T, int D, int M) {
+    const size_t nb = (size_t)ch_chunks(N, T);
+    return nb * D * M + (size_t)N * D + nb * D;
+}
+
+/* Gam (n x D, shared) of the chunk of steps [i0, i0 + n): the log-decays' running sums,
+ * in double (R = double) where differences Gam_i - Gam_j of strong gates (hundreds)
+ * must keep the few units between near rows. Ends with a barrier. */
+template <typename R> __device__ void ch_gammas(const gla_pass &p, const float *g, int i0, int n, R *gam) {
+    for (int d = threadIdx.x; d < p.D; d += blockDim.x) {
+        double acc = 0.0;
+        for (int i = 0; i < n; i++) {
+            const int it = i0 + i;
+            if (it > 0) {
+                const int t = gla_time(p, it), gi = p.dir > 0 ? t : t + 1;
+                acc += g[(long long)gi * p.W + (p.W == 1 ? 0 : d)];
+            }
+            gam[i * p.D + d] = (R)acc;
+        }
+    }
+    __syncthreads();
+}
+
+/* Rows of the chunk's steps [i0, i0 + n) of src (R wide) into dst (n x R). */
+__device__ void ch_stage(const gla_pass &p, const float *src, int R, int i0, int n, float *dst) {
+    for (int e = threadIdx.x; e < n * R; e += blockDim.x) dst[e] = src[(long long)gla_time(p, i0 + e / R) * R + e % R];
+}
+
+__global__ void gla_ch_intra_kernel(gla_pass p, int T, int cols, float *At, float *E) {
+    AB_DYN_SMEM(float, sm);
+    const int D = p.D, M = p.M, Cw = cols ? D : M, Ow = cols ? M : D, nc = ch_chunks(p.L, T);
+    const int nb = ch_chunks((int)p.N, T);
+    double *gam = (double *)sm; /* the dynamic shared memory starts aligned for a double */
+    float *sa = (float *)(gam + T * D), *sc = sa + T * D, *sb = sc + T * (D > M ? D : M), *A = sb + T * M;
+    for (long long item = blockIdx.x; item < p.ns * nc; item += gridDim.x) {
+        const long long sl = item / nc;
+        const int c = (int)(item % nc), i0 = c * T, n = p.L - i0 < T ? p.L - i0 : T;
+        const float *a = p.a + sl * p.N * D, *b = p.b + sl * p.N * M, *cc = p.c + sl * p.N * Cw;
+        const float *g = p.gate + sl * p.N * p.W;
+        float *o = p.o ? p.o + sl * p.N * Ow : NULL;
+        ch_gammas(p, g, i0, n, gam);
+        ch_stage(p, a, D, i0, n, sa);
+        ch_stage(p, b, M, i0, n, sb);
+        ch_stage(p, cc, Cw, i0, n, sc);
+        __syncthreads();
+        for (int e = threadIdx.x; e < n * n; e += blockDim.x) {
+            const int i = e / n, j = e % n;
+            float x = 0.0f;
+            if (j < i || (j == i && !p.strict)) {
+                if (cols)
+                    for (int d = 0; d < D; d++)
+                        x += sc[i * D + d] * sa[j * D + d] * expf((float)(gam[i * D + d] - gam[j * D + d]));
+                else
+                    for (int m = 0; m < M; m++) x += sc[i * M + m] * sb[j * M + m];
+            }
+            A[e] = x;
+        }
+        __syncthreads();
+        if (o)
+            for (int e = threadIdx.x; e < n * Ow; e += blockDim.x) {
+                const int i = e / Ow, r = e % Ow;
+                float x = 0.0f;
+                if (cols)
+                    for (int j = 0; j <= i; j++) x += A[i * n + j] * sb[j * M + r];
+                else
+                    for (int j = 0; j <= i; j++)
+                        x += A[i * n + j] * sa[j * D + r] * expf((float)(gam[i * D + r] - gam[j * D + r]));
+                float *dst = o + (long long)gla_time(p, i0 + i) * Ow + r;
+                *dst = (p.accumulate ? *dst : 0.0f) + p.scale * x;
+            }
+        float *Ac = At + (sl * p.N + i0) * D;
+        for (int e = threadIdx.x; e < n * D; e += blockDim.x) {
+            const int j = e / D, d = e % D;
+            Ac[e] = sa[e] * expf((float)(gam[(n - 1) * D + d] - gam[j * D + d]));
+        }
+        for (int d = threadIdx.x; d < D; d += blockDim.x) E[(sl * nb + c) * D + d] = expf((float)gam[(n - 1) * D + d]);
+        __syncthreads();
+    }
+}
+
+/* Xs: the chunks' starting states [slice][chunk][D][M]; p.X (when final) the last. */
+__global__ void gla_ch_carry_kernel(gla_pass p, int T, const float *At, const float *E, float *Xs, int final_state) {
+    AB_DYN_SMEM(float, sm);
+    const int D = p.D, M = p.M, groups = (M + GROUP - 1) / GROUP, nc = ch_chunks(p.L, T), nb = ch_chunks((int)p.N, T);
+    const int lane = threadIdx.x;
+    const long long dm = (long long)D * M;
+    float *sX = sm, *sx = sX + D * GROUP;
+    for (long long item = blockIdx.x; item < p.ns * groups; item += gridDim.x) {
+        const long long sl = item / groups;
+        const int m = (int)(item % groups) * GROUP + lane;
+        const bool on = m < M;
+        const float *b = p.b + sl * p.N * M;
+        for (int d = 0; d < D; d++) sX[d * GROUP + lane] = 0.0f;
+        for (int c = 0; c < nc; c++) {
+            const int i0 = c * T, n = p.L - i0 < T ? p.L - i0 : T;
+            const float *Ac = At + (sl * p.N + i0) * D, *Ec = E + (sl * nb + c) * D;
+            if (on) {
+                float *X0 = Xs + (sl * nb + c) * dm;
+                for (int d = 0; d < D; d++) {
+                    X0[(long long)d * M + m] = sX[d * GROUP + lane];
+                    sX[d * GROUP + lane] *= Ec[d];
+                }
+            }
+            for (int j0 = 0; j0 < n; j0 += CH_ROWS) {
+                const int nr = n - j0 < CH_ROWS ? n - j0 : CH_ROWS;
+                __syncthreads();
+                for (int e = lane; e < nr * D; e += blockDim.x) sx[e] = Ac[(long long)j0 * D + e];
+                __syncthreads();
+                if (on)
+                    for (int j = 0; j < nr; j++) {
+                        const float bj = b[(long long)gla_time(p, i0 + j0 + j) * M + m];
+                        for (int d = 0; d < D; d++) sX[d * GROUP + lane] += sx[j * D + d] * bj;
+                    }
+            }
+        }
+        if (final_state && on)
+            for (int d = 0; d < D; d++) p.X[sl * dm + (long long)d * M + m] = sX[d * GROUP + lane];
+        __syncthreads();
+    }
+}
+
+__global__ void gla_ch_inter_kernel(gla_pass p, int T, int cols, const float *Xs) {
+    AB_DYN_SMEM(float, sm);
+    const int D = p.D, M = p.M, Cw = cols ? D : M, Ow = cols ? M : D, nc = ch_chunks(p.L, T);
+    const int nb = ch_chunks((int)p.N, T);
+    const long long dm = (long long)D * M;
+    float *gam = sm, *sc = gam + T * D;
+    for (long long item = blockIdx.x; item < p.ns * nc; item += gridDim.x) {
+        const long long sl = item / nc;
+        const int c = (int)(item % nc), i0 = c * T, n = p.L - i0 < T ? p.L - i0 : T;
+        if (c == 0) continue; /* nothing carried into the first chunk (uniform over the block) */
+        const float *g = p.gate + sl * p.N * p.W, *X0 = Xs + (sl * nb + c) * dm;
+        float *o = p.o + sl * p.N * Ow;
+        ch_gammas(p, g, i0, n, gam);
+        ch_stage(p, p.c + sl * p.N * Cw, Cw, i0, n, sc);
+        __syncthreads();
+        for (int e = threadIdx.x; e < n * Ow; e += blockDim.x) {
+            const int i = e / Ow, r = e % Ow;
+            float x = 0.0f;
+            if (cols)
+                for (int d = 0; d < D; d++) x += sc[i * D + d] * expf(gam[i * D + d]) * X0[(long long)d * M + r];
+            else {
+                for (int m = 0; m < M; m++) x += X0[(long long)r * M + m] * sc[i * M + m];
+                x *= expf(gam[i * D + r]);
+            }
+            o[(long long)gla_time(p, i0 + i) * Ow + r] += p.scale * x;
+        }
+        __syncthreads();
+    }
+}
+
+/* Slices per group of a chunked pass. */
+static long long ch_group(long long ns, long long N, int T, int D, int M) {
+    const size_t per = ch_slice_floats((int)N, T, D, M) * sizeof(float);
+    long long g = (long long)(gla_cuda_ws_cap / per);
+    if (g < 1) g = 1;
+    return g < ns ? g : ns;
+}
+
+/* A pass in chunks of T; ws: the chunked part of the workspace. With final, the last
+ * state goes to p.X (prefill); else p.X is not touched. */
+static int run_pass_chunked(gla_pass p, bool cols, int T, float *ws, bool final) {
+    const int D = p.D, M = p.M, Cw = cols ? D : M, Ow = cols ? M : D;
+    cudaStream_t st = ab_cuda_stream();
+    const long long G = ch_group(p.ns, p.N, T, D, M), nb = ch_chunks((int)p.N, T), nc = ch_chunks(p.L, T);
+    for (long long g0 = 0; g0 < p.ns; g0 += G) {
+        gla_pass q = p;
+        q.ns = p.ns - g0 < G ? p.ns - g0 : G;
+        q.a = p.a + g0 * p.N * D;
+        q.b = p.b + g0 * p.N * M;
+        q.c = p.c + g0 * p.N * Cw;
+        q.o = p.o ? p.o + g0 * p.N * Ow : NULL;
+        q.gate = p.gate + g0 * p.N * p.W;
+        q.X = p.X + g0 * (long long)D * M;
+        float *Xs = ws, *At = Xs + q.ns * nb * (long long)D * M, *E = At + q.ns * p.N * D;
+        AB_LAUNCH(gla_ch_intra_kernel, blocks_of(q.ns * nc), CH_THREADS, ch_intra_smem(T, D, M), st, q, T, (int)cols,
+                  At, E);
+        AB_LAUNCH(gla_ch_carry_kernel, blocks_of(q.ns * ((M + GROUP - 1) / GROUP)), GROUP, ch_carry_smem(D), st, q, T,
+                  (const float *)At, (const float *)E, Xs, (int)final);
+        if (q.o)
+            AB_LAUNCH(gla_ch_inter_kernel, blocks_of(q.ns * nc), CH_THREADS, ch_inter_smem(T, D, M), st, q, T,
+                      (int)cols, (const float *)Xs);
+    }
+    return 0;
+}
+
 static int gla_width(const attn *a, int D) { return a->p.gate == ATTN_GLA_GATE_SCALAR ? 1 : D; }
+
+/* The chunk length of sequences of N positions: the option chunk (auto 32, as the
+ * CPU), at most N. */
+static int gla_chunk(const attn *a, long long N) {
+    const int T = a->p.chunk > 0 ? a->p.chunk : 32;
+    return N < T ? (int)(N > 0 ? N : 1) : T;
+}
+
+/* Floats of the recurrent passes' workspace (X per slice; the non-causal form's strict
+ * dq, dk), where the chunked passes' part starts. */
+static size_t recurrent_floats(const attn_shape *s) {
+    const size_t bh = (size_t)s->batch * s->heads;
+    size_t n = bh * (size_t)s->qk_dim * s->v_dim;
+    if (!s->causal) n += 2 * bh * (size_t)s->len * s->qk_dim;
+    return n;
+}
+
+/* A pass: chunked when the option's chunk is 2 or more and the kernels fit, else the
+ * recurrence. final: the last state into p.X (prefill; the recurrent kernels always
+ * write it). */
+static int run_pass(const attn *a, const attn_shape *s, gla_pass p, bool cols, bool final = false) {
+    const int T = gla_chunk(a, s->len);
+    if (!ch_usable(T, p.D, p.M)) return run_pass_recurrent(p, cols);
+    return run_pass_chunked(p, cols, T, (float *)a->ws + recurrent_floats(s), final);
+}
 
 /* A pass over slices [s0, s0 + ns) of length L. */
 static gla_pass pass_of(const attn *a, const attn_shape *s, long long s0, long long ns, int L, const float *pa,
@@ -347,10 +602,10 @@ static gla_pass pass_of(const attn *a, const attn_shape *s, long long s0, long l
 }
 
 size_t gla_cuda_workspace_bytes(const attn *a, const attn_shape *s) {
-    (void)a;
-    const size_t bh = (size_t)s->batch * s->heads;
-    size_t n = bh * (size_t)s->qk_dim * s->v_dim;
-    if (!s->causal) n += 2 * bh * (size_t)s->len * s->qk_dim; /* the strict direction's dq, dk */
+    const long long bh = (long long)s->batch * s->heads;
+    const int T = gla_chunk(a, s->len), D = s->qk_dim, M = s->v_dim;
+    size_t n = recurrent_floats(s);
+    if (ch_usable(T, D, M)) n += (size_t)ch_group(bh, s->len, T, D, M) * ch_slice_floats(s->len, T, D, M);
     return n * sizeof(float);
 }
 
@@ -358,8 +613,8 @@ int gla_cuda_forward(attn *a, const attn_shape *s, const float *q, const float *
                      void *saved) {
     (void)saved;
     return attn_cuda_runs(s, {{out, s->v_dim, false}}, [&](long long s0, long long ns, int L) {
-        AB_TRY(run_pass(pass_of(a, s, s0, ns, L, k, v, q, out, false, +1, false, false), true));
-        if (!s->causal) AB_TRY(run_pass(pass_of(a, s, s0, ns, L, k, v, q, out, false, -1, true, true), true));
+        AB_TRY(run_pass(a, s, pass_of(a, s, s0, ns, L, k, v, q, out, false, +1, false, false), true));
+        if (!s->causal) AB_TRY(run_pass(a, s, pass_of(a, s, s0, ns, L, k, v, q, out, false, -1, true, true), true));
         return 0;
     });
 }
@@ -377,13 +632,13 @@ int gla_cuda_backward(attn *a, const attn_shape *s, const float *q, const float 
     const float *dqa_c = dqa, *dka_c = dka;
     return attn_cuda_runs(s, {{dq, D, false}, {dk, D, false}, {dv, s->v_dim, false}, {dg ? dg : dq, dg ? W : 0, false}},
                           [&](long long s0, long long ns, int L) {
-        AB_TRY(run_pass(pass_of(a, s, s0, ns, L, k, v, dout, dq, true, +1, false, false), false));
-        AB_TRY(run_pass(pass_of(a, s, s0, ns, L, q, dout, v, dk, true, -1, false, false), false));
-        AB_TRY(run_pass(pass_of(a, s, s0, ns, L, q, dout, k, dv, false, -1, false, false), true));
+        AB_TRY(run_pass(a, s, pass_of(a, s, s0, ns, L, k, v, dout, dq, true, +1, false, false), false));
+        AB_TRY(run_pass(a, s, pass_of(a, s, s0, ns, L, q, dout, v, dk, true, -1, false, false), false));
+        AB_TRY(run_pass(a, s, pass_of(a, s, s0, ns, L, q, dout, k, dv, false, -1, false, false), true));
         if (!s->causal) {
-            AB_TRY(run_pass(pass_of(a, s, s0, ns, L, k, v, dout, dqa, true, -1, true, false), false));
-            AB_TRY(run_pass(pass_of(a, s, s0, ns, L, q, dout, v, dka, true, +1, true, false), false));
-            AB_TRY(run_pass(pass_of(a, s, s0, ns, L, q, dout, k, dv, false, +1, true, true), true));
+            AB_TRY(run_pass(a, s, pass_of(a, s, s0, ns, L, k, v, dout, dqa, true, -1, true, false), false));
+            AB_TRY(run_pass(a, s, pass_of(a, s, s0, ns, L, q, dout, v, dka, true, +1, true, false), false));
+            AB_TRY(run_pass(a, s, pass_of(a, s, s0, ns, L, q, dout, k, dv, false, +1, true, true), true));
         }
         const long long off = s0 * N * D;
         if (dg)
@@ -414,7 +669,7 @@ int gla_cuda_prefill(attn *a, const attn_shape *s, int capacity, int P, const fl
     ps.len = P;
     gla_pass p = pass_of(a, &ps, 0, (long long)s->batch * s->heads, P, k, v, q, out, false, +1, false, false);
     p.X = (float *)state;
-    return run_pass(p, true);
+    return run_pass(a, &ps, p, true, true);
 }
 
 int gla_cuda_step(attn *a, const attn_shape *s, int capacity, void *state, int t, const float *q, const float *k,

@@ -12,6 +12,10 @@
 extern "C" {
 #endif
 
+/* The chunked passes' workspace cap (bytes, default 1 GiB): slices go in groups that
+ * keep it under this. The tests lower it to take the grouped path. */
+extern size_t gla_cuda_ws_cap;
+
 size_t gla_cuda_workspace_bytes(const attn *a, const attn_shape *s);
 int gla_cuda_forward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v, float *out,
                      void *saved);

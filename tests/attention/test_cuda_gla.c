@@ -7,13 +7,16 @@
  * call allocates nothing and gives the same bits; prefill and steps against the CPU's
  * causal forward. Tolerances: test_cuda_util.h (FWD_TOL, BWD_TOL: both sides within the
  * CPU suite's bound of the double reference, test_gla.c); dg within BWD_TOL as well
- * (test_gla.c's DG_TOL on each side). The CUDA side is the recurrence in time order, the
- * CPU the chunked form: different summation orders of the same terms. Measured on the
- * emulator (TC_PRINT=1): out 4.6e-7 (prefill and steps included), dq 2.4e-7, dk 4.0e-7,
- * dv 2.9e-7, dg 4.8e-7; since the register kernels' four partial sums and dg's ranges
- * (gla_cuda.cu), against_cpu: out 3.0e-7, dq 3.7e-7, dk 4.0e-7, dv 3.6e-7, dg 5.7e-7,
- * plain and strict. */
+ * (test_gla.c's DG_TOL on each side). Both forms of the CUDA passes: the chunked one
+ * (chunk auto, 2, 5, 6, 8, 64; the workspace cap lowered to take its groups) and the
+ * recurrence (chunk 1: its register and global-state kernels); different summation
+ * orders of the same terms as the CPU's chunked form. Measured on the emulator
+ * (TC_PRINT=1, plain and strict, the largest over all cases): out 3.2e-7, dq 3.0e-7,
+ * dk 3.2e-7, dv 3.5e-7, dg 5.3e-7. (The chunked form's log-decay sums in float gave up
+ * to 8e-6 at gates down to -20, from the cancellation in Gam_i - Gam_j: they are in
+ * double.) */
 #include "attention.h"
+#include "gla_cuda.h"
 #include "cuda_device.h"
 #include "device.h"
 #include "error.h"
@@ -28,11 +31,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static attn *make_gla(ab_device dev, const char *gate) {
+/* chunk: "chunk=T" or NULL (auto, 32) */
+static attn *make_gla(ab_device dev, const char *gate, const char *chunk) {
     char gset[32];
     snprintf(gset, sizeof gset, "gate=%s", gate);
-    const char *set[1] = {gset};
-    attn_options o = {"gla", dev, 7, 1, set};
+    const char *set[2] = {gset, chunk};
+    attn_options o = {"gla", dev, 7, chunk ? 2 : 1, set};
     attn *a = NULL;
     cr_assert_eq(attn_create(&o, &a), 0, "attn_create(gla): %s", attn_error());
     return a;
@@ -49,11 +53,11 @@ static float *gates(size_t n, uint64_t seed, double gmax) {
     return g;
 }
 
-static void gla_case(const char *gate, int B, int H, int N, int D, int M, bool causal, const int *lengths,
-                     double gmax, uint64_t seed) {
+static void gla_case_chunk(const char *chunk, const char *gate, int B, int H, int N, int D, int M, bool causal,
+                           const int *lengths, double gmax, uint64_t seed) {
     tu_problem p;
     tu_problem_init(&p, B, H, N, D, M, causal, lengths, seed);
-    attn *cpu = make_gla(AB_DEV_CPU, gate), *gpu = make_gla(AB_DEV_CUDA, gate);
+    attn *cpu = make_gla(AB_DEV_CPU, gate, chunk), *gpu = make_gla(AB_DEV_CUDA, gate, chunk);
     const int W = attn_aux_width(cpu, D);
     const size_t ng = (size_t)B * H * N * W;
     float *g = gates(ng, seed, gmax), *dgc = tu_alloc_f(ng), *dgg = tu_alloc_f(ng);
@@ -89,8 +93,8 @@ static void gla_case(const char *gate, int B, int H, int N, int D, int M, bool c
         }
     }
     char ctx[160];
-    snprintf(ctx, sizeof ctx, "gla gate=%s B=%d H=%d N=%d D=%d M=%d causal=%d lengths=%s gmax=%g", gate, B, H, N, D,
-             M, causal, lengths ? "yes" : "no", gmax);
+    snprintf(ctx, sizeof ctx, "gla %s gate=%s B=%d H=%d N=%d D=%d M=%d causal=%d lengths=%s gmax=%g",
+             chunk ? chunk : "chunk=auto", gate, B, H, N, D, M, causal, lengths ? "yes" : "no", gmax);
     expect_close(r.out, c.out, p.nv, FWD_TOL, "out", ctx);
     expect_close(r.dq, c.dq, p.nq, BWD_TOL, "dq", ctx);
     expect_close(r.dk, c.dk, p.nq, BWD_TOL, "dk", ctx);
@@ -108,6 +112,11 @@ static void gla_case(const char *gate, int B, int H, int N, int D, int M, bool c
     attn_destroy(cpu);
     attn_destroy(gpu);
     tu_problem_free(&p);
+}
+
+static void gla_case(const char *gate, int B, int H, int N, int D, int M, bool causal, const int *lengths,
+                     double gmax, uint64_t seed) {
+    gla_case_chunk(NULL, gate, B, H, N, D, M, causal, lengths, gmax, seed);
 }
 
 Test(cuda_gla, against_cpu) {
@@ -129,13 +138,41 @@ Test(cuda_gla, against_cpu) {
     gla_case("scalar", 1, 1, 75, 9, 70, true, NULL, 0.5, 212);
 }
 
+/* The chunked passes (chunk >= 2) at other chunk lengths, and the recurrent kernels
+ * (chunk = 1) on the shapes above that reach each of them. */
+Test(cuda_gla, chunks) {
+    require_cuda();
+    const int len[3] = {37, 20, 0};
+    gla_case_chunk("chunk=5", "vector", 3, 2, 37, 8, 8, true, len, 1.0, 221);  /* eight chunks, partial ones */
+    gla_case_chunk("chunk=5", "scalar", 3, 2, 37, 8, 8, false, len, 1.0, 222); /* non-causal */
+    gla_case_chunk("chunk=2", "vector", 1, 2, 9, 4, 3, true, NULL, 0.5, 223);
+    gla_case_chunk("chunk=64", "vector", 1, 2, 80, 16, 16, true, NULL, 20.0, 224); /* strong gates, 64 rows */
+    gla_case_chunk("chunk=8", "vector", 1, 2, 60, 70, 9, true, NULL, 0.5, 225); /* D past the register kernels */
+    gla_case_chunk("chunk=1", "vector", 3, 2, 37, 8, 8, true, len, 1.0, 226);  /* the register kernels */
+    gla_case_chunk("chunk=1", "scalar", 3, 2, 37, 8, 8, false, len, 1.0, 227);
+    gla_case_chunk("chunk=1", "vector", 1, 2, 50, 40, 33, true, NULL, 0.2, 228);
+    gla_case_chunk("chunk=1", "scalar", 1, 1, 75, 9, 70, true, NULL, 0.5, 229); /* the global-state kernels */
+    gla_case_chunk("chunk=1", "vector", 1, 1, 75, 70, 9, false, NULL, 0.5, 230);
+}
+
+/* With the workspace cap lowered to nothing the chunked passes go one slice at a time. */
+Test(cuda_gla, grouped) {
+    require_cuda();
+    const int len[3] = {37, 20, 0};
+    const size_t cap = gla_cuda_ws_cap;
+    gla_cuda_ws_cap = 1;
+    gla_case_chunk("chunk=6", "vector", 3, 2, 37, 5, 4, true, len, 1.0, 231);
+    gla_case_chunk("chunk=6", "scalar", 3, 2, 37, 5, 4, false, len, 1.0, 232);
+    gla_cuda_ws_cap = cap;
+}
+
 /* Prefill of P (with its output) and steps to N-1 on CUDA against the CPU's causal
  * forward: STEP_TOL (the forward's bound: the same terms in another order). */
-static void recurrent_case(const char *gate, int P) {
+static void recurrent_case(const char *chunk, const char *gate, int P) {
     const int B = 2, H = 2, N = 19, D = 6, M = 5;
     tu_problem p;
     tu_problem_init(&p, B, H, N, D, M, true, NULL, 300 + P);
-    attn *cpu = make_gla(AB_DEV_CPU, gate), *gpu = make_gla(AB_DEV_CUDA, gate);
+    attn *cpu = make_gla(AB_DEV_CPU, gate, chunk), *gpu = make_gla(AB_DEV_CUDA, gate, chunk);
     const int W = attn_aux_width(cpu, D);
     float *g = gates((size_t)B * H * N * W, 300 + P, 2.0), *want = tu_alloc_f(p.nv), *got = tu_alloc_f(p.nv);
     cr_assert_eq(attn_bind_aux(cpu, g, NULL), 0);
@@ -179,8 +216,8 @@ static void recurrent_case(const char *gate, int P) {
         ddownload(ho, so, (size_t)B * H * M);
         tu_scatter(&p.s, ho, got, t, M);
     }
-    char ctx[64];
-    snprintf(ctx, sizeof ctx, "gla gate=%s prefill %d + steps", gate, P);
+    char ctx[80];
+    snprintf(ctx, sizeof ctx, "gla %s gate=%s prefill %d + steps", chunk ? chunk : "chunk=auto", gate, P);
     expect_close(got, want, p.nv, STEP_TOL, "out", ctx);
     dfree(sq), dfree(sk), dfree(sv), dfree(sg), dfree(so);
     free(g), free(want), free(got);
@@ -192,8 +229,10 @@ static void recurrent_case(const char *gate, int P) {
 
 Test(cuda_gla, prefill_and_steps) {
     require_cuda();
-    recurrent_case("vector", 0);
-    recurrent_case("scalar", 0);
-    recurrent_case("vector", 7);
-    recurrent_case("scalar", 19);
+    recurrent_case(NULL, "vector", 0);
+    recurrent_case(NULL, "scalar", 0);
+    recurrent_case(NULL, "vector", 7);
+    recurrent_case(NULL, "scalar", 19);
+    recurrent_case("chunk=4", "vector", 17); /* the chunked prefill over five chunks */
+    recurrent_case("chunk=1", "scalar", 11); /* the recurrent prefill */
 }
