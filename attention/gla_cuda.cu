@@ -352,8 +352,8 @@ static size_t ch_intra_smem(int T, int D, int M) { /* gam in double, a, c, b, A 
            ((size_t)T * ((size_t)D + (size_t)(D > M ? D : M) + (size_t)M) + (size_t)T * T) * sizeof(float);
 }
 static size_t ch_carry_smem(int D) { return ((size_t)D * GROUP + (size_t)CH_ROWS * D) * sizeof(float); }
-static size_t ch_inter_smem(int T, int D, int M) {
-    return ((size_t)T * D + (size_t)T * (D > M ? D : M)) * sizeof(float);
+static size_t ch_inter_smem(int T, int D, int M) { /* gam, c's rows, the carried state */
+    return ((size_t)T * D + (size_t)T * (D > M ? D : M) + (size_t)D * M) * sizeof(float);
 }
 
 static bool ch_usable(int T, int D, int M) {
@@ -489,15 +489,16 @@ __global__ void gla_ch_inter_kernel(gla_pass p, int T, int cols, const float *Xs
     const int D = p.D, M = p.M, Cw = cols ? D : M, Ow = cols ? M : D, nc = ch_chunks(p.L, T);
     const int nb = ch_chunks((int)p.N, T);
     const long long dm = (long long)D * M;
-    float *gam = sm, *sc = gam + T * D;
+    float *gam = sm, *sc = gam + T * D, *X0 = sc + T * (D > M ? D : M);
     for (long long item = blockIdx.x; item < p.ns * nc; item += gridDim.x) {
         const long long sl = item / nc;
         const int c = (int)(item % nc), i0 = c * T, n = p.L - i0 < T ? p.L - i0 : T;
         if (c == 0) continue; /* nothing carried into the first chunk (uniform over the block) */
-        const float *g = p.gate + sl * p.N * p.W, *X0 = Xs + (sl * nb + c) * dm;
+        const float *g = p.gate + sl * p.N * p.W, *Xc = Xs + (sl * nb + c) * dm;
         float *o = p.o + sl * p.N * Ow;
         ch_gammas(p, g, i0, n, gam);
         ch_stage(p, p.c + sl * p.N * Cw, Cw, i0, n, sc);
+        for (long long e = threadIdx.x; e < dm; e += blockDim.x) X0[e] = Xc[e];
         __syncthreads();
         for (int e = threadIdx.x; e < n * Ow; e += blockDim.x) {
             const int i = e / Ow, r = e % Ow;
