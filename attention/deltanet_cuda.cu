@@ -202,6 +202,27 @@ __device__ void wy_stage_normalised(const float *x, int n, int D, float *xs, flo
     __syncthreads();
 }
 
+/* P = lower_incl(Qn Kn^T) (n x n, row stride n; shared or global) with one side staged
+ * normalised in shared memory (xs) and the other read from its raw rows x (global),
+ * normalised on the fly: x holds the queries when x_queries, else the keys. r (n
+ * floats, shared) gets x's inverse norms. Ends with a barrier. */
+__device__ void wy_lower_products(const float *x, const float *xs, bool x_queries, int n, int D, float *r, float *P) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float ss = 0.0f;
+        for (int d = 0; d < D; d++) ss += x[(long long)i * D + d] * x[(long long)i * D + d];
+        r[i] = 1.0f / sqrtf(ss + (float)DN_EPS);
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < n * n; e += blockDim.x) {
+        const int i = e / n, j = e % n, g = x_queries ? i : j, h = x_queries ? j : i;
+        float p = 0.0f;
+        if (j <= i)
+            for (int d = 0; d < D; d++) p += (x[(long long)g * D + d] * r[g]) * xs[h * D + d];
+        P[e] = p;
+    }
+    __syncthreads();
+}
+
 /* X = (I + strictly_lower(diag(beta) Kn Kn^T))^{-1} (n x n, row stride n, unit lower
  * triangular) by forward substitution, row by row: X[i][j] = -beta_i sum_{j <= l < i}
  * A[i][l] X[l][j]. Kn: n x D, bc: the chunk's beta, arow: n floats (all shared). Ends
@@ -244,22 +265,8 @@ __global__ void dn_wy_prep_kernel(const float *q, const float *k, const float *v
         wy_inverse_dev(Kn, bc, n, D, T, arow);
         if (Xw) {
             float *Xc = Xw + (ls * nb + c) * (long long)C * C, *Pc = Pw + (ls * nb + c) * (long long)C * C;
-            const float *qc = q + row0 * D;
             for (int e = threadIdx.x; e < n * n; e += blockDim.x) Xc[e] = T[e];
-            for (int i = threadIdx.x; i < n; i += blockDim.x) {
-                float ss = 0.0f;
-                for (int d = 0; d < D; d++) ss += qc[(long long)i * D + d] * qc[(long long)i * D + d];
-                arow[i] = 1.0f / sqrtf(ss + (float)DN_EPS);
-            }
-            __syncthreads();
-            for (int e = threadIdx.x; e < n * n; e += blockDim.x) {
-                const int i = e / n, j = e % n;
-                float p = 0.0f;
-                if (j <= i)
-                    for (int d = 0; d < D; d++) p += (qc[(long long)i * D + d] * arow[i]) * Kn[j * D + d];
-                Pc[e] = p;
-            }
-            __syncthreads();
+            wy_lower_products(q + row0 * D, Kn, true, n, D, arow, Pc);
             continue;
         }
         for (int e = threadIdx.x; e < n * n; e += blockDim.x) T[e] = e % n <= e / n ? T[e] * bc[e % n] : 0.0f;
@@ -345,20 +352,7 @@ __global__ void dn_wy_out_kernel(const float *q, const float *k, const float *U,
         const int c = (int)(item % nc), t0 = c * C, n = L - t0 < C ? L - t0 : C;
         const float *kc = k + row0 * D, *Uc = U + (ls * N + t0) * M, *S0 = Sb + ((sl - sb0) * nb + c) * dm;
         wy_stage_normalised(q + row0 * D, n, D, Qn, rq);
-        for (int j = threadIdx.x; j < n; j += blockDim.x) {
-            float ss = 0.0f;
-            for (int d = 0; d < D; d++) ss += kc[(long long)j * D + d] * kc[(long long)j * D + d];
-            rk[j] = 1.0f / sqrtf(ss + (float)DN_EPS);
-        }
-        __syncthreads();
-        for (int e = threadIdx.x; e < n * n; e += blockDim.x) {
-            const int i = e / n, j = e % n;
-            float p = 0.0f;
-            if (j <= i)
-                for (int d = 0; d < D; d++) p += Qn[i * D + d] * (kc[(long long)j * D + d] * rk[j]);
-            P[e] = p;
-        }
-        __syncthreads();
+        wy_lower_products(kc, Qn, false, n, D, rk, P);
         for (int e = threadIdx.x; e < n * M; e += blockDim.x) {
             const int i = e / M, m = e % M;
             float o = 0.0f, a = 0.0f;
