@@ -338,7 +338,7 @@ static int run_pass_recurrent(gla_pass p, bool cols) {
  * e^(Gam_E - Gam_j) and e^Gam_E to the workspace), carry (per slice and 32 columns m
  * of X, chunks in order: the chunks' starting states to the workspace, the final state
  * into X), inter (per slice and chunk: the carried state's term added to o). Taken for
- * chunk >= 2 when the intra kernel's shared memory fits CH_SMEM_MAX; chunk = 1 runs the
+ * chunk >= 2 when the three kernels' shared memory fits CH_SMEM_MAX; chunk = 1 runs the
  * recurrent kernels above. Workspace per slice: nb D M + N D + nb D floats (nb chunks),
  * after the recurrent passes' part, slices in groups under gla_cuda_ws_cap (1 GiB). */
 #define CH_THREADS 128
