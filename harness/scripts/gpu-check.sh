@@ -59,7 +59,7 @@
 #   the lab programs (each at most LAB_EACH 20)                                    40
 #   figure1-gpu sweep (attnbench bench --device cuda)                             100
 #   compare-torch.sh cuda (both sides and the table)                               80
-#   rnn-family-gpu sweep (retention, gla, deltanet's two forms beside linear)       40
+#   rnn-family-gpu sweep (retention, gla, deltanet's two forms beside linear)       60
 #   sampling: MNIST linear, stateful-softmax, softmax and lsh-1 (estimated), 15 each;
 #   CIFAR-10 linear, stateful-softmax, softmax (estimated), 30 each (a whole-image
 #   point that times out is measured again by --estimate 256, from what is left)  150
@@ -101,7 +101,7 @@ cd "$root"
 
 # ---- budgets (seconds) ----
 B_PHASE1=${B_PHASE1:-110} B_INFO=${B_INFO:-30} B_LAB=${B_LAB:-40} LAB_EACH=${LAB_EACH:-20} B_BENCH=${B_BENCH:-100}
-B_TORCH=${B_TORCH:-80} B_RNN=${B_RNN:-40} B_MNIST=${B_MNIST:-15} B_CIFAR=${B_CIFAR:-30} B_FALLBACK=${B_FALLBACK:-15}
+B_TORCH=${B_TORCH:-80} B_RNN=${B_RNN:-60} B_MNIST=${B_MNIST:-15} B_CIFAR=${B_CIFAR:-30} B_FALLBACK=${B_FALLBACK:-15}
 TOTAL_BUDGET=${TOTAL_BUDGET:-460}
 
 rm -rf "$work"
