@@ -130,17 +130,29 @@ Test(cuda_deltanet, against_cpu) {
     dn_case("chunk=64", 2, 1, 2, 130, 64, 64, NULL, 211); /* chunks of 64 and a partial one: the workspace slots */
 }
 
+/* Sets the workspace cap (attention/deltanet_cuda.h) and returns the old one. The
+ * variable exists only in a library with the CUDA backend; without it require_cuda has
+ * skipped the test before this is called. */
+static size_t dn_set_ws_cap(size_t cap) {
+#ifdef TEST_CUDA_BACKEND
+    const size_t old = dn_cuda_ws_cap;
+    dn_cuda_ws_cap = cap;
+    return old;
+#else
+    return cap;
+#endif
+}
+
 /* With the workspace cap lowered to nothing, every pass goes one slice (and one block)
  * at a time: the groups' and the grid-stride loops' paths. */
 Test(cuda_deltanet, grouped) {
     require_cuda();
     const int len[3] = {37, 20, 0};
-    const size_t cap = dn_cuda_ws_cap;
-    dn_cuda_ws_cap = 1;
+    const size_t cap = dn_set_ws_cap(1);
     dn_case("chunk=8", 2, 3, 2, 37, 6, 5, len, 212);
     dn_case("chunk=1", 2, 2, 2, 11, 4, 3, NULL, 213);
     dn_case("chunk=64", 2, 1, 2, 70, 64, 64, NULL, 214); /* the chunk kernel's one slot in the workspace */
-    dn_cuda_ws_cap = cap;
+    dn_set_ws_cap(cap);
 }
 
 /* prefill P then steps to N - 1 on the device, against the CPU's forward (the same

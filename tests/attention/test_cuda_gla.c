@@ -155,15 +155,27 @@ Test(cuda_gla, chunks) {
     gla_case_chunk("chunk=1", "vector", 1, 1, 75, 70, 9, false, NULL, 0.5, 230);
 }
 
+/* Sets the workspace cap (attention/gla_cuda.h) and returns the old one. The variable
+ * exists only in a library with the CUDA backend; without it require_cuda has skipped
+ * the test before this is called. */
+static size_t gla_set_ws_cap(size_t cap) {
+#ifdef TEST_CUDA_BACKEND
+    const size_t old = gla_cuda_ws_cap;
+    gla_cuda_ws_cap = cap;
+    return old;
+#else
+    return cap;
+#endif
+}
+
 /* With the workspace cap lowered to nothing the chunked passes go one slice at a time. */
 Test(cuda_gla, grouped) {
     require_cuda();
     const int len[3] = {37, 20, 0};
-    const size_t cap = gla_cuda_ws_cap;
-    gla_cuda_ws_cap = 1;
+    const size_t cap = gla_set_ws_cap(1);
     gla_case_chunk("chunk=6", "vector", 3, 2, 37, 5, 4, true, len, 1.0, 231);
     gla_case_chunk("chunk=6", "scalar", 3, 2, 37, 5, 4, false, len, 1.0, 232);
-    gla_cuda_ws_cap = cap;
+    gla_set_ws_cap(cap);
 }
 
 /* Prefill of P (with its output) and steps to N-1 on CUDA against the CPU's causal
