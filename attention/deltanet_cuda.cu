@@ -146,11 +146,14 @@ __global__ void dn_forward_kernel(const float *q, const float *k, const float *v
  *         the block's columns (in place of U), the chunk's starting state to `saved` (or to
  *         the workspace), S += Kn^T U'. The delta rule's columns m of S are independent
  *         (each step reads and writes column m only), so the columns split across blocks;
- *         a thread owns one column, the state lives in shared memory, the rows of W and
- *         k are staged WY_ROWS at a time.
+ *         within a block the rows of S split across its warps (wy_warps: up to WY_WARPS,
+ *         rows d = w, w + R, ... for warp w of R), a lane owns one column, the state
+ *         lives in shared memory, the rows of W and k are staged WY_ROWS at a time. The
+ *         products W S reduce the warps' partial sums in shared memory (wy_cols_dot).
  *   out   (block per (slice, chunk), in parallel): O = Qn S + lower_incl(Qn Kn^T) U'.
- * The sequential part per chunk is two products of n x D by D x 32 per block, where the
- * scan above takes n dependent steps with four block-wide barriers each. Backward reads
+ * The sequential part per chunk is two products of n x D by D x 32 per block, split
+ * over R warps (a lane's chain: 2 n D / R multiply-adds and the reduction's R adds per
+ * row), where the scan above takes n dependent steps with four block-wide barriers each. Backward reads
  * the chunks' starting states that `state` saves, in the scan's layout.
  * Workspace per slice: N (D + M) floats (W, U), and the chunks' starting states when
  * the caller saves none; slices go in groups that keep it under dn_cuda_ws_cap. Used when
@@ -158,20 +161,36 @@ __global__ void dn_forward_kernel(const float *q, const float *k, const float *v
 #define WY_GROUP 32
 #define WY_ROWS 16
 #define WY_THREADS 128
+#define WY_WARPS 8
 #define WY_SMEM_MAX (48 * 1024)
 
 __host__ __device__ static inline int n_chunks(int N, int C) { return (N + C - 1) / C; }
 
 static size_t wy_prep_smem(int C, int D) { return ((size_t)C * D + (size_t)C * C + 3 * (size_t)C) * sizeof(float); }
-static size_t wy_state_smem(int D) { return ((size_t)D * WY_GROUP + (size_t)WY_ROWS * D + WY_ROWS) * sizeof(float); }
+/* The carry kernels' (state, reverse) with R warps: the state's columns (D x WY_GROUP),
+ * a tile of rows (WY_ROWS x D) and its norms, the warps' partial sums (R x WY_ROWS x
+ * WY_GROUP; the first R = 1 part doubles as the reduced tile); reverse adds T, P and beta. */
+static size_t wy_state_smem(int D, int R) {
+    return ((size_t)D * WY_GROUP + (size_t)WY_ROWS * D + WY_ROWS + (size_t)R * WY_ROWS * WY_GROUP) * sizeof(float);
+}
 static size_t wy_out_smem(int C, int D) { return ((size_t)C * D + (size_t)C * C + 2 * (size_t)C) * sizeof(float); }
-static size_t wy_reverse_smem(int C, int D) {
-    return ((size_t)D * WY_GROUP + (size_t)WY_ROWS * D + WY_ROWS + 2 * (size_t)C * C + (size_t)C) * sizeof(float);
+static size_t wy_reverse_smem(int C, int D, int R) {
+    return wy_state_smem(D, R) + (2 * (size_t)C * C + (size_t)C) * sizeof(float);
 }
 
 static bool wy_on_cuda(int C, int D) {
-    return dn_wy_usable(C) && wy_prep_smem(C, D) <= WY_SMEM_MAX && wy_state_smem(D) <= WY_SMEM_MAX &&
-           wy_out_smem(C, D) <= WY_SMEM_MAX && wy_reverse_smem(C, D) <= WY_SMEM_MAX;
+    return dn_wy_usable(C) && wy_prep_smem(C, D) <= WY_SMEM_MAX && wy_state_smem(D, 1) <= WY_SMEM_MAX &&
+           wy_out_smem(C, D) <= WY_SMEM_MAX && wy_reverse_smem(C, D, 1) <= WY_SMEM_MAX;
+}
+
+/* Warps of a carry kernel's block: about 8 rows of S per warp (D = 64: 8 warps), at most
+ * WY_WARPS, fewer where the partial sums would not fit shared memory (reverse at C = 64,
+ * D = 64: 1). C = 0: the state kernel (no T or P). */
+static int wy_warps(int C, int D) {
+    int R = (D + 7) / 8;
+    if (R > WY_WARPS) R = WY_WARPS;
+    while (R > 1 && (C ? wy_reverse_smem(C, D, R) : wy_state_smem(D, R)) > WY_SMEM_MAX) R--;
+    return R;
 }
 
 /* Floats of one slice's forward workspace (W, U and the chunks' starting states). */
@@ -200,6 +219,40 @@ __device__ void wy_stage_normalised(const float *x, int n, int D, float *xs, flo
     __syncthreads();
     for (int e = threadIdx.x; e < n * D; e += blockDim.x) xs[e] *= r[e / D];
     __syncthreads();
+}
+
+/* The carry kernels' products with the state's columns sS (D x WY_GROUP, shared), whose
+ * rows split over the block's R warps: warp w owns rows d = w, w + R, ..., lane l
+ * column l. */
+
+/* su[i][l] = sum_d sx[i][d] sS[d][l] for i < nr (sx: nr x D, shared): the warps' partial
+ * sums over their rows into red (R x WY_ROWS x WY_GROUP), then added per (i, l) by one
+ * thread, into su = red's first part. Ends with a barrier. */
+__device__ void wy_cols_dot(const float *sx, int nr, int D, const float *sS, float *red) {
+    const int lane = threadIdx.x % WY_GROUP, w = threadIdx.x / WY_GROUP, R = blockDim.x / WY_GROUP;
+    for (int i = 0; i < nr; i++) {
+        float u = 0.0f;
+        for (int d = w; d < D; d += R) u += sx[i * D + d] * sS[d * WY_GROUP + lane];
+        red[(w * WY_ROWS + i) * WY_GROUP + lane] = u;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < nr * WY_GROUP; e += blockDim.x) {
+        float u = red[e]; /* only this thread reads or writes entry e of every part */
+        for (int x = 1; x < R; x++) u += red[x * WY_ROWS * WY_GROUP + e];
+        red[e] = u;
+    }
+    __syncthreads();
+}
+
+/* sS[d][l] += sum_i sx[i][d] su[i][l] over i < nr, on the warp's own rows (no barrier:
+ * no other warp reads them). */
+__device__ void wy_cols_update(const float *sx, int nr, int D, const float *su, float *sS) {
+    const int lane = threadIdx.x % WY_GROUP, w = threadIdx.x / WY_GROUP, R = blockDim.x / WY_GROUP;
+    for (int d = w; d < D; d += R) {
+        float x = 0.0f;
+        for (int i = 0; i < nr; i++) x += sx[i * D + d] * su[i * WY_GROUP + lane];
+        sS[d * WY_GROUP + lane] += x;
+    }
 }
 
 /* P = lower_incl(Qn Kn^T) (n x n, row stride n; shared or global) with one side staged
@@ -294,49 +347,45 @@ __global__ void dn_wy_prep_kernel(const float *q, const float *k, const float *v
 __global__ void dn_wy_state_kernel(const float *k, const float *W, float *U, long long s0, long long ns, int N, int L,
                                    int D, int M, int C, float *Sb, long long sb0, float *states) {
     AB_DYN_SMEM(float, sm);
-    float *sS = sm, *sx = sS + D * WY_GROUP, *r = sx + WY_ROWS * D;
-    const int groups = (M + WY_GROUP - 1) / WY_GROUP, nc = n_chunks(L, C), nb = n_chunks(N, C), lane = threadIdx.x;
+    float *sS = sm, *sx = sS + D * WY_GROUP, *r = sx + WY_ROWS * D, *red = r + WY_ROWS;
+    const int groups = (M + WY_GROUP - 1) / WY_GROUP, nc = n_chunks(L, C), nb = n_chunks(N, C);
+    const int lane = threadIdx.x % WY_GROUP, w = threadIdx.x / WY_GROUP, R = blockDim.x / WY_GROUP;
     const long long dm = (long long)D * M;
     for (long long item = blockIdx.x; item < ns * groups; item += gridDim.x) {
         const long long ls = item / groups, sl = s0 + ls;
-        const int m = (int)(item % groups) * WY_GROUP + lane;
+        const int m0 = (int)(item % groups) * WY_GROUP, m = m0 + lane;
         const bool on = m < M;
-        for (int d = 0; d < D; d++) sS[d * WY_GROUP + lane] = 0.0f;
+        for (int d = w; d < D; d += R) sS[d * WY_GROUP + lane] = 0.0f;
         for (int c = 0; c < nc; c++) {
             const int t0 = c * C, n = L - t0 < C ? L - t0 : C;
             float *Uc = U + (ls * N + t0) * M;
             const float *Wc = W + (ls * N + t0) * D, *kc = k + (sl * N + t0) * D;
             if (on) {
                 float *S0 = Sb + ((sl - sb0) * nb + c) * dm;
-                for (int d = 0; d < D; d++) S0[(long long)d * M + m] = sS[d * WY_GROUP + lane];
+                for (int d = w; d < D; d += R) S0[(long long)d * M + m] = sS[d * WY_GROUP + lane];
             }
             /* U' = U - W S over the chunk's rows, S still the chunk's starting state */
             for (int i0 = 0; i0 < n; i0 += WY_ROWS) {
                 const int nr = n - i0 < WY_ROWS ? n - i0 : WY_ROWS;
                 __syncthreads();
-                for (int e = lane; e < nr * D; e += blockDim.x) sx[e] = Wc[(long long)i0 * D + e];
+                for (int e = threadIdx.x; e < nr * D; e += blockDim.x) sx[e] = Wc[(long long)i0 * D + e];
                 __syncthreads();
-                if (on)
-                    for (int i = 0; i < nr; i++) {
-                        float u = 0.0f;
-                        for (int d = 0; d < D; d++) u += sx[i * D + d] * sS[d * WY_GROUP + lane];
-                        Uc[(long long)(i0 + i) * M + m] -= u;
-                    }
+                wy_cols_dot(sx, nr, D, sS, red);
+                for (int e = threadIdx.x; e < nr * WY_GROUP; e += blockDim.x)
+                    if (m0 + e % WY_GROUP < M) Uc[(long long)(i0 + e / WY_GROUP) * M + m0 + e % WY_GROUP] -= red[e];
             }
-            /* S += Kn^T U' (the thread reads back the U' it wrote) */
+            /* S += Kn^T U' (U' read back: the barriers order it after its writes) */
             for (int i0 = 0; i0 < n; i0 += WY_ROWS) {
                 const int nr = n - i0 < WY_ROWS ? n - i0 : WY_ROWS;
                 __syncthreads();
+                for (int e = threadIdx.x; e < nr * WY_GROUP; e += blockDim.x)
+                    red[e] = m0 + e % WY_GROUP < M ? Uc[(long long)(i0 + e / WY_GROUP) * M + m0 + e % WY_GROUP] : 0.0f;
                 wy_stage_normalised(kc + (long long)i0 * D, nr, D, sx, r);
-                if (on)
-                    for (int i = 0; i < nr; i++) {
-                        const float u = Uc[(long long)(i0 + i) * M + m];
-                        for (int d = 0; d < D; d++) sS[d * WY_GROUP + lane] += sx[i * D + d] * u;
-                    }
+                wy_cols_update(sx, nr, D, red, sS);
             }
         }
         if (states && on)
-            for (int d = 0; d < D; d++) states[sl * dm + (long long)d * M + m] = sS[d * WY_GROUP + lane];
+            for (int d = w; d < D; d += R) states[sl * dm + (long long)d * M + m] = sS[d * WY_GROUP + lane];
         __syncthreads();
     }
 }
@@ -378,8 +427,9 @@ static int wy_forward_run(attn *a, const attn_shape *s, long long s0, long long 
         AB_LAUNCH(dn_wy_prep_kernel, ab_cuda_grid(gn * nc, 1, DN_MAX_BLOCKS), WY_THREADS, wy_prep_smem(C, D), st, q,
                   k, v, a->aux, g0, gn, N, L, D, M, C, W, U, (float *)NULL, (float *)NULL);
         const long long groups = (M + WY_GROUP - 1) / WY_GROUP;
-        AB_LAUNCH(dn_wy_state_kernel, ab_cuda_grid(gn * groups, 1, DN_MAX_BLOCKS), WY_GROUP, wy_state_smem(D), st, k,
-                  W, U, g0, gn, N, L, D, M, C, Sb, sb0, states);
+        const int R = wy_warps(0, D);
+        AB_LAUNCH(dn_wy_state_kernel, ab_cuda_grid(gn * groups, 1, DN_MAX_BLOCKS), WY_GROUP * R, wy_state_smem(D, R),
+                  st, k, W, U, g0, gn, N, L, D, M, C, Sb, sb0, states);
         if (out)
             AB_LAUNCH(dn_wy_out_kernel, ab_cuda_grid(gn * nc, 1, DN_MAX_BLOCKS), WY_THREADS, wy_out_smem(C, D), st,
                       q, k, U, Sb, sb0, g0, gn, N, L, D, M, C, out);
@@ -534,6 +584,8 @@ __global__ void dn_backward_kernel(const float *q, const float *k, const float *
  *           the chunk, saved to the workspace for the third kernel, the columns' dU' =
  *           Kn G + P^T dO (to the workspace), dV = T^T dU' (dv itself), then
  *           G += Qn^T dO - Kn^T dV. Column m of G, dU' and dV needs column m only.
+ *           G's rows split over the block's warps as the state kernel's S; the entries
+ *           of dU' and dV over all its threads.
  *   chunk   (per (slice, chunk), in parallel, a workspace slot per block): the rest of
  *           the chunk's backward from its starting state S (saved by forward) and G:
  *           Vs = V - Kn S, U' = T Vs, dP = lower_incl(dO U'^T), dQn = dO S^T + dP Kn,
@@ -584,59 +636,63 @@ __global__ void dn_wy_reverse_kernel(const float *q, const float *k, const float
                                      const float *Xw, const float *Pw, long long s0, long long ns, int N, int L, int D,
                                      int M, int C, float *Gs, float *dU, float *dv) {
     AB_DYN_SMEM(float, sm);
-    float *sG = sm, *sx = sG + D * WY_GROUP, *r = sx + WY_ROWS * D, *sT = r + WY_ROWS, *sP = sT + C * C,
-          *bc = sP + C * C;
-    const int groups = (M + WY_GROUP - 1) / WY_GROUP, nc = n_chunks(L, C), nb = n_chunks(N, C), lane = threadIdx.x;
+    const int lane = threadIdx.x % WY_GROUP, w = threadIdx.x / WY_GROUP, R = blockDim.x / WY_GROUP;
+    float *sG = sm, *sx = sG + D * WY_GROUP, *r = sx + WY_ROWS * D, *red = r + WY_ROWS,
+          *sT = red + R * WY_ROWS * WY_GROUP, *sP = sT + C * C, *bc = sP + C * C;
+    const int groups = (M + WY_GROUP - 1) / WY_GROUP, nc = n_chunks(L, C), nb = n_chunks(N, C);
     const long long dm = (long long)D * M;
     for (long long item = blockIdx.x; item < ns * groups; item += gridDim.x) {
         const long long ls = item / groups, sl = s0 + ls;
-        const int m = (int)(item % groups) * WY_GROUP + lane;
+        const int m0 = (int)(item % groups) * WY_GROUP, m = m0 + lane;
         const bool on = m < M;
-        for (int d = 0; d < D; d++) sG[d * WY_GROUP + lane] = 0.0f;
+        for (int d = w; d < D; d += R) sG[d * WY_GROUP + lane] = 0.0f;
         for (int c = nc - 1; c >= 0; c--) {
             const int t0 = c * C, n = L - t0 < C ? L - t0 : C;
             const long long row0 = sl * N + t0;
             const float *Xc = Xw + (ls * nb + c) * (long long)C * C, *Pc = Pw + (ls * nb + c) * (long long)C * C;
             float *dUc = dU + (ls * N + t0) * M;
             __syncthreads();
-            for (int i = lane; i < n; i += blockDim.x) bc[i] = beta[row0 + i];
+            for (int i = threadIdx.x; i < n; i += blockDim.x) bc[i] = beta[row0 + i];
             __syncthreads();
-            for (int e = lane; e < n * n; e += blockDim.x) sT[e] = Xc[e] * bc[e % n], sP[e] = Pc[e];
+            for (int e = threadIdx.x; e < n * n; e += blockDim.x) sT[e] = Xc[e] * bc[e % n], sP[e] = Pc[e];
             if (on) {
                 float *Gc = Gs + (ls * nb + c) * dm;
-                for (int d = 0; d < D; d++) Gc[(long long)d * M + m] = sG[d * WY_GROUP + lane];
+                for (int d = w; d < D; d += R) Gc[(long long)d * M + m] = sG[d * WY_GROUP + lane];
             }
             /* dU'[i] = Kn_i . G[:, m] + sum_{j >= i} P[j][i] dO[j][m] */
             for (int i0 = 0; i0 < n; i0 += WY_ROWS) {
                 const int nr = n - i0 < WY_ROWS ? n - i0 : WY_ROWS;
                 __syncthreads();
                 wy_stage_normalised(k + (row0 + i0) * D, nr, D, sx, r);
-                if (on)
-                    for (int i = 0; i < nr; i++) {
-                        float u = 0.0f, w = 0.0f;
-                        for (int d = 0; d < D; d++) u += sx[i * D + d] * sG[d * WY_GROUP + lane];
-                        for (int j = i0 + i; j < n; j++) w += sP[j * n + i0 + i] * dout[(row0 + j) * M + m];
-                        dUc[(long long)(i0 + i) * M + m] = u + w;
-                    }
-            }
-            /* dV[i] = sum_{r >= i} T[r][i] dU'[r] (the thread's own column of dU') */
-            if (on)
-                for (int i = 0; i < n; i++) {
+                wy_cols_dot(sx, nr, D, sG, red);
+                for (int e = threadIdx.x; e < nr * WY_GROUP; e += blockDim.x) {
+                    const int i = i0 + e / WY_GROUP, mm = m0 + e % WY_GROUP;
+                    if (mm >= M) continue;
                     float x = 0.0f;
-                    for (int rr = i; rr < n; rr++) x += sT[rr * n + i] * dUc[(long long)rr * M + m];
-                    dv[(row0 + i) * M + m] = x;
+                    for (int j = i; j < n; j++) x += sP[j * n + i] * dout[(row0 + j) * M + mm];
+                    dUc[(long long)i * M + mm] = red[e] + x;
                 }
+            }
+            /* dV[i] = sum_{r >= i} T[r][i] dU'[r] */
+            __syncthreads();
+            for (int e = threadIdx.x; e < n * WY_GROUP; e += blockDim.x) {
+                const int i = e / WY_GROUP, mm = m0 + e % WY_GROUP;
+                if (mm >= M) continue;
+                float x = 0.0f;
+                for (int rr = i; rr < n; rr++) x += sT[rr * n + i] * dUc[(long long)rr * M + mm];
+                dv[(row0 + i) * M + mm] = x;
+            }
             /* G += Qn^T dO - Kn^T dV */
             for (int pass = 0; pass < 2; pass++)
                 for (int i0 = 0; i0 < n; i0 += WY_ROWS) {
                     const int nr = n - i0 < WY_ROWS ? n - i0 : WY_ROWS;
                     __syncthreads();
+                    for (int e = threadIdx.x; e < nr * WY_GROUP; e += blockDim.x) {
+                        const long long at = (row0 + i0 + e / WY_GROUP) * M + m0 + e % WY_GROUP;
+                        red[e] = m0 + e % WY_GROUP >= M ? 0.0f : pass ? -dv[at] : dout[at];
+                    }
                     wy_stage_normalised((pass ? k : q) + (row0 + i0) * D, nr, D, sx, r);
-                    if (on)
-                        for (int i = 0; i < nr; i++) {
-                            const float g = pass ? -dv[(row0 + i0 + i) * M + m] : dout[(row0 + i0 + i) * M + m];
-                            for (int d = 0; d < D; d++) sG[d * WY_GROUP + lane] += sx[i * D + d] * g;
-                        }
+                    wy_cols_update(sx, nr, D, red, sG);
                 }
         }
         __syncthreads();
@@ -752,6 +808,7 @@ static int wy_backward_run(attn *a, const attn_shape *s, long long s0, long long
     const int N = s->len, D = s->qk_dim, M = s->v_dim, C = dn_chunk(a, N), nc = n_chunks(L, C), nb = n_chunks(N, C);
     const long long G = wy_bwd_group_slices(s, C), nslot = wy_slots(s, C), slot = (long long)wy_slot_floats(C, D, M);
     const long long groups = (M + WY_GROUP - 1) / WY_GROUP;
+    const int R = wy_warps(C, D);
     float *slots = (float *)a->ws, *wg = slots + nslot * slot;
     cudaStream_t st = ab_cuda_stream();
     for (long long g0 = s0; g0 < s0 + ns; g0 += G) {
@@ -760,8 +817,8 @@ static int wy_backward_run(attn *a, const attn_shape *s, long long s0, long long
               *dU = Gs + gn * nb * (long long)D * M;
         AB_LAUNCH(dn_wy_prep_kernel, ab_cuda_grid(gn * nc, 1, DN_MAX_BLOCKS), WY_THREADS, wy_prep_smem(C, D), st, q,
                   k, v, a->aux, g0, gn, N, L, D, M, C, (float *)NULL, (float *)NULL, Xw, Pw);
-        AB_LAUNCH(dn_wy_reverse_kernel, ab_cuda_grid(gn * groups, 1, DN_MAX_BLOCKS), WY_GROUP,
-                  wy_reverse_smem(C, D), st, q, k, a->aux, dout, Xw, Pw, g0, gn, N, L, D, M, C, Gs, dU, dv);
+        AB_LAUNCH(dn_wy_reverse_kernel, ab_cuda_grid(gn * groups, 1, DN_MAX_BLOCKS), WY_GROUP * R,
+                  wy_reverse_smem(C, D, R), st, q, k, a->aux, dout, Xw, Pw, g0, gn, N, L, D, M, C, Gs, dU, dv);
         const long long items = gn * nc;
         const bool in_smem = nslot == 0;
         const unsigned grid = in_smem ? ab_cuda_grid(items, 1, DN_MAX_BLOCKS) : (unsigned)(items < nslot ? items : nslot);

@@ -336,13 +336,14 @@ static int run_pass_recurrent(gla_pass p, bool cols) {
  * between j and i: each term is exact and nothing overflows, however strong the gates.
  * Three kernels: intra (per slice and chunk: the in-chunk sums into o, and a_j
  * e^(Gam_E - Gam_j) and e^Gam_E to the workspace), carry (per slice and 32 columns m
- * of X, chunks in order: the chunks' starting states to the workspace, the final state
- * into X), inter (per slice and chunk: the carried state's term added to o). Taken for
+ * of X, chunks in order, X's rows split over up to 8 warps: the chunks' starting states
+ * to the workspace, the final state into X), inter (per slice and chunk: the carried state's term added to o). Taken for
  * chunk >= 2 when the three kernels' shared memory fits CH_SMEM_MAX; chunk = 1 runs the
  * recurrent kernels above. Workspace per slice: nb D M + N D + nb D floats (nb chunks),
  * after the recurrent passes' part, slices in groups under gla_cuda_ws_cap (1 GiB). */
 #define CH_THREADS 128
 #define CH_ROWS 16
+#define CH_WARPS 8
 #define CH_SMEM_MAX (48 * 1024)
 
 size_t gla_cuda_ws_cap = (size_t)1 << 30;
@@ -351,7 +352,17 @@ static size_t ch_intra_smem(int T, int D, int M) { /* gam in double, a, c, b, A 
     return (size_t)T * D * sizeof(double) +
            ((size_t)T * ((size_t)D + (size_t)(D > M ? D : M) + (size_t)M) + (size_t)T * T) * sizeof(float);
 }
-static size_t ch_carry_smem(int D) { return ((size_t)D * GROUP + (size_t)CH_ROWS * D) * sizeof(float); }
+/* The carry's: its 32 columns of X (D x GROUP), a tile of a's rows (CH_ROWS x D) and of
+ * b's (CH_ROWS x GROUP). */
+static size_t ch_carry_smem(int D) {
+    return ((size_t)D * GROUP + (size_t)CH_ROWS * D + (size_t)CH_ROWS * GROUP) * sizeof(float);
+}
+/* The carry's warps: the rows of X split over them (rows d = w, w + R, ... for warp w of
+ * R; they are independent), about 8 rows a warp (D = 64: 8 warps), at most CH_WARPS. */
+static int ch_carry_warps(int D) {
+    const int R = (D + 7) / 8;
+    return R > CH_WARPS ? CH_WARPS : R;
+}
 static size_t ch_inter_smem(int T, int D, int M) { /* gam, c's rows, the carried state */
     return ((size_t)T * D + (size_t)T * (D > M ? D : M) + (size_t)D * M) * sizeof(float);
 }
@@ -443,25 +454,27 @@ __global__ void gla_ch_intra_kernel(gla_pass p, int T, int cols, float *At, floa
     }
 }
 
-/* Xs: the chunks' starting states [slice][chunk][D][M]; p.X (when final) the last. */
+/* Xs: the chunks' starting states [slice][chunk][D][M]; p.X (when final) the last. A
+ * block per (slice, 32 columns m); lane l of warp w owns X[d][m0 + l] for d = w, w + R, ...
+ * (R warps), so a chunk's update needs no barrier but the tiles' staging. */
 __global__ void gla_ch_carry_kernel(gla_pass p, int T, const float *At, const float *E, float *Xs, int final_state) {
     AB_DYN_SMEM(float, sm);
     const int D = p.D, M = p.M, groups = (M + GROUP - 1) / GROUP, nc = ch_chunks(p.L, T), nb = ch_chunks((int)p.N, T);
-    const int lane = threadIdx.x;
+    const int lane = threadIdx.x % GROUP, w = threadIdx.x / GROUP, R = blockDim.x / GROUP;
     const long long dm = (long long)D * M;
-    float *sX = sm, *sx = sX + D * GROUP;
+    float *sX = sm, *sx = sX + D * GROUP, *sb = sx + CH_ROWS * D;
     for (long long item = blockIdx.x; item < p.ns * groups; item += gridDim.x) {
         const long long sl = item / groups;
-        const int m = (int)(item % groups) * GROUP + lane;
+        const int m0 = (int)(item % groups) * GROUP, m = m0 + lane;
         const bool on = m < M;
         const float *b = p.b + sl * p.N * M;
-        for (int d = 0; d < D; d++) sX[d * GROUP + lane] = 0.0f;
+        for (int d = w; d < D; d += R) sX[d * GROUP + lane] = 0.0f;
         for (int c = 0; c < nc; c++) {
             const int i0 = c * T, n = p.L - i0 < T ? p.L - i0 : T;
             const float *Ac = At + (sl * p.N + i0) * D, *Ec = E + (sl * nb + c) * D;
             if (on) {
                 float *X0 = Xs + (sl * nb + c) * dm;
-                for (int d = 0; d < D; d++) {
+                for (int d = w; d < D; d += R) {
                     X0[(long long)d * M + m] = sX[d * GROUP + lane];
                     sX[d * GROUP + lane] *= Ec[d];
                 }
@@ -469,17 +482,20 @@ __global__ void gla_ch_carry_kernel(gla_pass p, int T, const float *At, const fl
             for (int j0 = 0; j0 < n; j0 += CH_ROWS) {
                 const int nr = n - j0 < CH_ROWS ? n - j0 : CH_ROWS;
                 __syncthreads();
-                for (int e = lane; e < nr * D; e += blockDim.x) sx[e] = Ac[(long long)j0 * D + e];
+                for (int e = threadIdx.x; e < nr * D; e += blockDim.x) sx[e] = Ac[(long long)j0 * D + e];
+                for (int e = threadIdx.x; e < nr * GROUP; e += blockDim.x)
+                    sb[e] = m0 + e % GROUP < M ? b[(long long)gla_time(p, i0 + j0 + e / GROUP) * M + m0 + e % GROUP]
+                                               : 0.0f;
                 __syncthreads();
-                if (on)
-                    for (int j = 0; j < nr; j++) {
-                        const float bj = b[(long long)gla_time(p, i0 + j0 + j) * M + m];
-                        for (int d = 0; d < D; d++) sX[d * GROUP + lane] += sx[j * D + d] * bj;
-                    }
+                for (int d = w; d < D; d += R) {
+                    float x = 0.0f;
+                    for (int j = 0; j < nr; j++) x += sx[j * D + d] * sb[j * GROUP + lane];
+                    sX[d * GROUP + lane] += x;
+                }
             }
         }
         if (final_state && on)
-            for (int d = 0; d < D; d++) p.X[sl * dm + (long long)d * M + m] = sX[d * GROUP + lane];
+            for (int d = w; d < D; d += R) p.X[sl * dm + (long long)d * M + m] = sX[d * GROUP + lane];
         __syncthreads();
     }
 }
@@ -541,8 +557,8 @@ static int run_pass_chunked(gla_pass p, bool cols, int T, float *ws, bool final)
         float *Xs = ws, *At = Xs + q.ns * nb * (long long)D * M, *E = At + q.ns * p.N * D;
         AB_LAUNCH(gla_ch_intra_kernel, blocks_of(q.ns * nc), CH_THREADS, ch_intra_smem(T, D, M), st, q, T, (int)cols,
                   At, E);
-        AB_LAUNCH(gla_ch_carry_kernel, blocks_of(q.ns * ((M + GROUP - 1) / GROUP)), GROUP, ch_carry_smem(D), st, q, T,
-                  (const float *)At, (const float *)E, Xs, (int)final);
+        AB_LAUNCH(gla_ch_carry_kernel, blocks_of(q.ns * ((M + GROUP - 1) / GROUP)), GROUP * ch_carry_warps(D),
+                  ch_carry_smem(D), st, q, T, (const float *)At, (const float *)E, Xs, (int)final);
         if (q.o)
             AB_LAUNCH(gla_ch_inter_kernel, blocks_of(q.ns * nc), CH_THREADS, ch_inter_smem(T, D, M), st, q, T,
                       (int)cols, (const float *)Xs);

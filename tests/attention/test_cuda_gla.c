@@ -12,7 +12,8 @@
  * recurrence (chunk 1: its register and global-state kernels); different summation
  * orders of the same terms as the CPU's chunked form. Measured on the emulator
  * (TC_PRINT=1, plain and strict, the largest over all cases): out 3.2e-7, dq 3.0e-7,
- * dk 3.2e-7, dv 3.5e-7, dg 5.3e-7. (The chunked form's log-decay sums in float gave up
+ * dk 3.2e-7, dv 3.5e-7, dg 6.1e-7 (5.3e-7 before the carry's rows split over warps:
+ * another order of the same sums). (The chunked form's log-decay sums in float gave up
  * to 8e-6 at gates down to -20, from the cancellation in Gam_i - Gam_j: they are in
  * double.) */
 #include "attention.h"
