@@ -336,11 +336,12 @@ static int run_pass_recurrent(gla_pass p, bool cols) {
  * between j and i: each term is exact and nothing overflows, however strong the gates.
  * Three kernels: intra (per slice and chunk: the in-chunk sums into o, and a_j
  * e^(Gam_E - Gam_j) and e^Gam_E to the workspace), carry (per slice and 32 columns m
- * of X, chunks in order, X's rows split over up to 8 warps: the chunks' starting states
- * to the workspace, the final state into X), inter (per slice and chunk: the carried state's term added to o). Taken for
- * chunk >= 2 when the three kernels' shared memory fits CH_SMEM_MAX; chunk = 1 runs the
- * recurrent kernels above. Workspace per slice: nb D M + N D + nb D floats (nb chunks),
- * after the recurrent passes' part, slices in groups under gla_cuda_ws_cap (1 GiB). */
+ * of X, chunks in order, X's rows split over up to 8 warps: the chunks' starting
+ * states to the workspace, the final state into X), inter (per slice and chunk: the
+ * carried state's term added to o). Taken for chunk >= 2 when the three kernels'
+ * shared memory fits CH_SMEM_MAX; chunk = 1 runs the recurrent kernels above.
+ * Workspace per slice: nb D M + N D + nb D floats (nb chunks), after the recurrent
+ * passes' part, slices in groups under gla_cuda_ws_cap (1 GiB). */
 #define CH_THREADS 128
 #define CH_ROWS 16
 #define CH_WARPS 8
