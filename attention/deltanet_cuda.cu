@@ -153,8 +153,9 @@ __global__ void dn_forward_kernel(const float *q, const float *k, const float *v
  *   out   (block per (slice, chunk), in parallel): O = Qn S + lower_incl(Qn Kn^T) U'.
  * The sequential part per chunk is two products of n x D by D x 32 per block, split
  * over R warps (a lane's chain: 2 n D / R multiply-adds and the reduction's R adds per
- * row), where the scan above takes n dependent steps with four block-wide barriers each. Backward reads
- * the chunks' starting states that `state` saves, in the scan's layout.
+ * row), where the scan above takes n dependent steps with four block-wide barriers
+ * each. Backward reads the chunks' starting states that `state` saves, in the scan's
+ * layout.
  * Workspace per slice: N (D + M) floats (W, U), and the chunks' starting states when
  * the caller saves none; slices go in groups that keep it under dn_cuda_ws_cap. Used when
  * C >= 2 and every kernel's shared memory fits WY_SMEM_MAX; else the scan. */
@@ -225,9 +226,9 @@ __device__ void wy_stage_normalised(const float *x, int n, int D, float *xs, flo
  * rows split over the block's R warps: warp w owns rows d = w, w + R, ..., lane l
  * column l. */
 
-/* su[i][l] = sum_d sx[i][d] sS[d][l] for i < nr (sx: nr x D, shared): the warps' partial
- * sums over their rows into red (R x WY_ROWS x WY_GROUP), then added per (i, l) by one
- * thread, into su = red's first part. Ends with a barrier. */
+/* red[i][l] (its first WY_ROWS x WY_GROUP part) = sum_d sx[i][d] sS[d][l] for i < nr
+ * (sx: nr x D, shared): the warps' partial sums over their rows into red (R x WY_ROWS x
+ * WY_GROUP), then added per (i, l) by one thread. Ends with a barrier. */
 __device__ void wy_cols_dot(const float *sx, int nr, int D, const float *sS, float *red) {
     const int lane = threadIdx.x % WY_GROUP, w = threadIdx.x / WY_GROUP, R = blockDim.x / WY_GROUP;
     for (int i = 0; i < nr; i++) {
@@ -244,8 +245,8 @@ __device__ void wy_cols_dot(const float *sx, int nr, int D, const float *sS, flo
     __syncthreads();
 }
 
-/* sS[d][l] += sum_i sx[i][d] su[i][l] over i < nr, on the warp's own rows (no barrier:
- * no other warp reads them). */
+/* sS[d][l] += sum_i sx[i][d] su[i][l] over i < nr (su: nr x WY_GROUP, shared), on the
+ * warp's own rows (no barrier: no other warp reads them). */
 __device__ void wy_cols_update(const float *sx, int nr, int D, const float *su, float *sS) {
     const int lane = threadIdx.x % WY_GROUP, w = threadIdx.x / WY_GROUP, R = blockDim.x / WY_GROUP;
     for (int d = w; d < D; d += R) {
