@@ -115,7 +115,8 @@ def cmd_bits(runs):
     # in the protocol; its log entry 3 says the reported runs stopped at 4,500)
     budget = first["summary"]["steps_done"]
     ep_txt = f"{budget * 16 / IMAGES:.2f} epochs"
-    print(machine_line(first) + "  ")
+    for m in sorted({machine_line(d) for _, ep, tm in rows for d in (ep, tm) if d is not None}):
+        print(m + "  ")
     print(f"Budgets (PROTOCOL.md): equal epochs = {budget} steps of 16 images ({ep_txt}); equal time = the CPU "
           f"time of softmax's {budget} steps, {budget * STEP_S['softmax'] / 3600:.2f} h at 1 thread")
     print()
