@@ -37,13 +37,11 @@
 
 #define DN_THREADS_MAX 128
 #define DN_SMEM_STATE (32 * 1024)
-/* 1 GiB: the chunked form's backward keeps per slice the chunks' X, P and G and the
- * rows' dU' (B = 2, H = 8, N = 65536, D = M = 64, chunk 16: 92 MB a slice), and the
- * carry of S runs per (slice of the group, 32 columns): a group of a few slices would
- * leave that sequential part a handful of blocks. */
-#define DN_WS_CAP ((size_t)1 << 30)
-
-size_t dn_cuda_ws_cap = DN_WS_CAP;
+/* DN_CUDA_WS_CAP_DEFAULT, 1 GiB: the chunked form's backward keeps per slice the chunks'
+ * X, P and G and the rows' dU' (B = 2, H = 8, N = 65536, D = M = 64, chunk 16: 92 MB a
+ * slice), and the carry of S runs per (slice of the group, 32 columns): a group of a few
+ * slices would leave that sequential part a handful of blocks. */
+size_t dn_cuda_ws_cap = DN_CUDA_WS_CAP_DEFAULT;
 
 static int dn_threads(const attn_shape *s) {
     return ab_cuda_threads(s->qk_dim > s->v_dim ? s->qk_dim : s->v_dim, DN_THREADS_MAX);

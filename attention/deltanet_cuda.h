@@ -19,6 +19,12 @@ extern "C" {
  * go in groups that keep it under this (default 1 GiB). The tests lower it to take the
  * grouped paths. */
 extern size_t dn_cuda_ws_cap;
+#define DN_CUDA_WS_CAP_DEFAULT ((size_t)1 << 30)
+
+/* The warps of the chunked form's carry kernels: 0 (the default) chooses (about 8 rows
+ * of S a warp, at most 8); 1..8 asks for that many (fewer where shared memory does not
+ * fit them). The tests and the kernel lab set it to compare; set it between calls only. */
+extern int dn_cuda_carry_warps;
 
 /* Blocks of a grid-stride launch at most. */
 #define DN_MAX_BLOCKS 65535LL

@@ -56,11 +56,13 @@ bool dn_wy_on_cuda(int C, int D) {
            wy_out_smem(C, D) <= WY_SMEM_MAX && wy_reverse_smem(C, D, 1) <= WY_SMEM_MAX;
 }
 
+int dn_cuda_carry_warps = 0;
+
 /* Warps of a carry kernel's block: about 8 rows of S per warp (D = 64: 8 warps), at most
- * WY_WARPS, fewer where the partial sums would not fit shared memory (reverse at C = 64,
- * D = 64: 1). C = 0: the state kernel (no T or P). */
+ * WY_WARPS (or dn_cuda_carry_warps when set), fewer where the partial sums would not fit
+ * shared memory (reverse at C = 64, D = 64: 1). C = 0: the state kernel (no T or P). */
 static int wy_warps(int C, int D) {
-    int R = (D + 7) / 8;
+    int R = dn_cuda_carry_warps > 0 ? dn_cuda_carry_warps : (D + 7) / 8;
     if (R > WY_WARPS) R = WY_WARPS;
     while (R > 1 && (C ? wy_reverse_smem(C, D, R) : wy_state_smem(D, R)) > WY_SMEM_MAX) R--;
     return R;

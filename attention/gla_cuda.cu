@@ -347,7 +347,7 @@ static int run_pass_recurrent(gla_pass p, bool cols) {
 #define CH_WARPS 8
 #define CH_SMEM_MAX (48 * 1024)
 
-size_t gla_cuda_ws_cap = (size_t)1 << 30;
+size_t gla_cuda_ws_cap = GLA_CUDA_WS_CAP_DEFAULT;
 
 static size_t ch_intra_smem(int T, int D, int M) { /* gam in double, a, c, b, A */
     return (size_t)T * D * sizeof(double) +
@@ -358,10 +358,13 @@ static size_t ch_intra_smem(int T, int D, int M) { /* gam in double, a, c, b, A 
 static size_t ch_carry_smem(int D) {
     return ((size_t)D * GROUP + (size_t)CH_ROWS * D + (size_t)CH_ROWS * GROUP) * sizeof(float);
 }
+int gla_cuda_carry_warps = 0;
+
 /* The carry's warps: the rows of X split over them (rows d = w, w + R, ... for warp w of
- * R; they are independent), about 8 rows a warp (D = 64: 8 warps), at most CH_WARPS. */
+ * R; they are independent), about 8 rows a warp (D = 64: 8 warps), at most CH_WARPS;
+ * gla_cuda_carry_warps when set. */
 static int ch_carry_warps(int D) {
-    const int R = (D + 7) / 8;
+    const int R = gla_cuda_carry_warps > 0 ? gla_cuda_carry_warps : (D + 7) / 8;
     return R > CH_WARPS ? CH_WARPS : R;
 }
 static size_t ch_inter_smem(int T, int D, int M) { /* gam, c's rows, the carried state */

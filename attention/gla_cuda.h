@@ -15,6 +15,12 @@ extern "C" {
 /* The chunked passes' workspace cap (bytes, default 1 GiB): slices go in groups that
  * keep it under this. The tests lower it to take the grouped path. */
 extern size_t gla_cuda_ws_cap;
+#define GLA_CUDA_WS_CAP_DEFAULT ((size_t)1 << 30)
+
+/* The chunked form's carry kernel's warps: 0 (the default) chooses (about 8 rows of the
+ * state a warp, at most 8); 1..8 asks for that many. The tests and the kernel lab set it
+ * to compare; set it between calls only. */
+extern int gla_cuda_carry_warps;
 
 size_t gla_cuda_workspace_bytes(const attn *a, const attn_shape *s);
 int gla_cuda_forward(attn *a, const attn_shape *s, const float *q, const float *k, const float *v, float *out,

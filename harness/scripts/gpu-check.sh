@@ -56,7 +56,7 @@
 #   device the cross-check is left out: every step needing one fails in a second)   30
 #   correctness, side by side: each GPU suite 110, each cross-check part 110, machine
 #   facts 30                                                                      110
-#   the lab programs (each at most LAB_EACH 20)                                    40
+#   the lab programs (each at most LAB_EACH 20)                                    60
 #   figure1-gpu sweep (attnbench bench --device cuda)                             100
 #   compare-torch.sh cuda (both sides and the table)                               80
 #   rnn-family-gpu sweep (retention, gla, deltanet's two forms beside linear)       60
@@ -100,7 +100,7 @@ fi
 cd "$root"
 
 # ---- budgets (seconds) ----
-B_PHASE1=${B_PHASE1:-110} B_INFO=${B_INFO:-30} B_LAB=${B_LAB:-40} LAB_EACH=${LAB_EACH:-20} B_BENCH=${B_BENCH:-100}
+B_PHASE1=${B_PHASE1:-110} B_INFO=${B_INFO:-30} B_LAB=${B_LAB:-60} LAB_EACH=${LAB_EACH:-20} B_BENCH=${B_BENCH:-100}
 B_TORCH=${B_TORCH:-80} B_RNN=${B_RNN:-60} B_MNIST=${B_MNIST:-15} B_CIFAR=${B_CIFAR:-30} B_FALLBACK=${B_FALLBACK:-15}
 TOTAL_BUDGET=${TOTAL_BUDGET:-460}
 

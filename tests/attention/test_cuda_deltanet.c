@@ -130,16 +130,18 @@ Test(cuda_deltanet, against_cpu) {
     dn_case("chunk=64", 2, 1, 2, 130, 64, 64, NULL, 211); /* chunks of 64 and a partial one: the workspace slots */
 }
 
-/* Sets the workspace cap (attention/deltanet_cuda.h) and returns the old one. The
- * variable exists only in a library with the CUDA backend; without it require_cuda has
+/* Swaps the backend's knobs (attention/deltanet_cuda.h: the workspace cap and the
+ * carry kernels' warps) with *cap and *warps: called twice, it restores them. The
+ * variables exist only in a library with the CUDA backend; without it require_cuda has
  * skipped the test before this is called. */
-static size_t dn_set_ws_cap(size_t cap) {
+static void dn_swap_knobs(size_t *cap, int *warps) {
 #ifdef TEST_CUDA_BACKEND
-    const size_t old = dn_cuda_ws_cap;
-    dn_cuda_ws_cap = cap;
-    return old;
+    const size_t c = dn_cuda_ws_cap;
+    const int w = dn_cuda_carry_warps;
+    dn_cuda_ws_cap = *cap, dn_cuda_carry_warps = *warps;
+    *cap = c, *warps = w;
 #else
-    return cap;
+    (void)cap, (void)warps;
 #endif
 }
 
@@ -148,11 +150,29 @@ static size_t dn_set_ws_cap(size_t cap) {
 Test(cuda_deltanet, grouped) {
     require_cuda();
     const int len[3] = {37, 20, 0};
-    const size_t cap = dn_set_ws_cap(1);
+    size_t cap = 1;
+    int warps = 0;
+    dn_swap_knobs(&cap, &warps);
     dn_case("chunk=8", 2, 3, 2, 37, 6, 5, len, 212);
     dn_case("chunk=1", 2, 2, 2, 11, 4, 3, NULL, 213);
     dn_case("chunk=64", 2, 1, 2, 70, 64, 64, NULL, 214); /* the chunk kernel's one slot in the workspace */
-    dn_set_ws_cap(cap);
+    dn_swap_knobs(&cap, &warps);
+}
+
+/* The carry kernels (state, reverse) with the warps set: 1 (every row on one warp), 3
+ * (rows not dividing evenly, a partial column group) and 8 (more warps than rows at
+ * D = 6: warps with no rows add zeros). */
+Test(cuda_deltanet, carry_warps) {
+    require_cuda();
+    const int len[3] = {37, 20, 0}, counts[3] = {1, 3, 8};
+    for (int i = 0; i < 3; i++) {
+        size_t cap = DN_CUDA_WS_CAP_DEFAULT;
+        int warps = counts[i];
+        dn_swap_knobs(&cap, &warps);
+        dn_case("chunk=8", 2, 3, 2, 37, 6, 5, len, 215 + i);
+        dn_case("chunk=16", 2, 1, 2, 40, 33, 40, NULL, 218 + i);
+        dn_swap_knobs(&cap, &warps);
+    }
 }
 
 /* prefill P then steps to N - 1 on the device, against the CPU's forward (the same

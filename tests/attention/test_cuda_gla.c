@@ -156,16 +156,18 @@ Test(cuda_gla, chunks) {
     gla_case_chunk("chunk=1", "vector", 1, 1, 75, 70, 9, false, NULL, 0.5, 230);
 }
 
-/* Sets the workspace cap (attention/gla_cuda.h) and returns the old one. The variable
- * exists only in a library with the CUDA backend; without it require_cuda has skipped
+/* Swaps the backend's knobs (attention/gla_cuda.h: the workspace cap and the carry
+ * kernel's warps) with *cap and *warps: called twice, it restores them. The variables
+ * exist only in a library with the CUDA backend; without it require_cuda has skipped
  * the test before this is called. */
-static size_t gla_set_ws_cap(size_t cap) {
+static void gla_swap_knobs(size_t *cap, int *warps) {
 #ifdef TEST_CUDA_BACKEND
-    const size_t old = gla_cuda_ws_cap;
-    gla_cuda_ws_cap = cap;
-    return old;
+    const size_t c = gla_cuda_ws_cap;
+    const int w = gla_cuda_carry_warps;
+    gla_cuda_ws_cap = *cap, gla_cuda_carry_warps = *warps;
+    *cap = c, *warps = w;
 #else
-    return cap;
+    (void)cap, (void)warps;
 #endif
 }
 
@@ -173,10 +175,27 @@ static size_t gla_set_ws_cap(size_t cap) {
 Test(cuda_gla, grouped) {
     require_cuda();
     const int len[3] = {37, 20, 0};
-    const size_t cap = gla_set_ws_cap(1);
+    size_t cap = 1;
+    int warps = 0;
+    gla_swap_knobs(&cap, &warps);
     gla_case_chunk("chunk=6", "vector", 3, 2, 37, 5, 4, true, len, 1.0, 231);
     gla_case_chunk("chunk=6", "scalar", 3, 2, 37, 5, 4, false, len, 1.0, 232);
-    gla_set_ws_cap(cap);
+    gla_swap_knobs(&cap, &warps);
+}
+
+/* The carry kernel with the warps set: 1 (every row on one warp), 3 (rows not dividing
+ * evenly, a partial column group) and 8 (more warps than rows at D = 5). */
+Test(cuda_gla, carry_warps) {
+    require_cuda();
+    const int len[3] = {37, 20, 0}, counts[3] = {1, 3, 8};
+    for (int i = 0; i < 3; i++) {
+        size_t cap = GLA_CUDA_WS_CAP_DEFAULT;
+        int warps = counts[i];
+        gla_swap_knobs(&cap, &warps);
+        gla_case_chunk("chunk=6", "vector", 3, 2, 37, 5, 4, true, len, 1.0, 233 + i);
+        gla_case_chunk("chunk=8", "scalar", 1, 2, 40, 33, 40, false, NULL, 0.5, 236 + i);
+        gla_swap_knobs(&cap, &warps);
+    }
 }
 
 /* Prefill of P (with its output) and steps to N-1 on CUDA against the CPU's causal
