@@ -25,9 +25,9 @@
  *   out   (block per (slice, chunk), in parallel): O = Qn S + lower_incl(Qn Kn^T) U'.
  * The sequential part per chunk is two products of n x D by D x 32 per block, split
  * over R warps (a lane's chain: 2 n D / R multiply-adds and the reduction's R adds per
- * row), where the scan above takes n dependent steps with four block-wide barriers
- * each. Backward reads the chunks' starting states that `state` saves, in the scan's
- * layout.
+ * row), where the scan (deltanet_cuda.cu) takes n dependent steps with four block-wide
+ * barriers each. Backward reads the chunks' starting states that `state` saves, in the
+ * scan's layout.
  * Workspace per slice: N (D + M) floats (W, U), and the chunks' starting states when
  * the caller saves none; slices go in groups that keep it under dn_cuda_ws_cap. Used when
  * C >= 2 and every kernel's shared memory fits WY_SMEM_MAX; else the scan. */
