@@ -21,9 +21,11 @@ struct tf_gen {
     mha_run *runs;       /* per layer */
 };
 
-/* The logits (B, V) of position N-1 of the last forward into out (host memory). On
- * CUDA the rows are first gathered in the dlogits scratch, then copied in one go. */
+/* The logits (B, V) of position N-1 of the last forward into out (host memory; NULL:
+ * nothing, they stay for tf_draw_last). On CUDA the rows are first gathered in the
+ * dlogits scratch, then copied in one go. */
 static int copy_last(const tf_model *m, int B, int N, float *out) {
+    if (!out) return 0;
     size_t V = (size_t)m->classes;
     const float *last = m->logits + (size_t)(N - 1) * V;
     if (ab_dev_host_memory(m->dev)) {
@@ -39,7 +41,6 @@ static int copy_last(const tf_model *m, int B, int N, float *out) {
 }
 
 int tf_last_logits(tf_model *m, const int *tokens, int B, int N, uint64_t seed, float *out) {
-    if (!out) return ab_fail(AB_EINVAL, "tf_last_logits: NULL output");
     const bool was = m->inference;
     m->inference = true; /* no backward follows */
     int rc = tf_forward(m, tokens, B, N, NULL, false, seed);
@@ -148,7 +149,7 @@ void tf_gen_set_seed(tf_gen *g, uint64_t seed) {
 }
 
 int tf_gen_prefill(tf_gen *g, const int *tokens, int P, float *logits) {
-    if (!g || !logits) return ab_fail(AB_EINVAL, "tf_gen_prefill: NULL argument");
+    if (!g) return ab_fail(AB_EINVAL, "tf_gen_prefill: NULL generator");
     if (g->t != 0)
         return ab_fail(AB_EINVAL, "tf_gen_prefill: the state already holds %d positions (tf_gen_init)", g->t);
     if (P < 1 || P > g->capacity)
@@ -167,7 +168,7 @@ int tf_gen_prefill(tf_gen *g, const int *tokens, int P, float *logits) {
 }
 
 int tf_gen_step(tf_gen *g, const int *tokens, float *logits) {
-    if (!g || !logits) return ab_fail(AB_EINVAL, "tf_gen_step: NULL argument");
+    if (!g) return ab_fail(AB_EINVAL, "tf_gen_step: NULL generator");
     if (g->t >= g->capacity) return ab_fail(AB_EINVAL, "tf_gen_step: the state is full (capacity %d)", g->capacity);
     int rc = tf_check_tokens(g->m, tokens, (size_t)g->B, "generation");
     if (rc) return rc;
@@ -180,4 +181,20 @@ int tf_gen_step(tf_gen *g, const int *tokens, float *logits) {
     if (rc || (rc = copy_last(g->m, g->B, 1, logits))) return rc;
     g->t++;
     return 0;
+}
+
+int tf_draw_last(tf_model *m, const draw_spec *d, int *out) {
+    if (!m || !d || !out) return ab_fail(AB_EINVAL, "tf_draw_last: NULL argument");
+    if (m->out_B < 1 || !m->draws) return ab_fail(AB_EINVAL, "tf_draw_last: no forward over tokens to draw from");
+    const bool mixture = m->cfg.head == TF_HEAD_LOGISTIC_MIXTURE;
+    if (d->mixture != mixture)
+        return ab_fail(AB_EINVAL, "tf_draw_last: the draw is for a %s, the model's head is %s",
+                       d->mixture ? "logistic mixture" : "categorical head", tf_head_name(m->cfg.head));
+    draw_spec s = *d;
+    s.n = mixture ? m->cfg.mixtures : m->classes;
+    const size_t K = (size_t)m->classes, N = (size_t)m->out_N;
+    const float *last = m->logits + (N - 1) * K;
+    if (ab_dev_host_memory(m->dev)) return ld_draw_rows(m->dev, out, last, N * K, m->out_B, &s);
+    int rc = ld_draw_rows(m->dev, m->draws, last, N * K, m->out_B, &s);
+    return rc ? rc : ab_dev_download(m->dev, out, m->draws, sizeof(int) * (size_t)m->out_B);
 }

@@ -213,6 +213,17 @@ int mixture_mode(const float *p, int K);
  * [1e-5, 1 - 1e-5] (PixelCNN++), and v = round((x + 1) 255/2) clamped to 0..255 (ties
  * round up). A pure function of its arguments. */
 int mixture_sample(const float *p, int K, double u1, double u2);
+
+/* One value drawn per row from a head's outputs (sampling; draw_core.h has the
+ * functions, the same on both devices): row b's uniforms are ab_rng_uniform(seed,
+ * stream, i) (and, for a mixture, ab_rng_uniform(seed, stream2, i)) at i = idx0 + b
+ * idx_stride. */
+typedef struct {
+    bool mixture;       /* a logistic-mixture head's 3n outputs (mixture_sample); else n logits */
+    int n;              /* classes, or the mixture's components */
+    double temperature; /* logits: > 0 samples softmax(x / T), 0 the first largest; a mixture samples (1) */
+    uint64_t seed, stream, stream2, idx0, idx_stride;
+} draw_spec;
 /* out (BT, 3K), targets (BT) in 0..255 for weighted positions, weights (BT) or NULL
  * (all ones) -> st; nll (BT) receives -log P(target) (0 where w = 0). As
  * cross_entropy_forward otherwise (unweighted positions are not read). */

@@ -4,6 +4,8 @@
 #include "layers_dev.h"
 
 #include "../harness/blas.h"
+#include "../harness/rng.h"
+#include "draw_core.h"
 
 #include <string.h>
 
@@ -19,6 +21,18 @@ static int cpu_copy(void *dst, const void *src, size_t bytes) {
 
 static int cpu_rows_copy(float *dst, size_t dst_ld, const float *src, size_t src_ld, size_t rows, size_t cols) {
     for (size_t r = 0; r < rows; r++) memcpy(dst + r * dst_ld, src + r * src_ld, sizeof(float) * cols);
+    return 0;
+}
+
+static int cpu_draw_rows(int *out, const float *x, size_t ld, int rows, const draw_spec *d) {
+#pragma omp parallel for schedule(static) if (rows > 64)
+    for (int b = 0; b < rows; b++) {
+        const uint64_t i = d->idx0 + (uint64_t)b * d->idx_stride;
+        const float *r = x + (size_t)b * ld;
+        const double u = ab_rng_uniform(d->seed, d->stream, i);
+        out[b] = d->mixture ? draw_mixture_core(r, d->n, u, ab_rng_uniform(d->seed, d->stream2, i))
+                            : draw_categorical_core(r, d->n, d->temperature, u);
+    }
     return 0;
 }
 
@@ -226,6 +240,7 @@ const ld_ops ld_ops_cpu = {
     .zero = cpu_zero,
     .copy = cpu_copy,
     .rows_copy = cpu_rows_copy,
+    .draw_rows = cpu_draw_rows,
     .embedding_forward = cpu_embedding_forward,
     .embedding_backward = cpu_embedding_backward,
     .positions_add = cpu_positions_add,

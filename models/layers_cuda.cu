@@ -18,6 +18,7 @@
 #include "../harness/cuda_compat.h"
 
 #include "layers_cuda.h"
+#include "draw_core.h"
 #include "mixture_core.h"
 
 #include "../harness/rng_core.h"
@@ -88,6 +89,29 @@ extern "C" int rows_copy_cuda(float *dst, long long dst_ld, const float *src, lo
                               long long cols) {
     if (rows <= 0 || cols <= 0) return 0;
     LAUNCH_N(rows_copy_kernel, rows * cols, dst, dst_ld, src, src_ld, rows, cols);
+    return 0;
+}
+
+/* ---- drawing values (sampling) ---- */
+
+/* One thread per row, each the host's loop (draw_core.h), so a row's draw is the CPU's
+ * function of the same outputs. A block is one warp, so that a batch of rows spreads
+ * over the multiprocessors (1024 rows: 32 blocks): each thread runs 2 n exps in
+ * sequence (n = 256 classes: 512), which is the work, not the 1 MB of logits read. */
+__global__ void draw_rows_kernel(int *out, const float *x, long long ld, int rows, draw_spec d) {
+    FOR_EACH(b, rows) {
+        const uint64_t i = d.idx0 + (uint64_t)b * d.idx_stride;
+        const float *r = x + b * ld;
+        const double u = ab_rng_uniform_core(d.seed, d.stream, i);
+        out[b] = d.mixture ? draw_mixture_core(r, d.n, u, ab_rng_uniform_core(d.seed, d.stream2, i))
+                           : draw_categorical_core(r, d.n, d.temperature, u);
+    }
+}
+
+extern "C" int draw_rows_cuda(int *out, const float *x, size_t ld, int rows, const draw_spec *d) {
+    if (rows <= 0) return 0;
+    AB_LAUNCH(draw_rows_kernel, ab_cuda_grid(rows, 32, MAX_BLOCKS), 32, 0, ab_cuda_stream(), out, x, (long long)ld,
+              rows, *d);
     return 0;
 }
 

@@ -36,6 +36,10 @@ int zero_cuda(void *p, size_t bytes);
 int rows_copy_cuda(float *dst, long long dst_ld, const float *src, long long src_ld, long long rows,
                    long long cols);
 
+/* out[b] = the value drawn from row b of x (row stride ld) as d says (layers_dev.h:
+ * ld_draw_rows) */
+int draw_rows_cuda(int *out, const float *x, size_t ld, int rows, const draw_spec *d);
+
 /* ---- layers.h on the device ---- */
 
 int embedding_forward_cuda(float *out, const int *tokens, const float *wte, int BT, int C);

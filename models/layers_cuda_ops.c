@@ -22,6 +22,7 @@ const ld_ops ld_ops_cuda = {
     .zero = zero_cuda,
     .copy = copy_cuda,
     .rows_copy = cuda_rows_copy,
+    .draw_rows = draw_rows_cuda,
     .embedding_forward = embedding_forward_cuda,
     .embedding_backward = cuda_embedding_backward,
     .positions_add = positions_add_cuda,

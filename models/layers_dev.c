@@ -36,6 +36,11 @@ int ld_rows_copy(ab_device dev, float *dst, size_t dst_ld, const float *src, siz
     return o ? o->rows_copy(dst, dst_ld, src, src_ld, rows, cols) : no_ops(dev);
 }
 
+int ld_draw_rows(ab_device dev, int *out, const float *x, size_t ld, int rows, const draw_spec *d) {
+    const ld_ops *o = ops_of(dev);
+    return o ? o->draw_rows(out, x, ld, rows, d) : no_ops(dev);
+}
+
 int ld_embedding_forward(ab_device dev, float *out, const int *tokens, const float *wte, int BT, int C) {
     const ld_ops *o = ops_of(dev);
     return o ? o->embedding_forward(out, tokens, wte, BT, C) : no_ops(dev);

@@ -6,6 +6,7 @@
  * integer sum, so nothing depends on the thread count. */
 #include "layers.h"
 
+#include "draw_core.h"
 #include "mixture_core.h"
 
 #include <math.h>
@@ -81,32 +82,7 @@ int mixture_mode(const float *p, int K) {
     return am;
 }
 
-int mixture_sample(const float *p, int K, double u1, double u2) {
-    /* the component: the first k whose cumulative weight exceeds u1 times the total */
-    float mx = p[0];
-    for (int k = 1; k < K; k++) mx = p[k] > mx ? p[k] : mx;
-    double total = 0.0;
-    for (int k = 0; k < K; k++) total += exp((double)p[k] - mx);
-    const double t = u1 * total;
-    double cum = 0.0;
-    int pick = -1, last = 0;
-    for (int k = 0; k < K && pick < 0; k++) {
-        const double e = exp((double)p[k] - mx);
-        if (e > 0.0) last = k;
-        cum += e;
-        if (t < cum) pick = k;
-    }
-    if (pick < 0) pick = last; /* u1 at (or rounding to) 1 */
-    /* the logistic inverse CDF at u2, kept inside [1e-5, 1 - 1e-5] as PixelCNN++ does */
-    if (!(u2 >= MIX_TINY_MASS)) u2 = MIX_TINY_MASS;
-    if (!(u2 <= 1.0 - MIX_TINY_MASS)) u2 = 1.0 - MIX_TINY_MASS;
-    const double x = (double)p[K + pick] + exp(mix_log_scale(p[2 * K + pick])) * (log(u2) - log1p(-u2));
-    /* the bin of x: v = round((x + 1) 255 / 2), clamped to 0..255 (the edge bins hold the tails) */
-    const double y = (x + 1.0) * 127.5;
-    if (!(y > 0.0)) return 0;
-    if (y >= (double)(MIX_VALUES - 1)) return MIX_VALUES - 1;
-    return (int)floor(y + 0.5);
-}
+int mixture_sample(const float *p, int K, double u1, double u2) { return draw_mixture_core(p, K, u1, u2); }
 
 void mixture_forward(ce_stats *st, float *nll, const float *out, const int *targets, const float *weights, int BT,
                      int K) {

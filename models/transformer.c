@@ -312,6 +312,8 @@ static void carve_acts(tf_model *m, tf_table *t) {
     m->dx_b = tf_carve_f(t, "dx_b", false, 3, B, N, W, 0);
     m->dlogits = tf_carve_f(t, "dlogits", false, 3, B, N, K, 0);
     m->ce_ws = tf_carve(t, "ce", 1, false, 1, (int64_t)ld_cross_entropy_ws_bytes(m->dev, B * N), 0, 0, 0);
+    /* tf_draw_last's values (token input: what can be sampled) */
+    m->draws = tf_carve(t, "draws", sizeof(int), false, 1, tokens ? B : 0, 0, 0, 0);
     tf_table_prefix(t, "%s", "");
     if (c->head == TF_HEAD_CTC) {
         /* the label inputs (counts, lengths, weights, labels: 3B + B S ints) and the
@@ -705,13 +707,15 @@ static int check_fit(const tf_model *m, int B, int N, int pos0) {
 static int forward_run(tf_model *m, const tf_in *in, int B, int N, int pos0, const int *lengths, bool train,
                        uint64_t seed, const mha_run *runs) {
     m->have_forward = m->have_loss = false;
+    m->out_B = m->out_N = 0;
     if (check_fit(m, B, N, pos0)) return AB_EINVAL;
     m->infer_forward = m->inference || runs != NULL;
     int rc = in->tokens ? put_tokens(m, in->tokens, B * N) : put_frames(m, in->frames, B * N);
     if (rc || (rc = input_forward(m, B, N, pos0))) return rc;
     mha_dims d = {B, N, m->cfg.d_model, m->cfg.heads, m->cfg.causal, lengths, m->dev, m->row0};
-    if ((rc = body_forward(m, &d, train, seed, runs))) return rc;
-    return head_forward(m, B * N);
+    if ((rc = body_forward(m, &d, train, seed, runs)) || (rc = head_forward(m, B * N))) return rc;
+    m->out_B = B, m->out_N = N;
+    return 0;
 }
 
 ab_precision tf_precision_enter(const tf_model *m) {

@@ -282,8 +282,15 @@ void tf_set_inference(tf_model *m, bool on); /* a tf_create_inference model stay
 /* Recomputation (every variant and body; token input): a full forward over tokens
  * (B, N) in evaluation mode (attention seeds from `seed`), then logits (B, K) of
  * position N-1 copied to out
- * (host memory, on either device; the logits of the generator calls below too). */
+ * (host memory, on either device; the logits of the generator calls below too; NULL:
+ * no copy, for tf_draw_last). */
 int tf_last_logits(tf_model *m, const int *tokens, int B, int N, uint64_t seed, float *out);
+/* One value per row of the last forward (its B rows) drawn from the outputs of its last
+ * position, on the model's device, into out (B ints, host memory): d as layers.h's
+ * draw_spec says, its n set here from the head (d->mixture must match the head).
+ * With it the logits need not leave the device: tf_last_logits, tf_gen_prefill and
+ * tf_gen_step take out / logits NULL and copy nothing. */
+int tf_draw_last(tf_model *m, const draw_spec *d, int *out);
 
 /* Recurrent mode (transformers over tokens whose variant has a step: linear (any
  * feature map), polynomial, stateful-softmax, local; causal models only): a per-layer attention state for B sequences of up to `capacity`
@@ -307,9 +314,10 @@ int tf_gen_init(tf_gen *g);
 void tf_gen_set_seed(tf_gen *g, uint64_t seed);
 /* Runs a prompt tokens (B, P), 1 <= P <= capacity, through every layer in one
  * parallel call each (the state must be empty) and writes the logits (B, K) of
- * position P-1. */
+ * position P-1 (NULL: they stay on the device, for tf_draw_last). */
 int tf_gen_prefill(tf_gen *g, const int *tokens, int P, float *logits);
-/* Feeds tokens (B) at the next position and writes its logits (B, K). */
+/* Feeds tokens (B) at the next position and writes its logits (B, K) (NULL: as for
+ * tf_gen_prefill). */
 int tf_gen_step(tf_gen *g, const int *tokens, float *logits);
 /* Positions in the state so far. */
 int tf_gen_position(const tf_gen *g);

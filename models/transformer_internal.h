@@ -63,6 +63,7 @@ struct tf_model {
     lstm_scratch lsw;                /* LSTM body: scratch */
     float *dx_a, *dx_b;              /* (B, N, max(C, width)): gradients between layers */
     float *dlogits;                  /* (B, N, K) */
+    int *draws;                      /* (B): tf_draw_last's values (token input) */
 
     /* CUDA: host staging of the inputs (one tracked host block made at creation),
      * laid out as their device tensors so that each group goes up in one copy:
@@ -73,6 +74,8 @@ struct tf_model {
 
     /* the last forward */
     int B, N;
+    int out_B, out_N;   /* the shape of the logits of the last forward_run (tf_forward's,
+                           a generator's; 0 until one succeeds): tf_draw_last's rows */
     bool has_lengths, train, have_forward, have_loss;
     bool inference;     /* tf_set_inference: forwards keep nothing for backward */
     bool forward_only;  /* tf_create_inference: always inference; layer activations in

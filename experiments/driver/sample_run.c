@@ -3,6 +3,7 @@
 
 #include "blas.h"
 #include "config.h"
+#include "draw_core.h"
 #include "error.h"
 #include "fileio.h"
 #include "layers.h"
@@ -23,24 +24,7 @@ bool sample_mode_parse(const char *s, sample_mode *mode) {
     return true;
 }
 
-static int argmax(const float *x, int n) {
-    int a = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[a]) a = i;
-    return a;
-}
-
-int sample_draw(const float *x, int n, double T, double u) {
-    if (!(T > 0)) return argmax(x, n);
-    double mx = x[argmax(x, n)], z = 0;
-    for (int i = 0; i < n; i++) z += exp(((double)x[i] - mx) / T);
-    double c = 0, target = u * z;
-    for (int i = 0; i < n; i++) {
-        c += exp(((double)x[i] - mx) / T);
-        if (c > target) return i;
-    }
-    return argmax(x, n); /* u z at the top of the sum's rounding: the likeliest class */
-}
+int sample_draw(const float *x, int n, double T, double u) { return draw_categorical_core(x, n, T, u); }
 
 /* The first n tokens of each of the B rows of tokens (B, N), contiguous (B, n) in out. */
 static const int *take_prefix(int *out, const int *tokens, int B, int N, int n) {
@@ -310,17 +294,26 @@ static int sample_rows(sample_session *s, tf_gen *g, uint64_t attn_seed, sample_
             for (int j = 1; j <= P && j < N; j++) k->tokens[(size_t)b * N + j] = x[j - 1];
         }
     }
+    /* the draws on the model's device (tf_draw_last: the logits stay there), but a
+     * mixture's most probable value (T = 0), which the host computes from them */
+    const bool on_device = !(mixture && T == 0);
+    float *logits = on_device ? NULL : k->logits;
     const uint64_t t0 = ab_now_ns(), c0 = ab_cpu_ns();
     for (int j = P; j < N; j++) {
         /* logits (B, V) predicting value j, from the inputs 0..j */
         int rc;
         if (!g) {
             const int *in = take_prefix(k->prefix, k->tokens, B, N, j + 1);
-            rc = tf_last_logits(s->m, in, B, j + 1, attn_seed, k->logits);
+            rc = tf_last_logits(s->m, in, B, j + 1, attn_seed, logits);
         } else if (j > P) {
-            rc = tf_gen_step(g, k->next, k->logits);
+            rc = tf_gen_step(g, k->next, logits);
         } else if (!(rc = tf_gen_init(g))) {
-            rc = tf_gen_prefill(g, take_prefix(k->prefix, k->tokens, B, N, P + 1), P + 1, k->logits);
+            rc = tf_gen_prefill(g, take_prefix(k->prefix, k->tokens, B, N, P + 1), P + 1, logits);
+        }
+        if (!rc && on_device) {
+            const draw_spec d = {mixture, 0, T, s->seed, TASK_STREAM_SAMPLE, TASK_STREAM_SAMPLE2,
+                                 (uint64_t)i0 * (uint64_t)N + (uint64_t)j, (uint64_t)N};
+            rc = tf_draw_last(s->m, &d, k->next);
         }
         if (rc) {
             char prefix[96];
@@ -328,12 +321,7 @@ static int sample_rows(sample_session *s, tf_gen *g, uint64_t attn_seed, sample_
             return fail_with(rc, prefix);
         }
         for (int b = 0; b < B; b++) {
-            const uint64_t idx = (uint64_t)(i0 + b) * (uint64_t)N + (uint64_t)j;
-            const float *lb = k->logits + (size_t)b * V;
-            const double u = ab_rng_uniform(s->seed, TASK_STREAM_SAMPLE, idx);
-            const int x = !mixture ? sample_draw(lb, V, T, u)
-                          : T == 0 ? mixture_mode(lb, K)
-                                   : mixture_sample(lb, K, u, ab_rng_uniform(s->seed, TASK_STREAM_SAMPLE2, idx));
+            const int x = on_device ? k->next[b] : mixture_mode(k->logits + (size_t)b * V, K);
             r->samples[(size_t)(i0 + b) * N + j] = x;
             k->next[b] = x;
             if (j + 1 < N) k->tokens[(size_t)b * N + j + 1] = x;

@@ -6,7 +6,7 @@
  * post- and pre-norm; padding and weights), the frames + LSTM model's logits, loss,
  * masks and gradients (bidirectional and causal, padding, dropout; bit-identical
  * repeats, no allocation per step), generation on the device (recurrent ==
- * recomputation, the CPU's greedy tokens), the optimiser on the device (bit for bit
+ * recomputation, the CPU's greedy tokens and draws), the optimiser on the device (bit for bit
  * against the CPU's, state download and upload, checkpoints), no allocation per
  * training step on either side, and the logistic mixture head (its layer and a tiny
  * model with it) against the CPU.
@@ -25,6 +25,8 @@
  * differently from the emulator (whose GEMM accumulates in double): the margins
  * below are meant to cover that, but no GPU has run this suite yet. */
 #include "test_model_cuda.h"
+
+#include "draw_core.h"
 
 /* Skips the test when this build or machine has no CUDA device. */
 void require_cuda(void) {
@@ -640,6 +642,11 @@ Test(lstm_cuda, wide_rows) {
  * two logits are further apart than that (asserted). */
 #define GEN_TOL 2e-5
 
+/* The draw of row b from its logits x (n), as tf_draw_last's spec d gives it. */
+static int sample_draw_of(const float *x, int n, const draw_spec *d, int b) {
+    return draw_categorical_core(x, n, d->temperature, ab_rng_uniform(d->seed, d->stream, d->idx0 + b * d->idx_stride));
+}
+
 static void generation_case(const char *variant, bool pre_norm) {
     tf_config c = tiny_config(variant, AB_DEV_CUDA);
     c.pre_norm = pre_norm;
@@ -675,6 +682,18 @@ static void generation_case(const char *variant, bool pre_norm) {
         worst_cpu = fmax(worst_cpu, ec);
         cr_expect_lt(e, GEN_TOL, "%s: recurrent logits at length %d differ by %g", variant, len, e);
         cr_expect_lt(ec, GEN_TOL, "%s: device logits at length %d differ from the CPU's by %g", variant, len, ec);
+        /* sampling where the logits are (tf_draw_last): the generator's draws from its
+         * step's logits on the device are the CPU model's from its own (the logits agree
+         * to GEN_TOL; a draw would change only with u z that close to a boundary) */
+        const draw_spec d = {false, 0, 1.0, 17, 3, 4, (uint64_t)len, 100};
+        int dev_draw[2] = {-1, -1}, cpu_draw[2] = {-2, -2};
+        cr_assert_eq(tf_draw_last(g, &d, dev_draw), 0, "%s", ab_error());
+        cr_assert_eq(tf_draw_last(m, &d, cpu_draw), 0, "%s", ab_error());
+        for (int b = 0; b < B; b++) {
+            cr_expect_eq(dev_draw[b], cpu_draw[b], "%s: row %d's draw at length %d differs", variant, b, len);
+            cr_expect_eq(cpu_draw[b], sample_draw_of(cpu + b * V, V, &d, b), "%s: the CPU's draw is not its logits'",
+                         variant);
+        }
         for (int b = 0; b < B; b++) {
             int t_cpu = tu_argmax(cpu + b * V, V);
             cr_expect_eq(tu_argmax(rec + b * V, V), t_cpu, "%s: recomputed token differs at %d", variant, len);

@@ -1,7 +1,9 @@
-/* Device errors and the logistic mixture on CUDA against the CPU (part of
+/* Device errors, the logistic mixture and the draws of sampling on CUDA against the CPU (part of
  * test_model_cuda; the suite's purpose and tolerances are described in
  * test_model_cuda.c, its shared helpers in test_model_cuda.h). */
 #include "test_model_cuda.h"
+
+#include "draw_core.h"
 
 /* ======================================================================================
  * Errors
@@ -116,6 +118,89 @@ Test(layers_cuda, mixture_forward_backward) {
     mixture_cuda_case(13, 3, false, 32);
     mixture_cuda_case(300, 1, true, 33); /* more positions than the sum's threads */
     mixture_cuda_case(9, 40, true, 34);  /* more components than a warp's lanes */
+}
+
+/* Draws of `rows` rows (each n values wide, padded to a row stride ld = n + 3) on the
+ * device as the host's functions give them (draw_core.h, ab_rng_uniform at idx0 + b
+ * stride): equal value for value. out gets the device's draws. */
+static void draws_case(const float *x, int n, int rows, const draw_spec *d, int *out) {
+    const size_t ld = (size_t)(d->mixture ? 3 * n : n) + 3;
+    float *dx = dput(x, sizeof(float) * ld * rows);
+    int *dout = dput(NULL, sizeof(int) * rows);
+    cr_assert_eq(draw_rows_cuda(dout, dx, ld, rows, d), 0, "%s", ab_error());
+    dget(out, dout, sizeof(int) * rows);
+    int mismatches = 0;
+    for (int b = 0; b < rows; b++) {
+        const uint64_t i = d->idx0 + (uint64_t)b * d->idx_stride;
+        const double u = ab_rng_uniform(d->seed, d->stream, i);
+        const int want = d->mixture ? mixture_sample(x + b * ld, n, u, ab_rng_uniform(d->seed, d->stream2, i))
+                                    : draw_categorical_core(x + b * ld, n, d->temperature, u);
+        mismatches += out[b] != want;
+    }
+    cr_expect_eq(mismatches, 0, "%d of %d draws differ from the host's (n %d, mixture %d, T %g)", mismatches, rows,
+                 n, d->mixture, d->temperature);
+    dfree(dx), dfree(dout);
+}
+
+/* Sampling on the device (layers_cuda.h: draw_rows_cuda, what tf_draw_last runs): the
+ * host's draws exactly, at the images' 256 classes, at other temperatures and for the
+ * mixture head; and the draws follow the distribution: 4000 draws from one row of
+ * five logits at T = 0.7 hit each class within 0.035 of softmax(x / T) (5 standard
+ * errors at p = 0.5: sqrt(0.25 / 4000) = 0.0079; the seed is fixed). */
+Test(layers_cuda, draws_as_the_host) {
+    require_cuda();
+    enum { R = 64, V = 256, RM = 200, K = 4, RF = 4000 };
+    float *x = tu_normal((size_t)R * (V + 3), 41, 1, 2.0);
+    int out[RF];
+    const draw_spec cat = {false, V, 1.0, 5, 11, 12, 1000, 784};
+    draws_case(x, V, R, &cat, out);
+    int distinct = 0;
+    for (int b = 0; b < R; b++) {
+        bool seen = false;
+        for (int c = 0; c < b; c++) seen |= out[c] == out[b];
+        distinct += !seen;
+    }
+    cr_expect_gt(distinct, R / 2, "only %d distinct values in %d draws over 256 classes", distinct, R);
+    const draw_spec cool = {false, V, 0.25, 5, 11, 12, 7, 1};
+    draws_case(x, V, R, &cool, out);
+    const draw_spec greedy = {false, V, 0.0, 5, 11, 12, 7, 1};
+    draws_case(x, V, R, &greedy, out);
+    for (int b = 0; b < R; b++) {
+        int am = 0;
+        for (int v = 1; v < V; v++)
+            if (x[b * (V + 3) + v] > x[b * (V + 3) + am]) am = v;
+        cr_expect_eq(out[b], am, "T = 0 is not the first largest in row %d", b);
+    }
+    free(x);
+    /* the mixture head: logits N(0, 1), means in [-1, 1], log-scales in [-4, 0] */
+    const size_t ldm = 3 * K + 3;
+    float *p = tu_normal((size_t)RM * ldm, 42, 1, 1.0);
+    for (int b = 0; b < RM; b++)
+        for (int k = 0; k < K; k++) {
+            float *r = p + b * ldm;
+            r[K + k] = tanhf(r[K + k]);
+            r[2 * K + k] = -2.0f + 2.0f * tanhf(r[2 * K + k]);
+        }
+    const draw_spec mix = {true, K, 1.0, 9, 21, 22, 3, 5};
+    draws_case(p, K, RM, &mix, out);
+    int lo = 255, hi = 0;
+    for (int b = 0; b < RM; b++) lo = out[b] < lo ? out[b] : lo, hi = out[b] > hi ? out[b] : hi;
+    cr_expect(lo >= 0 && hi <= 255 && hi - lo > 64, "mixture draws span %d..%d", lo, hi);
+    free(p);
+    /* frequencies of one row drawn RF times */
+    const float row[5] = {0.3f, -0.5f, 1.0f, 0.0f, 0.2f};
+    float *rep = tu_alloc_f((size_t)RF * 8);
+    for (int b = 0; b < RF; b++) memcpy(rep + b * 8, row, sizeof row);
+    const draw_spec freq = {false, 5, 0.7, 3, 31, 32, 0, 1};
+    draws_case(rep, 5, RF, &freq, out);
+    double z = 0, pr[5], count[5] = {0};
+    for (int v = 0; v < 5; v++) z += exp(row[v] / 0.7);
+    for (int v = 0; v < 5; v++) pr[v] = exp(row[v] / 0.7) / z;
+    for (int b = 0; b < RF; b++) count[out[b]] += 1;
+    for (int v = 0; v < 5; v++)
+        cr_expect_lt(fabs(count[v] / RF - pr[v]), 0.035, "class %d drawn %.4f of the time, p = %.4f", v, count[v] / RF,
+                     pr[v]);
+    free(rep);
 }
 
 #endif /* TEST_CUDA_BACKEND */
