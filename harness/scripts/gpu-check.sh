@@ -63,6 +63,8 @@
 #   sampling: MNIST linear, stateful-softmax, softmax and lsh-1 (estimated), 15 each;
 #   CIFAR-10 linear, stateful-softmax, softmax (estimated), 30 each (a whole-image
 #   point that times out is measured again by --estimate 256, from what is left)  150
+#   a profile of MNIST linear's sampling (nsys, where the machine has it: kernels and
+#   CUDA calls by time), before linear's larger batches                             40
 #   archive                                                                         ~5
 #   in all (TOTAL_BUDGET; the probe takes a second or two on a GPU; the H200's
 #   run took 306 s of it)                                                          460
@@ -102,6 +104,7 @@ cd "$root"
 # ---- budgets (seconds) ----
 B_PHASE1=${B_PHASE1:-110} B_INFO=${B_INFO:-30} B_LAB=${B_LAB:-60} LAB_EACH=${LAB_EACH:-20} B_BENCH=${B_BENCH:-100}
 B_TORCH=${B_TORCH:-80} B_RNN=${B_RNN:-60} B_MNIST=${B_MNIST:-15} B_CIFAR=${B_CIFAR:-30} B_FALLBACK=${B_FALLBACK:-15}
+B_PROFILE=${B_PROFILE:-40}
 TOTAL_BUDGET=${TOTAL_BUDGET:-460}
 
 rm -rf "$work"
@@ -396,6 +399,19 @@ sample_point mnist lsh-1 "$mrb" $B_MNIST 49
 sample_point cifar10 linear "$cb" $B_CIFAR
 sample_point cifar10 stateful-softmax "$cb" $B_CIFAR
 sample_point cifar10 softmax "$crb" $B_CIFAR 384
+# Where a sampling step's time goes: nsys's summary tables (GPU kernels, CUDA API calls,
+# memory copies) of MNIST linear sampling whole images at its batch (as the step above);
+# the report itself stays in WORK/tmp (too large to keep), the tables are the step's log.
+nsys_bin=$(command -v nsys 2>/dev/null || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys \
+    2>/dev/null | head -n 1)
+if [ "$dry" = 1 ] || [ -z "$nsys_bin" ]; then
+    skip_step profile-sample-mnist-linear "$([ "$dry" = 1 ] && echo "dry run" || echo "no nsys on this machine")"
+else
+    step profile-sample-mnist-linear "$(budget $B_PROFILE)" "$nsys_bin" profile --stats=true --force-overwrite true \
+        -o "$work/tmp/profile-mnist-linear" "$ab" --threads "$threads" sample --config experiments/images/mnist-linear.json \
+        --set "task.path=$mnist_dir" --set eval_rows=0 --device cuda --n "$mb" --batch "$mb" --seed 1 \
+        --out "$work/tmp/profile-mnist-linear-sample"
+fi
 # linear at the larger batches last: what is left of the budget, after the points above
 sample_point mnist linear "$mbb" $B_MNIST
 sample_point cifar10 linear "$cbb" $B_CIFAR
