@@ -2,6 +2,9 @@
  * the suite is described in test_model.c). */
 #include "test_model.h"
 
+#include "draw_core.h"
+#include "rng.h"
+
 /* ---- dropout at model level ---- */
 
 Test(model, dropout_train_and_eval) {
@@ -201,6 +204,37 @@ Test(generation, state_sizes_and_unsupported) {
     cr_assert(!tf_has_recurrent(m));
     cr_assert_eq(tf_gen_create(m, 1, 8, &g), AB_EUNSUPPORTED);
     cr_assert(strstr(ab_error(), "non-causal"), "message: %s", ab_error());
+    tf_destroy(m);
+}
+
+/* tf_draw_last: the last forward's rows, drawn from its last position as the host's
+ * draw gives them; refusals with a message before any forward, for the other head's
+ * draw and for NULL arguments. */
+Test(generation, draw_last_and_its_refusals) {
+    tf_config c = mid_config("linear", 0.0f);
+    tf_model *m = tm_make(&c, 2);
+    const draw_spec d = {false, 0, 1.0, 3, 5, 6, 10, 7};
+    int out[2] = {-1, -1};
+    cr_expect_eq(tf_draw_last(m, &d, out), AB_EINVAL);
+    cr_expect(strstr(ab_error(), "no forward"), "message: %s", ab_error());
+    int toks[2 * 5] = {1, 2, 3, 4, 5, 5, 4, 3, 2, 1};
+    float logits[2 * 11];
+    cr_assert_eq(tf_last_logits(m, toks, 2, 5, 9, logits), 0, "%s", ab_error());
+    cr_assert_eq(tf_draw_last(m, &d, out), 0, "%s", ab_error());
+    for (int b = 0; b < 2; b++) {
+        const double u = ab_rng_uniform(d.seed, d.stream, d.idx0 + (uint64_t)b * d.idx_stride);
+        cr_expect_eq(out[b], draw_categorical_core(logits + b * 11, 11, 1.0, u), "row %d", b);
+    }
+    /* NULL logits: no copy, the draw still sees them */
+    int again[2];
+    cr_assert_eq(tf_last_logits(m, toks, 2, 5, 9, NULL), 0, "%s", ab_error());
+    cr_assert_eq(tf_draw_last(m, &d, again), 0, "%s", ab_error());
+    cr_expect(again[0] == out[0] && again[1] == out[1]);
+    const draw_spec mix = {true, 0, 1.0, 3, 5, 6, 10, 7};
+    cr_expect_eq(tf_draw_last(m, &mix, out), AB_EINVAL);
+    cr_expect(strstr(ab_error(), "logistic mixture"), "message: %s", ab_error());
+    cr_expect_eq(tf_draw_last(m, NULL, out), AB_EINVAL);
+    cr_expect_eq(tf_draw_last(m, &d, NULL), AB_EINVAL);
     tf_destroy(m);
 }
 
