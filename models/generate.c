@@ -185,7 +185,8 @@ int tf_gen_step(tf_gen *g, const int *tokens, float *logits) {
 
 int tf_draw_last(tf_model *m, const draw_spec *d, int *out) {
     if (!m || !d || !out) return ab_fail(AB_EINVAL, "tf_draw_last: NULL argument");
-    if (m->out_B < 1 || !m->draws) return ab_fail(AB_EINVAL, "tf_draw_last: no forward over tokens to draw from");
+    if (m->out_B < 1 || m->cfg.input != TF_INPUT_TOKENS)
+        return ab_fail(AB_EINVAL, "tf_draw_last: no forward over tokens to draw from");
     const bool mixture = m->cfg.head == TF_HEAD_LOGISTIC_MIXTURE;
     if (d->mixture != mixture)
         return ab_fail(AB_EINVAL, "tf_draw_last: the draw is for a %s, the model's head is %s",
@@ -195,6 +196,9 @@ int tf_draw_last(tf_model *m, const draw_spec *d, int *out) {
     const size_t K = (size_t)m->classes, N = (size_t)m->out_N;
     const float *last = m->logits + (N - 1) * K;
     if (ab_dev_host_memory(m->dev)) return ld_draw_rows(m->dev, out, last, N * K, m->out_B, &s);
-    int rc = ld_draw_rows(m->dev, m->draws, last, N * K, m->out_B, &s);
-    return rc ? rc : ab_dev_download(m->dev, out, m->draws, sizeof(int) * (size_t)m->out_B);
+    /* the values go through the dlogits scratch (B N K floats, unused by a forward),
+     * which holds the B ints */
+    int *draws = (int *)m->dlogits;
+    int rc = ld_draw_rows(m->dev, draws, last, N * K, m->out_B, &s);
+    return rc ? rc : ab_dev_download(m->dev, out, draws, sizeof(int) * (size_t)m->out_B);
 }

@@ -312,8 +312,6 @@ static void carve_acts(tf_model *m, tf_table *t) {
     m->dx_b = tf_carve_f(t, "dx_b", false, 3, B, N, W, 0);
     m->dlogits = tf_carve_f(t, "dlogits", false, 3, B, N, K, 0);
     m->ce_ws = tf_carve(t, "ce", 1, false, 1, (int64_t)ld_cross_entropy_ws_bytes(m->dev, B * N), 0, 0, 0);
-    /* tf_draw_last's values (token input: what can be sampled) */
-    m->draws = tf_carve(t, "draws", sizeof(int), false, 1, tokens ? B : 0, 0, 0, 0);
     tf_table_prefix(t, "%s", "");
     if (c->head == TF_HEAD_CTC) {
         /* the label inputs (counts, lengths, weights, labels: 3B + B S ints) and the

@@ -63,7 +63,6 @@ struct tf_model {
     lstm_scratch lsw;                /* LSTM body: scratch */
     float *dx_a, *dx_b;              /* (B, N, max(C, width)): gradients between layers */
     float *dlogits;                  /* (B, N, K) */
-    int *draws;                      /* (B): tf_draw_last's values (token input) */
 
     /* CUDA: host staging of the inputs (one tracked host block made at creation),
      * laid out as their device tensors so that each group goes up in one copy:
