@@ -5,7 +5,7 @@
  * step (softmax, linear, stateful-softmax and lsh attention; dropout on and off;
  * post- and pre-norm; padding and weights), the frames + LSTM model's logits, loss,
  * masks and gradients (bidirectional and causal, padding, dropout; bit-identical
- * repeats, no allocation per step), generation on the device (recurrent ==
+ * repeats, no allocation per step), generation on the device (test_model_cuda_gen.c: recurrent ==
  * recomputation, the CPU's greedy tokens and draws), the optimiser on the device (bit for bit
  * against the CPU's, state download and upload, checkpoints), no allocation per
  * training step on either side, and the logistic mixture head (its layer and a tiny
@@ -25,8 +25,6 @@
  * differently from the emulator (whose GEMM accumulates in double): the margins
  * below are meant to cover that, but no GPU has run this suite yet. */
 #include "test_model_cuda.h"
-
-#include "draw_core.h"
 
 /* Skips the test when this build or machine has no CUDA device. */
 void require_cuda(void) {
@@ -630,151 +628,6 @@ Test(lstm_cuda, wide_rows) {
 
 #endif /* TEST_CUDA_BACKEND */
 
-/* ---- generation on the device ---- */
-
-/* Recurrent (prefill, steps) against recomputation, both on the device, and against the
- * CPU model's recomputation: the same float sums in other orders through two layers
- * (test_model.c measures <= 3.6e-7 on the CPU and allows 2e-5); the recurrent step adds
- * each dense layer's bias after its GEMM (encoder.c's enc_step) where recomputation
- * starts the GEMM from it: one more rounding per layer output. Measured on the
- * emulator: <= 2.4e-7 (device recurrent vs device recompute) and <= 3.9e-7 (device vs
- * CPU), post- and pre-norm. The greedy tokens must be the CPU's, which the test only trusts when the top
- * two logits are further apart than that (asserted). */
-#define GEN_TOL 2e-5
-
-/* The draw of row b from its logits x (n), as tf_draw_last's spec d gives it. */
-static int sample_draw_of(const float *x, int n, const draw_spec *d, int b) {
-    return draw_categorical_core(x, n, d->temperature, ab_rng_uniform(d->seed, d->stream, d->idx0 + b * d->idx_stride));
-}
-
-static void generation_case(const char *variant, bool pre_norm) {
-    tf_config c = tiny_config(variant, AB_DEV_CUDA);
-    c.pre_norm = pre_norm;
-    c.vocab = 11;
-    c.max_len = 12;
-    c.d_model = 16;
-    c.d_ff = 32;
-    c.dropout = 0.1f;
-    tf_model *g = make(&c, 2);
-    c.device = AB_DEV_CPU;
-    tf_model *m = make(&c, 2);
-    const int B = 2, P = 3, G = 8, V = c.vocab, cap = P + G;
-    int seq[2 * 11], flat[2 * 11];
-    tu_fill_int(seq, (size_t)B * cap, 61, 1, 0, V - 1);
-    float rec[22], rnn[22], cpu[22];
-    tf_gen *gen = NULL;
-    cr_assert_eq(tf_gen_create(g, B, cap, &gen), 0, "%s", ab_error());
-    double worst = 0, worst_cpu = 0, min_gap = INFINITY;
-    for (int len = P; len < cap; len++) {
-        for (int b = 0; b < B; b++) memcpy(flat + b * len, seq + b * cap, sizeof(int) * (size_t)len);
-        cr_assert_eq(tf_last_logits(g, flat, B, len, 0, rec), 0, "%s", ab_error());
-        cr_assert_eq(tf_last_logits(m, flat, B, len, 0, cpu), 0, "%s", ab_error());
-        if (len == P) {
-            cr_assert_eq(tf_gen_prefill(gen, flat, P, rnn), 0, "%s", ab_error());
-        } else {
-            int tok[2] = {seq[len - 1], seq[cap + len - 1]};
-            cr_assert_eq(tf_gen_step(gen, tok, rnn), 0, "%s", ab_error());
-        }
-        double *want = tu_to_double(rec, (size_t)B * V), *wcpu = tu_to_double(cpu, (size_t)B * V);
-        double e = tu_rel_err(rnn, want, (size_t)B * V, 1e-30), ec = tu_rel_err(rec, wcpu, (size_t)B * V, 1e-30);
-        free(want), free(wcpu);
-        worst = fmax(worst, e);
-        worst_cpu = fmax(worst_cpu, ec);
-        cr_expect_lt(e, GEN_TOL, "%s: recurrent logits at length %d differ by %g", variant, len, e);
-        cr_expect_lt(ec, GEN_TOL, "%s: device logits at length %d differ from the CPU's by %g", variant, len, ec);
-        /* sampling where the logits are (tf_draw_last): the generator's draws from its
-         * step's logits on the device are the CPU model's from its own (the logits agree
-         * to GEN_TOL; a draw would change only with u z that close to a boundary) */
-        const draw_spec d = {false, 0, 1.0, 17, 3, 4, (uint64_t)len, 100};
-        int dev_draw[2] = {-1, -1}, cpu_draw[2] = {-2, -2};
-        cr_assert_eq(tf_draw_last(g, &d, dev_draw), 0, "%s", ab_error());
-        cr_assert_eq(tf_draw_last(m, &d, cpu_draw), 0, "%s", ab_error());
-        for (int b = 0; b < B; b++) {
-            cr_expect_eq(dev_draw[b], cpu_draw[b], "%s: row %d's draw at length %d differs", variant, b, len);
-            cr_expect_eq(cpu_draw[b], sample_draw_of(cpu + b * V, V, &d, b), "%s: the CPU's draw is not its logits'",
-                         variant);
-        }
-        for (int b = 0; b < B; b++) {
-            int t_cpu = tu_argmax(cpu + b * V, V);
-            cr_expect_eq(tu_argmax(rec + b * V, V), t_cpu, "%s: recomputed token differs at %d", variant, len);
-            cr_expect_eq(tu_argmax(rnn + b * V, V), t_cpu, "%s: recurrent token differs at %d", variant, len);
-            float second = -INFINITY;
-            for (int v = 0; v < V; v++)
-                if (v != t_cpu && cpu[b * V + v] > second) second = cpu[b * V + v];
-            min_gap = fmin(min_gap, (double)(cpu[b * V + t_cpu] - second));
-            seq[b * cap + len] = t_cpu; /* greedy continuation */
-        }
-    }
-    if (tu_verbose())
-        fprintf(stderr, "generation %s %s-norm: recurrent vs recompute %.3g, device vs CPU %.3g, min gap %.3g\n",
-                variant, pre_norm ? "pre" : "post", worst, worst_cpu, min_gap);
-    cr_expect_gt(min_gap, 1e-3, "a greedy decision was nearly a tie: pick another seed");
-    tf_gen_destroy(gen);
-    tf_destroy(g);
-    tf_destroy(m);
-}
-
-Test(generation_cuda, linear_recurrent_equals_recompute_and_cpu) { generation_case("linear", false); }
-Test(generation_cuda, stateful_softmax_recurrent_equals_recompute_and_cpu) { generation_case("stateful-softmax", false); }
-Test(generation_cuda, pre_norm_recurrent_equals_recompute_and_cpu) {
-    generation_case("linear", true);
-    generation_case("stateful-softmax", true);
-}
-
-#ifdef TEST_CUDA_EMU
-/* Device operations (kernel launches, GEMMs, copies, memsets: what the stream queues,
- * each a launch on a GPU) of one generated token, tf_gen_step, for a model of the
- * sampling shapes' structure
- * (experiments/images/{mnist,cifar10}-linear.json: post-norm, a final layer norm, the
- * logistic mixture head; the counts do not depend on the widths). */
-static unsigned long long ops_per_token(const char *variant, int layers, bool pre_norm) {
-    tf_config c = tiny_config(variant, AB_DEV_CUDA);
-    c.layers = layers;
-    c.pre_norm = pre_norm;
-    c.final_norm = true;
-    c.head = TF_HEAD_LOGISTIC_MIXTURE;
-    c.mixtures = 2;
-    c.classes = 256;
-    tf_model *m = make(&c, 2);
-    tf_gen *gen = NULL;
-    cr_assert_eq(tf_gen_create(m, 2, 5, &gen), 0, "%s", ab_error());
-    int tok[2] = {1, 2};
-    float logits[2 * 8];
-    cr_assert_eq(tf_gen_prefill(gen, tok, 1, logits), 0, "%s", ab_error());
-    cr_assert_eq(tf_gen_step(gen, tok, logits), 0, "%s", ab_error());
-    const unsigned long long before = ab_emu_op_count();
-    cr_assert_eq(tf_gen_step(gen, tok, logits), 0, "%s", ab_error());
-    const unsigned long long ops = ab_emu_op_count() - before;
-    tf_gen_destroy(gen);
-    tf_destroy(m);
-    return ops;
-}
-
-Test(generation_cuda, operations_per_token) {
-    /* per layer and outside the layers (input, final norm, head, the tokens' upload and
-     * the logits' download), from models of 1 and 3 layers */
-    const char *variants[] = {"linear", "stateful-softmax"};
-    for (int v = 0; v < 2; v++)
-        for (int pre = 0; pre < 2; pre++) {
-            const unsigned long long one = ops_per_token(variants[v], 1, pre), three = ops_per_token(variants[v], 3, pre);
-            const unsigned long long per_layer = (three - one) / 2, fixed = one - per_layer;
-            if (tu_verbose())
-                fprintf(stderr, "operations per token: %s %s-norm: %llu per layer + %llu (MNIST, 8 layers: %llu; "
-                                "CIFAR-10, 16 layers: %llu)\n",
-                        variants[v], pre ? "pre" : "post", per_layer, fixed, 8 * per_layer + fixed,
-                        16 * per_layer + fixed);
-            /* post-norm: qkv GEMM, bias + split, the attention step (one kernel), output
-             * GEMM, bias + residual + norm, FFN GEMM, bias + ReLU, FFN GEMM, bias + residual
-             * + norm (before: 17 for linear, 18 for stateful-softmax: biases, splits,
-             * merges, residuals, norms and the steps' kernels apart); pre-norm: its first
-             * norm too. Outside: the tokens' upload, embedding + positions, the final
-             * norm, the head's bias and GEMM, the logits' download (before: 7). */
-            cr_expect_eq(per_layer, pre ? 10u : 9u, "%s %s-norm: %llu operations per layer", variants[v],
-                         pre ? "pre" : "post", per_layer);
-            cr_expect_eq(fixed, 6u, "%s: %llu operations outside the layers", variants[v], fixed);
-        }
-}
-#endif
 
 /* ======================================================================================
  * The optimiser on the device
