@@ -80,6 +80,11 @@ void *tf_carve(tf_table *t, const char *name, size_t elem_size, bool decay, int 
     return t->base + off * t->unit;
 }
 
+size_t tf_table_bytes(const tf_table *t) {
+    const size_t a = t->align * t->unit, bytes = t->total * t->unit, pad = (a - bytes % a) % a;
+    return bytes > SIZE_MAX - pad ? SIZE_MAX : bytes + pad; /* SIZE_MAX: no allocation gets it */
+}
+
 const tf_tensor *tf_table_find(const tf_table *t, const char *name) {
     for (int i = 0; i < t->n; i++)
         if (strcmp(t->t[i].name, name) == 0) return &t->t[i];

@@ -58,6 +58,14 @@ static inline float *tf_carve_f(tf_table *t, const char *name, bool decay, int n
     return (float *)tf_carve(t, name, sizeof(float), decay, ndim, d0, d1, d2, d3);
 }
 
+/* The bytes to allocate for the table: its total, rounded up to its alignment. Device
+ * memory is aligned as its size is (cudaMalloc: 256; the strict emulator's: the
+ * largest power of two dividing the size, with the data ending at a guard page), so
+ * an allocation of a whole number of alignments puts every tensor at its alignment,
+ * where one of, say, 4 mod 8 bytes would leave doubles carved at 64-byte offsets on
+ * 4-byte addresses. */
+size_t tf_table_bytes(const tf_table *t);
+
 /* The entry named `name`, or NULL. */
 const tf_tensor *tf_table_find(const tf_table *t, const char *name);
 

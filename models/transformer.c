@@ -544,20 +544,20 @@ static int create(const tf_config *cfg, int max_batch, bool forward_only, tf_mod
     if (ab_dev_host_memory(m->dev)) {
         m->params = ab_calloc(pbytes);
         m->grads = ab_calloc(pbytes);
-        m->acts = ab_calloc(m->atab.total);
+        m->acts = ab_calloc(tf_table_bytes(&m->atab));
         rc = m->params && m->grads && m->acts ? 0 : AB_ENOMEM;
     } else {
         /* device memory comes uninitialised: the gradients are zeroed below, the
          * parameters initialised, and the activations are written before being read */
         if (!(rc = ab_dev_malloc(m->dev, (void **)&m->params, pbytes)) &&
             !(rc = ab_dev_malloc(m->dev, (void **)&m->grads, pbytes)))
-            rc = ab_dev_malloc(m->dev, &m->acts, m->atab.total);
+            rc = ab_dev_malloc(m->dev, &m->acts, tf_table_bytes(&m->atab));
         if (!rc) rc = make_staging(m);
     }
     if (rc) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", ab_error());
-        size_t total = 2 * pbytes + m->atab.total;
+        size_t total = 2 * pbytes + tf_table_bytes(&m->atab);
         const char *where = ab_dev_host_memory(m->dev) ? "the host" : "the CUDA device";
         tf_destroy(m);
         return ab_fail(rc, "model needs %.1f MiB (parameters, gradients, activations) on %s: %s",
@@ -592,7 +592,7 @@ float *tf_params(tf_model *m) { return m->params; }
 float *tf_grads(tf_model *m) { return m->grads; }
 int tf_param_tensor_count(const tf_model *m) { return m->ptab.n; }
 const tf_tensor *tf_param_tensor(const tf_model *m, int i) { return i >= 0 && i < m->ptab.n ? &m->ptab.t[i] : NULL; }
-size_t tf_act_bytes(const tf_model *m) { return m->atab.total; }
+size_t tf_act_bytes(const tf_model *m) { return tf_table_bytes(&m->atab); }
 void *tf_acts(tf_model *m) { return m->acts; }
 int tf_act_tensor_count(const tf_model *m) { return m->atab.n; }
 const tf_tensor *tf_act_tensor(const tf_model *m, int i) { return i >= 0 && i < m->atab.n ? &m->atab.t[i] : NULL; }

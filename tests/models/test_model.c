@@ -488,6 +488,7 @@ Test(model, lstm_parameter_table_and_init) {
             cr_assert(!strstr(t->name, "mask") || t->count == 0, "%s carved without dropout", t->name);
         }
         cr_assert_leq(end, tf_act_bytes(m));
+        cr_assert_eq(tf_act_bytes(m) % 64, 0, "%zu bytes of activations: not whole 64-byte units", tf_act_bytes(m));
         tf_destroy(m);
         tf_destroy(m2);
         /* with dropout: one mask per layer but the last, for the carved maxima */

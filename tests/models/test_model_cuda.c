@@ -464,8 +464,8 @@ static void lstm_bufs_init(lstm_bufs *k, const lstm_config *c, int B, int N, ab_
     const size_t pb = sizeof(float) * k->pt.total;
     k->params = lstm_alloc(dev, pb);
     k->grads = lstm_alloc(dev, pb);
-    k->acts = lstm_alloc(dev, k->at.total);
-    k->scratch = lstm_alloc(dev, k->st.total);
+    k->acts = lstm_alloc(dev, tf_table_bytes(&k->at));
+    k->scratch = lstm_alloc(dev, tf_table_bytes(&k->st));
     cr_assert_eq(ab_dev_upload(dev, k->params, host, pb), 0, "%s", ab_error());
     cr_assert_eq(ab_dev_memset(dev, k->acts, 0xff, k->at.total), 0, "%s", ab_error());
     cr_assert_eq(ab_dev_memset(dev, k->scratch, 0xff, k->st.total), 0, "%s", ab_error());

@@ -219,6 +219,46 @@ Test(model_cuda, inference_model_same_logits) {
     }
 }
 
+/* Tables on the device keep their tensors at their 64-byte offsets from an aligned
+ * address: tf_table_bytes is a whole number of 64-byte units, and cudaMalloc aligns to
+ * 256, the strict emulator as the size is (its data ends at a guard page; an
+ * activation block of 4 mod 8 bytes once put the loss's double sums on 4-byte
+ * addresses there). A table of 12, 16 and 20 bytes (148 in all) gets 192; and the
+ * models' activation blocks at batches 1-6. */
+Test(model_cuda, tables_aligned_on_the_device) {
+    require_cuda();
+    tf_table t;
+    tf_table_init(&t, 1, 64);
+    for (int pass = 0; pass < 2; pass++) {
+        void *base = NULL;
+        if (pass == 1) {
+            cr_assert_eq(t.total, 148u);
+            cr_assert_eq(tf_table_bytes(&t), 192u);
+            cr_assert_eq(ab_dev_malloc(AB_DEV_CUDA, &base, tf_table_bytes(&t)), 0, "%s", ab_error());
+        }
+        tf_table_begin(&t, base);
+        float *f = tf_carve(&t, "f", sizeof(float), false, 1, 3, 0, 0, 0);
+        double *d = tf_carve(&t, "d", sizeof(double), false, 1, 2, 0, 0, 0);
+        int *i = tf_carve(&t, "i", sizeof(int), false, 1, 5, 0, 0, 0);
+        if (pass == 1) {
+            cr_expect_eq((uintptr_t)f % 64, 0);
+            cr_expect_eq((uintptr_t)d % 64, 0, "the doubles at %p", (void *)d);
+            cr_expect_eq((uintptr_t)i % 64, 0);
+            ab_dev_free(AB_DEV_CUDA, base);
+        }
+    }
+    tf_table_free(&t);
+    for (int B = 1; B <= 6; B++) {
+        tf_config c = tiny_config("linear", AB_DEV_CUDA);
+        c.vocab = 7;
+        c.max_len = 5;
+        tf_model *m = make(&c, B);
+        cr_expect_eq((uintptr_t)tf_acts(m) % 64, 0, "batch %d: activations at %p", B, tf_acts(m));
+        cr_expect_eq(tf_act_bytes(m) % 64, 0, "batch %d: %zu bytes", B, tf_act_bytes(m));
+        tf_destroy(m);
+    }
+}
+
 /* precision tf32: the model's matrix products (cuBLAS's TF32 mode, and the attention's
  * through its precision option) round their operands to TF32; fp32 models before and
  * after it compute exactly what they did (the precision is given back). Refused: tf32
