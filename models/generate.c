@@ -1,9 +1,13 @@
 /* Generation: by recomputation (a full forward per new token, every variant) or as an
  * RNN (a per-layer attention state, prefilled from the prompt in one parallel call per
- * layer, then one step per layer for each new token). */
+ * layer, then one step per layer for each new token). A generator can also keep its
+ * draws on the model's device (tf_gen_draw): each drawn value is the next step's input
+ * there and is kept in a table, so that a sampling loop queues its positions without
+ * waiting for the device and copies the values back once. */
 #include "transformer_internal.h"
 
 #include "layers_dev.h"
+#include "mixture_core.h"
 
 #include "../harness/device.h"
 #include "../harness/error.h"
@@ -19,6 +23,9 @@ struct tf_gen {
     uint64_t seed;       /* of the forward passes (tf_gen_set_seed) */
     attn_state **states; /* per layer (attention.h: memory on the attention's device) */
     mha_run *runs;       /* per layer */
+    int *next;           /* (B) the last draws, the next step's input (model's device) */
+    int *table;          /* (B, capacity) the draws by position, -1 where none (model's device) */
+    bool drawn;          /* next holds draws from the last position's logits */
 };
 
 /* The logits (B, V) of position N-1 of the last forward into out (host memory; NULL:
@@ -87,6 +94,8 @@ size_t tf_gen_state_bytes(const tf_model *m, int B, int capacity) {
     return total;
 }
 
+static size_t table_bytes(const tf_gen *g) { return sizeof(int) * (size_t)g->B * (size_t)g->capacity; }
+
 int tf_gen_init(tf_gen *g) {
     if (!g) return ab_fail(AB_EINVAL, "tf_gen_init: NULL generator");
     for (int l = 0; l < g->m->cfg.layers; l++) {
@@ -95,7 +104,8 @@ int tf_gen_init(tf_gen *g) {
         g->runs[l] = (mha_run){MHA_PREFILL, g->states[l], 0};
     }
     g->t = 0;
-    return 0;
+    g->drawn = false;
+    return ab_dev_memset(g->m->dev, g->table, 0xff, table_bytes(g)); /* -1: nothing drawn */
 }
 
 int tf_gen_create(tf_model *m, int B, int capacity, tf_gen **out) {
@@ -126,6 +136,11 @@ int tf_gen_create(tf_model *m, int B, int capacity, tf_gen **out) {
             tf_gen_destroy(g);
             return rc;
         }
+    if ((rc = ab_dev_malloc(m->dev, (void **)&g->next, sizeof(int) * (size_t)B)) ||
+        (rc = ab_dev_malloc(m->dev, (void **)&g->table, table_bytes(g)))) {
+        tf_gen_destroy(g);
+        return rc;
+    }
     if ((rc = tf_gen_init(g))) {
         tf_gen_destroy(g);
         return rc;
@@ -137,6 +152,8 @@ int tf_gen_create(tf_model *m, int B, int capacity, tf_gen **out) {
 void tf_gen_destroy(tf_gen *g) {
     if (!g) return;
     for (int l = 0; g->states && l < g->m->cfg.layers; l++) attn_state_destroy(g->states[l]);
+    ab_dev_free(g->m->dev, g->next);
+    ab_dev_free(g->m->dev, g->table);
     free(g->states);
     free(g->runs);
     free(g);
@@ -160,7 +177,8 @@ int tf_gen_prefill(tf_gen *g, const int *tokens, int P, float *logits) {
         g->runs[l].mode = MHA_PREFILL;
         g->runs[l].t = 0;
     }
-    tf_in in = {tokens, NULL};
+    tf_in in = {tokens, NULL, NULL};
+    g->drawn = false;
     rc = tf_forward_run(g->m, &in, g->B, P, 0, NULL, false, g->seed, g->runs);
     if (rc || (rc = copy_last(g->m, g->B, P, logits))) return rc;
     g->t = P;
@@ -170,35 +188,78 @@ int tf_gen_prefill(tf_gen *g, const int *tokens, int P, float *logits) {
 int tf_gen_step(tf_gen *g, const int *tokens, float *logits) {
     if (!g) return ab_fail(AB_EINVAL, "tf_gen_step: NULL generator");
     if (g->t >= g->capacity) return ab_fail(AB_EINVAL, "tf_gen_step: the state is full (capacity %d)", g->capacity);
-    int rc = tf_check_tokens(g->m, tokens, (size_t)g->B, "generation");
+    if (!tokens && !g->drawn)
+        return ab_fail(AB_EINVAL, "tf_gen_step: no tokens given and none drawn from position %d (tf_gen_draw)", g->t - 1);
+    int rc = tokens ? tf_check_tokens(g->m, tokens, (size_t)g->B, "generation") : 0;
     if (rc) return rc;
     for (int l = 0; l < g->m->cfg.layers; l++) {
         g->runs[l].mode = MHA_STEP;
         g->runs[l].t = g->t;
     }
-    tf_in in = {tokens, NULL};
+    /* the draws are tokens of the vocabulary (tf_gen_draw checked their range) */
+    tf_in in = {tokens, NULL, tokens ? NULL : g->next};
+    g->drawn = false;
     rc = tf_forward_run(g->m, &in, g->B, 1, g->t, NULL, false, g->seed, g->runs);
     if (rc || (rc = copy_last(g->m, g->B, 1, logits))) return rc;
     g->t++;
     return 0;
 }
 
-int tf_draw_last(tf_model *m, const draw_spec *d, int *out) {
-    if (!m || !d || !out) return ab_fail(AB_EINVAL, "tf_draw_last: NULL argument");
+/* The draw spec for the model's head (n set) and the outputs of the last forward's
+ * last position (row stride *ld), after the checks common to tf_draw_last and
+ * tf_gen_draw (what names the caller). */
+static int draw_from_last(const tf_model *m, const draw_spec *d, const char *what, draw_spec *s, const float **last,
+                          size_t *ld) {
     if (m->out_B < 1 || m->cfg.input != TF_INPUT_TOKENS)
-        return ab_fail(AB_EINVAL, "tf_draw_last: no forward over tokens to draw from");
+        return ab_fail(AB_EINVAL, "%s: no forward over tokens to draw from", what);
     const bool mixture = m->cfg.head == TF_HEAD_LOGISTIC_MIXTURE;
     if (d->mixture != mixture)
-        return ab_fail(AB_EINVAL, "tf_draw_last: the draw is for a %s, the model's head is %s",
+        return ab_fail(AB_EINVAL, "%s: the draw is for a %s, the model's head is %s", what,
                        d->mixture ? "logistic mixture" : "categorical head", tf_head_name(m->cfg.head));
-    draw_spec s = *d;
-    s.n = mixture ? m->cfg.mixtures : m->classes;
+    *s = *d;
+    s->n = mixture ? m->cfg.mixtures : m->classes;
     const size_t K = (size_t)m->classes, N = (size_t)m->out_N;
-    const float *last = m->logits + (N - 1) * K;
-    if (ab_dev_host_memory(m->dev)) return ld_draw_rows(m->dev, out, last, N * K, m->out_B, &s);
+    *last = m->logits + (N - 1) * K;
+    *ld = N * K;
+    return 0;
+}
+
+int tf_draw_last(tf_model *m, const draw_spec *d, int *out) {
+    if (!m || !d || !out) return ab_fail(AB_EINVAL, "tf_draw_last: NULL argument");
+    draw_spec s;
+    const float *last = NULL;
+    size_t ld = 0;
+    int rc = draw_from_last(m, d, "tf_draw_last", &s, &last, &ld);
+    if (rc) return rc;
+    if (ab_dev_host_memory(m->dev)) return ld_draw_rows(m->dev, out, NULL, 0, last, ld, m->out_B, &s);
     /* the values go through the dlogits scratch (B N K floats, unused by a forward),
      * which holds the B ints */
     int *draws = (int *)m->dlogits;
-    int rc = ld_draw_rows(m->dev, draws, last, N * K, m->out_B, &s);
+    rc = ld_draw_rows(m->dev, draws, NULL, 0, last, ld, m->out_B, &s);
     return rc ? rc : ab_dev_download(m->dev, out, draws, sizeof(int) * (size_t)m->out_B);
+}
+
+int tf_gen_draw(tf_gen *g, const draw_spec *d) {
+    if (!g || !d) return ab_fail(AB_EINVAL, "tf_gen_draw: NULL argument");
+    tf_model *m = g->m;
+    if (g->t < 1 || m->out_B != g->B)
+        return ab_fail(AB_EINVAL, "tf_gen_draw: no logits of the generator's to draw from (tf_gen_prefill first)");
+    draw_spec s;
+    const float *last = NULL;
+    size_t ld = 0;
+    int rc = draw_from_last(m, d, "tf_gen_draw", &s, &last, &ld);
+    if (rc) return rc;
+    /* the values feed the next step: they must be tokens */
+    const int top = d->mixture ? MIX_VALUES - 1 : m->classes - 1;
+    if (top >= m->cfg.vocab)
+        return ab_fail(AB_EINVAL, "tf_gen_draw: the drawn values 0..%d are not all tokens (vocab %d)", top,
+                       m->cfg.vocab);
+    rc = ld_draw_rows(m->dev, g->next, g->table + (g->t - 1), (size_t)g->capacity, last, ld, g->B, &s);
+    g->drawn = rc == 0;
+    return rc;
+}
+
+int tf_gen_draws(const tf_gen *g, int *out) {
+    if (!g || !out) return ab_fail(AB_EINVAL, "tf_gen_draws: NULL argument");
+    return ab_dev_download(g->m->dev, out, g->table, table_bytes(g));
 }

@@ -24,14 +24,17 @@ static int cpu_rows_copy(float *dst, size_t dst_ld, const float *src, size_t src
     return 0;
 }
 
-static int cpu_draw_rows(int *out, const float *x, size_t ld, int rows, const draw_spec *d) {
+static int cpu_draw_rows(int *out, int *col, size_t col_ld, const float *x, size_t ld, int rows,
+                         const draw_spec *d) {
 #pragma omp parallel for schedule(static) if (rows > 64)
     for (int b = 0; b < rows; b++) {
         const uint64_t i = d->idx0 + (uint64_t)b * d->idx_stride;
         const float *r = x + (size_t)b * ld;
         const double u = ab_rng_uniform(d->seed, d->stream, i);
-        out[b] = d->mixture ? draw_mixture_core(r, d->n, u, ab_rng_uniform(d->seed, d->stream2, i))
-                            : draw_categorical_core(r, d->n, d->temperature, u);
+        const int v = d->mixture ? draw_mixture_core(r, d->n, u, ab_rng_uniform(d->seed, d->stream2, i))
+                                 : draw_categorical_core(r, d->n, d->temperature, u);
+        out[b] = v;
+        if (col) col[(size_t)b * col_ld] = v;
     }
     return 0;
 }

@@ -98,20 +98,24 @@ extern "C" int rows_copy_cuda(float *dst, long long dst_ld, const float *src, lo
  * function of the same outputs. A block is one warp, so that a batch of rows spreads
  * over the multiprocessors (1024 rows: 32 blocks): each thread runs 2 n exps in
  * sequence (n = 256 classes: 512), which is the work, not the 1 MB of logits read. */
-__global__ void draw_rows_kernel(int *out, const float *x, long long ld, int rows, draw_spec d) {
+__global__ void draw_rows_kernel(int *out, int *col, long long col_ld, const float *x, long long ld, int rows,
+                                 draw_spec d) {
     FOR_EACH(b, rows) {
         const uint64_t i = d.idx0 + (uint64_t)b * d.idx_stride;
         const float *r = x + b * ld;
         const double u = ab_rng_uniform_core(d.seed, d.stream, i);
-        out[b] = d.mixture ? draw_mixture_core(r, d.n, u, ab_rng_uniform_core(d.seed, d.stream2, i))
-                           : draw_categorical_core(r, d.n, d.temperature, u);
+        const int v = d.mixture ? draw_mixture_core(r, d.n, u, ab_rng_uniform_core(d.seed, d.stream2, i))
+                                : draw_categorical_core(r, d.n, d.temperature, u);
+        out[b] = v;
+        if (col) col[b * col_ld] = v;
     }
 }
 
-extern "C" int draw_rows_cuda(int *out, const float *x, size_t ld, int rows, const draw_spec *d) {
+extern "C" int draw_rows_cuda(int *out, int *col, size_t col_ld, const float *x, size_t ld, int rows,
+                              const draw_spec *d) {
     if (rows <= 0) return 0;
-    AB_LAUNCH(draw_rows_kernel, ab_cuda_grid(rows, 32, MAX_BLOCKS), 32, 0, ab_cuda_stream(), out, x, (long long)ld,
-              rows, *d);
+    AB_LAUNCH(draw_rows_kernel, ab_cuda_grid(rows, 32, MAX_BLOCKS), 32, 0, ab_cuda_stream(), out, col,
+              (long long)col_ld, x, (long long)ld, rows, *d);
     return 0;
 }
 

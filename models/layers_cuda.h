@@ -38,7 +38,7 @@ int rows_copy_cuda(float *dst, long long dst_ld, const float *src, long long src
 
 /* out[b] = the value drawn from row b of x (row stride ld) as d says (layers_dev.h:
  * ld_draw_rows) */
-int draw_rows_cuda(int *out, const float *x, size_t ld, int rows, const draw_spec *d);
+int draw_rows_cuda(int *out, int *col, size_t col_ld, const float *x, size_t ld, int rows, const draw_spec *d);
 
 /* ---- layers.h on the device ---- */
 

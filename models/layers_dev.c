@@ -36,9 +36,10 @@ int ld_rows_copy(ab_device dev, float *dst, size_t dst_ld, const float *src, siz
     return o ? o->rows_copy(dst, dst_ld, src, src_ld, rows, cols) : no_ops(dev);
 }
 
-int ld_draw_rows(ab_device dev, int *out, const float *x, size_t ld, int rows, const draw_spec *d) {
+int ld_draw_rows(ab_device dev, int *out, int *col, size_t col_ld, const float *x, size_t ld, int rows,
+                 const draw_spec *d) {
     const ld_ops *o = ops_of(dev);
-    return o ? o->draw_rows(out, x, ld, rows, d) : no_ops(dev);
+    return o ? o->draw_rows(out, col, col_ld, x, ld, rows, d) : no_ops(dev);
 }
 
 int ld_embedding_forward(ab_device dev, float *out, const int *tokens, const float *wte, int BT, int C) {

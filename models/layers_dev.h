@@ -25,7 +25,7 @@ typedef struct {
     int (*zero)(void *p, size_t bytes);
     int (*copy)(void *dst, const void *src, size_t bytes);
     int (*rows_copy)(float *dst, size_t dst_ld, const float *src, size_t src_ld, size_t rows, size_t cols);
-    int (*draw_rows)(int *out, const float *x, size_t ld, int rows, const draw_spec *d);
+    int (*draw_rows)(int *out, int *col, size_t col_ld, const float *x, size_t ld, int rows, const draw_spec *d);
     int (*embedding_forward)(float *out, const int *tokens, const float *wte, int BT, int C);
     int (*embedding_backward)(float *dwte, const float *dout, const int *tokens, const int *order, const int *starts,
                               int BT, int C, int V);
@@ -103,8 +103,10 @@ int ld_copy(ab_device dev, void *dst, const void *src, size_t bytes);
 int ld_rows_copy(ab_device dev, float *dst, size_t dst_ld, const float *src, size_t src_ld, size_t rows,
                  size_t cols);
 /* out[b] (rows ints) = the value drawn from row b of x (its outputs at x + b ld) as d
- * says (layers.h: draw_spec); one thread per row on CUDA, in the host's order. */
-int ld_draw_rows(ab_device dev, int *out, const float *x, size_t ld, int rows, const draw_spec *d);
+ * says (layers.h: draw_spec), and the same value into col[b col_ld] unless col is NULL
+ * (a column of a table); one thread per row on CUDA, in the host's order. */
+int ld_draw_rows(ab_device dev, int *out, int *col, size_t col_ld, const float *x, size_t ld, int rows,
+                 const draw_spec *d);
 
 int ld_embedding_forward(ab_device dev, float *out, const int *tokens, const float *wte, int BT, int C);
 /* CPU: from tokens; CUDA: from embedding_token_index's order and starts (V + 1) */

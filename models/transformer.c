@@ -624,10 +624,10 @@ int tf_logits_download(const tf_model *m, float *host) {
 
 /* The input stage -> emb (B, N, C): token embedding or the dense projection of the
  * frames, plus the positions (from pos0) for a body that needs them. */
-static int input_forward(tf_model *m, int B, int N, int pos0) {
+static int input_forward(tf_model *m, const int *tokens, int B, int N, int pos0) {
     int C = m->cfg.d_model, rc;
     if (m->cfg.input == TF_INPUT_TOKENS) /* one pass: embedding then positions, the same bits */
-        return ld_embedding_positions(m->dev, m->emb, m->tokens, m->tok_emb, m->pos_table, B, N, C, pos0);
+        return ld_embedding_positions(m->dev, m->emb, tokens, m->tok_emb, m->pos_table, B, N, C, pos0);
     rc = ld_dense_forward(m->dev, m->emb, m->frames, m->in_w, m->in_b, B * N, m->cfg.features, C);
     if (rc || !m->pos_table) return rc;
     return ld_positions_add(m->dev, m->emb, m->pos_table, B, N, C, pos0);
@@ -708,8 +708,8 @@ static int forward_run(tf_model *m, const tf_in *in, int B, int N, int pos0, con
     m->out_B = m->out_N = 0;
     if (check_fit(m, B, N, pos0)) return AB_EINVAL;
     m->infer_forward = m->inference || runs != NULL;
-    int rc = in->tokens ? put_tokens(m, in->tokens, B * N) : put_frames(m, in->frames, B * N);
-    if (rc || (rc = input_forward(m, B, N, pos0))) return rc;
+    int rc = in->dev_tokens ? 0 : in->tokens ? put_tokens(m, in->tokens, B * N) : put_frames(m, in->frames, B * N);
+    if (rc || (rc = input_forward(m, in->dev_tokens ? in->dev_tokens : m->tokens, B, N, pos0))) return rc;
     mha_dims d = {B, N, m->cfg.d_model, m->cfg.heads, m->cfg.causal, lengths, m->dev, m->row0};
     if ((rc = body_forward(m, &d, train, seed, runs)) || (rc = head_forward(m, B * N))) return rc;
     m->out_B = B, m->out_N = N;
@@ -787,12 +787,12 @@ static int forward(tf_model *m, const tf_in *in, bool frames, int B, int N, cons
 void tf_set_row_offset(tf_model *m, long long row0) { m->row0 = row0 < 0 ? 0 : row0; }
 
 int tf_forward(tf_model *m, const int *tokens, int B, int N, const int *lengths, bool train, uint64_t seed) {
-    tf_in in = {tokens, NULL};
+    tf_in in = {tokens, NULL, NULL};
     return forward(m, &in, false, B, N, lengths, train, seed);
 }
 
 int tf_forward_frames(tf_model *m, const float *frames, int B, int N, const int *lengths, bool train, uint64_t seed) {
-    tf_in in = {NULL, frames};
+    tf_in in = {NULL, frames, NULL};
     return forward(m, &in, true, B, N, lengths, train, seed);
 }
 

@@ -317,8 +317,20 @@ void tf_gen_set_seed(tf_gen *g, uint64_t seed);
  * position P-1 (NULL: they stay on the device, for tf_draw_last). */
 int tf_gen_prefill(tf_gen *g, const int *tokens, int P, float *logits);
 /* Feeds tokens (B) at the next position and writes its logits (B, K) (NULL: as for
- * tf_gen_prefill). */
+ * tf_gen_prefill). tokens NULL feeds the values tf_gen_draw drew from the last
+ * position's logits, which never left the device (AB_EINVAL when there are none). */
 int tf_gen_step(tf_gen *g, const int *tokens, float *logits);
+/* Draws one value per row from the logits of the generator's last position t - 1 (its
+ * prefill's or step's; as tf_draw_last, d->mixture matching the head), on the model's
+ * device: they stay there as the next tf_gen_step's input (tokens NULL) and in the
+ * generator's table at position t - 1. So a sampling loop of steps and draws has no
+ * copy between host and device per position. AB_EINVAL when the values (the classes,
+ * or 0..255 for a mixture) are not all tokens of the vocabulary. */
+int tf_gen_draw(tf_gen *g, const draw_spec *d);
+/* The table of draws into out (host memory, B x capacity ints, row-major): row b's
+ * value drawn at position j in out[b capacity + j], -1 where nothing was drawn since
+ * tf_gen_init. */
+int tf_gen_draws(const tf_gen *g, int *out);
 /* Positions in the state so far. */
 int tf_gen_position(const tf_gen *g);
 void tf_gen_destroy(tf_gen *g);

@@ -89,10 +89,13 @@ struct tf_model {
     const float *ctc_weights;
 };
 
-/* A forward's input: tokens (B, N) or frames (B, N, F), host memory. */
+/* A forward's input: tokens (B, N) or frames (B, N, F), host memory; or dev_tokens
+ * (B, N) already in the model's device memory and checked (a generator's draws: an
+ * inference forward, which needs no token index for an embedding backward). */
 typedef struct {
     const int *tokens;
     const float *frames;
+    const int *dev_tokens;
 } tf_in;
 
 /* The forward of the whole model for the input at positions pos0.. with the attention

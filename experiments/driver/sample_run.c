@@ -3,6 +3,7 @@
 
 #include "blas.h"
 #include "config.h"
+#include "device.h"
 #include "draw_core.h"
 #include "error.h"
 #include "fileio.h"
@@ -193,17 +194,52 @@ typedef struct {
 
 enum { EST_REPEATS = 3 };
 
+/* The draw of value j of rows i0.. (the uniforms of row b at i0 + b, value j). */
+static draw_spec draw_at(const sample_session *s, long long i0, int j) {
+    const draw_spec d = {s->cfg.model.head == TF_HEAD_LOGISTIC_MIXTURE,
+                         0,
+                         s->opts.temperature,
+                         s->seed,
+                         TASK_STREAM_SAMPLE,
+                         TASK_STREAM_SAMPLE2,
+                         (uint64_t)i0 * (uint64_t)s->N + (uint64_t)j,
+                         (uint64_t)s->N};
+    return d;
+}
+
+/* Whether sampling draws on the device (sample_rows; as an RNN the draws then stay
+ * there) */
+static bool draws_on_device(const sample_session *s) {
+    return !(s->cfg.model.head == TF_HEAD_LOGISTIC_MIXTURE && s->opts.temperature == 0);
+}
+
+/* One recurrent step of the estimate as sampling makes it: with the draws kept on the
+ * device, a step from the last draws and the next draw, waited for; otherwise a step
+ * from k->next with its logits copied back. */
+static int estimate_step(sample_session *s, tf_gen *g, sample_bufs *k, int j) {
+    if (!draws_on_device(s)) return tf_gen_step(g, k->next, k->logits);
+    const draw_spec d = draw_at(s, 0, j);
+    int rc = tf_gen_step(g, NULL, NULL);
+    if (!rc) rc = tf_gen_draw(g, &d);
+    return rc ? rc : ab_dev_sync(tf_device(s->m));
+}
+
 /* The time of value j of B rows, REPEATS times into t and tc (wall and CPU seconds):
  * recompute: one forward over the prefix of j + 1 inputs; recurrent: an untimed prefill
  * of j inputs (or of the one input at j = 0: the prefill is what sampling times there),
- * then one timed step (the repeats are the steps at j, j + 1, j + 2). */
+ * then one timed step (the repeats are the steps at j, j + 1, j + 2), each with its
+ * draw where sampling draws on the device. */
 static int estimate_at(sample_session *s, tf_gen *g, uint64_t attn_seed, sample_bufs *k, int j, double *t, double *tc) {
     const int B = s->opts.batch, N = s->N;
+    const bool kept = draws_on_device(s);
+    float *logits = kept ? NULL : k->logits;
     int rc = 0;
     if (!g) {
+        const draw_spec d = draw_at(s, 0, j);
         for (int r = 0; r < EST_REPEATS && !rc; r++) {
             uint64_t t0 = ab_now_ns(), c0 = ab_cpu_ns();
-            rc = tf_last_logits(s->m, take_prefix(k->prefix, k->tokens, B, N, j + 1), B, j + 1, attn_seed, k->logits);
+            rc = tf_last_logits(s->m, take_prefix(k->prefix, k->tokens, B, N, j + 1), B, j + 1, attn_seed, logits);
+            if (!rc && kept) rc = tf_draw_last(s->m, &d, k->next);
             t[r] = (double)(ab_now_ns() - t0) * 1e-9;
             tc[r] = (double)(ab_cpu_ns() - c0) * 1e-9;
         }
@@ -211,8 +247,10 @@ static int estimate_at(sample_session *s, tf_gen *g, uint64_t attn_seed, sample_
     }
     if ((rc = tf_gen_init(g))) return rc;
     const int P = j > 0 ? j : 1; /* j = 0: the timed prefill of the start token */
+    const draw_spec d = draw_at(s, 0, P - 1);
     uint64_t t0 = ab_now_ns(), c0 = ab_cpu_ns();
-    rc = tf_gen_prefill(g, take_prefix(k->prefix, k->tokens, B, N, P), P, k->logits);
+    rc = tf_gen_prefill(g, take_prefix(k->prefix, k->tokens, B, N, P), P, logits);
+    if (!rc && kept && !(rc = tf_gen_draw(g, &d))) rc = ab_dev_sync(tf_device(s->m));
     double prefill_s = (double)(ab_now_ns() - t0) * 1e-9, prefill_cpu = (double)(ab_cpu_ns() - c0) * 1e-9;
     for (int r = 0; r < EST_REPEATS && !rc; r++) {
         if (j == 0) {
@@ -221,13 +259,15 @@ static int estimate_at(sample_session *s, tf_gen *g, uint64_t attn_seed, sample_
             continue;
         }
         if (tf_gen_position(g) >= N) { /* the last positions: a step from j again */
-            if (!(rc = tf_gen_init(g)))
-                rc = tf_gen_prefill(g, take_prefix(k->prefix, k->tokens, B, N, j), j, k->logits);
+            if (!(rc = tf_gen_init(g)) &&
+                !(rc = tf_gen_prefill(g, take_prefix(k->prefix, k->tokens, B, N, j), j, logits)) && kept &&
+                !(rc = tf_gen_draw(g, &d)))
+                rc = ab_dev_sync(tf_device(s->m)); /* the timed step alone */
             if (rc) break;
         }
         t0 = ab_now_ns();
         c0 = ab_cpu_ns();
-        rc = tf_gen_step(g, k->next, k->logits);
+        rc = estimate_step(s, g, k, tf_gen_position(g));
         t[r] = (double)(ab_now_ns() - t0) * 1e-9;
         tc[r] = (double)(ab_cpu_ns() - c0) * 1e-9;
     }
@@ -294,9 +334,10 @@ static int sample_rows(sample_session *s, tf_gen *g, uint64_t attn_seed, sample_
             for (int j = 1; j <= P && j < N; j++) k->tokens[(size_t)b * N + j] = x[j - 1];
         }
     }
-    /* the draws on the model's device (tf_draw_last: the logits stay there), but a
-     * mixture's most probable value (T = 0), which the host computes from them */
-    const bool on_device = !(mixture && T == 0);
+    /* the draws on the model's device (the logits stay there), but a mixture's most
+     * probable value (T = 0), which the host computes from them. As an RNN the draws
+     * stay there too (tf_gen_draw: each the next step's input), and come back once. */
+    const bool on_device = !(mixture && T == 0), kept = on_device && g;
     float *logits = on_device ? NULL : k->logits;
     const uint64_t t0 = ab_now_ns(), c0 = ab_cpu_ns();
     for (int j = P; j < N; j++) {
@@ -306,26 +347,31 @@ static int sample_rows(sample_session *s, tf_gen *g, uint64_t attn_seed, sample_
             const int *in = take_prefix(k->prefix, k->tokens, B, N, j + 1);
             rc = tf_last_logits(s->m, in, B, j + 1, attn_seed, logits);
         } else if (j > P) {
-            rc = tf_gen_step(g, k->next, logits);
+            rc = tf_gen_step(g, kept ? NULL : k->next, logits);
         } else if (!(rc = tf_gen_init(g))) {
             rc = tf_gen_prefill(g, take_prefix(k->prefix, k->tokens, B, N, P + 1), P + 1, logits);
         }
         if (!rc && on_device) {
-            const draw_spec d = {mixture, 0, T, s->seed, TASK_STREAM_SAMPLE, TASK_STREAM_SAMPLE2,
-                                 (uint64_t)i0 * (uint64_t)N + (uint64_t)j, (uint64_t)N};
-            rc = tf_draw_last(s->m, &d, k->next);
+            const draw_spec d = draw_at(s, i0, j);
+            rc = kept ? tf_gen_draw(g, &d) : tf_draw_last(s->m, &d, k->next);
         }
         if (rc) {
             char prefix[96];
             snprintf(prefix, sizeof prefix, "sample: rows %lld.., value %d: ", i0, j);
             return fail_with(rc, prefix);
         }
-        for (int b = 0; b < B; b++) {
+        for (int b = 0; !kept && b < B; b++) {
             const int x = on_device ? k->next[b] : mixture_mode(k->logits + (size_t)b * V, K);
             r->samples[(size_t)(i0 + b) * N + j] = x;
             k->next[b] = x;
             if (j + 1 < N) k->tokens[(size_t)b * N + j + 1] = x;
         }
+    }
+    if (kept) { /* the generator's table (B x N, its capacity): values P..N-1 */
+        int rc = tf_gen_draws(g, k->tokens);
+        if (rc) return fail_with(rc, "sample: the drawn values: ");
+        for (int b = 0; b < B; b++)
+            memcpy(r->samples + (size_t)(i0 + b) * N + P, k->tokens + (size_t)b * N + P, sizeof(int) * (size_t)(N - P));
     }
     r->wall_s += (double)(ab_now_ns() - t0) * 1e-9;
     r->cpu_s += (double)(ab_cpu_ns() - c0) * 1e-9;
@@ -403,6 +449,11 @@ json_t *sample_document(const sample_session *s, const sample_result *r, const c
     json_object_set_new(doc, "mode", json_string(s->recurrent ? "recurrent" : "recompute"));
     json_object_set_new(doc, "head", json_string(tf_head_name(cfg->model.head)));
     json_object_set_new(doc, "temperature", json_real(s->opts.temperature));
+    /* where the values are drawn: on the model's device, and as an RNN kept there from
+     * step to step (copied back once per batch), or on the host from copied logits */
+    json_object_set_new(doc, "draws", json_string(!draws_on_device(s) ? "host"
+                                                  : s->recurrent      ? "device, kept"
+                                                                      : "device"));
     json_object_set_new(doc, "seed", json_integer((json_int_t)s->seed));
     json_object_set_new(doc, "n", json_integer(r->n));
     json_object_set_new(doc, "batch", json_integer(s->opts.batch));

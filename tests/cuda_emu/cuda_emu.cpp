@@ -101,6 +101,7 @@ struct emu_state {
     bool limit_set = false;
     unsigned long long launches = 0;
     unsigned long long ops = 0; /* launches, GEMMs, copies and memsets: what a GPU's stream queues */
+    unsigned long long host_copies = 0; /* copies between host and device memory */
 };
 
 emu_state &S() {
@@ -770,6 +771,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
     }
     memmove(dst, src, bytes);
     S().ops++;
+    if (ab_emu::is_device_range(dst, bytes) != ab_emu::is_device_range(src, bytes)) S().host_copies++;
     return cudaSuccess;
 }
 
@@ -1015,6 +1017,7 @@ extern "C" size_t ab_emu_device_memory(void) { return ab_emu::device_memory(); }
 extern "C" void ab_emu_set_device_memory(size_t bytes) { ab_emu::set_device_memory(bytes); }
 extern "C" unsigned long long ab_emu_launch_count(void) { return ab_emu::launch_count(); }
 extern "C" unsigned long long ab_emu_op_count(void) { return S().ops; }
+extern "C" unsigned long long ab_emu_host_copy_count(void) { return S().host_copies; }
 extern "C" void ab_emu_set_strict(int on) {
     std::lock_guard<std::recursive_mutex> lock(S().mu);
     if (S().window) ab_emu::fatal("ab_emu_set_strict inside a device operation");

@@ -276,7 +276,9 @@ void set_device_memory(size_t bytes);
 /* Launches run so far (tests check that work happened on the "device"). The C entry
  * points ab_emu_launch_count() and ab_emu_op_count() (every operation a GPU's stream
  * would queue: launches, cuBLAS GEMMs, copies and memsets of at least one byte) serve
- * tests written in C. */
+ * tests written in C; ab_emu_host_copy_count() counts the copies between host and
+ * device memory among them (each a wait for the device on a GPU, where the host's
+ * memory is not pinned). */
 unsigned long long launch_count(void);
 /* In strict mode, device memory is accessible while one of these lives (emulated
  * device operations open one); elsewhere it does nothing. */

@@ -94,6 +94,8 @@ static int *sample_rows(const char *ckpt, sample_opts o, sample_result *keep) {
     /* the seed given, else the run's */
     cr_expect_eq(json_integer_value(json_object_get(doc, "seed")), (json_int_t)(o.have_seed ? o.seed : s.cfg.seed));
     cr_expect_eq(json_integer_value(json_object_get(doc, "prompt_values")), s.P);
+    cr_expect_str_eq(json_string_value(json_object_get(doc, "draws")),
+                     o.mode == SAMPLE_MODE_RECOMPUTE ? "device" : "device, kept", "a categorical head draws on the device");
     json_decref(doc);
     int *rows = malloc(sizeof(int) * (size_t)r.n * SEQ_L);
     memcpy(rows, r.samples, sizeof(int) * (size_t)r.n * SEQ_L);
@@ -159,25 +161,33 @@ Test(sample_run, completion_keeps_the_prompt_and_estimate_measures) {
     sample_result_free(&r);
     free(s);
 
-    /* the estimate: positions 0, 3, 6 and the last, one batch, nothing drawn */
-    const sample_opts e = {.n = 4, .batch = 2, .temperature = 1, .estimate = 3, .mode = SAMPLE_MODE_RECOMPUTE};
-    const sample_source src = {.checkpoint = ck, .device = AB_DEV_CPU};
-    sample_session ss;
-    cr_assert_eq(sample_open(&ss, &src, &e), 0, "%s", ab_error());
-    cr_assert_eq(sample_run(&ss, &r), 0, "%s", ab_error());
-    cr_expect_null(r.samples);
-    cr_expect_eq(r.n, 2, "an estimate is for one batch");
-    cr_assert_eq(r.n_points, 4);
-    const int want[4] = {0, 3, 6, SEQ_L - 1};
-    double sum = 0;
-    for (int p = 0; p < 4; p++) {
-        cr_expect_eq(r.at[p], want[p]);
-        cr_expect_gt(r.secs[p], 0);
-        sum += r.secs[p];
+    /* the estimate: positions 0, 3, 6 and the last, one batch, nothing drawn; by
+     * recomputation and as an RNN (a step from the draws kept on the device), at T = 1
+     * and at T = 0 */
+    for (int mode = 0; mode < 3; mode++) {
+        const sample_opts e = {.n = 4,
+                               .batch = 2,
+                               .temperature = mode == 2 ? 0 : 1,
+                               .estimate = 3,
+                               .mode = mode == 0 ? SAMPLE_MODE_RECOMPUTE : SAMPLE_MODE_RECURRENT};
+        const sample_source src = {.checkpoint = ck, .device = AB_DEV_CPU};
+        sample_session ss;
+        cr_assert_eq(sample_open(&ss, &src, &e), 0, "%s", ab_error());
+        cr_assert_eq(sample_run(&ss, &r), 0, "mode %d: %s", mode, ab_error());
+        cr_expect_null(r.samples);
+        cr_expect_eq(r.n, 2, "an estimate is for one batch");
+        cr_assert_eq(r.n_points, 4);
+        const int want[4] = {0, 3, 6, SEQ_L - 1};
+        double sum = 0;
+        for (int p = 0; p < 4; p++) {
+            cr_expect_eq(r.at[p], want[p]);
+            cr_expect_gt(r.secs[p], 0);
+            sum += r.secs[p];
+        }
+        cr_expect_geq(r.wall_s, sum, "the estimate sums over all %d positions: %g < %g", SEQ_L, r.wall_s, sum);
+        sample_result_free(&r);
+        sample_close(&ss);
     }
-    cr_expect_geq(r.wall_s, sum, "the estimate sums over all %d positions: %g < %g", SEQ_L, r.wall_s, sum);
-    sample_result_free(&r);
-    sample_close(&ss);
 }
 
 Test(sample_run, refusals_are_codes_with_one_line) {

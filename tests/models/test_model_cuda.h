@@ -36,6 +36,8 @@ size_t ab_emu_device_memory(void);
 void ab_emu_set_device_memory(size_t bytes);
 /* Device operations queued so far: launches, GEMMs, copies, memsets (cuda_emu.cpp). */
 unsigned long long ab_emu_op_count(void);
+/* Those of them that copy between host and device memory. */
+unsigned long long ab_emu_host_copy_count(void);
 #endif
 
 /* Position-wise layers, forward and backward: the same formulas as the CPU's in another

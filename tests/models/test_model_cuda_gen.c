@@ -95,13 +95,73 @@ Test(generation_cuda, pre_norm_recurrent_equals_recompute_and_cpu) {
     generation_case("stateful-softmax", true);
 }
 
+/* The draws kept on the device (tf_gen_draw, then tf_gen_step from them): the CPU
+ * model's kept draws, value for value (the logits agree to GEN_TOL, as above), for a
+ * categorical head at T = 1 and 0.5 and for the logistic mixture; and nothing is copied
+ * between host and device from the prefill to the table's one download (on the
+ * emulator, which counts the copies). */
+static void kept_case(const char *variant, bool mixture, double T) {
+    enum { B = 3, P = 2, CAP = 10 };
+    tf_config c = tiny_config(variant, AB_DEV_CUDA);
+    c.vocab = mixture ? 257 : 11;
+    c.max_len = CAP;
+    c.d_model = 16;
+    c.d_ff = 32;
+    if (mixture) {
+        c.head = TF_HEAD_LOGISTIC_MIXTURE;
+        c.mixtures = 3;
+        c.classes = 256;
+    }
+    tf_model *dev = make(&c, B);
+    c.device = AB_DEV_CPU;
+    tf_model *cpu = make(&c, B);
+    const int prompt[B * P] = {1, 2, 3, 4, 5, 6};
+    int tables[2][B * CAP];
+    tf_model *models[2] = {cpu, dev};
+    for (int w = 0; w < 2; w++) {
+        tf_gen *g = NULL;
+        cr_assert_eq(tf_gen_create(models[w], B, CAP, &g), 0, "%s", ab_error());
+        cr_assert_eq(tf_gen_prefill(g, prompt, P, NULL), 0, "%s", ab_error());
+#ifdef TEST_CUDA_EMU
+        const unsigned long long copies = ab_emu_host_copy_count();
+#endif
+        for (int j = P - 1; j < CAP; j++) {
+            const draw_spec d = {mixture, 0, T, 21, 7, 8, (uint64_t)j, 50};
+            cr_assert_eq(tf_gen_draw(g, &d), 0, "%s", ab_error());
+            if (j + 1 < CAP) cr_assert_eq(tf_gen_step(g, NULL, NULL), 0, "%s", ab_error());
+        }
+#ifdef TEST_CUDA_EMU
+        if (w == 1)
+            cr_expect_eq(ab_emu_host_copy_count(), copies, "%s: %llu copies between host and device in the loop",
+                         variant, ab_emu_host_copy_count() - copies);
+#endif
+        cr_assert_eq(tf_gen_draws(g, tables[w]), 0, "%s", ab_error());
+        tf_gen_destroy(g);
+    }
+    int differ = 0, drawn = 0;
+    for (int i = 0; i < B * CAP; i++) differ += tables[0][i] != tables[1][i], drawn += tables[1][i] >= 0;
+    cr_expect_eq(differ, 0, "%s (mixture %d, T %g): %d kept draws differ from the CPU's", variant, mixture, T, differ);
+    cr_expect_eq(drawn, B * (CAP - P + 1), "%s: %d values drawn", variant, drawn);
+    tf_destroy(dev);
+    tf_destroy(cpu);
+}
+
+Test(generation_cuda, draws_kept_on_the_device) {
+    kept_case("linear", false, 1.0);
+    kept_case("linear", false, 0.5);
+    kept_case("stateful-softmax", false, 1.0);
+    kept_case("linear", true, 1.0);
+}
+
 #ifdef TEST_CUDA_EMU
 /* Device operations (kernel launches, GEMMs, copies, memsets: what the stream queues,
- * each a launch on a GPU) of one generated token, tf_gen_step, for a model of the
- * sampling shapes' structure
- * (experiments/images/{mnist,cifar10}-linear.json: post-norm, a final layer norm, the
- * logistic mixture head; the counts do not depend on the widths). */
-static unsigned long long ops_per_token(const char *variant, int layers, bool pre_norm) {
+ * each a launch on a GPU) of one generated token for a model of the sampling shapes'
+ * structure (experiments/images/{mnist,cifar10}-linear.json: post-norm, a final layer
+ * norm, the logistic mixture head; the counts do not depend on the widths): tf_gen_step
+ * from host tokens with the logits copied back, or (kept) tf_gen_step from the last
+ * draws and tf_gen_draw; *copies gets the copies between host and device among them. */
+static unsigned long long ops_per_token(const char *variant, int layers, bool pre_norm, bool kept,
+                                        unsigned long long *copies) {
     tf_config c = tiny_config(variant, AB_DEV_CUDA);
     c.layers = layers;
     c.pre_norm = pre_norm;
@@ -109,16 +169,26 @@ static unsigned long long ops_per_token(const char *variant, int layers, bool pr
     c.head = TF_HEAD_LOGISTIC_MIXTURE;
     c.mixtures = 2;
     c.classes = 256;
+    c.vocab = 257;
     tf_model *m = make(&c, 2);
     tf_gen *gen = NULL;
     cr_assert_eq(tf_gen_create(m, 2, 5, &gen), 0, "%s", ab_error());
     int tok[2] = {1, 2};
     float logits[2 * 8];
+    const draw_spec d = {true, 0, 1.0, 1, 2, 3, 0, 1};
     cr_assert_eq(tf_gen_prefill(gen, tok, 1, logits), 0, "%s", ab_error());
+    cr_assert_eq(tf_gen_draw(gen, &d), 0, "%s", ab_error());
     cr_assert_eq(tf_gen_step(gen, tok, logits), 0, "%s", ab_error());
-    const unsigned long long before = ab_emu_op_count();
-    cr_assert_eq(tf_gen_step(gen, tok, logits), 0, "%s", ab_error());
+    cr_assert_eq(tf_gen_draw(gen, &d), 0, "%s", ab_error());
+    const unsigned long long before = ab_emu_op_count(), copies0 = ab_emu_host_copy_count();
+    if (kept) {
+        cr_assert_eq(tf_gen_step(gen, NULL, NULL), 0, "%s", ab_error());
+        cr_assert_eq(tf_gen_draw(gen, &d), 0, "%s", ab_error());
+    } else {
+        cr_assert_eq(tf_gen_step(gen, tok, logits), 0, "%s", ab_error());
+    }
     const unsigned long long ops = ab_emu_op_count() - before;
+    *copies = ab_emu_host_copy_count() - copies0;
     tf_gen_destroy(gen);
     tf_destroy(m);
     return ops;
@@ -126,26 +196,33 @@ static unsigned long long ops_per_token(const char *variant, int layers, bool pr
 
 Test(generation_cuda, operations_per_token) {
     /* per layer and outside the layers (input, final norm, head, the tokens' upload and
-     * the logits' download), from models of 1 and 3 layers */
+     * the logits' download; or, kept, the draw), from models of 1 and 3 layers */
     const char *variants[] = {"linear", "stateful-softmax"};
     for (int v = 0; v < 2; v++)
-        for (int pre = 0; pre < 2; pre++) {
-            const unsigned long long one = ops_per_token(variants[v], 1, pre), three = ops_per_token(variants[v], 3, pre);
-            const unsigned long long per_layer = (three - one) / 2, fixed = one - per_layer;
-            if (tu_verbose())
-                fprintf(stderr, "operations per token: %s %s-norm: %llu per layer + %llu (MNIST, 8 layers: %llu; "
-                                "CIFAR-10, 16 layers: %llu)\n",
-                        variants[v], pre ? "pre" : "post", per_layer, fixed, 8 * per_layer + fixed,
-                        16 * per_layer + fixed);
-            /* post-norm: qkv GEMM, bias + split, the attention step (one kernel), output
-             * GEMM, bias + residual + norm, FFN GEMM, bias + ReLU, FFN GEMM, bias + residual
-             * + norm (before: 17 for linear, 18 for stateful-softmax: biases, splits,
-             * merges, residuals, norms and the steps' kernels apart); pre-norm: its first
-             * norm too. Outside: the tokens' upload, embedding + positions, the final
-             * norm, the head's bias and GEMM, the logits' download (before: 7). */
-            cr_expect_eq(per_layer, pre ? 10u : 9u, "%s %s-norm: %llu operations per layer", variants[v],
-                         pre ? "pre" : "post", per_layer);
-            cr_expect_eq(fixed, 6u, "%s: %llu operations outside the layers", variants[v], fixed);
-        }
+        for (int pre = 0; pre < 2; pre++)
+            for (int kept = 0; kept < 2; kept++) {
+                unsigned long long copies1, copies3;
+                const unsigned long long one = ops_per_token(variants[v], 1, pre, kept, &copies1),
+                                         three = ops_per_token(variants[v], 3, pre, kept, &copies3);
+                const unsigned long long per_layer = (three - one) / 2, fixed = one - per_layer;
+                if (tu_verbose())
+                    fprintf(stderr, "operations per token%s: %s %s-norm: %llu per layer + %llu (MNIST, 8 layers: %llu; "
+                                    "CIFAR-10, 16 layers: %llu), %llu copies between host and device\n",
+                            kept ? " (draws kept)" : "", variants[v], pre ? "pre" : "post", per_layer, fixed,
+                            8 * per_layer + fixed, 16 * per_layer + fixed, copies1);
+                /* post-norm: qkv GEMM, bias + split, the attention step (one kernel), output
+                 * GEMM, bias + residual + norm, FFN GEMM, bias + ReLU, FFN GEMM, bias + residual
+                 * + norm (before: 17 for linear, 18 for stateful-softmax: biases, splits,
+                 * merges, residuals, norms and the steps' kernels apart); pre-norm: its first
+                 * norm too. Outside: embedding + positions, the final norm, the head's bias and
+                 * GEMM, and the tokens' upload and the logits' download (before: 7), or
+                 * (kept) the draw. */
+                cr_expect_eq(per_layer, pre ? 10u : 9u, "%s %s-norm: %llu operations per layer", variants[v],
+                             pre ? "pre" : "post", per_layer);
+                cr_expect_eq(fixed, kept ? 5u : 6u, "%s: %llu operations outside the layers", variants[v], fixed);
+                cr_expect_eq(copies1, kept ? 0u : 2u, "%s: %llu copies between host and device", variants[v],
+                             copies1);
+                cr_expect_eq(copies3, copies1, "%s: copies per layer", variants[v]);
+            }
 }
 #endif

@@ -122,24 +122,33 @@ Test(layers_cuda, mixture_forward_backward) {
 
 /* Draws of `rows` rows (each n values wide, padded to a row stride ld = n + 3) on the
  * device as the host's functions give them (draw_core.h, ab_rng_uniform at idx0 + b
- * stride): equal value for value. out gets the device's draws. */
+ * stride): equal value for value. out gets the device's draws; the same values go to
+ * column 2 of a table of rows x 5 ints, whose other entries stay as they were. */
 static void draws_case(const float *x, int n, int rows, const draw_spec *d, int *out) {
+    enum { W = 5, COL = 2 };
     const size_t ld = (size_t)(d->mixture ? 3 * n : n) + 3;
     float *dx = dput(x, sizeof(float) * ld * rows);
     int *dout = dput(NULL, sizeof(int) * rows);
-    cr_assert_eq(draw_rows_cuda(dout, dx, ld, rows, d), 0, "%s", ab_error());
+    int *table = malloc(sizeof(int) * W * rows);
+    for (int i = 0; i < W * rows; i++) table[i] = -7;
+    int *dtable = dput(table, sizeof(int) * W * rows);
+    cr_assert_eq(draw_rows_cuda(dout, dtable + COL, W, dx, ld, rows, d), 0, "%s", ab_error());
     dget(out, dout, sizeof(int) * rows);
-    int mismatches = 0;
+    dget(table, dtable, sizeof(int) * W * rows);
+    int mismatches = 0, table_wrong = 0;
     for (int b = 0; b < rows; b++) {
         const uint64_t i = d->idx0 + (uint64_t)b * d->idx_stride;
         const double u = ab_rng_uniform(d->seed, d->stream, i);
         const int want = d->mixture ? mixture_sample(x + b * ld, n, u, ab_rng_uniform(d->seed, d->stream2, i))
                                     : draw_categorical_core(x + b * ld, n, d->temperature, u);
         mismatches += out[b] != want;
+        for (int c = 0; c < W; c++) table_wrong += table[b * W + c] != (c == COL ? want : -7);
     }
     cr_expect_eq(mismatches, 0, "%d of %d draws differ from the host's (n %d, mixture %d, T %g)", mismatches, rows,
                  n, d->mixture, d->temperature);
-    dfree(dx), dfree(dout);
+    cr_expect_eq(table_wrong, 0, "%d entries of the table are not the draws' column", table_wrong);
+    free(table);
+    dfree(dx), dfree(dout), dfree(dtable);
 }
 
 /* Sampling on the device (layers_cuda.h: draw_rows_cuda, what tf_draw_last runs): the

@@ -238,6 +238,75 @@ Test(generation, draw_last_and_its_refusals) {
     tf_destroy(m);
 }
 
+/* The generator's draws kept where the model is (tf_gen_draw, tf_gen_step with NULL
+ * tokens, tf_gen_draws): the same values as the loop through the host (tf_draw_last,
+ * each value fed back by tf_gen_step), in the table at the positions they were drawn
+ * from and -1 elsewhere; a second round after tf_gen_init the same again. Refusals
+ * with a message: a step from draws that were not made (none yet, or used already), a
+ * draw before any position, the other head's draw, NULL arguments, and values that
+ * are not tokens (more classes than the vocabulary). */
+Test(generation, draws_kept_on_the_device_as_the_host_loop) {
+    enum { B = 2, P = 3, CAP = 9 };
+    tf_config c = mid_config("linear", 0.0f);
+    tf_model *m = tm_make(&c, B);
+    tf_gen *g = NULL;
+    cr_assert_eq(tf_gen_create(m, B, CAP, &g), 0, "%s", ab_error());
+    const int prompt[B * P] = {1, 2, 3, 7, 6, 5};
+    int host[B * CAP], table[B * CAP];
+    for (int i = 0; i < B * CAP; i++) host[i] = -1;
+    /* the host's loop */
+    cr_assert_eq(tf_gen_prefill(g, prompt, P, NULL), 0, "%s", ab_error());
+    for (int j = P - 1; j < CAP; j++) {
+        const draw_spec d = {false, 0, 1.0, 3, 5, 6, (uint64_t)j, 100};
+        int next[B];
+        cr_assert_eq(tf_draw_last(m, &d, next), 0, "%s", ab_error());
+        for (int b = 0; b < B; b++) host[b * CAP + j] = next[b];
+        if (j + 1 < CAP) cr_assert_eq(tf_gen_step(g, next, NULL), 0, "%s", ab_error());
+    }
+    /* kept: twice, the second after tf_gen_init */
+    for (int round = 0; round < 2; round++) {
+        cr_assert_eq(tf_gen_init(g), 0, "%s", ab_error());
+        cr_expect_eq(tf_gen_draw(g, &(draw_spec){false, 0, 1.0, 3, 5, 6, 0, 100}), AB_EINVAL);
+        cr_expect(strstr(ab_error(), "tf_gen_prefill first"), "message: %s", ab_error());
+        cr_assert_eq(tf_gen_prefill(g, prompt, P, NULL), 0, "%s", ab_error());
+        cr_expect_eq(tf_gen_step(g, NULL, NULL), AB_EINVAL, "a step from draws not made");
+        cr_expect(strstr(ab_error(), "none drawn from position 2"), "message: %s", ab_error());
+        for (int j = P - 1; j < CAP; j++) {
+            const draw_spec d = {false, 0, 1.0, 3, 5, 6, (uint64_t)j, 100};
+            cr_assert_eq(tf_gen_draw(g, &d), 0, "%s", ab_error());
+            if (j + 1 < CAP) cr_assert_eq(tf_gen_step(g, NULL, NULL), 0, "%s", ab_error());
+            if (j == P - 1) { /* the draws were used: no second step from them */
+                cr_expect_eq(tf_gen_step(g, NULL, NULL), AB_EINVAL);
+                cr_assert_eq(tf_gen_draw(g, &(draw_spec){false, 0, 1.0, 3, 5, 6, (uint64_t)j + 1, 100}), 0, "%s",
+                             ab_error());
+                cr_assert_eq(tf_gen_step(g, NULL, NULL), 0, "%s", ab_error());
+                j++;
+            }
+        }
+        cr_assert_eq(tf_gen_draws(g, table), 0, "%s", ab_error());
+        cr_expect(memcmp(table, host, sizeof table) == 0, "round %d: the kept draws are not the host loop's", round);
+    }
+    int drawn = 0;
+    for (int i = 0; i < B * CAP; i++) drawn += host[i] >= 0;
+    cr_expect_eq(drawn, B * (CAP - P + 1), "the host loop drew %d values", drawn);
+    cr_expect_eq(tf_gen_draw(g, &(draw_spec){true, 0, 1.0, 3, 5, 6, 0, 1}), AB_EINVAL);
+    cr_expect(strstr(ab_error(), "logistic mixture"), "message: %s", ab_error());
+    cr_expect_eq(tf_gen_draw(g, NULL), AB_EINVAL);
+    cr_expect_eq(tf_gen_draw(NULL, &(draw_spec){false, 0, 1.0, 3, 5, 6, 0, 1}), AB_EINVAL);
+    cr_expect_eq(tf_gen_draws(g, NULL), AB_EINVAL);
+    tf_gen_destroy(g);
+    tf_destroy(m);
+    /* 20 classes over 11 tokens: a draw could not be fed back */
+    c.classes = 20;
+    m = tm_make(&c, B);
+    cr_assert_eq(tf_gen_create(m, B, CAP, &g), 0, "%s", ab_error());
+    cr_assert_eq(tf_gen_prefill(g, prompt, P, NULL), 0, "%s", ab_error());
+    cr_expect_eq(tf_gen_draw(g, &(draw_spec){false, 0, 1.0, 3, 5, 6, 0, 1}), AB_EINVAL);
+    cr_expect(strstr(ab_error(), "drawn values 0..19 are not all tokens (vocab 11)"), "message: %s", ab_error());
+    tf_gen_destroy(g);
+    tf_destroy(m);
+}
+
 /* ---- errors ---- */
 
 Test(errors, bad_configs) {
