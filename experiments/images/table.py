@@ -199,7 +199,8 @@ def cmd_cifar(runs):
     docs = [(v, load(p)) for v, p in docs if os.path.exists(p)]
     if not docs:
         sys.exit(f"table.py: no CIFAR-10 runs in {runs}")
-    print(machine_line(docs[0][1]) + "  ")
+    for m in sorted({machine_line(d) for _, d in docs}):  # every machine the runs used
+        print(m + "  ")
     budget = {v: d["summary"]["steps_done"] * CIFAR_STEP_S[v] / 3600 for v, d in docs}
     print("Data: CIFAR-10 (JPEG q75 re-encoding: its bits/dim is not the paper's data); equal training time, "
           + ", ".join(f"{v} {h:.2f}" for v, h in budget.items())
