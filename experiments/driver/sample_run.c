@@ -213,6 +213,13 @@ static bool draws_on_device(const sample_session *s) {
     return !(s->cfg.model.head == TF_HEAD_LOGISTIC_MIXTURE && s->opts.temperature == 0);
 }
 
+/* The generator's draw d, kept on the device, and a wait for the device (the estimate
+ * times each operation alone). */
+static int draw_and_wait(sample_session *s, tf_gen *g, const draw_spec *d) {
+    int rc = tf_gen_draw(g, d);
+    return rc ? rc : ab_dev_sync(tf_device(s->m));
+}
+
 /* One recurrent step of the estimate as sampling makes it: with the draws kept on the
  * device, a step from the last draws and the next draw, waited for; otherwise a step
  * from k->next with its logits copied back. */
@@ -220,8 +227,7 @@ static int estimate_step(sample_session *s, tf_gen *g, sample_bufs *k, int j) {
     if (!draws_on_device(s)) return tf_gen_step(g, k->next, k->logits);
     const draw_spec d = draw_at(s, 0, j);
     int rc = tf_gen_step(g, NULL, NULL);
-    if (!rc) rc = tf_gen_draw(g, &d);
-    return rc ? rc : ab_dev_sync(tf_device(s->m));
+    return rc ? rc : draw_and_wait(s, g, &d);
 }
 
 /* The time of value j of B rows, REPEATS times into t and tc (wall and CPU seconds):
@@ -250,7 +256,7 @@ static int estimate_at(sample_session *s, tf_gen *g, uint64_t attn_seed, sample_
     const draw_spec d = draw_at(s, 0, P - 1);
     uint64_t t0 = ab_now_ns(), c0 = ab_cpu_ns();
     rc = tf_gen_prefill(g, take_prefix(k->prefix, k->tokens, B, N, P), P, logits);
-    if (!rc && kept && !(rc = tf_gen_draw(g, &d))) rc = ab_dev_sync(tf_device(s->m));
+    if (!rc && kept) rc = draw_and_wait(s, g, &d);
     double prefill_s = (double)(ab_now_ns() - t0) * 1e-9, prefill_cpu = (double)(ab_cpu_ns() - c0) * 1e-9;
     for (int r = 0; r < EST_REPEATS && !rc; r++) {
         if (j == 0) {
@@ -260,9 +266,8 @@ static int estimate_at(sample_session *s, tf_gen *g, uint64_t attn_seed, sample_
         }
         if (tf_gen_position(g) >= N) { /* the last positions: a step from j again */
             if (!(rc = tf_gen_init(g)) &&
-                !(rc = tf_gen_prefill(g, take_prefix(k->prefix, k->tokens, B, N, j), j, logits)) && kept &&
-                !(rc = tf_gen_draw(g, &d)))
-                rc = ab_dev_sync(tf_device(s->m)); /* the timed step alone */
+                !(rc = tf_gen_prefill(g, take_prefix(k->prefix, k->tokens, B, N, j), j, logits)) && kept)
+                rc = draw_and_wait(s, g, &d); /* the timed step alone */
             if (rc) break;
         }
         t0 = ab_now_ns();
@@ -321,8 +326,6 @@ static int sample_rows(sample_session *s, tf_gen *g, uint64_t attn_seed, sample_
                        long long *rows, long long i0, sample_result *r) {
     const train_task *task = s->cfg.task;
     const int B = s->opts.batch, N = s->N, P = s->P, V = tf_classes(s->m), K = s->cfg.model.mixtures;
-    const bool mixture = s->cfg.model.head == TF_HEAD_LOGISTIC_MIXTURE;
-    const double T = s->opts.temperature;
     for (int b = 0; b < B; b++) k->tokens[(size_t)b * N] = task->classes; /* the start token */
     if (P > 0) {
         for (int b = 0; b < B; b++) rows[b] = (i0 + b) % task->split_rows[s->test];
@@ -337,7 +340,7 @@ static int sample_rows(sample_session *s, tf_gen *g, uint64_t attn_seed, sample_
     /* the draws on the model's device (the logits stay there), but a mixture's most
      * probable value (T = 0), which the host computes from them. As an RNN the draws
      * stay there too (tf_gen_draw: each the next step's input), and come back once. */
-    const bool on_device = !(mixture && T == 0), kept = on_device && g;
+    const bool on_device = draws_on_device(s), kept = on_device && g;
     float *logits = on_device ? NULL : k->logits;
     const uint64_t t0 = ab_now_ns(), c0 = ab_cpu_ns();
     for (int j = P; j < N; j++) {

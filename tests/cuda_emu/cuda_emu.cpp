@@ -758,8 +758,8 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
     if (!dst || !src) return set_error(cudaErrorInvalidValue);
     check_copy(dst, src, bytes, kind, "cudaMemcpy");
     ab_emu::device_window w;
+    const bool dd = ab_emu::is_device_range(dst, bytes), sd = ab_emu::is_device_range(src, bytes);
     if (ab_emu::traffic_counting()) {
-        const bool dd = ab_emu::is_device_range(dst, bytes), sd = ab_emu::is_device_range(src, bytes);
         if (dd && sd) {
             ab_emu::traffic_begin("cudaMemcpy(DeviceToDevice)", AB_EMU_TRAFFIC_MEMCPY);
             ab_emu::traffic_range(src, bytes, false);
@@ -771,7 +771,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
     }
     memmove(dst, src, bytes);
     S().ops++;
-    if (ab_emu::is_device_range(dst, bytes) != ab_emu::is_device_range(src, bytes)) S().host_copies++;
+    if (dd != sd) S().host_copies++;
     return cudaSuccess;
 }
 
