@@ -78,6 +78,10 @@ static attn_shape gen_shape(const tf_model *m, int B) {
     return mha_shape(&d);
 }
 
+const attn *tf_attention(const tf_model *m) { return m ? m->att : NULL; }
+
+attn_shape tf_gen_step_shape(const tf_model *m, int B) { return gen_shape(m, B); }
+
 static int check_gen(const tf_model *m, int B, int capacity) {
     if (!tf_has_recurrent(m)) return AB_EUNSUPPORTED;
     if (B < 1 || B > m->max_batch) return ab_fail(AB_EINVAL, "generation batch %d is outside 1..%d", B, m->max_batch);

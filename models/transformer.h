@@ -333,6 +333,12 @@ int tf_gen_draw(tf_gen *g, const draw_spec *d);
 int tf_gen_draws(const tf_gen *g, int *out);
 /* Positions in the state so far. */
 int tf_gen_position(const tf_gen *g);
+/* The attention object every layer runs (the model's device) and the shape of one
+ * layer's attention in a generator's step of B rows (one position each): what a
+ * measurement needs to reason about a step's attention state (its bytes; e.g. the
+ * memory floor of sampling). */
+const attn *tf_attention(const tf_model *m);
+attn_shape tf_gen_step_shape(const tf_model *m, int B);
 void tf_gen_destroy(tf_gen *g);
 
 #endif

@@ -20,7 +20,8 @@
 static const char SAMPLE_USAGE[] =
     "usage: attnbench sample CHECKPOINT [--n K] [--batch B] [--seed S] [--temperature T]\n"
     "                        [--mode auto|recurrent|recompute] [--complete FRACTION]\n"
-    "                        [--variant NAME] [--estimate EVERY] [--out DIR] [--device cpu|cuda]\n"
+    "                        [--variant NAME] [--estimate EVERY] [--traffic T] [--out DIR]\n"
+    "                        [--device cpu|cuda]\n"
     "       attnbench sample --config CONFIG.json [--set KEY=VALUE].. [options as above]\n"
     "\n"
     "Ancestral sampling of K rows (images) from the model of a training checkpoint whose\n"
@@ -44,7 +45,11 @@ static const char SAMPLE_USAGE[] =
     "measures speed only: the time to produce value j for all B rows at j = 0, E, 2E, ..\n"
     "and N-1 (recompute: the forward over the prefix; recurrent: one step after a prefill\n"
     "of j values, which is not timed), each the median of 3, integrated over every j by\n"
-    "linear interpolation; writes DIR/sample.json only, marked as an estimate.\n";
+    "linear interpolation; writes DIR/sample.json only, marked as an estimate.\n"
+    "--traffic T (attnbench-emu --device cuda, recurrent modes) counts the device memory\n"
+    "one step at position T and its draw move, after sampling's prefill and steps before\n"
+    "it, beside the least such a step must move (its weights, the attention states, the\n"
+    "values in and out): DIR/sample.json only, \"method\": \"traffic\", nothing timed.\n";
 
 typedef struct { /* sample's own options */
     sample_opts opts;
@@ -73,6 +78,8 @@ static bool sample_option(int argc, char **argv, int *i, void *ctx) {
     else if (strcmp(name, "--variant") == 0) o->variant = cli_value(argc, argv, i);
     else if (strcmp(name, "--estimate") == 0)
         o->opts.estimate = (int)cli_parse_int("--estimate", cli_value(argc, argv, i), 1, 1 << 30);
+    else if (strcmp(name, "--traffic") == 0)
+        o->opts.traffic = (int)cli_parse_int("--traffic", cli_value(argc, argv, i), 1, 1 << 30);
     else return false;
     return true;
 }
@@ -109,6 +116,16 @@ static void write_outputs(const sample_session *s, const sample_result *r, const
     cli_write_json(path, doc);
     json_decref(doc);
     const double images = (double)r->n;
+    if (r->traffic) {
+        const json_t *tr = r->traffic;
+        fprintf(stderr, "sample: the step at position %d, batch %d: %.4g MiB moved, %.3gx its minimal bytes, %lld "
+                "operations -> %s\n", s->opts.traffic, s->opts.batch,
+                (json_number_value(json_object_get(tr, "dram_read_bytes")) +
+                 json_number_value(json_object_get(tr, "dram_write_bytes"))) / 1048576.0,
+                json_number_value(json_object_get(tr, "dram_over_min")),
+                (long long)json_integer_value(json_object_get(tr, "launches")), dir);
+        return;
+    }
     fprintf(stderr, "sample: %lld rows of %d values (%d kept), %s, %s%.3g s/image, %.3g images/s at batch %d -> %s\n",
             r->n, s->N, s->P, s->recurrent ? "recurrent" : "recompute", r->samples ? "" : "estimated ",
             r->wall_s / images, r->wall_s > 0 ? images / r->wall_s : NAN, s->opts.batch, dir);
@@ -131,6 +148,8 @@ int cmd_sample(int argc, char **argv, const char *command_line) {
         cli_die(AB_EXIT_USAGE, "sample: --n %lld is not a multiple of --batch %d", o.opts.n, o.opts.batch);
     if (o.opts.estimate && o.opts.complete > 0)
         cli_die(AB_EXIT_USAGE, "sample: --estimate and --complete exclude each other");
+    if (o.opts.traffic && (o.opts.estimate || o.opts.complete > 0))
+        cli_die(AB_EXIT_USAGE, "sample: --traffic excludes --%s", o.opts.estimate ? "estimate" : "complete");
     o.opts.seed = a.seed, o.opts.have_seed = a.have_seed;
     const sample_source src = {ckpt, o.config, a.sets, a.n_sets, o.variant, a.device};
     sample_session s;

@@ -3,6 +3,7 @@
 
 #include "blas.h"
 #include "config.h"
+#include "cuda_traffic.h"
 #include "device.h"
 #include "draw_core.h"
 #include "error.h"
@@ -10,6 +11,7 @@
 #include "layers.h"
 #include "memory.h"
 #include "results.h"
+#include "sweep.h"
 #include "timer.h"
 
 #include <math.h>
@@ -110,6 +112,17 @@ static int check_request(sample_session *s) {
     if (s->recurrent && !tf_has_recurrent(s->m)) return fail_with(AB_EINVAL, "sample --mode recurrent: ");
     ab_clear_error();
     s->N = task->seq_len;
+    if (o->traffic) {
+        if (!s->recurrent)
+            return ab_fail(AB_EINVAL, "sample --traffic: counts a recurrent step, and this model samples by "
+                                      "recomputation (variant '%s')", s->cfg.model.attention);
+        if (s->src.device != AB_DEV_CUDA || !ab_cuda_traffic_counted())
+            return ab_fail(AB_EINVAL, "sample --traffic: this process does not count memory traffic (the "
+                                      "emulated build does: attnbench-emu ... --device cuda)");
+        if (o->traffic >= s->N)
+            return ab_fail(AB_EINVAL, "sample --traffic %d: a row has positions 0..%d (the step at position 0 is "
+                                      "the prefill)", o->traffic, s->N - 1);
+    }
     s->P = (int)floor(o->complete * s->N); /* values kept from the test rows */
     s->test = -1;
     if (o->complete > 0) {
@@ -140,6 +153,7 @@ int sample_open(sample_session *s, const sample_source *src, const sample_opts *
      * at batch 4096: 145 GB for the whole rows). Completions and estimates prefill
      * longer prompts, recomputation whole prefixes: the model's full length. */
     const bool short_fwd = opts->mode != SAMPLE_MODE_RECOMPUTE && opts->complete == 0 && opts->estimate == 0;
+    /* (the traffic's steps follow the start token's prefill as sampling's do) */
     int rc = open_model(s, short_fwd ? 1 : 0);
     if (!rc && short_fwd && opts->mode == SAMPLE_MODE_AUTO && !tf_has_recurrent(s->m)) {
         /* auto resolves to recomputation for this variant: the full length after all */
@@ -165,6 +179,7 @@ void sample_result_free(sample_result *r) {
     free(r->at);
     free(r->secs);
     free(r->cpu_secs);
+    json_decref(r->traffic);
     memset(r, 0, sizeof *r);
 }
 
@@ -320,6 +335,72 @@ static int estimate(sample_session *s, tf_gen *g, uint64_t attn_seed, sample_buf
     return 0;
 }
 
+/* The least a step at position t of B rows and its draw must move (sample_run.h):
+ * read and write bytes, and their parts in *parts. */
+static int step_min_bytes(const sample_session *s, int t, double *read, double *write, json_t **parts) {
+    const tf_model *m = s->m;
+    const tf_config *c = &s->cfg.model;
+    const int B = s->opts.batch;
+    size_t tok = 0;
+    for (int i = 0; i < tf_param_tensor_count(m); i++) {
+        const tf_tensor *e = tf_param_tensor(m, i);
+        if (strcmp(e->name, "tok_emb") == 0) tok = e->count;
+    }
+    const double rows = B < c->vocab ? B : c->vocab;
+    const double weights = 4.0 * (double)(tf_param_count(m) - tok), emb = 4.0 * (rows + 1.0) * c->d_model;
+    const attn_shape sh = tf_gen_step_shape(m, B);
+    double sr = 0, sw = 0;
+    int rc = sweep_min_state_bytes(tf_attention(m), &sh, t, &sr, &sw);
+    if (rc) return rc;
+    sr *= c->layers;
+    sw *= c->layers;
+    const double values = 4.0 * B;
+    *read = weights + emb + sr + values;
+    *write = sw + values;
+    *parts = json_pack("{s:I, s:I, s:I, s:I, s:I}", "weights_read_bytes", (json_int_t)weights, "embedding_read_bytes",
+                       (json_int_t)emb, "state_read_bytes", (json_int_t)sr, "state_write_bytes", (json_int_t)sw,
+                       "values_bytes", (json_int_t)values);
+    return *parts ? 0 : ab_fail(AB_ENOMEM, "out of memory for the traffic's record");
+}
+
+/* The traffic of the step at position T (sample_run.h): the start token's prefill and
+ * steps to T - 1, as sampling makes them, then the step at T and its draw counted. */
+static int count_traffic(sample_session *s, tf_gen *g, sample_bufs *k, sample_result *r) {
+    const int B = s->opts.batch, T = s->opts.traffic;
+    const bool kept = draws_on_device(s);
+    float *logits = kept ? NULL : k->logits;
+    for (int b = 0; b < B; b++) k->prefix[b] = s->cfg.task->classes, k->next[b] = 0;
+    int rc = tf_gen_init(g);
+    if (!rc) rc = tf_gen_prefill(g, k->prefix, 1, logits);
+    if (!rc && kept) {
+        const draw_spec d = draw_at(s, 0, 0);
+        rc = draw_and_wait(s, g, &d);
+    }
+    while (!rc && tf_gen_position(g) < T) rc = estimate_step(s, g, k, tf_gen_position(g));
+    if (!rc) rc = ab_dev_sync(tf_device(s->m));
+    if (rc) return fail_with(rc, "sample --traffic: the steps before: ");
+    double min_r, min_w;
+    json_t *parts = NULL;
+    if ((rc = step_min_bytes(s, T, &min_r, &min_w, &parts))) return fail_with(rc, "sample --traffic: ");
+    ab_cuda_traffic_start();
+    rc = estimate_step(s, g, k, tf_gen_position(g));
+    if (!rc) rc = ab_dev_sync(tf_device(s->m));
+    ab_cuda_traffic_stop();
+    if (rc) {
+        json_decref(parts);
+        return fail_with(rc, "sample --traffic: the step: ");
+    }
+    r->traffic = sweep_traffic_json("model step and draw", min_r, min_w);
+    if (!r->traffic) {
+        json_decref(parts);
+        return ab_fail(AB_ENOMEM, "out of memory for the traffic's record");
+    }
+    json_object_set_new(r->traffic, "position", json_integer(T));
+    json_object_set_new(r->traffic, "min_parts", parts);
+    r->n = B;
+    return 0;
+}
+
 /* Rows i0 .. i0 + B - 1: the prompts (START, then the first P values of test rows, the
  * originals kept), then value by value, timed from the first logits to the last draw. */
 static int sample_rows(sample_session *s, tf_gen *g, uint64_t attn_seed, sample_bufs *k, task_batch *tb,
@@ -385,7 +466,7 @@ int sample_run(sample_session *s, sample_result *r) {
     memset(r, 0, sizeof *r);
     const int B = s->opts.batch, N = s->N, P = s->P, V = tf_classes(s->m);
     const long long K = s->opts.n;
-    const bool draws = !s->opts.estimate;
+    const bool draws = !s->opts.estimate && !s->opts.traffic;
     sample_bufs k = {malloc(sizeof(int) * (size_t)B * (size_t)N), malloc(sizeof(int) * (size_t)B * (size_t)N),
                      calloc((size_t)B, sizeof(int)), malloc(sizeof(float) * (size_t)B * (size_t)V)};
     long long *rows = malloc(sizeof(long long) * (size_t)B);
@@ -403,7 +484,8 @@ int sample_run(sample_session *s, sample_result *r) {
     if (!rc && s->recurrent) rc = tf_gen_create(s->m, B, N, &g);
     const uint64_t attn_seed = tf_step_seed(s->cfg.seed, TRAIN_EVAL_STEP);
     tf_gen_set_seed(g, attn_seed); /* both modes draw the attention's random choices alike */
-    if (!rc && !draws) rc = estimate(s, g, attn_seed, &k, r);
+    if (!rc && s->opts.traffic) rc = count_traffic(s, g, &k, r);
+    else if (!rc && !draws) rc = estimate(s, g, attn_seed, &k, r);
     for (long long i0 = 0; !rc && draws && i0 < K; i0 += B) rc = sample_rows(s, g, attn_seed, &k, &tb, rows, i0, r);
     if (!rc && draws) r->n = K;
     tf_gen_destroy(g);
@@ -464,15 +546,20 @@ json_t *sample_document(const sample_session *s, const sample_result *r, const c
     json_object_set_new(doc, "complete", json_real(s->opts.complete));
     json_object_set_new(doc, "prompt_values", json_integer(s->P));
     json_object_set_new(doc, "device", json_string(ab_device_name(src->device)));
-    /* "sampled": whole rows drawn and timed; "estimated": the estimate's sum */
-    json_object_set_new(doc, "method", json_string(est ? "estimated" : "sampled"));
+    /* "sampled": whole rows drawn and timed; "estimated": the estimate's sum;
+     * "traffic": one step's memory traffic counted, nothing timed */
+    json_object_set_new(doc, "method", json_string(r->traffic ? "traffic" : est ? "estimated" : "sampled"));
     if (est) json_object_set_new(doc, "estimate", estimate_json(s, r));
-    json_object_set_new(doc, "wall_s", ab_json_num(t));
-    json_object_set_new(doc, "images_per_s", ab_json_num(t > 0 ? images / t : NAN));
-    json_object_set_new(doc, "s_per_image", ab_json_num(t / images));
-    json_object_set_new(doc, "values_per_s", ab_json_num(t > 0 ? values / t : NAN));
-    json_object_set_new(doc, "cpu_s", ab_json_num(r->cpu_s));
-    json_object_set_new(doc, "cpu_s_per_image", ab_json_num(r->cpu_s / images));
+    if (r->traffic) {
+        json_object_set(doc, "traffic", r->traffic);
+    } else {
+        json_object_set_new(doc, "wall_s", ab_json_num(t));
+        json_object_set_new(doc, "images_per_s", ab_json_num(t > 0 ? images / t : NAN));
+        json_object_set_new(doc, "s_per_image", ab_json_num(t / images));
+        json_object_set_new(doc, "values_per_s", ab_json_num(t > 0 ? values / t : NAN));
+        json_object_set_new(doc, "cpu_s", ab_json_num(r->cpu_s));
+        json_object_set_new(doc, "cpu_s_per_image", ab_json_num(r->cpu_s / images));
+    }
     json_object_set_new(doc, "threads", json_integer(ab_threads()));
     json_object_set_new(doc, "peak_bytes", json_integer((json_int_t)ab_mem_peak(AB_DEV_CPU)));
     if (src->device == AB_DEV_CUDA)

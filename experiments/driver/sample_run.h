@@ -54,6 +54,8 @@ typedef struct {
     double temperature; /* [0, 1e6]; a logistic-mixture head takes 0 or 1 */
     double complete;    /* [0, 1): the fraction of each test row kept */
     int estimate;       /* 0, or E > 0: measure speed only, at every E-th position */
+    int traffic;        /* 0, or T > 0: count the memory traffic of one recurrent step at
+                           position T and its draw (the instrumented emulator), nothing else */
     sample_mode mode;
     uint64_t seed;      /* the draws' seed, when have_seed; else the run's */
     bool have_seed;
@@ -83,18 +85,28 @@ typedef struct {
     int n_points;
     int *at;
     double *secs, *cpu_secs;
+    json_t *traffic;      /* traffic: the counts beside the step's minimal bytes (owned) */
 } sample_result;
 
 /* Loads the model (batch opts->batch) and checks the request against it: a task
  * sampled value by value, a temperature the head takes, the mode the variant has, test
- * rows to complete. On success the session owns the model (sample_close). Errors: the
+ * rows to complete; for traffic, a recurrent mode on CUDA in a process that counts
+ * traffic (harness/cuda_traffic.h) and a position inside the row. On success the session owns the model (sample_close). Errors: the
  * checkpoint's or config's (AB_EINVAL etc.), AB_EINVAL for a refused request. */
 int sample_open(sample_session *s, const sample_source *src, const sample_opts *opts);
-/* Draws the rows (or measures the estimate) into *r (sample_result_free). */
+/* Draws the rows (or measures the estimate, or counts the traffic) into *r
+ * (sample_result_free). The traffic: a prefill of the start token and T - 1 further
+ * values, its draw, then one step at position T with its draw (the draws kept on the
+ * device where sampling keeps them) counted, against the least such a step must move:
+ * the weights read once (the token embedding's rows of the batch only, and one row of
+ * the positions), each layer's attention state as sweep_min_state_bytes has it, the B
+ * values in and out; the logits and every activation between the layers are the
+ * implementation's, not the floor's. */
 int sample_run(sample_session *s, sample_result *r);
 /* The document of a run, schema "attnbench/sample/1" (the run, mode, head,
  * temperature, seed, n, batch, the prompt length, wall time of the sampling alone,
- * images/s, s/image, values/s, CPU time, memory, machine). NULL when out of memory. */
+ * images/s, s/image, values/s, CPU time, memory, machine; for traffic "method":
+ * "traffic", the counts in "traffic" and no times). NULL when out of memory. */
 json_t *sample_document(const sample_session *s, const sample_result *r, const char *command_line);
 void sample_result_free(sample_result *r);
 void sample_close(sample_session *s);

@@ -118,6 +118,9 @@ void sweep_min_bytes_parallel(const attn_shape *s, size_t n_params, bool backwar
  * bound of what must be written where part of it never changes: FAVOR's W, a sliding
  * window's ring). 0, or an error code with a message. */
 int sweep_min_bytes_step(const attn *a, const attn_shape *s, int t, double *read, double *write);
+/* The state's part of that alone (what a whole model's step must read and write of each
+ * layer's attention state, beside its weights). */
+int sweep_min_state_bytes(const attn *a, const attn_shape *s, int t, double *read, double *write);
 /* The counts of the last ab_cuda_traffic_start .. stop (what: "forward+backward" or
  * "step") beside the minimal bytes: totals, their ratios to the minimum, host<->device
  * copies, and every operation by name (a record's "traffic"). */

@@ -47,13 +47,10 @@ static attn *cpu_twin(const attn *a) {
     return t;
 }
 
-int sweep_min_bytes_step(const attn *a, const attn_shape *s, int t, double *read, double *write) {
-    if (t < 0) return ab_fail(AB_EINVAL, "sweep_min_bytes_step: position %d < 0", t);
+int sweep_min_state_bytes(const attn *a, const attn_shape *s, int t, double *read, double *write) {
+    if (t < 0) return ab_fail(AB_EINVAL, "sweep_min_state_bytes: position %d < 0", t);
     attn *twin = cpu_twin(a);
     if (twin) a = twin;
-    const double bh = (double)s->batch * s->heads;
-    *read = bh * (2.0 * s->qk_dim + s->v_dim) * 4.0; /* q, k, v */
-    *write = bh * s->v_dim * 4.0;                    /* out */
     /* A state that grows (a key/value cache) holds more at a larger capacity: its bytes
      * per position are its growth over G positions / G (a state may pad its parts to
      * 256-byte boundaries and keep a few fixed words: over G = 4096 positions that is
@@ -67,13 +64,23 @@ int sweep_min_bytes_step(const attn *a, const attn_shape *s, int t, double *read
     }
     if (far > next) {
         const double per_pos = 4.0 * floor((double)(far - next) / G / 4.0 + 0.5);
-        *read += per_pos * t; /* the t positions held */
-        *write += per_pos;    /* the new position */
+        *read = per_pos * t; /* the t positions held */
+        *write = per_pos;    /* the new position */
     } else {
-        *read += (double)next; /* a state of fixed size: read and rewritten */
-        *write += (double)next;
+        *read = (double)next; /* a state of fixed size: read and rewritten */
+        *write = (double)next;
     }
     attn_destroy(twin);
+    return 0;
+}
+
+int sweep_min_bytes_step(const attn *a, const attn_shape *s, int t, double *read, double *write) {
+    double sr = 0, sw = 0;
+    const int rc = sweep_min_state_bytes(a, s, t, &sr, &sw);
+    if (rc) return rc;
+    const double bh = (double)s->batch * s->heads;
+    *read = bh * (2.0 * s->qk_dim + s->v_dim) * 4.0 + sr; /* q, k, v; the state */
+    *write = bh * s->v_dim * 4.0 + sw;                    /* out; the state */
     return 0;
 }
 

@@ -9,6 +9,7 @@ them again):
 - RESULTS/mnist-cpu-VARIANT-seedS/train-epochs.json  -> runs/mnist-cpu-VARIANT-seedS-epochs.json
 - RESULTS/cifar10-cpu-VARIANT/train.json             -> runs/cifar10-cpu-VARIANT.json
 - RESULTS/images-speed/POINT/sample.json             -> runs/speed/POINT/sample.json
+- RESULTS/images-traffic/POINT/sample.json           -> runs/traffic-emu/POINT/sample.json
 - RESULTS/*-samples*/sample.json                     -> runs/samples/NAME/sample.json
 
 Training documents lose their per-step losses (`step_loss`: tens of thousands of numbers;
@@ -54,9 +55,10 @@ def main(argv):
             copy_train(p, os.path.join(runs, f"{name}-epochs.json"))
     for v in ("softmax", "linear"):
         copy_train(os.path.join(res, f"cifar10-cpu-{v}", "train.json"), os.path.join(runs, f"cifar10-cpu-{v}.json"))
-    for p in sorted(glob.glob(os.path.join(res, "images-speed", "*", "sample.json"))):
-        with open(p, encoding="utf-8") as f:
-            write(json.load(f), os.path.join(runs, "speed", os.path.basename(os.path.dirname(p)), "sample.json"))
+    for src, dest in (("images-speed", "speed"), ("images-traffic", "traffic-emu")):
+        for p in sorted(glob.glob(os.path.join(res, src, "*", "sample.json"))):
+            with open(p, encoding="utf-8") as f:
+                write(json.load(f), os.path.join(runs, dest, os.path.basename(os.path.dirname(p)), "sample.json"))
     for p in sorted(glob.glob(os.path.join(res, "*-samples*", "sample.json"))):
         with open(p, encoding="utf-8") as f:
             write(json.load(f), os.path.join(runs, "samples", os.path.basename(os.path.dirname(p)), "sample.json"))

@@ -11,6 +11,11 @@
                                                        5); cpu: in the process's CPU
                                                        seconds (runs at 1 thread on a
                                                        shared machine) instead of wall
+    python3 experiments/images/table.py traffic TRAFFIC [GBPS]   the memory traffic of
+                                                       sampling's step on the emulator,
+                                                       and the images/s it would allow
+                                                       at GBPS GB/s (default 3108: the
+                                                       H200's measured copy rate)
     python3 experiments/images/table.py curves RUNS [mnist|cifar10]   the validation
                                                        curves as TSV (for
                                                        plots/images-curves.gp)
@@ -23,7 +28,8 @@ RUNS holds the training run documents that experiments/images/collect.py copied:
 mnist-cpu-VARIANT-epochs.json and -time.json (the document at the end of each budget
 of PROTOCOL.md), mnist-cpu-VARIANT-seedS-epochs.json (the further seeds, equal epochs
 only), cifar10-cpu-VARIANT.json. SPEED holds SHAPE-VARIANT-bB[-eE]/sample.json
-of experiments/images/speed.sh. Standard library only.
+of experiments/images/speed.sh, TRAFFIC SHAPE-VARIANT-bB-tT/sample.json of
+experiments/images/traffic.sh. Standard library only.
 """
 import glob
 import json
@@ -351,6 +357,56 @@ def cmd_speed(speed, clock="wall"):
         print(line)
 
 
+def cmd_traffic(traffic, gbps="3108"):
+    try:
+        bw = float(gbps) * 1e9
+    except ValueError:
+        bw = -1
+    if not bw > 0:
+        sys.exit(f"table.py: traffic: GBPS '{gbps}' is not a positive number")
+    docs = []
+    for p in sorted(glob.glob(os.path.join(traffic, "*", "sample.json"))):
+        d = load(p)
+        if d.get("method") != "traffic":
+            continue
+        docs.append(d)
+    if not docs:
+        sys.exit(f"table.py: no sample.json of `sample --traffic` under {traffic}")
+    gpu = (docs[0]["machine"].get("gpu") or {})
+    print(f"Device: {gpu.get('name', '?')}, traffic counted: {str(gpu.get('traffic_counted', '?')).lower()}; "
+          f"models of the paper's shapes with initialised weights (`sample --config ... --traffic T`); "
+          f"one step at position T and its draw")
+    print()
+    print(f"| shape | variant | batch | position | operations | DRAM MiB | min MiB | DRAM / min | requested / min "
+          f"| most DRAM bytes | us a position at {float(gbps):g} GB/s: DRAM, min | images/s at that rate: DRAM, min |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    order = {"linear": 0, "stateful-softmax": 1}
+    docs.sort(key=lambda d: (d["values_per_row"] != 784, order.get(d["variant"], 2), d["batch"],
+                             d["traffic"]["position"]))
+    for d in docs:
+        t = d["traffic"]
+        dram = t["dram_read_bytes"] + t["dram_write_bytes"]
+        req = t["requested_read_bytes"] + t["requested_write_bytes"]
+        mn = t["min_read_bytes"] + t["min_write_bytes"]
+        top = sorted(t["by_name"], key=lambda e: -(e["dram_read_bytes"] + e["dram_write_bytes"]))[:2]
+        most = ", ".join(f"{e['name']} ({100.0 * (e['dram_read_bytes'] + e['dram_write_bytes']) / dram:.0f}%)"
+                         for e in top)
+        n, b = d["values_per_row"], d["batch"]
+        us = [x / bw * 1e6 for x in (dram, mn)]
+        ips = [b / (n * x * 1e-6) for x in us]
+        shape = "MNIST" if n == 784 else "CIFAR-10"
+        print(f"| {shape} | {provenance.mark(d['variant'], [d])} | {b} | {t['position']} | {t['launches']} "
+              f"| {fmt(dram / 2**20)} | {fmt(mn / 2**20)} | {dram / mn:.2f} | {req / mn:.2f} | {most} "
+              f"| {fmt(us[0])}, {fmt(us[1])} | {fmt(ips[0])}, {fmt(ips[1])} |")
+    print()
+    print("(images/s at that rate: batch / (values a row x the step's bytes / the rate): what a step "
+          "bound by memory alone would allow, every position moving what position T moves; a key/value "
+          "cache's mean over a row is its point at half the row)")
+    for line in provenance.notes(docs):
+        print()
+        print(line)
+
+
 def lsh_name(d):
     """lsh-1 or lsh-4: the paper configs' run names end in the label (mnist-lsh-4)."""
     return d["run"].split("-", 1)[1]
@@ -368,8 +424,10 @@ def best_point(pts, shape, v, batch_ok):
 
 
 def main(argv):
-    cmds = {"bits": cmd_bits, "seeds": cmd_seeds, "cifar": cmd_cifar, "speed": cmd_speed, "curves": cmd_curves, "pareto": cmd_pareto}
-    if len(argv) < 2 or argv[0] not in cmds or len(argv) > (3 if argv[0] in ("speed", "curves", "pareto") else 2):
+    cmds = {"bits": cmd_bits, "seeds": cmd_seeds, "cifar": cmd_cifar, "speed": cmd_speed, "curves": cmd_curves,
+            "pareto": cmd_pareto, "traffic": cmd_traffic}
+    if len(argv) < 2 or argv[0] not in cmds or \
+            len(argv) > (3 if argv[0] in ("speed", "curves", "pareto", "traffic") else 2):
         sys.exit(__doc__)
     cmds[argv[0]](*argv[1:])
 

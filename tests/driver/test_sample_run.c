@@ -221,6 +221,104 @@ Test(sample_run, refusals_are_codes_with_one_line) {
     cr_expect(strstr(ab_error(), "the task 'copy' is not predicted value by value") != NULL, "%s", ab_error());
 }
 
+/* The traffic of a step (`sample --traffic`, the emulated binary): where the build
+ * counts traffic (TEST_TRAFFIC_EXPECTED), one step at position 3 of a two-layer model
+ * moves at least its minimal bytes, whose parts are the model's: each layer's state
+ * (linear: C (M + 1) floats per slice, read and rewritten; the key/value cache: its 3
+ * positions read, one written), the batch's embedding rows and position row, the
+ * values in and out, the weights but the embedding table; the draws stay on the device
+ * (nothing copied to or from the host). Elsewhere the request is refused. */
+static json_t *traffic_of(const char *variant, int T, char **err) {
+    char cfg[1000], set[64], pos[16], dir[64];
+    snprintf(cfg, sizeof cfg,
+             "{\"name\": \"seq\", \"task\": {\"name\": \"sequences\", \"path\": \"%s\"},"
+             " \"model\": {\"d_model\": 16, \"heads\": 2, \"layers\": 2, \"d_ff\": 32,"
+             "            \"attention\": {\"variant\": \"linear\"}}, \"seed\": 3}",
+             P("seq"));
+    tp_write_bytes(P("seq.json"), cfg, strlen(cfg));
+    snprintf(set, sizeof set, "model.attention.variant=%s", variant);
+    snprintf(pos, sizeof pos, "%d", T);
+    snprintf(dir, sizeof dir, "t-%s", variant);
+    int rc = tp_run(g_dir, ATTNBENCH_EMU_EXE, "AB_EMU_STRICT=0",
+                    TP_ARGV("--threads", "1", "sample", "--config", P("seq.json"), "--set", set, "--traffic", pos,
+                            "--device", "cuda", "--batch", "4", "--n", "4", "--out", P("%s", dir), NULL),
+                    NULL, err);
+    if (rc) {
+        cr_assert_eq(rc, 2, "sample --traffic: status %d: %s", rc, *err);
+        return NULL;
+    }
+    json_t *doc = json_load_file(P("%s/sample.json", dir), 0, NULL);
+    cr_assert_not_null(doc);
+    return doc;
+}
+
+static long long tr_int(const json_t *o, const char *key) {
+    const json_t *v = json_object_get(o, key);
+    cr_assert(json_is_integer(v), "traffic: no integer '%s'", key);
+    return (long long)json_integer_value(v);
+}
+
+Test(sample_run, traffic_of_a_step_against_its_floor) {
+    td_write_sequences(P("seq"));
+    const int B = 4, H = 2, Dh = 8, L = 2, T = 3;
+    const char *variants[] = {"linear", "stateful-softmax"};
+    for (int v = 0; v < 2; v++) {
+        char *err = NULL;
+        json_t *doc = traffic_of(variants[v], T, &err);
+        if (!TEST_TRAFFIC_EXPECTED) {
+            cr_assert_null(doc, "a build without the traffic library counted traffic");
+            cr_expect(tp_usage_error(2, err, "sample --traffic without counting",
+                                     TP_ARGV("does not count memory traffic", NULL)));
+            free(err);
+            continue;
+        }
+        cr_assert_not_null(doc, "%s: refused: %s", variants[v], err);
+        free(err);
+        cr_assert_str_eq(json_string_value(json_object_get(doc, "method")), "traffic");
+        cr_expect_null(json_object_get(doc, "wall_s"), "a traffic count has no time");
+        const json_t *t = json_object_get(doc, "traffic"), *p = json_object_get(t, "min_parts");
+        cr_assert(json_is_object(t) && json_is_object(p), "no traffic record");
+        cr_expect_eq(tr_int(t, "position"), T);
+        /* state bytes per layer: linear C (M+1) per slice, both ways; the cache (D + M)
+         * per position and slice, T read and one written */
+        const long long lin = (long long)B * H * Dh * (Dh + 1) * 4, kv = (long long)B * H * 2 * Dh * 4;
+        cr_expect_eq(tr_int(p, "state_read_bytes"), v == 0 ? L * lin : L * T * kv, "%s", variants[v]);
+        cr_expect_eq(tr_int(p, "state_write_bytes"), v == 0 ? L * lin : L * kv, "%s", variants[v]);
+        cr_expect_eq(tr_int(p, "values_bytes"), 4 * B);
+        cr_expect_eq(tr_int(p, "embedding_read_bytes"), (B + 1) * 16 * 4, "the batch's rows and one position");
+        const long long params = (long long)json_integer_value(json_object_get(json_object_get(doc, "model"), "params"));
+        const long long w = tr_int(p, "weights_read_bytes");
+        cr_expect(w < 4 * params && (4 * params - w) % (16 * 4) == 0, "weights %lld of %lld parameters' bytes", w,
+                  4 * params); /* all but whole rows of the token table */
+        const long long min_r = tr_int(t, "min_read_bytes"), min_w = tr_int(t, "min_write_bytes");
+        cr_expect_eq(min_r, w + tr_int(p, "embedding_read_bytes") + tr_int(p, "state_read_bytes") + 4 * B);
+        cr_expect_eq(min_w, tr_int(p, "state_write_bytes") + 4 * B);
+        const long long dram = tr_int(t, "dram_read_bytes") + tr_int(t, "dram_write_bytes");
+        cr_expect_geq(dram, min_r + min_w, "%s: %lld bytes moved, below the floor %lld", variants[v], dram,
+                      min_r + min_w);
+        cr_expect_eq(tr_int(t, "h2d_bytes"), 0, "the draws stay on the device");
+        cr_expect_eq(tr_int(t, "d2h_bytes"), 0, "the draws stay on the device");
+        cr_expect_gt(tr_int(t, "launches"), 2 * L, "at least the layers' operations");
+        /* and at most 2.1x it: 1.73x (linear) and 1.94x (the cache) measured, the rest
+         * being the activations that the layers' operations write and read back (at
+         * d_model 16 they weigh as much as the 18 kB of weights); a step reading its
+         * weights twice would move 2.4x */
+        cr_expect_leq(dram, 2.1 * (double)(min_r + min_w), "%s: %lld bytes moved, %.2fx the floor", variants[v],
+                      dram, (double)dram / (double)(min_r + min_w));
+        json_decref(doc);
+    }
+    /* refusals: a variant without a recurrent mode, a position past the row */
+    char *err = NULL;
+    cr_expect_null(traffic_of("softmax", T, &err));
+    cr_expect(tp_usage_error(2, err, "softmax", TP_ARGV(TEST_TRAFFIC_EXPECTED ? "counts a recurrent step"
+                                                                              : "does not count", NULL)));
+    if (TEST_TRAFFIC_EXPECTED) {
+        cr_expect_null(traffic_of("linear", SEQ_L, &err));
+        cr_expect(tp_usage_error(2, err, "past the row", TP_ARGV("positions 0..", NULL)));
+    }
+    free(err);
+}
+
 /* ---- generation ---- */
 
 static void generate(const char *ckpt, sample_mode mode, gen_result *r) {

@@ -205,12 +205,50 @@ class Scripts(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("unknown clock 'sundial'", r.stderr)
 
+    def traffic_doc(self, variant, values, batch, position, dram, minimum, by_name):
+        return {"schema": "attnbench/sample/1", "run": "r", "variant": variant, "values_per_row": values,
+                "batch": batch, "method": "traffic", "mode": "recurrent", "threads": 1,
+                "machine": dict(MACHINE, gpu={"name": "attnbench CUDA emulator (CPU)", "traffic_counted": True}),
+                "traffic": {"position": position, "launches": 77, "dram_read_bytes": dram - 1000,
+                            "dram_write_bytes": 1000, "requested_read_bytes": 2 * dram, "requested_write_bytes": 0,
+                            "min_read_bytes": minimum - 500, "min_write_bytes": 500, "by_name": by_name}}
+
+    def test_traffic_table(self):
+        mib = 2 ** 20
+        k = [{"name": "cublasSgemm", "dram_read_bytes": 30 * mib, "dram_write_bytes": 0},
+             {"name": "elu", "dram_read_bytes": 5 * mib, "dram_write_bytes": 5 * mib},
+             {"name": "draw_rows_kernel", "dram_read_bytes": 0, "dram_write_bytes": 0}]
+        # 40 MiB a step of 16 rows of 784 values: at 1000 GB/s 41.94 us a position,
+        # 16 / (784 x 41.94e-6 s) = 486.6 images/s; the floor (32 MiB) 33.55 us, 608.2
+        self.write("t/mnist-linear-b16-t1/sample.json", self.traffic_doc("linear", 784, 16, 1, 40 * mib, 32 * mib, k))
+        self.write("t/mnist-stateful-softmax-b16-t392/sample.json",
+                   self.traffic_doc("stateful-softmax", 784, 16, 392, 40 * mib, 40 * mib, k))
+        self.write("t/other/sample.json", sample_doc("mnist-linear", "linear", 784, 1, 0.5))  # not a count: skipped
+        r = self.run_script(TABLE, "traffic", os.path.join(self.dir, "t"), "1000")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertTrue(lines[0].startswith("Device: attnbench CUDA emulator (CPU), traffic counted: true"), lines[0])
+        self.assertIn("| MNIST | linear | 16 | 1 | 77 | 40 | 32 | 1.25 | 2.50 | cublasSgemm (75%), elu (25%) "
+                      "| 41.94, 33.55 | 486.6, 608.2 |", lines)
+        self.assertIn("| MNIST | stateful-softmax | 16 | 392 | 77 | 40 | 40 | 1.00 | 2.00 | cublasSgemm (75%), "
+                      "elu (25%) | 41.94, 41.94 | 486.6, 486.6 |", lines)
+        self.assertEqual(sum(1 for x in lines if x.startswith("| MNIST")), 2)
+        for bad in ("0", "fast"):
+            r = self.run_script(TABLE, "traffic", os.path.join(self.dir, "t"), bad)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn(f"GBPS '{bad}' is not a positive number", r.stderr)
+        r = self.run_script(TABLE, "traffic", os.path.join(self.dir, "nothing"))
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("no sample.json of `sample --traffic`", r.stderr)
+
     def test_collect(self):
         res = os.path.join(self.dir, "results")
         self.write("results/mnist-cpu-linear/train-epochs.json", train_doc(5, [(5, 1.5)], 1.4, 10))
         self.write("results/mnist-cpu-linear-seed2/train-epochs.json", train_doc(5, [(5, 1.5)], 1.3, 10))
         self.write("results/images-speed/mnist-linear-b1/sample.json",
                    sample_doc("mnist-linear", "linear", 784, 1, 0.5, mode="recurrent"))
+        self.write("results/images-traffic/mnist-linear-b1-t1/sample.json",
+                   sample_doc("mnist-linear", "linear", 784, 1, 0.5, method="traffic", mode="recurrent"))
         # collect writes into the source tree's runs/: run it on a copy of the script
         # placed in a scratch tree so that the repository is not touched
         tree = os.path.join(self.dir, "tree", "experiments", "images")
@@ -226,6 +264,7 @@ class Scripts(unittest.TestCase):
         with open(os.path.join(tree, "runs", "mnist-cpu-linear-seed2-epochs.json")) as f:
             self.assertEqual(json.load(f)["records"][-1]["test_bits_per_dim"], 1.3)
         self.assertTrue(os.path.exists(os.path.join(tree, "runs", "speed", "mnist-linear-b1", "sample.json")))
+        self.assertTrue(os.path.exists(os.path.join(tree, "runs", "traffic-emu", "mnist-linear-b1-t1", "sample.json")))
         self.assertIn("missing, skipped", r.stderr)  # the other variants' documents
 
 
