@@ -153,7 +153,7 @@ int sample_open(sample_session *s, const sample_source *src, const sample_opts *
      * at batch 4096: 145 GB for the whole rows). Completions and estimates prefill
      * longer prompts, recomputation whole prefixes: the model's full length. */
     const bool short_fwd = opts->mode != SAMPLE_MODE_RECOMPUTE && opts->complete == 0 && opts->estimate == 0;
-    /* (the traffic's steps follow the start token's prefill as sampling's do) */
+    /* (--traffic, too: it prefills the start token and steps from there, as sampling) */
     int rc = open_model(s, short_fwd ? 1 : 0);
     if (!rc && short_fwd && opts->mode == SAMPLE_MODE_AUTO && !tf_has_recurrent(s->m)) {
         /* auto resolves to recomputation for this variant: the full length after all */
