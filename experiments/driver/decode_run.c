@@ -189,6 +189,7 @@ json_t *decode_document(decode_result *r, const char *checkpoint, ab_device devi
     json_object_set_new(doc, "exact_rows", json_integer(r->exact));
     json_object_set_new(doc, "device", json_string(device == AB_DEV_CUDA ? "cuda" : "cpu"));
     json_object_set_new(doc, "threads", json_integer(ab_threads()));
+    json_object_set_new(doc, "git", ab_git_info()); /* the source's commit, and whether it was clean */
     json_object_set_new(doc, "utterances", r->utterances);
     r->utterances = NULL;
     return doc;

@@ -38,7 +38,8 @@ typedef struct {
 /* Loads the checkpoint's CTC model and its task's data and decodes the rows into *r
  * (decode_result_free). AB_EINVAL for a model without a ctc head or an unknown split. */
 int decode_run(const char *checkpoint, const decode_opts *opts, decode_result *r);
-/* The document of a run, schema "attnbench/decode/1" (it takes over r->utterances). */
+/* The document of a run, schema "attnbench/decode/1", with the source's git
+ * (harness/results.h: ab_git_info) (it takes over r->utterances). */
 json_t *decode_document(decode_result *r, const char *checkpoint, ab_device device, const char *command_line);
 void decode_result_free(decode_result *r);
 

@@ -149,6 +149,7 @@ json_t *gen_document(gen_result *r, const gen_opts *opts, const char *checkpoint
     if (opts->device == AB_DEV_CUDA)
         json_object_set_new(doc, "device_peak_bytes", json_integer((json_int_t)ab_mem_peak(AB_DEV_CUDA)));
     json_object_set_new(doc, "machine", ab_machine_info());
+    json_object_set_new(doc, "git", ab_git_info()); /* the source's commit, and whether it was clean */
     if (r->tokens) {
         json_object_set_new(doc, "generated", r->tokens);
         r->tokens = NULL;

@@ -46,8 +46,9 @@ typedef struct {
 /* Loads the checkpoint's model (batch 1), checks the request against its task and
  * variant, and decodes opts->n prompts into *r (gen_result_free). */
 int gen_run(const char *checkpoint, const gen_opts *opts, gen_result *r);
-/* The document of a run, schema "attnbench/generate/1" (tokens/s, memory, machine, and
- * the generated tokens when kept: the document takes them over). */
+/* The document of a run, schema "attnbench/generate/1" (tokens/s, memory, machine, the
+ * source's git (harness/results.h: ab_git_info), and the generated tokens when kept:
+ * the document takes them over). */
 json_t *gen_document(gen_result *r, const gen_opts *opts, const char *checkpoint, const char *command_line);
 void gen_result_free(gen_result *r);
 

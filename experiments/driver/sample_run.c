@@ -565,5 +565,6 @@ json_t *sample_document(const sample_session *s, const sample_result *r, const c
     if (src->device == AB_DEV_CUDA)
         json_object_set_new(doc, "device_peak_bytes", json_integer((json_int_t)ab_mem_peak(AB_DEV_CUDA)));
     json_object_set_new(doc, "machine", ab_machine_info());
+    json_object_set_new(doc, "git", ab_git_info()); /* the source's commit, and whether it was clean */
     return doc;
 }

@@ -105,7 +105,8 @@ int sample_open(sample_session *s, const sample_source *src, const sample_opts *
 int sample_run(sample_session *s, sample_result *r);
 /* The document of a run, schema "attnbench/sample/1" (the run, mode, head,
  * temperature, seed, n, batch, the prompt length, wall time of the sampling alone,
- * images/s, s/image, values/s, CPU time, memory, machine; for traffic "method":
+ * images/s, s/image, values/s, CPU time, memory, machine, the source's git
+ * (harness/results.h: ab_git_info); for traffic "method":
  * "traffic", the counts in "traffic" and no times). NULL when out of memory. */
 json_t *sample_document(const sample_session *s, const sample_result *r, const char *command_line);
 void sample_result_free(sample_result *r);

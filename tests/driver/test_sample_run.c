@@ -276,6 +276,10 @@ Test(sample_run, traffic_of_a_step_against_its_floor) {
         free(err);
         cr_assert_str_eq(json_string_value(json_object_get(doc, "method")), "traffic");
         cr_expect_null(json_object_get(doc, "wall_s"), "a traffic count has no time");
+        const json_t *git = json_object_get(doc, "git"); /* the source (null outside a git checkout) */
+        cr_expect(json_is_null(git) || (json_is_object(git) && json_object_get(git, "commit") &&
+                                        json_object_get(git, "dirty")),
+                  "sample.json does not name its source");
         const json_t *t = json_object_get(doc, "traffic"), *p = json_object_get(t, "min_parts");
         cr_assert(json_is_object(t) && json_is_object(p), "no traffic record");
         cr_expect_eq(tr_int(t, "position"), T);
@@ -351,6 +355,7 @@ Test(sample_run, generate_scores_a_trained_copy_model) {
     cr_expect_eq(json_number_value(json_object_get(doc, "accuracy")), rec.accuracy);
     cr_expect_eq(json_integer_value(json_object_get(doc, "step")), 100);
     cr_expect(json_is_array(json_object_get(doc, "generated")));
+    cr_expect(json_object_get(doc, "git") != NULL, "the document does not name its source (git)");
     json_decref(doc);
     gen_result_free(&rec);
     gen_result_free(&cmp);
