@@ -376,6 +376,7 @@ def cmd_traffic(traffic, gbps="3108"):
     print(f"Device: {gpu.get('name', '?')}, traffic counted: {str(gpu.get('traffic_counted', '?')).lower()}; "
           f"models of the paper's shapes with initialised weights (`sample --config ... --traffic T`); "
           f"one step at position T and its draw")
+    print(f"Source: {'; '.join(sorted(set(provenance.source_line(d) for d in docs)))}")
     print()
     print(f"| shape | variant | batch | position | operations | DRAM MiB | min MiB | DRAM / min | requested / min "
           f"| most DRAM bytes | us a position at {float(gbps):g} GB/s: DRAM, min | images/s at that rate: DRAM, min |")

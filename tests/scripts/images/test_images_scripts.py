@@ -228,6 +228,7 @@ class Scripts(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         lines = r.stdout.splitlines()
         self.assertTrue(lines[0].startswith("Device: attnbench CUDA emulator (CPU), traffic counted: true"), lines[0])
+        self.assertEqual(lines[1], "Source: no commit recorded")
         self.assertIn("| MNIST | linear | 16 | 1 | 77 | 40 | 32 | 1.25 | 2.50 | cublasSgemm (75%), elu (25%) "
                       "| 41.94, 33.55 | 486.6, 608.2 |", lines)
         self.assertIn("| MNIST | stateful-softmax | 16 | 392 | 77 | 40 | 40 | 1.00 | 2.00 | cublasSgemm (75%), "
