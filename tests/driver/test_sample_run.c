@@ -320,6 +320,16 @@ Test(sample_run, traffic_of_a_step_against_its_floor) {
         cr_expect_null(traffic_of("linear", SEQ_L, &err));
         cr_expect(tp_usage_error(2, err, "past the row", TP_ARGV("positions 0..", NULL)));
     }
+    /* and a count is not also an estimate or a completion (checked before any model) */
+    const char *also[] = {"--estimate", "--complete"}, *val[] = {"2", "0.5"};
+    for (int i = 0; i < 2; i++) {
+        const int rc = tp_run(g_dir, ATTNBENCH_EMU_EXE, NULL,
+                              TP_ARGV("sample", "--config", P("seq.json"), "--traffic", "1", also[i], val[i], "--device",
+                                      "cuda", "--out", P("t-both"), NULL),
+                              NULL, &err);
+        cr_expect(tp_usage_error(rc, err, also[i], TP_ARGV("--traffic excludes", also[i], NULL)));
+        cr_expect(!tp_exists(P("t-both/sample.json")), "a refused count wrote a document");
+    }
     free(err);
 }
 
