@@ -89,7 +89,7 @@ static bool sample_option(int argc, char **argv, int *i, void *ctx) {
 static void write_outputs(const sample_session *s, const sample_result *r, const char *dir, const char *command_line) {
     const train_task *task = s->cfg.task;
     const bool grid = task->image_h > 0 && r->samples;
-    char path[4400], tsv[4400], png[4400], ws[32], hs[32], title[256], why[600];
+    char path[4400], tsv[4400], png[4400], ws[32], hs[32], title[256], why[600], line[600];
     const int64_t shape[4] = {r->n, task->image_h > 0 ? task->image_h : s->N, task->image_w, task->image_c};
     const int nd = task->image_h > 0 ? 4 : 2;
     const int *arrays[2] = {r->samples, r->originals};
@@ -108,27 +108,14 @@ static void write_outputs(const sample_session *s, const sample_result *r, const
         snprintf(png, sizeof png, "%s/samples.png", dir);
         snprintf(ws, sizeof ws, "%d", gw);
         snprintf(hs, sizeof hs, "%d", gh);
-        snprintf(title, sizeof title, "%s, %s, %s%s", s->cfg.name, s->cfg.model.attention ? s->cfg.model.attention : "",
-                 r->originals ? "completions under the originals" : "samples", s->opts.temperature == 1 ? "" : " (T != 1)");
+        sample_grid_title(s, r, title, sizeof title);
     }
     json_t *doc = sample_document(s, r, command_line);
     snprintf(path, sizeof path, "%s/sample.json", dir);
     cli_write_json(path, doc);
     json_decref(doc);
-    const double images = (double)r->n;
-    if (r->traffic) {
-        const json_t *tr = r->traffic;
-        fprintf(stderr, "sample: the step at position %d, batch %d: %.4g MiB moved, %.3gx its minimal bytes, %lld "
-                "operations -> %s\n", s->opts.traffic, s->opts.batch,
-                (json_number_value(json_object_get(tr, "dram_read_bytes")) +
-                 json_number_value(json_object_get(tr, "dram_write_bytes"))) / 1048576.0,
-                json_number_value(json_object_get(tr, "dram_over_min")),
-                (long long)json_integer_value(json_object_get(tr, "launches")), dir);
-        return;
-    }
-    fprintf(stderr, "sample: %lld rows of %d values (%d kept), %s, %s%.3g s/image, %.3g images/s at batch %d -> %s\n",
-            r->n, s->N, s->P, s->recurrent ? "recurrent" : "recompute", r->samples ? "" : "estimated ",
-            r->wall_s / images, r->wall_s > 0 ? images / r->wall_s : NAN, s->opts.batch, dir);
+    sample_summary(s, r, dir, line, sizeof line);
+    fprintf(stderr, "%s\n", line);
     if (grid && cli_draw("samples.gp", tsv, png, (const char *const[]){ws, hs, title, NULL}, why, sizeof why))
         cli_warn("sample: %s not drawn: %s (samples.npy, samples.grid.tsv and sample.json are written)", png, why);
 }
@@ -144,12 +131,7 @@ int cmd_sample(int argc, char **argv, const char *command_line) {
                                                   : "a CHECKPOINT (e.g. results/NAME/checkpoint.bin) or --config "
                                                     "CONFIG.json is required");
     if (a.n_sets && !o.config) cli_die(AB_EXIT_USAGE, "sample: --set goes with --config (a checkpoint's config is fixed)");
-    if (o.opts.n % o.opts.batch)
-        cli_die(AB_EXIT_USAGE, "sample: --n %lld is not a multiple of --batch %d", o.opts.n, o.opts.batch);
-    if (o.opts.estimate && o.opts.complete > 0)
-        cli_die(AB_EXIT_USAGE, "sample: --estimate and --complete exclude each other");
-    if (o.opts.traffic && (o.opts.estimate || o.opts.complete > 0))
-        cli_die(AB_EXIT_USAGE, "sample: --traffic excludes --%s", o.opts.estimate ? "estimate" : "complete");
+    if (sample_opts_check(&o.opts)) cli_die(AB_EXIT_USAGE, "%s", ab_error());
     o.opts.seed = a.seed, o.opts.have_seed = a.have_seed;
     const sample_source src = {ckpt, o.config, a.sets, a.n_sets, o.variant, a.device};
     sample_session s;

@@ -143,6 +143,37 @@ static int open_model(sample_session *s, int forward_len) {
     return rc;
 }
 
+int sample_opts_check(const sample_opts *o) {
+    if (o->batch < 1 || o->n % o->batch)
+        return ab_fail(AB_EINVAL, "sample: --n %lld is not a multiple of --batch %d", o->n, o->batch);
+    if (o->estimate && o->complete > 0) return ab_fail(AB_EINVAL, "sample: --estimate and --complete exclude each other");
+    if (o->traffic && (o->estimate || o->complete > 0))
+        return ab_fail(AB_EINVAL, "sample: --traffic excludes --%s", o->estimate ? "estimate" : "complete");
+    return 0;
+}
+
+void sample_summary(const sample_session *s, const sample_result *r, const char *dir, char *buf, size_t cap) {
+    if (r->traffic) {
+        const json_t *t = r->traffic;
+        snprintf(buf, cap, "sample: the step at position %d, batch %d: %.4g MiB moved, %.3gx its minimal bytes, %lld "
+                 "operations -> %s", s->opts.traffic, s->opts.batch,
+                 (json_number_value(json_object_get(t, "dram_read_bytes")) +
+                  json_number_value(json_object_get(t, "dram_write_bytes"))) / 1048576.0,
+                 json_number_value(json_object_get(t, "dram_over_min")),
+                 (long long)json_integer_value(json_object_get(t, "launches")), dir);
+        return;
+    }
+    const double images = (double)r->n;
+    snprintf(buf, cap, "sample: %lld rows of %d values (%d kept), %s, %s%.3g s/image, %.3g images/s at batch %d -> %s",
+             r->n, s->N, s->P, s->recurrent ? "recurrent" : "recompute", r->samples ? "" : "estimated ",
+             r->wall_s / images, r->wall_s > 0 ? images / r->wall_s : NAN, s->opts.batch, dir);
+}
+
+void sample_grid_title(const sample_session *s, const sample_result *r, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s, %s, %s%s", s->cfg.name, s->cfg.model.attention ? s->cfg.model.attention : "",
+             r->originals ? "completions under the originals" : "samples", s->opts.temperature == 1 ? "" : " (T != 1)");
+}
+
 int sample_open(sample_session *s, const sample_source *src, const sample_opts *opts) {
     memset(s, 0, sizeof *s);
     s->src = *src;

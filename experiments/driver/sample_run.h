@@ -88,6 +88,10 @@ typedef struct {
     json_t *traffic;      /* traffic: the counts beside the step's minimal bytes (owned) */
 } sample_result;
 
+/* The options' own checks, before any model: n a multiple of batch; an estimate, a
+ * completion and a traffic count exclude each other. 0, or AB_EINVAL with one line
+ * ("sample: ..."). */
+int sample_opts_check(const sample_opts *o);
 /* Loads the model (batch opts->batch) and checks the request against it: a task
  * sampled value by value, a temperature the head takes, the mode the variant has, test
  * rows to complete; for traffic, a recurrent mode on CUDA in a process that counts
@@ -109,6 +113,12 @@ int sample_run(sample_session *s, sample_result *r);
  * (harness/results.h: ab_git_info); for traffic "method":
  * "traffic", the counts in "traffic" and no times). NULL when out of memory. */
 json_t *sample_document(const sample_session *s, const sample_result *r, const char *command_line);
+/* The one-line summary of a run into buf ("sample: ... -> DIR"): rows, mode, s/image
+ * and images/s at the batch; for a traffic count the MiB moved, the ratio to the
+ * minimal bytes and the operations. */
+void sample_summary(const sample_session *s, const sample_result *r, const char *dir, char *buf, size_t cap);
+/* The grid's title: the run, the variant, samples or completions, a temperature not 1. */
+void sample_grid_title(const sample_session *s, const sample_result *r, char *buf, size_t cap);
 void sample_result_free(sample_result *r);
 void sample_close(sample_session *s);
 
