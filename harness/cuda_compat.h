@@ -93,6 +93,8 @@ int ab_cublas_fail(cublasStatus_t st, const char *file, int line, const char *wh
     } while (0)
 
 /* AB_LAUNCH(kernel, grid, block, smem_bytes, stream, args...): launches and checks.
+ * On the emulator the closure copies the variables the arguments name (a captured
+ * launch replays with the values of its launch, as a CUDA graph does).
  * `kernel` is a __global__ function or a pointer to one (for a template, take the
  * pointer first: auto *k = &my_kernel<4>;). grid and block are dim3 or integers. */
 #ifdef AB_CUDA_EMU
@@ -102,7 +104,7 @@ template <class F> inline const void *func_addr(F *f) { return (const void *)f; 
 #define AB_LAUNCH(kernel, grid, block, smem, stream, ...)                                                              \
     do {                                                                                                               \
         ab_emu::launch_fn(#kernel, ab_emu::func_addr(kernel), dim3(grid), dim3(block), (smem), (stream),               \
-                          [&]() { kernel(__VA_ARGS__); });                                                             \
+                          [=]() { kernel(__VA_ARGS__); });                                                             \
         AB_CHECK_LAUNCH(kernel);                                                                                       \
     } while (0)
 /* Inside a kernel: `T *name` = the block's dynamic shared memory. */

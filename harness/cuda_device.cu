@@ -281,6 +281,39 @@ extern "C" int ab_cuda_sync(void) {
     return 0;
 }
 
+extern "C" int ab_cuda_graph_begin(void) {
+    AB_TRY(ab_cuda_init());
+    AB_CUDA_CHECK(cudaStreamBeginCapture(g.stream, cudaStreamCaptureModeGlobal));
+    return 0;
+}
+
+extern "C" int ab_cuda_graph_end(void **graph) {
+    *graph = NULL;
+    cudaGraph_t gr = NULL;
+    const cudaError_t e = cudaStreamEndCapture(g.stream, &gr);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* a spoilt capture leaves no sticky error */
+        return ab_fail(AB_EDEVICE, "CUDA graph: the recording failed (%s: %s)", cudaGetErrorName(e),
+                       cudaGetErrorString(e));
+    }
+    cudaGraphExec_t ex = NULL;
+    const cudaError_t ei = cudaGraphInstantiate(&ex, gr, 0);
+    (void)cudaGraphDestroy(gr);
+    if (ei != cudaSuccess) return ab_cuda_fail(ei, __FILE__, __LINE__, "cudaGraphInstantiate");
+    *graph = (void *)ex;
+    return 0;
+}
+
+extern "C" int ab_cuda_graph_launch(void *graph) {
+    if (!graph) return ab_fail(AB_EINVAL, "ab_cuda_graph_launch: NULL graph");
+    AB_CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)graph, g.stream));
+    return 0;
+}
+
+extern "C" void ab_cuda_graph_destroy(void *graph) {
+    if (graph) (void)cudaGraphExecDestroy((cudaGraphExec_t)graph);
+}
+
 extern "C" int ab_cuda_mem_info(size_t *free_bytes, size_t *total_bytes) {
     AB_TRY(ab_cuda_init());
     AB_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));

@@ -58,6 +58,18 @@ int ab_cuda_memset(void *p, int value, size_t bytes);
 int ab_cuda_memcpy_d2d(void *dst, const void *src, size_t bytes);
 /* Waits for all queued work; reports an asynchronous failure. */
 int ab_cuda_sync(void);
+/* CUDA graphs of the library's stream. ab_cuda_graph_begin starts recording what the
+ * library queues (kernels with their arguments as launched, device-to-device copies,
+ * memsets, cuBLAS calls) instead of running it; ab_cuda_graph_end stops and, when
+ * everything recorded may be replayed, makes *graph (else AB_EDEVICE, naming why; a
+ * call that waits for the device or allocates while recording fails and spoils the
+ * recording). ab_cuda_graph_launch queues the recorded work again, as recorded: the same
+ * pointers and values, the memory's contents as they are then. Host code that ran
+ * while recording does not run again. */
+int ab_cuda_graph_begin(void);
+int ab_cuda_graph_end(void **graph);
+int ab_cuda_graph_launch(void *graph);
+void ab_cuda_graph_destroy(void *graph);
 /* cudaMemGetInfo: free and total device bytes (includes other processes' use). */
 int ab_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
 

@@ -54,6 +54,16 @@ int ab_cuda_memcpy_d2d(void *dst, const void *src, size_t bytes) {
     return ab_fail(AB_EDEVICE, NO_CUDA);
 }
 int ab_cuda_sync(void) { return ab_fail(AB_EDEVICE, NO_CUDA); }
+int ab_cuda_graph_begin(void) { return ab_fail(AB_EDEVICE, NO_CUDA); }
+int ab_cuda_graph_end(void **graph) {
+    if (graph) *graph = NULL;
+    return ab_fail(AB_EDEVICE, NO_CUDA);
+}
+int ab_cuda_graph_launch(void *graph) {
+    (void)graph;
+    return ab_fail(AB_EDEVICE, NO_CUDA);
+}
+void ab_cuda_graph_destroy(void *graph) { (void)graph; }
 int ab_cuda_mem_info(size_t *free_bytes, size_t *total_bytes) {
     if (free_bytes) *free_bytes = 0;
     if (total_bytes) *total_bytes = 0;

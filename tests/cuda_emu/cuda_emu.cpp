@@ -362,6 +362,19 @@ void fatal(const char *fmt, ...) {
     abort();
 }
 
+/* A block over the limits is cudaErrorInvalidValue ("invalid argument"), as the CUDA 13
+ * runtime answers a launch of 1025 threads on an H100 (older runtimes said
+ * cudaErrorInvalidConfiguration); a grid over its limits stays
+ * cudaErrorInvalidConfiguration. */
+cudaError_t launch_config_error(dim3 grid, dim3 block) {
+    const unsigned long long nt = (unsigned long long)block.x * block.y * block.z;
+    if (block.x < 1 || block.y < 1 || block.z < 1 || block.x > 1024 || block.y > 1024 || block.z > 64 || nt > 1024)
+        return cudaErrorInvalidValue;
+    if (grid.x < 1 || grid.y < 1 || grid.z < 1 || grid.x > (unsigned)INT_MAX || grid.y > 65535 || grid.z > 65535)
+        return cudaErrorInvalidConfiguration;
+    return cudaSuccess;
+}
+
 void launch(const char *name, const void *func, dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
             void (*body)(void *), void *ctx) {
     (void)stream;
@@ -372,17 +385,9 @@ void launch(const char *name, const void *func, dim3 grid, dim3 block, size_t sm
         set_error(cudaErrorNoDevice);
         return;
     }
-    unsigned long long nt = (unsigned long long)block.x * block.y * block.z;
-    /* A block over the limits is cudaErrorInvalidValue ("invalid argument"), as the
-     * CUDA 13 runtime answers a launch of 1025 threads on an H100 (older runtimes said
-     * cudaErrorInvalidConfiguration); a grid over its limits stays
-     * cudaErrorInvalidConfiguration. */
-    if (block.x < 1 || block.y < 1 || block.z < 1 || block.x > 1024 || block.y > 1024 || block.z > 64 || nt > 1024) {
-        set_error(cudaErrorInvalidValue);
-        return;
-    }
-    if (grid.x < 1 || grid.y < 1 || grid.z < 1 || grid.x > (unsigned)INT_MAX || grid.y > 65535 || grid.z > 65535) {
-        set_error(cudaErrorInvalidConfiguration);
+    const unsigned long long nt = (unsigned long long)block.x * block.y * block.z;
+    if (const cudaError_t e = launch_config_error(grid, block)) {
+        set_error(e);
         return;
     }
     size_t smem_limit = DEFAULT_SMEM_LIMIT;
@@ -604,6 +609,11 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureImplicit:
+        return "operation would make the legacy stream depend on a capturing blocking stream";
     default: return "unknown error";
     }
 }
@@ -622,6 +632,10 @@ const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorIllegalState: return "cudaErrorIllegalState";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
     default: return "cudaErrorUnknown";
     }
 }
@@ -689,13 +703,24 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
     return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize(void) { return no_device() ? set_error(cudaErrorNoDevice) : cudaSuccess; }
+/* Stream capture (cudaStreamBeginCapture): the streams being captured, and the refusal
+ * of a call that may not run while one is (it invalidates every active capture). */
+namespace {
+std::vector<cudaStream_t> g_captures;
+cudaError_t capture_refuses(cudaError_t e);
+} // namespace
+
+cudaError_t cudaDeviceSynchronize(void) {
+    if (no_device()) return set_error(cudaErrorNoDevice);
+    return capture_refuses(cudaErrorStreamCaptureUnsupported);
+}
 
 cudaError_t cudaMalloc(void **p, size_t bytes) {
     emu_state &s = S();
     std::lock_guard<std::recursive_mutex> lock(s.mu);
     if (no_device()) return set_error(cudaErrorNoDevice);
     if (!p) return set_error(cudaErrorInvalidValue);
+    if (const cudaError_t e = capture_refuses(cudaErrorStreamCaptureUnsupported)) return e;
     if (bytes == 0) {
         *p = nullptr;
         return cudaSuccess;
@@ -736,6 +761,7 @@ cudaError_t cudaFree(void *p) {
     emu_state &s = S();
     std::lock_guard<std::recursive_mutex> lock(s.mu);
     if (!p) return cudaSuccess;
+    if (const cudaError_t e = capture_refuses(cudaErrorStreamCaptureUnsupported)) return e;
     auto it = s.allocs.find((uintptr_t)p);
     if (it == s.allocs.end()) return set_error(cudaErrorInvalidValue);
     s.used -= round_up(it->second, 256);
@@ -751,8 +777,20 @@ cudaError_t cudaFree(void *p) {
     return cudaSuccess;
 }
 
+namespace {
+cudaError_t memcpy_now(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t memset_now(void *p, int value, size_t bytes);
+void record(cudaStream_t s, std::function<void()> op, void (*release)(void *) = nullptr, void *ctx = nullptr);
+} // namespace
+
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
     if (no_device()) return set_error(cudaErrorNoDevice);
+    if (const cudaError_t e = capture_refuses(cudaErrorStreamCaptureImplicit)) return e;
+    return memcpy_now(dst, src, bytes, kind);
+}
+
+namespace {
+cudaError_t memcpy_now(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
     if ((int)kind < 0 || (int)kind > 4) return set_error(cudaErrorInvalidMemcpyDirection);
     if (bytes == 0) return cudaSuccess;
     if (!dst || !src) return set_error(cudaErrorInvalidValue);
@@ -775,13 +813,29 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
     return cudaSuccess;
 }
 
+} // namespace
+
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
-    (void)s;
-    return cudaMemcpy(dst, src, bytes, kind);
+    if (no_device()) return set_error(cudaErrorNoDevice);
+    if (!ab_emu::capturing(s)) return memcpy_now(dst, src, bytes, kind);
+    /* captured: only copies within device memory (a copy from or to pageable host
+     * memory cannot be part of a graph) */
+    if (bytes == 0) return cudaSuccess;
+    if (!dst || !src) return set_error(cudaErrorInvalidValue);
+    if (!ab_emu::is_device_range(dst, bytes) || !ab_emu::is_device_range(src, bytes))
+        return capture_refuses(cudaErrorStreamCaptureUnsupported);
+    record(s, [=]() { memcpy_now(dst, src, bytes, kind); });
+    return cudaSuccess;
 }
 
 cudaError_t cudaMemset(void *p, int value, size_t bytes) {
     if (no_device()) return set_error(cudaErrorNoDevice);
+    if (const cudaError_t e = capture_refuses(cudaErrorStreamCaptureImplicit)) return e;
+    return memset_now(p, value, bytes);
+}
+
+namespace {
+cudaError_t memset_now(void *p, int value, size_t bytes) {
     if (bytes == 0) return cudaSuccess;
     ab_emu::require_device(p, bytes, "cudaMemset");
     ab_emu::device_window w;
@@ -795,14 +849,125 @@ cudaError_t cudaMemset(void *p, int value, size_t bytes) {
     return cudaSuccess;
 }
 
+} // namespace
+
 cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s) {
-    (void)s;
-    return cudaMemset(p, value, bytes);
+    if (no_device()) return set_error(cudaErrorNoDevice);
+    if (!ab_emu::capturing(s)) return memset_now(p, value, bytes);
+    if (bytes == 0) return cudaSuccess;
+    ab_emu::require_device(p, bytes, "cudaMemsetAsync");
+    record(s, [=]() { memset_now(p, value, bytes); });
+    return cudaSuccess;
 }
 
-struct ab_emu_stream {
-    int unused;
+/* One recorded operation of a capture: run() queues it again (a launch's closure is
+ * freed by release(ctx) when the last graph holding it goes). */
+struct emu_op {
+    std::function<void()> run;
+    std::shared_ptr<void> hold;
 };
+struct ab_emu_graph {
+    std::vector<emu_op> ops;
+};
+struct ab_emu_stream {
+    ab_emu_graph *capture; /* the graph being recorded, or NULL */
+    bool invalidated;      /* a refused call ended the capture's use */
+};
+
+bool ab_emu::capturing(cudaStream_t s) { return s && s->capture; }
+
+namespace {
+cudaError_t capture_refuses(cudaError_t e) {
+    if (g_captures.empty()) return cudaSuccess;
+    for (cudaStream_t c : g_captures) c->invalidated = true;
+    return set_error(e);
+}
+
+void record(cudaStream_t s, std::function<void()> op, void (*release)(void *), void *ctx) {
+    emu_op o;
+    o.run = std::move(op);
+    if (release) o.hold = std::shared_ptr<void>(ctx, release);
+    s->capture->ops.push_back(std::move(o));
+}
+} // namespace
+
+void ab_emu::record_launch(const char *name, const void *func, dim3 grid, dim3 block, size_t smem_bytes,
+                           cudaStream_t s, void (*body)(void *), void *ctx, void (*release)(void *)) {
+    std::shared_ptr<void> hold(ctx, release);
+    if (const cudaError_t e = launch_config_error(grid, block)) {
+        s->invalidated = true;
+        set_error(e);
+        return;
+    }
+    emu_op o;
+    o.run = [=]() { launch(name, func, grid, block, smem_bytes, nullptr, body, ctx); };
+    o.hold = hold;
+    s->capture->ops.push_back(std::move(o));
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
+    if (no_device()) return set_error(cudaErrorNoDevice);
+    if (!s) return set_error(cudaErrorStreamCaptureUnsupported); /* the legacy null stream */
+    if ((int)mode < 0 || (int)mode > 2) return set_error(cudaErrorInvalidValue);
+    if (s->capture) return set_error(cudaErrorIllegalState);
+    s->capture = new ab_emu_graph;
+    s->invalidated = false;
+    g_captures.push_back(s);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph) {
+    if (!graph) return set_error(cudaErrorInvalidValue);
+    *graph = nullptr;
+    if (!s || !s->capture) return set_error(cudaErrorIllegalState);
+    g_captures.erase(std::find(g_captures.begin(), g_captures.end(), s));
+    ab_emu_graph *g = s->capture;
+    s->capture = nullptr;
+    if (s->invalidated) {
+        delete g;
+        return set_error(cudaErrorStreamCaptureInvalidated);
+    }
+    *graph = g;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *status) {
+    if (!status) return set_error(cudaErrorInvalidValue);
+    *status = !s || !s->capture ? cudaStreamCaptureStatusNone
+              : s->invalidated  ? cudaStreamCaptureStatusInvalidated
+                                : cudaStreamCaptureStatusActive;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags) {
+    if (!exec || !graph || flags != 0) return set_error(cudaErrorInvalidValue);
+    *exec = new ab_emu_graph(*graph);
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+    if (no_device()) return set_error(cudaErrorNoDevice);
+    if (!exec) return set_error(cudaErrorInvalidResourceHandle);
+    if (ab_emu::capturing(s)) return capture_refuses(cudaErrorStreamCaptureUnsupported);
+    cudaGetLastError(); /* the graph's own errors only */
+    for (const emu_op &o : exec->ops) {
+        o.run();
+        if (const cudaError_t e = cudaPeekAtLastError()) return e;
+    }
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+    if (!exec) return set_error(cudaErrorInvalidResourceHandle);
+    delete exec;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+    if (!graph) return set_error(cudaErrorInvalidResourceHandle);
+    delete graph;
+    return cudaSuccess;
+}
 struct ab_emu_event {
     std::chrono::steady_clock::time_point t;
     bool recorded;
@@ -814,19 +979,24 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
     (void)flags;
     if (no_device()) return set_error(cudaErrorNoDevice);
     if (!s) return set_error(cudaErrorInvalidValue);
-    *s = new ab_emu_stream{0};
+    *s = new ab_emu_stream{nullptr, false};
     return cudaSuccess;
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
     if (!s) return set_error(cudaErrorInvalidResourceHandle);
+    if (s->capture) {
+        g_captures.erase(std::find(g_captures.begin(), g_captures.end(), s));
+        delete s->capture;
+    }
     delete s;
     return cudaSuccess;
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-    (void)s;
-    return no_device() ? set_error(cudaErrorNoDevice) : cudaSuccess;
+    if (no_device()) return set_error(cudaErrorNoDevice);
+    return ab_emu::capturing(s) || (!s && !g_captures.empty()) ? capture_refuses(cudaErrorStreamCaptureUnsupported)
+                                                               : cudaSuccess;
 }
 
 cudaError_t cudaEventCreate(cudaEvent_t *e) {
@@ -991,9 +1161,31 @@ cublasStatus_t gemm(const char *call, cublasHandle_t h, cublasOperation_t ta, cu
 
 } // namespace
 
+/* A GEMM queued on a stream being captured: its arguments and the handle's math mode as
+ * they are now (the scalars are host values, read at the call). */
+bool gemm_recorded(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float al,
+                   const float *A, int lda, long long sa, const float *B, int ldb, long long sb, float be, float *C,
+                   int ldc, long long sc, int batch, const char *call) {
+    if (!h || !ab_emu::capturing(h->stream)) return false;
+    const ab_emu_cublas hc{nullptr, h->math};
+    record(h->stream, [=]() {
+        ab_emu_cublas hh = hc;
+        std::lock_guard<std::recursive_mutex> lock(S().mu);
+        if (gemm(call, &hh, ta, tb, m, n, k, &al, A, lda, sa, B, ldb, sb, &be, C, ldc, sc, batch) ==
+            CUBLAS_STATUS_SUCCESS)
+            S().ops++;
+        else
+            set_error(cudaErrorLaunchFailure); /* the graph's launch reports it */
+    });
+    return true;
+}
+
 cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                            const float *alpha, const float *A, int lda, const float *B, int ldb, const float *beta,
                            float *C, int ldc) {
+    if (alpha && beta &&
+        gemm_recorded(h, ta, tb, m, n, k, *alpha, A, lda, 0, B, ldb, 0, *beta, C, ldc, 0, 1, "cublasSgemm"))
+        return CUBLAS_STATUS_SUCCESS;
     std::lock_guard<std::recursive_mutex> lock(S().mu);
     const cublasStatus_t st = gemm("cublasSgemm", h, ta, tb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
     if (st == CUBLAS_STATUS_SUCCESS) S().ops++;
@@ -1004,6 +1196,10 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
                                          int k, const float *alpha, const float *A, int lda, long long strideA,
                                          const float *B, int ldb, long long strideB, const float *beta, float *C,
                                          int ldc, long long strideC, int batchCount) {
+    if (alpha && beta &&
+        gemm_recorded(h, ta, tb, m, n, k, *alpha, A, lda, strideA, B, ldb, strideB, *beta, C, ldc, strideC,
+                      batchCount, "cublasSgemmStridedBatched"))
+        return CUBLAS_STATUS_SUCCESS;
     std::lock_guard<std::recursive_mutex> lock(S().mu);
     const cublasStatus_t st = gemm("cublasSgemmStridedBatched", h, ta, tb, m, n, k, alpha, A, lda, strideA, B, ldb,
                                    strideB, beta, C, ldc, strideC, batchCount);

@@ -111,6 +111,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <math.h>
 #include <type_traits>
 #include <utility>
@@ -168,8 +170,12 @@ typedef enum cudaError {
     cudaErrorNoDevice = 100,
     cudaErrorInvalidDevice = 101,
     cudaErrorInvalidResourceHandle = 400,
+    cudaErrorIllegalState = 401,
     cudaErrorNotReady = 600,
     cudaErrorLaunchFailure = 719,
+    cudaErrorStreamCaptureUnsupported = 900,
+    cudaErrorStreamCaptureInvalidated = 901,
+    cudaErrorStreamCaptureImplicit = 906,
     cudaErrorUnknown = 999,
 } cudaError_t;
 
@@ -187,6 +193,20 @@ typedef enum cudaFuncAttribute {
 
 typedef struct ab_emu_stream *cudaStream_t;
 typedef struct ab_emu_event *cudaEvent_t;
+typedef struct ab_emu_graph *cudaGraph_t;
+typedef struct ab_emu_graph *cudaGraphExec_t;
+
+typedef enum cudaStreamCaptureMode {
+    cudaStreamCaptureModeGlobal = 0,
+    cudaStreamCaptureModeThreadLocal = 1,
+    cudaStreamCaptureModeRelaxed = 2,
+} cudaStreamCaptureMode;
+
+typedef enum cudaStreamCaptureStatus {
+    cudaStreamCaptureStatusNone = 0,
+    cudaStreamCaptureStatusActive = 1,
+    cudaStreamCaptureStatusInvalidated = 2,
+} cudaStreamCaptureStatus;
 #define cudaStreamDefault 0x00
 #define cudaStreamNonBlocking 0x01
 
@@ -232,6 +252,22 @@ cudaError_t cudaEventDestroy(cudaEvent_t e);
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = 0);
 cudaError_t cudaEventSynchronize(cudaEvent_t e);
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
+/* Stream capture and graphs. A capture records what is queued on the stream (kernel
+ * launches with their arguments as evaluated at the launch, device-to-device copies,
+ * memsets, cuBLAS GEMMs with their scalars) instead of running it; a launch of the
+ * instantiated graph runs the records in order. While a capture is active, the calls
+ * that would wait for the device or allocate (cudaMalloc, cudaFree, cudaMemcpy,
+ * cudaMemset, copies between host and device, synchronisations) fail as they may on
+ * a GPU (cudaErrorStreamCaptureUnsupported / Implicit) and invalidate the capture:
+ * cudaStreamEndCapture then answers cudaErrorStreamCaptureInvalidated. The null stream
+ * cannot be captured. */
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph);
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *status);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 cudaError_t ab_emu_func_set_attribute(const void *func, cudaFuncAttribute attr, int value);
 template <class F> static inline cudaError_t cudaFuncSetAttribute(F *func, cudaFuncAttribute attr, int value) {
     return ab_emu_func_set_attribute((const void *)func, attr, value);
@@ -244,10 +280,23 @@ namespace ab_emu {
  * runs nothing) on a bad configuration, like a real launch. */
 void launch(const char *name, const void *func, dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
             void (*body)(void *), void *ctx);
+/* Whether work queued on stream s is being captured (cudaStreamBeginCapture). */
+bool capturing(cudaStream_t s);
+/* Records a launch into s's capture (after the checks of a launch): body(ctx) runs each
+ * thread, ctx is kept alive by the record (release(ctx) when the graph goes). */
+void record_launch(const char *name, const void *func, dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t s,
+                   void (*body)(void *), void *ctx, void (*release)(void *));
 template <class F>
 inline void launch_fn(const char *name, const void *func, dim3 grid, dim3 block, size_t smem_bytes,
                       cudaStream_t stream, F &&f) {
-    launch(name, func, grid, block, smem_bytes, stream, [](void *c) { (*static_cast<F *>(c))(); }, &f);
+    typedef typename std::decay<F>::type G;
+    if (capturing(stream)) { /* the closure holds the arguments' values (AB_LAUNCH copies them) */
+        G *held = new G(std::forward<F>(f));
+        record_launch(name, func, grid, block, smem_bytes, stream, [](void *c) { (*static_cast<G *>(c))(); }, held,
+                      [](void *c) { delete static_cast<G *>(c); });
+        return;
+    }
+    launch(name, func, grid, block, smem_bytes, stream, [](void *c) { (*static_cast<G *>(c))(); }, &f);
 }
 /* The dynamic shared memory of the running block (AB_DYN_SMEM). */
 void *dyn_smem(void);

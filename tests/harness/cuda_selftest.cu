@@ -291,6 +291,86 @@ extern "C" int selftest_launch(int threads) {
     return rc;
 }
 
+/* ---- CUDA graphs of the library's stream ---- */
+
+__global__ void axpb_kernel(const float *x, float *y, float a, float b, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + b;
+}
+
+/* Records y = a x + b (a kernel), z = y (a copy), w = 0x01 bytes (a memset) and
+ * C = A B (cuBLAS, 2 x 2) into a graph, then: out_before = y before any launch (zero:
+ * recording runs nothing); launch 1 -> y1, z1, c1; x2 uploaded, w cleared, launch 2 ->
+ * y2, w2. The kernel's a is changed after it was recorded: the graph keeps the value it
+ * was launched with. Then a recording spoilt by a synchronous copy: refused[0] = that
+ * copy failed, refused[1] = the end of the recording failed, refused[2] = the stream
+ * works afterwards. */
+static int graph_run(const float *x, const float *x2, int n, float a, float b, float *dx, float *dy, float *dz,
+                     int *dw, float *dm, float *out_before, float *y1, float *z1, float *c1, float *y2, int *w2,
+                     int *refused) {
+    const float A[4] = {1, 2, 3, 4}, B[4] = {5, 6, 7, 8};
+    const size_t fb = sizeof(float) * (size_t)n;
+    AB_TRY(ab_cuda_memcpy_h2d(dx, x, fb));
+    AB_TRY(ab_cuda_memcpy_h2d(dm, A, sizeof A));
+    AB_TRY(ab_cuda_memcpy_h2d(dm + 4, B, sizeof B));
+    AB_TRY(ab_cuda_memset(dy, 0, fb));
+    AB_TRY(ab_cuda_memset(dz, 0, fb));
+    AB_TRY(ab_cuda_memset(dw, 0, sizeof(int) * (size_t)n));
+    AB_TRY(ab_cuda_sync());
+    void *graph = NULL;
+    float av = a;
+    AB_TRY(ab_cuda_graph_begin());
+    int rc = 0;
+    AB_LAUNCH(axpb_kernel, (n + 127) / 128, 128, 0, ab_cuda_stream(), dx, dy, av, b, n);
+    av = -1000.0f; /* not what the graph uses */
+    if (!rc) rc = ab_cuda_memcpy_d2d(dz, dy, fb);
+    if (!rc) rc = ab_cuda_memset(dw, 0x01, sizeof(int) * (size_t)n);
+    if (!rc) rc = ab_cuda_sgemm(false, false, 2, 2, 2, 1.0f, dm, 2, dm + 4, 2, 0.0f, dm + 8, 2);
+    const int rc_end = ab_cuda_graph_end(&graph);
+    if (rc || rc_end) {
+        ab_cuda_graph_destroy(graph);
+        return rc ? rc : rc_end;
+    }
+    rc = ab_cuda_memcpy_d2h(out_before, dy, fb);
+    if (!rc) rc = ab_cuda_graph_launch(graph);
+    if (!rc) rc = ab_cuda_memcpy_d2h(y1, dy, fb);
+    if (!rc) rc = ab_cuda_memcpy_d2h(z1, dz, fb);
+    if (!rc) rc = ab_cuda_memcpy_d2h(c1, dm + 8, 4 * sizeof(float));
+    if (!rc) rc = ab_cuda_memcpy_h2d(dx, x2, fb);
+    if (!rc) rc = ab_cuda_memset(dw, 0, sizeof(int) * (size_t)n);
+    if (!rc) rc = ab_cuda_graph_launch(graph);
+    if (!rc) rc = ab_cuda_memcpy_d2h(y2, dy, fb);
+    if (!rc) rc = ab_cuda_memcpy_d2h(w2, dw, sizeof(int) * (size_t)n);
+    ab_cuda_graph_destroy(graph);
+    (void)av;
+    if (rc) return rc;
+    /* a synchronous copy while recording */
+    AB_TRY(ab_cuda_graph_begin());
+    float h;
+    refused[0] = ab_cuda_memcpy_d2h(&h, dy, sizeof h) != 0;
+    graph = NULL;
+    refused[1] = ab_cuda_graph_end(&graph) != 0 && graph == NULL;
+    ab_cuda_graph_destroy(graph);
+    ab_clear_error();
+    refused[2] = ab_cuda_memset(dw, 0, sizeof(int)) == 0 && ab_cuda_sync() == 0;
+    return 0;
+}
+
+extern "C" int selftest_graph(const float *x, const float *x2, int n, float a, float b, float *out_before, float *y1,
+                              float *z1, float *c1, float *y2, int *w2, int *refused) {
+    float *dx = NULL, *dy = NULL, *dz = NULL, *dm = NULL;
+    int *dw = NULL;
+    const size_t fb = sizeof(float) * (size_t)n;
+    int rc = ab_cuda_malloc((void **)&dx, fb);
+    if (!rc) rc = ab_cuda_malloc((void **)&dy, fb);
+    if (!rc) rc = ab_cuda_malloc((void **)&dz, fb);
+    if (!rc) rc = ab_cuda_malloc((void **)&dw, sizeof(int) * (size_t)n);
+    if (!rc) rc = ab_cuda_malloc((void **)&dm, 12 * sizeof(float));
+    if (!rc) rc = graph_run(x, x2, n, a, b, dx, dy, dz, dw, dm, out_before, y1, z1, c1, y2, w2, refused);
+    ab_cuda_free(dx), ab_cuda_free(dy), ab_cuda_free(dz), ab_cuda_free(dw), ab_cuda_free(dm);
+    return rc;
+}
+
 extern "C" int selftest_partial_barrier(void) {
     int *d;
     CHECK_ALLOC(d, sizeof(int) * 64);

@@ -35,6 +35,8 @@ int selftest_shfl_types(const float *xf, const double *xd, float *yf, double *yd
 int selftest_atomics(const int *x, long long n, int bins, int blocks, int *hist, float *sum);
 int selftest_indices(const unsigned grid[3], const unsigned block[3], int *out);
 int selftest_launch(int threads);
+int selftest_graph(const float *x, const float *x2, int n, float a, float b, float *out_before, float *y1,
+                   float *z1, float *c1, float *y2, int *w2, int *refused);
 int selftest_partial_barrier(void);
 int selftest_exited_lane(void);
 int selftest_smem_overflow(int n);
@@ -190,6 +192,33 @@ Test(cuda_selftest, launch_limits) {
     cr_assert(strstr(e, "launch of nothing_kernel") && named, "message: %s", e);
     /* the failed launch's error was cleared: the next launch works */
     cr_assert_eq(selftest_launch(32), 0, "%s", ab_error());
+}
+
+/* A graph of the library's stream replays what was recorded (a kernel with the
+ * arguments it was launched with, a copy, a memset, a cuBLAS GEMM), runs nothing while
+ * recording, reads the memory as it is at each launch; a synchronous copy while
+ * recording is refused and spoils the recording, and the stream works afterwards. All
+ * values are exact in float (small integers and halves), so equality is asserted. */
+Test(cuda_selftest, graph_replays_what_was_recorded) {
+    require_device();
+    enum { n = 300 };
+    float x[n], x2[n], before[n], y1[n], z1[n], y2[n], c1[4];
+    int w2[n], refused[3] = {0, 0, 0};
+    for (int i = 0; i < n; i++) x[i] = (float)(i % 17) - 8.0f, x2[i] = (float)(i % 5) + 0.5f;
+    cr_assert_eq(selftest_graph(x, x2, n, 3.0f, 0.5f, before, y1, z1, c1, y2, w2, refused), 0, "%s", ab_error());
+    for (int i = 0; i < n; i++) {
+        cr_assert_eq(before[i], 0.0f, "y[%d] = %g before the first launch: recording ran the kernel", i, before[i]);
+        cr_assert_eq(y1[i], 3.0f * x[i] + 0.5f, "launch 1: y[%d] = %g", i, y1[i]);
+        cr_assert_eq(z1[i], y1[i], "launch 1: the copy z[%d] = %g", i, z1[i]);
+        cr_assert_eq(y2[i], 3.0f * x2[i] + 0.5f, "launch 2 (new x): y[%d] = %g", i, y2[i]);
+        cr_assert_eq(w2[i], 0x01010101, "launch 2: the memset w[%d] = %#x", i, w2[i]);
+    }
+    /* ab_cuda_sgemm is row-major: [1 2; 3 4] [5 6; 7 8] = [19 22; 43 50] */
+    const float c_want[4] = {19, 22, 43, 50};
+    for (int i = 0; i < 4; i++) cr_assert_eq(c1[i], c_want[i], "C[%d] = %g", i, c1[i]);
+    cr_assert(refused[0], "a synchronous copy while recording was not refused");
+    cr_assert(refused[1], "a spoilt recording still made a graph");
+    cr_assert(refused[2], "the stream does not work after a spoilt recording: %s", ab_error());
 }
 
 /* ---- cuBLAS ---- */
