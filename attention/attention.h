@@ -261,6 +261,16 @@ int attn_prefill(attn *a, attn_state *st, int prompt_len, const float *q, const 
 /* Position t (t must equal attn_state_len): q, k [B,H,D], v [B,H,M] -> out [B,H,M].
  * A failed call leaves the state as it was. */
 int attn_step(attn *a, attn_state *st, int t, const float *q, const float *k, const float *v, float *out);
+/* Whether attn_step queues the same device work at every position (same kernels,
+ * arguments and pointers; the state changes in device memory only), so that a step
+ * recorded once (a CUDA graph) may be replayed at later positions. True for the CUDA
+ * steps of linear (every feature map but favor, whose features depend on the first
+ * position), polynomial, retention, gla and deltanet; false elsewhere (a key/value
+ * cache's step depends on its position). */
+bool attn_step_replayable(const attn *a);
+/* For a caller that replays recorded steps: sets the positions the state holds (0..its
+ * capacity) without running anything, as the replayed steps left them. */
+int attn_state_set_len(attn_state *st, int len);
 
 /* ---- errors ---- */
 

@@ -440,6 +440,7 @@ static const attn_backend cuda_backend = {
     .state_init = dn_cuda_state_init,
     .prefill = dn_cuda_prefill,
     .step = dn_cuda_step,
+    .step_replayable = attn_always,
 };
 #define CUDA_DELTANET (&cuda_backend)
 #else

@@ -612,6 +612,7 @@ static const attn_backend cuda_backend = {
     .state_init = gla_cuda_state_init,
     .prefill = gla_cuda_prefill,
     .step = gla_cuda_step,
+    .step_replayable = attn_always,
 };
 #define CUDA_GLA (&cuda_backend)
 #else

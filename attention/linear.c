@@ -835,6 +835,9 @@ static int cuda_check_shape(const attn *a, const attn_shape *s) {
 
 /* CUDA (linear_cuda.cu): same shape checks, nothing saved, the same state layout
  * followed by the step's counters. */
+/* favor's step starts its key shifts and W at position 0 */
+static bool cuda_step_replayable(const attn *a) { return kind_of(a) != FM_FAVOR; }
+
 static const attn_backend cuda_backend = {
     .check_shape = cuda_check_shape,
     .saved_bytes = saved_bytes,
@@ -846,6 +849,7 @@ static const attn_backend cuda_backend = {
     .prefill = lin_cuda_prefill,
     .step = lin_cuda_step,
     .step_workspace_bytes = lin_cuda_step_workspace_bytes,
+    .step_replayable = cuda_step_replayable,
 };
 #define CUDA_LINEAR (&cuda_backend)
 #else

@@ -674,6 +674,18 @@ int attn_prefill(attn *a, attn_state *st, int prompt_len, const float *q, const 
     return rc;
 }
 
+bool attn_step_replayable(const attn *a) {
+    return a && a->be->step && a->be->step_replayable && a->be->step_replayable(a);
+}
+
+int attn_state_set_len(attn_state *st, int len) {
+    if (!st) return ab_fail(AB_EINVAL, "attn_state_set_len: NULL state");
+    if (len < 0 || len > st->capacity)
+        return ab_fail(AB_EINVAL, "attn_state_set_len: %d positions is outside 0..capacity=%d", len, st->capacity);
+    st->count = len;
+    return 0;
+}
+
 int attn_step(attn *a, attn_state *st, int t, const float *q, const float *k, const float *v, float *out) {
     int rc = check_state(a, st);
     if (rc) return rc;

@@ -465,6 +465,7 @@ static const attn_backend ret_cuda_backend = {
     .prefill = ret_cuda_prefill,
     .step = ret_cuda_step,
     .step_workspace_bytes = NULL,
+    .step_replayable = attn_always,
 };
 #define CUDA_RETENTION (&ret_cuda_backend)
 #else

@@ -84,7 +84,17 @@ typedef struct {
                 const float *v, float *out);
     /* Workspace of the recurrent mode for a given capacity (may be NULL: none). */
     size_t (*step_workspace_bytes)(const attn *a, const attn_shape *s, int capacity);
+    /* Whether step's device work is the same at every position (it reads neither t nor
+     * host state that changes between steps), so that a recorded step may be replayed
+     * (attn_step_replayable); NULL: no. */
+    bool (*step_replayable)(const attn *a);
 } attn_backend;
+
+/* attn_backend.step_replayable of a step that never depends on its position. */
+static inline bool attn_always(const attn *a) {
+    (void)a;
+    return true;
+}
 
 typedef struct {
     const char *name;

@@ -100,11 +100,16 @@ int ab_cublas_fail(cublasStatus_t st, const char *file, int line, const char *wh
 #ifdef AB_CUDA_EMU
 namespace ab_emu {
 template <class F> inline const void *func_addr(F *f) { return (const void *)f; }
+/* The launch's arguments converted to the kernel's parameter types now, as a launch
+ * does, and held by value in the closure (a recorded launch replays with them). */
+template <class... P, class... A> inline auto launch_closure(void (*k)(P...), A &&...a) {
+    return [k, args = std::tuple<typename std::decay<P>::type...>(std::forward<A>(a)...)]() { std::apply(k, args); };
+}
 } // namespace ab_emu
 #define AB_LAUNCH(kernel, grid, block, smem, stream, ...)                                                              \
     do {                                                                                                               \
         ab_emu::launch_fn(#kernel, ab_emu::func_addr(kernel), dim3(grid), dim3(block), (smem), (stream),               \
-                          [=]() { kernel(__VA_ARGS__); });                                                             \
+                          ab_emu::launch_closure(kernel, ##__VA_ARGS__));                                              \
         AB_CHECK_LAUNCH(kernel);                                                                                       \
     } while (0)
 /* Inside a kernel: `T *name` = the block's dynamic shared memory. */

@@ -3,12 +3,21 @@
  * layer, then one step per layer for each new token). A generator can also keep its
  * draws on the model's device (tf_gen_draw): each drawn value is the next step's input
  * there and is kept in a table, so that a sampling loop queues its positions without
- * waiting for the device and copies the values back once. */
+ * waiting for the device and copies the values back once.
+ *
+ * On CUDA, with tf_gen_set_graph, such a step (its input the last draws) runs the
+ * layers and the head as a CUDA graph: recorded at the first step after a prefill,
+ * launched at each step after it (one launch where there were one or more per
+ * operation: 77 at MNIST's shape). Only the embedding of the position and the draw stay
+ * outside, since their work depends on the position. A variant whose step depends on
+ * its position (attn_step_replayable false), or a recording that fails, leaves the
+ * steps as they are (tf_gen_graph_note says why). */
 #include "transformer_internal.h"
 
 #include "layers_dev.h"
 #include "mixture_core.h"
 
+#include "../harness/cuda_device.h"
 #include "../harness/device.h"
 #include "../harness/error.h"
 #include "../harness/memory.h"
@@ -26,6 +35,13 @@ struct tf_gen {
     int *next;           /* (B) the last draws, the next step's input (model's device) */
     int *table;          /* (B, capacity) the draws by position, -1 where none (model's device) */
     bool drawn;          /* next holds draws from the last position's logits */
+    /* the recorded step (tf_gen_set_graph): asked for, the recording (valid until the next
+     * tf_gen_init or prefill: a forward between them may move the buffers it names),
+     * recordings and launches made, and why none is used (empty while one may be) */
+    bool graph_on;
+    void *graph;
+    long long graph_records, graph_launches;
+    char graph_note[320];
 };
 
 /* The logits (B, V) of position N-1 of the last forward into out (host memory; NULL:
@@ -100,8 +116,14 @@ size_t tf_gen_state_bytes(const tf_model *m, int B, int capacity) {
 
 static size_t table_bytes(const tf_gen *g) { return sizeof(int) * (size_t)g->B * (size_t)g->capacity; }
 
+static void drop_graph(tf_gen *g) {
+    ab_cuda_graph_destroy(g->graph);
+    g->graph = NULL;
+}
+
 int tf_gen_init(tf_gen *g) {
     if (!g) return ab_fail(AB_EINVAL, "tf_gen_init: NULL generator");
+    drop_graph(g);
     for (int l = 0; l < g->m->cfg.layers; l++) {
         int rc = attn_state_reset(g->m->att, g->states[l]);
         if (rc) return rc;
@@ -128,6 +150,7 @@ int tf_gen_create(tf_model *m, int B, int capacity, tf_gen **out) {
     g->m = m;
     g->B = B;
     g->capacity = capacity;
+    snprintf(g->graph_note, sizeof g->graph_note, "not asked for");
     g->states = calloc((size_t)m->cfg.layers, sizeof *g->states);
     g->runs = calloc((size_t)m->cfg.layers, sizeof *g->runs);
     if (!g->states || !g->runs) {
@@ -155,6 +178,7 @@ int tf_gen_create(tf_model *m, int B, int capacity, tf_gen **out) {
 
 void tf_gen_destroy(tf_gen *g) {
     if (!g) return;
+    drop_graph(g);
     for (int l = 0; g->states && l < g->m->cfg.layers; l++) attn_state_destroy(g->states[l]);
     ab_dev_free(g->m->dev, g->next);
     ab_dev_free(g->m->dev, g->table);
@@ -183,9 +207,70 @@ int tf_gen_prefill(tf_gen *g, const int *tokens, int P, float *logits) {
     }
     tf_in in = {tokens, NULL, NULL};
     g->drawn = false;
+    drop_graph(g);
     rc = tf_forward_run(g->m, &in, g->B, P, 0, NULL, false, g->seed, g->runs);
     if (rc || (rc = copy_last(g->m, g->B, P, logits))) return rc;
     g->t = P;
+    return 0;
+}
+
+/* The note when a recorded step cannot be used for this generator (else ""). */
+static void graph_check(tf_gen *g) {
+    const tf_model *m = g->m;
+    if (ab_dev_host_memory(m->dev))
+        snprintf(g->graph_note, sizeof g->graph_note, "the model runs on the CPU (CUDA graphs are for CUDA)");
+    else if (!attn_step_replayable(m->att))
+        snprintf(g->graph_note, sizeof g->graph_note,
+                 "attention '%s' does not step the same way at every position", m->cfg.attention);
+    else
+        g->graph_note[0] = '\0';
+}
+
+int tf_gen_set_graph(tf_gen *g, bool on) {
+    if (!g) return ab_fail(AB_EINVAL, "tf_gen_set_graph: NULL generator");
+    drop_graph(g);
+    g->graph_on = on;
+    g->graph_records = g->graph_launches = 0;
+    if (on) graph_check(g);
+    else snprintf(g->graph_note, sizeof g->graph_note, "not asked for");
+    return 0;
+}
+
+const char *tf_gen_graph_note(const tf_gen *g, long long *records, long long *launches) {
+    if (records) *records = g ? g->graph_records : 0;
+    if (launches) *launches = g ? g->graph_launches : 0;
+    return !g ? "no generator" : g->graph_note[0] ? g->graph_note : NULL;
+}
+
+/* The layers and head of a step, recorded once and launched (the caller embedded the
+ * position). A recording that fails leaves the states' counts as they were, gives the
+ * recorded step up (the note says why) and runs the step as usual. */
+static int graph_body(tf_gen *g) {
+    tf_model *m = g->m;
+    const int L = m->cfg.layers;
+    int rc;
+    if (!g->graph) {
+        if ((rc = ab_cuda_graph_begin())) return rc;
+        const int rb = tf_step_body(m, g->B, g->seed, g->runs, NULL);
+        char why[256];
+        snprintf(why, sizeof why, "%s", rb ? ab_error() : "");
+        const int re = ab_cuda_graph_end(&g->graph);
+        if (!rb && re) snprintf(why, sizeof why, "%s", ab_error());
+        for (int l = 0; l < L; l++) /* the recording ran nothing */
+            if ((rc = attn_state_set_len(g->states[l], g->t))) return rc;
+        if (rb || re) {
+            drop_graph(g);
+            g->graph_on = false;
+            snprintf(g->graph_note, sizeof g->graph_note, "recording the step failed: %s", why);
+            ab_clear_error();
+            return tf_step_body(m, g->B, g->seed, g->runs, NULL);
+        }
+        g->graph_records++;
+    }
+    if ((rc = tf_step_body(m, g->B, g->seed, g->runs, g->graph))) return rc;
+    g->graph_launches++;
+    for (int l = 0; l < L; l++)
+        if ((rc = attn_state_set_len(g->states[l], g->t + 1))) return rc;
     return 0;
 }
 
@@ -203,7 +288,14 @@ int tf_gen_step(tf_gen *g, const int *tokens, float *logits) {
     /* the draws are tokens of the vocabulary (tf_gen_draw checked their range) */
     tf_in in = {tokens, NULL, tokens ? NULL : g->next};
     g->drawn = false;
-    rc = tf_forward_run(g->m, &in, g->B, 1, g->t, NULL, false, g->seed, g->runs);
+    if (g->graph_on && !tokens && !g->graph_note[0]) {
+        const ab_precision p0 = tf_precision_enter(g->m);
+        rc = tf_step_input(g->m, g->next, g->B, g->t);
+        if (!rc) rc = graph_body(g);
+        tf_precision_leave(g->m, p0);
+    } else {
+        rc = tf_forward_run(g->m, &in, g->B, 1, g->t, NULL, false, g->seed, g->runs);
+    }
     if (rc || (rc = copy_last(g->m, g->B, 1, logits))) return rc;
     g->t++;
     return 0;

@@ -8,6 +8,7 @@
 #include "layers_dev.h"
 
 #include "../harness/cuda_blas.h"
+#include "../harness/cuda_device.h"
 #include "../harness/device.h"
 #include "../harness/error.h"
 #include "../harness/memory.h"
@@ -713,6 +714,22 @@ static int forward_run(tf_model *m, const tf_in *in, int B, int N, int pos0, con
     mha_dims d = {B, N, m->cfg.d_model, m->cfg.heads, m->cfg.causal, lengths, m->dev, m->row0};
     if ((rc = body_forward(m, &d, train, seed, runs)) || (rc = head_forward(m, B * N))) return rc;
     m->out_B = B, m->out_N = N;
+    return 0;
+}
+
+int tf_step_input(tf_model *m, const int *dev_tokens, int B, int pos0) {
+    m->have_forward = m->have_loss = false;
+    m->out_B = m->out_N = 0;
+    if (check_fit(m, B, 1, pos0)) return AB_EINVAL;
+    m->infer_forward = true;
+    return input_forward(m, dev_tokens, B, 1, pos0);
+}
+
+int tf_step_body(tf_model *m, int B, uint64_t seed, const mha_run *runs, void *graph) {
+    mha_dims d = {B, 1, m->cfg.d_model, m->cfg.heads, m->cfg.causal, NULL, m->dev, m->row0};
+    int rc = graph ? ab_cuda_graph_launch(graph) : body_forward(m, &d, false, seed, runs);
+    if (rc || (!graph && (rc = head_forward(m, B)))) return rc;
+    m->out_B = B, m->out_N = 1;
     return 0;
 }
 

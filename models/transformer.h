@@ -333,6 +333,15 @@ int tf_gen_draw(tf_gen *g, const draw_spec *d);
 int tf_gen_draws(const tf_gen *g, int *out);
 /* Positions in the state so far. */
 int tf_gen_position(const tf_gen *g);
+/* Asks for (or stops) steps fed by tf_gen_draw's values to run their layers and head as
+ * one CUDA graph (generate.c): recorded at the first such step after each prefill,
+ * launched at the steps after it; the same results, bit for bit. */
+int tf_gen_set_graph(tf_gen *g, bool on);
+/* Why the steps run without a graph (the model on the CPU, a variant whose step depends
+ * on its position, a failed recording, not asked for), or NULL while one is used or may
+ * be; *records and *launches (may be NULL): recordings and launches of a graph since
+ * tf_gen_set_graph. */
+const char *tf_gen_graph_note(const tf_gen *g, long long *records, long long *launches);
 /* The attention object every layer runs (the model's device) and the shape of one
  * layer's attention in a generator's step of B rows (one position each): what a
  * measurement needs to reason about a step's attention state (its bytes; e.g. the

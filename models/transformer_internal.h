@@ -106,6 +106,14 @@ ab_precision tf_precision_enter(const tf_model *m);
 void tf_precision_leave(const tf_model *m, ab_precision p0);
 int tf_forward_run(tf_model *m, const tf_in *in, int B, int N, int pos0, const int *lengths, bool train,
                    uint64_t seed, const mha_run *runs);
+/* tf_forward_run of one position of B rows from device tokens, in two parts (a
+ * generator's recorded step, generate.c), between tf_precision_enter and leave:
+ * tf_step_input checks the fit and embeds the tokens at position pos0 (its work depends
+ * on pos0); tf_step_body runs the layers (the attention as runs say) and the head, or,
+ * with graph non-NULL, launches that recording of them instead (ab_cuda_graph_launch),
+ * and leaves the model's record of its last forward as the full call would. */
+int tf_step_input(tf_model *m, const int *dev_tokens, int B, int pos0);
+int tf_step_body(tf_model *m, int B, uint64_t seed, const mha_run *runs, void *graph);
 /* 0, or AB_EINVAL naming `what` when the model does not take tokens or one is
  * outside [0, vocab). */
 int tf_check_tokens(const tf_model *m, const int *tokens, size_t n, const char *what);

@@ -1,8 +1,7 @@
-/* attnbench sample CHECKPOINT: rows (images) sampled from a checkpoint's model and the
- * speed (driver/sample_run.h). Here the options and the files, each replaced only by a
- * complete new one: DIR/samples.npy (int32: (K, H, W, C) for images, else (K, N)), with
- * --complete DIR/originals.npy, for images samples.grid.tsv and the grid samples.png
- * (plots/samples.gp; drawn last: without gnuplot one warning, exit 0), sample.json. */
+/* attnbench sample CHECKPOINT: rows (images) sampled from a checkpoint's model and the speed
+ * (driver/sample_run.h). Here the options and the files, each replaced only by a complete new
+ * one: DIR/samples.npy (int32: (K, H, W, C) for images, else (K, N)), with --complete DIR/originals.npy,
+ * for images samples.grid.tsv and samples.png (drawn last: without gnuplot one warning), sample.json. */
 #include "commands.h"
 
 #include "cli_args.h"
@@ -20,8 +19,8 @@
 static const char SAMPLE_USAGE[] =
     "usage: attnbench sample CHECKPOINT [--n K] [--batch B] [--seed S] [--temperature T]\n"
     "                        [--mode auto|recurrent|recompute] [--complete FRACTION]\n"
-    "                        [--variant NAME] [--estimate EVERY] [--traffic T] [--out DIR]\n"
-    "                        [--device cpu|cuda]\n"
+    "                        [--variant NAME] [--estimate EVERY] [--traffic T] [--graph]\n"
+    "                        [--out DIR] [--device cpu|cuda]\n"
     "       attnbench sample --config CONFIG.json [--set KEY=VALUE].. [options as above]\n"
     "\n"
     "Ancestral sampling of K rows (images) from the model of a training checkpoint whose\n"
@@ -49,7 +48,9 @@ static const char SAMPLE_USAGE[] =
     "--traffic T (attnbench-emu --device cuda, recurrent modes) counts the device memory\n"
     "one step at position T and its draw move, after sampling's prefill and steps before\n"
     "it, beside the least such a step must move (its weights, the attention states, the\n"
-    "values in and out): DIR/sample.json only, \"method\": \"traffic\", nothing timed.\n";
+    "values in and out): DIR/sample.json only, \"method\": \"traffic\", nothing timed.\n"
+    "--graph (--device cuda, recurrent) runs each step's layers and head as one CUDA graph,\n"
+    "recorded after each prefill (the same values; sample.json's \"graph\" says if it ran).\n";
 
 typedef struct { /* sample's own options */
     sample_opts opts;
@@ -76,10 +77,9 @@ static bool sample_option(int argc, char **argv, int *i, void *ctx) {
         *(temp ? &o->opts.temperature : &o->opts.complete) = x;
     } else if (strcmp(name, "--config") == 0) o->config = cli_path_value(argc, argv, i);
     else if (strcmp(name, "--variant") == 0) o->variant = cli_value(argc, argv, i);
-    else if (strcmp(name, "--estimate") == 0)
-        o->opts.estimate = (int)cli_parse_int("--estimate", cli_value(argc, argv, i), 1, 1 << 30);
-    else if (strcmp(name, "--traffic") == 0)
-        o->opts.traffic = (int)cli_parse_int("--traffic", cli_value(argc, argv, i), 1, 1 << 30);
+    else if (strcmp(name, "--estimate") == 0) o->opts.estimate = (int)cli_parse_int(name, cli_value(argc, argv, i), 1, 1 << 30);
+    else if (strcmp(name, "--traffic") == 0) o->opts.traffic = (int)cli_parse_int(name, cli_value(argc, argv, i), 1, 1 << 30);
+    else if (strcmp(name, "--graph") == 0) o->opts.graph = true;
     else return false;
     return true;
 }

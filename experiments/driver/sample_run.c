@@ -112,6 +112,10 @@ static int check_request(sample_session *s) {
     if (s->recurrent && !tf_has_recurrent(s->m)) return fail_with(AB_EINVAL, "sample --mode recurrent: ");
     ab_clear_error();
     s->N = task->seq_len;
+    if (o->graph && (s->src.device != AB_DEV_CUDA || !s->recurrent))
+        return ab_fail(AB_EINVAL, "sample --graph: records a recurrent step on CUDA, and this %s",
+                       s->src.device != AB_DEV_CUDA ? "runs on the CPU (--device cuda)"
+                                                    : "model samples by recomputation");
     if (o->traffic) {
         if (!s->recurrent)
             return ab_fail(AB_EINVAL, "sample --traffic: counts a recurrent step, and this model samples by "
@@ -164,9 +168,13 @@ void sample_summary(const sample_session *s, const sample_result *r, const char 
         return;
     }
     const double images = (double)r->n;
-    snprintf(buf, cap, "sample: %lld rows of %d values (%d kept), %s, %s%.3g s/image, %.3g images/s at batch %d -> %s",
-             r->n, s->N, s->P, s->recurrent ? "recurrent" : "recompute", r->samples ? "" : "estimated ",
-             r->wall_s / images, r->wall_s > 0 ? images / r->wall_s : NAN, s->opts.batch, dir);
+    const int n = snprintf(buf, cap, "sample: %lld rows of %d values (%d kept), %s, %s%.3g s/image, %.3g images/s at "
+                           "batch %d -> %s", r->n, s->N, s->P, s->recurrent ? "recurrent" : "recompute",
+                           r->samples ? "" : "estimated ", r->wall_s / images, r->wall_s > 0 ? images / r->wall_s : NAN,
+                           s->opts.batch, dir);
+    if (!s->opts.graph || n < 0 || (size_t)n >= cap) return;
+    if (r->graph_note[0]) snprintf(buf + n, cap - (size_t)n, " (steps without a CUDA graph: %s)", r->graph_note);
+    else snprintf(buf + n, cap - (size_t)n, " (%lld CUDA graph launches)", r->graph_launches);
 }
 
 void sample_grid_title(const sample_session *s, const sample_result *r, char *buf, size_t cap) {
@@ -513,12 +521,17 @@ int sample_run(sample_session *s, sample_result *r) {
         rc = ab_fail(AB_ENOMEM, "out of memory for %lld samples of %d values", K, N);
     if (!rc && P > 0) rc = task_batch_alloc(s->cfg.task, B, &tb);
     if (!rc && s->recurrent) rc = tf_gen_create(s->m, B, N, &g);
+    if (!rc && g && s->opts.graph) rc = tf_gen_set_graph(g, true);
     const uint64_t attn_seed = tf_step_seed(s->cfg.seed, TRAIN_EVAL_STEP);
     tf_gen_set_seed(g, attn_seed); /* both modes draw the attention's random choices alike */
     if (!rc && s->opts.traffic) rc = count_traffic(s, g, &k, r);
     else if (!rc && !draws) rc = estimate(s, g, attn_seed, &k, r);
     for (long long i0 = 0; !rc && draws && i0 < K; i0 += B) rc = sample_rows(s, g, attn_seed, &k, &tb, rows, i0, r);
     if (!rc && draws) r->n = K;
+    if (g) {
+        const char *note = tf_gen_graph_note(g, &r->graph_records, &r->graph_launches);
+        snprintf(r->graph_note, sizeof r->graph_note, "%s", note ? note : "");
+    }
     tf_gen_destroy(g);
     task_batch_free(&tb);
     free(k.tokens);
@@ -570,6 +583,11 @@ json_t *sample_document(const sample_session *s, const sample_result *r, const c
     json_object_set_new(doc, "draws", json_string(!draws_on_device(s) ? "host"
                                                   : s->recurrent      ? "device, kept"
                                                                       : "device"));
+    if (s->recurrent) /* the steps as one CUDA graph: asked for, made, launched, or why not */
+        json_object_set_new(doc, "graph", json_pack("{s:b, s:I, s:I, s:o}", "asked", s->opts.graph, "records",
+                                                    (json_int_t)r->graph_records, "launches",
+                                                    (json_int_t)r->graph_launches, "note",
+                                                    r->graph_note[0] ? json_string(r->graph_note) : json_null()));
     json_object_set_new(doc, "seed", json_integer((json_int_t)s->seed));
     json_object_set_new(doc, "n", json_integer(r->n));
     json_object_set_new(doc, "batch", json_integer(s->opts.batch));

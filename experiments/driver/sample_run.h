@@ -56,6 +56,8 @@ typedef struct {
     int estimate;       /* 0, or E > 0: measure speed only, at every E-th position */
     int traffic;        /* 0, or T > 0: count the memory traffic of one recurrent step at
                            position T and its draw (the instrumented emulator), nothing else */
+    bool graph;         /* recurrent, on CUDA: each step's layers and head as one CUDA graph
+                           (tf_gen_set_graph) */
     sample_mode mode;
     uint64_t seed;      /* the draws' seed, when have_seed; else the run's */
     bool have_seed;
@@ -86,6 +88,10 @@ typedef struct {
     int *at;
     double *secs, *cpu_secs;
     json_t *traffic;      /* traffic: the counts beside the step's minimal bytes (owned) */
+    /* recurrent: the CUDA graph's recordings and launches (tf_gen_graph_note), and why
+     * the steps ran without one ("" while one ran or could) */
+    long long graph_records, graph_launches;
+    char graph_note[320];
 } sample_result;
 
 /* The options' own checks, before any model: n a multiple of batch; an estimate, a

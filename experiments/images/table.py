@@ -298,11 +298,13 @@ def cmd_speed(speed, clock="wall"):
     if clock not in ("wall", "cpu"):
         sys.exit(f"table.py: speed: unknown clock '{clock}' (wall, cpu)")
     cpu = clock == "cpu"
-    pts = {}
+    pts, graphed = {}, {}
     for p in sorted(glob.glob(os.path.join(speed, "*", "sample.json"))):
         d = load(p)
         shape = "mnist" if d["values_per_row"] == 784 else "cifar10"
-        pts[(shape, d["variant"] if d["variant"] != "lsh" else lsh_name(d), d["batch"], d["method"])] = d
+        key = (shape, d["variant"] if d["variant"] != "lsh" else lsh_name(d), d["batch"], d["method"])
+        # steps run as a CUDA graph (sample --graph) are compared apart, below the tables
+        (graphed if (d.get("graph") or {}).get("launches") else pts)[key] = d
     if not pts:
         sys.exit(f"table.py: no sample.json under {speed}")
     any_doc = next(iter(pts.values()))
@@ -350,9 +352,22 @@ def cmd_speed(speed, clock="wall"):
         a, b = per_image(chk[0], cpu)[0], per_image(chk[1], cpu)[0]
         print(f"The estimate's check (MNIST shape, softmax, batch 1): sampled {a:.1f} s/image, "
               f"estimated {b:.1f} (every {chk[1]['estimate']['every']}th position), ratio {b / a:.3f}")
+    if graphed:
+        print()
+        print("With each step's layers and head as one CUDA graph (`sample --graph`), against the same point "
+              "without it:")
+        print()
+        print("| shape | variant | batch | images/s without | images/s with the graph | with / without |")
+        print("|---|---|---|---|---|---|")
+        for k in sorted(graphed, key=lambda k: (k[0] != "mnist", k[1], k[2], k[3])):
+            g, plain = graphed[k], pts.get(k)
+            gi = per_image(g, cpu)[1]
+            pi = per_image(plain, cpu)[1] if plain else None
+            print(f"| {k[0]} | {k[1]} | {k[2]} | {fmt(pi) if pi else '-'} | {fmt(gi)} | "
+                  f"{f'{gi / pi:.2f}' if gi and pi else '-'} |")
     print()
     print("(e: estimated from timed positions, `sample --estimate`; otherwise whole images sampled)")
-    for line in provenance.notes(list(pts.values())):
+    for line in provenance.notes(list(pts.values()) + list(graphed.values())):
         print()
         print(line)
 

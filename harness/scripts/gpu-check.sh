@@ -64,7 +64,9 @@
 #   CIFAR-10 linear, stateful-softmax, softmax (estimated), 30 each (a whole-image
 #   point that times out is measured again by --estimate 256, from what is left)  150
 #   a profile of MNIST linear's sampling (nsys, where the machine has it: kernels and
-#   CUDA calls by time), before linear's larger batches                             40
+#   CUDA calls by time)                                                             40
+#   MNIST linear at batch 1 with and without a CUDA graph of the step (sample --graph),
+#   and with it at the batches above: 15, 15, 15, 30; then linear's larger batches   75
 #   archive                                                                         ~5
 #   in all (TOTAL_BUDGET; the probe takes a second or two on a GPU; the H200's
 #   run took 306 s of it)                                                          460
@@ -373,15 +375,16 @@ else
     mnist_dir=$(make_data mnist) cifar10_dir=$(make_data cifar10)
 fi
 say "gpu-check: data for the sampling speeds: $mnist_dir, $cifar10_dir"
-# sample_point SHAPE VARIANT BATCH BUDGET [ESTIMATE_EVERY]
+# sample_point SHAPE VARIANT BATCH BUDGET [ESTIMATE_EVERY] [graph]
 sample_point() {
-    local shape=$1 v=$2 b=$3 bud=$4 every=${5:-} cfg args=() data=$mnist_dir
+    local shape=$1 v=$2 b=$3 bud=$4 every=${5:-} graph=${6:-} cfg args=() data=$mnist_dir
     [ "$shape" = cifar10 ] && data=$cifar10_dir
     case "$v" in
     stateful-softmax) cfg=experiments/images/$shape-softmax.json; args+=(--variant stateful-softmax) ;;
     *) cfg=experiments/images/$shape-$v.json ;;
     esac
-    local name=sample-$shape-$v-b$b${every:+-e$every}
+    [ -n "$graph" ] && args+=(--graph)
+    local name=sample-$shape-$v-b$b${every:+-e$every}${graph:+-graph}
     step "$name" "$(budget "$bud")" "$ab" --threads "$threads" sample --config "$cfg" --set "task.path=$data" \
         --set eval_rows=0 "${tiny[@]}" "${args[@]}" ${every:+--estimate "$every"} --device cuda --n "$b" --batch "$b" \
         --seed 1 --out "$res/$name"
@@ -423,6 +426,12 @@ else
         --set "task.path=$mnist_dir" --set eval_rows=0 --device cuda --n "$mb" --batch "$mb" --seed 1 \
         --out "$work/tmp/profile-mnist-linear-sample"
 fi
+# the steps' layers and head as one CUDA graph (sample --graph) beside the plain steps:
+# at batch 1, where a step is its launches, and at the batches above
+sample_point mnist linear 1 $B_MNIST
+sample_point mnist linear 1 $B_MNIST "" graph
+sample_point mnist linear "$mb" $B_MNIST "" graph
+sample_point cifar10 linear "$cb" $B_CIFAR "" graph
 # linear at the larger batches last: what is left of the budget, after the points above
 sample_point mnist linear "$mbb" $B_MNIST
 sample_point cifar10 linear "$cbb" $B_CIFAR
@@ -457,8 +466,11 @@ for path in sorted(glob.glob(os.path.join(res, "*.json"))):
                                               ", ".join("%d %s" % (n, s) for s, n in sorted(st.items()))))
 for path in sorted(glob.glob(os.path.join(res, "sample-*", "sample.json"))):
     d = json.load(open(path))
-    print("  %-34s %10.4g images/s at batch %d (%s, %s)" % (os.path.basename(os.path.dirname(path)) + ":",
-          d["images_per_s"] or float("nan"), d["batch"], d["mode"], d["method"]))
+    g = d.get("graph") or {}
+    print("  %-34s %10.4g images/s at batch %d (%s, %s%s)" % (os.path.basename(os.path.dirname(path)) + ":",
+          d["images_per_s"] or float("nan"), d["batch"], d["mode"], d["method"],
+          ", graph: %d launches" % g["launches"] if g.get("asked") and not g.get("note")
+          else ", graph not used: %s" % g["note"] if g.get("asked") else ""))
 EOF
 }
 summary | tee "$work/summary.txt"

@@ -707,6 +707,7 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
  * of a call that may not run while one is (it invalidates every active capture). */
 namespace {
 std::vector<cudaStream_t> g_captures;
+bool g_spoil_capture = false; /* ab_emu_spoil_next_capture */
 cudaError_t capture_refuses(cudaError_t e);
 } // namespace
 
@@ -911,7 +912,8 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
     if ((int)mode < 0 || (int)mode > 2) return set_error(cudaErrorInvalidValue);
     if (s->capture) return set_error(cudaErrorIllegalState);
     s->capture = new ab_emu_graph;
-    s->invalidated = false;
+    s->invalidated = g_spoil_capture;
+    g_spoil_capture = false;
     g_captures.push_back(s);
     return cudaSuccess;
 }
@@ -1214,6 +1216,7 @@ extern "C" void ab_emu_set_device_memory(size_t bytes) { ab_emu::set_device_memo
 extern "C" unsigned long long ab_emu_launch_count(void) { return ab_emu::launch_count(); }
 extern "C" unsigned long long ab_emu_op_count(void) { return S().ops; }
 extern "C" unsigned long long ab_emu_host_copy_count(void) { return S().host_copies; }
+extern "C" void ab_emu_spoil_next_capture(void) { g_spoil_capture = true; }
 extern "C" void ab_emu_set_strict(int on) {
     std::lock_guard<std::recursive_mutex> lock(S().mu);
     if (S().window) ab_emu::fatal("ab_emu_set_strict inside a device operation");

@@ -114,6 +114,7 @@
 #include <functional>
 #include <memory>
 #include <math.h>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -260,7 +261,8 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
  * cudaMemset, copies between host and device, synchronisations) fail as they may on
  * a GPU (cudaErrorStreamCaptureUnsupported / Implicit) and invalidate the capture:
  * cudaStreamEndCapture then answers cudaErrorStreamCaptureInvalidated. The null stream
- * cannot be captured. */
+ * cannot be captured. Tests may make the next capture fail at its end
+ * (ab_emu_spoil_next_capture(), a C entry point) to reach a caller's way out. */
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode);
 cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph);
 cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *status);

@@ -333,6 +333,64 @@ Test(sample_run, traffic_of_a_step_against_its_floor) {
     free(err);
 }
 
+/* `sample --graph` (the emulated binary, --device cuda): the same rows as the steps
+ * without it, byte for byte, and sample.json says the graph was recorded once per batch
+ * (after its prefill) and launched at every step; without --graph it says it was not
+ * asked for. On the CPU, or by recomputation, the request is refused with one line and
+ * nothing is written. */
+static int graph_run(const char *exe, const char *mode, bool graph, const char *dir, char **err) {
+    const char *dev = strcmp(exe, ATTNBENCH_EXE) == 0 ? "cpu" : "cuda";
+    if (graph)
+        return tp_run(g_dir, exe, "AB_EMU_STRICT=0",
+                      TP_ARGV("--threads", "1", "sample", "--config", P("seq.json"), "--device", dev, "--batch", "2",
+                              "--n", "4", "--seed", "5", "--mode", mode, "--graph", "--out", P("%s", dir), NULL),
+                      NULL, err);
+    return tp_run(g_dir, exe, "AB_EMU_STRICT=0",
+                  TP_ARGV("--threads", "1", "sample", "--config", P("seq.json"), "--device", dev, "--batch", "2", "--n",
+                          "4", "--seed", "5", "--mode", mode, "--out", P("%s", dir), NULL),
+                  NULL, err);
+}
+
+Test(sample_run, graph_samples_the_same_rows) {
+    td_write_sequences(P("seq"));
+    char cfg[1000];
+    snprintf(cfg, sizeof cfg,
+             "{\"name\": \"seq\", \"task\": {\"name\": \"sequences\", \"path\": \"%s\"},"
+             " \"model\": {\"d_model\": 16, \"heads\": 2, \"layers\": 2, \"d_ff\": 32,"
+             "            \"attention\": {\"variant\": \"linear\"}}, \"seed\": 3}",
+             P("seq"));
+    tp_write_bytes(P("seq.json"), cfg, strlen(cfg));
+    char *err = NULL;
+    for (int gr = 0; gr < 2; gr++) /* (tp_run frees the last err itself) */
+        cr_assert_eq(graph_run(ATTNBENCH_EMU_EXE, "recurrent", gr, gr ? "g1" : "g0", &err), 0, "%s", err);
+    size_t n0 = 0, n1 = 0;
+    unsigned char *a = tp_read_bytes(P("g0/samples.npy"), &n0), *b = tp_read_bytes(P("g1/samples.npy"), &n1);
+    cr_assert(a && b && n0 == n1 && n0 > 0, "samples.npy missing");
+    cr_expect(memcmp(a, b, n0) == 0, "--graph sampled other rows");
+    free(a), free(b);
+    for (int gr = 0; gr < 2; gr++) {
+        json_t *doc = json_load_file(P("%s/sample.json", gr ? "g1" : "g0"), 0, NULL);
+        cr_assert_not_null(doc);
+        const json_t *g = json_object_get(doc, "graph");
+        cr_assert(json_is_object(g), "sample.json has no graph record");
+        const json_t *note = json_object_get(g, "note");
+        cr_expect_eq(json_is_true(json_object_get(g, "asked")), gr == 1);
+        cr_expect_eq(json_integer_value(json_object_get(g, "records")), gr ? 2 : 0, "one recording per batch");
+        cr_expect_eq(json_integer_value(json_object_get(g, "launches")), gr ? 2 * (SEQ_L - 1) : 0,
+                     "a launch per step");
+        if (gr) cr_expect(json_is_null(note), "graph note: %s", json_string_value(note));
+        else cr_expect_str_eq(json_string_value(note), "not asked for");
+        json_decref(doc);
+    }
+    /* refusals: the CPU's binary, and recomputation */
+    int rc = graph_run(ATTNBENCH_EXE, "recurrent", true, "g-cpu", &err);
+    cr_expect(tp_usage_error(rc, err, "--graph on the CPU", TP_ARGV("sample --graph", "--device cuda", NULL)));
+    rc = graph_run(ATTNBENCH_EMU_EXE, "recompute", true, "g-re", &err);
+    cr_expect(tp_usage_error(rc, err, "--graph by recomputation", TP_ARGV("sample --graph", "recomputation", NULL)));
+    free(err);
+    cr_expect(!tp_exists(P("g-cpu/sample.json")) && !tp_exists(P("g-re/sample.json")), "a refused request wrote a document");
+}
+
 /* ---- generation ---- */
 
 static void generate(const char *ckpt, sample_mode mode, gen_result *r) {

@@ -226,3 +226,84 @@ Test(generation_cuda, operations_per_token) {
             }
 }
 #endif
+
+/* Steps fed by the kept draws with their layers and head as one CUDA graph
+ * (tf_gen_set_graph) against the same steps without: the same draws, value for value
+ * (the graph replays the same operations on the same memory: bit-identical), over two
+ * prefills; one recording per prefill and one launch per step; on the emulator, which
+ * counts them, the same device operations. A variant whose step depends on its position,
+ * a model on the CPU and a recording that fails run the steps as before and say why
+ * (note_has: a part of that note; NULL: the graph must run). */
+static void graph_case(const char *variant, const char *setting, ab_device dev, bool spoil, const char *note_has) {
+    enum { B = 2, P = 2, CAP = 8, BATCHES = 2 };
+    tf_config c = tiny_config(variant, dev);
+    const char *const sets[1] = {setting};
+    if (setting) c.n_attn_settings = 1, c.attn_settings = sets;
+    c.vocab = 11;
+    c.max_len = CAP;
+    tf_model *m = make(&c, B);
+    const int prompt[B * P] = {1, 2, 3, 4};
+    int tables[2][BATCHES][B * CAP];
+    unsigned long long ops[2] = {0, 0};
+    (void)ops, (void)spoil; /* the emulator's counts and failures only */
+    for (int w = 0; w < 2; w++) {
+        tf_gen *g = NULL;
+        cr_assert_eq(tf_gen_create(m, B, CAP, &g), 0, "%s", ab_error());
+        if (w) cr_assert_eq(tf_gen_set_graph(g, true), 0, "%s", ab_error());
+        for (int bt = 0; bt < BATCHES; bt++) {
+            if (bt) cr_assert_eq(tf_gen_init(g), 0, "%s", ab_error());
+            cr_assert_eq(tf_gen_prefill(g, prompt, P, NULL), 0, "%s", ab_error());
+#ifdef TEST_CUDA_EMU
+            if (w && spoil && bt == 0) ab_emu_spoil_next_capture();
+            const unsigned long long ops0 = ab_emu_op_count();
+#endif
+            for (int j = P - 1; j < CAP; j++) {
+                const draw_spec d = {false, 0, 1.0, 21 + (uint64_t)bt, 7, 8, (uint64_t)j, 50};
+                cr_assert_eq(tf_gen_draw(g, &d), 0, "%s", ab_error());
+                if (j + 1 < CAP) cr_assert_eq(tf_gen_step(g, NULL, NULL), 0, "%s %s: %s", variant, w ? "graph" : "", ab_error());
+            }
+#ifdef TEST_CUDA_EMU
+            ops[w] += ab_emu_op_count() - ops0;
+#endif
+            cr_assert_eq(tf_gen_position(g), CAP);
+            cr_assert_eq(tf_gen_draws(g, tables[w][bt]), 0, "%s", ab_error());
+        }
+        if (w) {
+            long long records = -1, launches = -1;
+            const char *note = tf_gen_graph_note(g, &records, &launches);
+            if (note_has) {
+                cr_expect(note && strstr(note, note_has), "%s: note '%s', expected '%s'", variant, note ? note : "(none)",
+                          note_has);
+                cr_expect_eq(launches, 0, "%s: %lld graph launches", variant, launches);
+            } else {
+                cr_expect_null(note, "%s: no graph: %s", variant, note ? note : "");
+                cr_expect_eq(records, BATCHES, "%s: %lld recordings for %d prefills", variant, records, BATCHES);
+                cr_expect_eq(launches, BATCHES * (CAP - P), "%s: %lld graph launches for %d steps", variant, launches,
+                             BATCHES * (CAP - P));
+            }
+        }
+        tf_gen_destroy(g);
+    }
+    for (int bt = 0; bt < BATCHES; bt++) {
+        int differ = 0;
+        for (int i = 0; i < B * CAP; i++) differ += tables[0][bt][i] != tables[1][bt][i];
+        cr_expect_eq(differ, 0, "%s (%s): %d draws differ with the graph (prefill %d)", variant, setting ? setting : "",
+                     differ, bt);
+    }
+#ifdef TEST_CUDA_EMU
+    if (dev == AB_DEV_CUDA)
+        cr_expect_eq(ops[1], ops[0], "%s: %llu device operations with the graph, %llu without", variant, ops[1], ops[0]);
+#endif
+    tf_destroy(m);
+}
+
+Test(generation_cuda, graph_steps_equal_plain_steps) {
+    const char *replayable[] = {"linear", "polynomial", "retention", "gla", "deltanet"};
+    for (int v = 0; v < 5; v++) graph_case(replayable[v], NULL, AB_DEV_CUDA, false, NULL);
+    graph_case("linear", "feature_map=favor", AB_DEV_CUDA, false, "does not step the same way at every position");
+    graph_case("stateful-softmax", NULL, AB_DEV_CUDA, false, "does not step the same way at every position");
+    graph_case("linear", NULL, AB_DEV_CPU, false, "on the CPU");
+#ifdef TEST_CUDA_EMU
+    graph_case("linear", NULL, AB_DEV_CUDA, true, "recording the step failed");
+#endif
+}

@@ -122,6 +122,7 @@ steps="machine cuda-probe crosscheck-1 crosscheck-2 bench-figure1-gpu compare-to
 sample-mnist-linear-b2
 sample-mnist-stateful-softmax-b2 sample-mnist-softmax-b2-e49 sample-mnist-lsh-1-b2-e49 sample-cifar10-linear-b2
 sample-cifar10-stateful-softmax-b2 sample-cifar10-softmax-b2-e384 sample-mnist-linear-b4 sample-cifar10-linear-b4
+sample-mnist-linear-b1 sample-mnist-linear-b1-graph sample-mnist-linear-b2-graph sample-cifar10-linear-b2-graph
 suite-test_cuda suite-test_model_cuda
 suite-test_ctc_cuda"
 for s in $steps; do
@@ -152,8 +153,13 @@ for name in ("figure1-gpu", "rnn-family-gpu"):
     if d["git"]["commit"] != (commit or None):
         bad.append("%s.json: git %s, PACK_INFO %s" % (name, d["git"], commit))
 samples = sorted(glob.glob(g + "/results/sample-*/sample.json"))
-if len(samples) != 9:
-    bad.append("%d sample.json, want 9" % len(samples))
+if len(samples) != 13:
+    bad.append("%d sample.json, want 13" % len(samples))
+for p in samples: # the steps as a CUDA graph where asked (the emulator records and launches it)
+    gr = json.load(open(p)).get("graph") or {}
+    want = p.endswith("-graph/sample.json")
+    if bool(gr.get("asked")) != want or (want and (gr.get("note") is not None or not gr.get("launches"))):
+        bad.append("%s: graph %s" % (p, gr))
 for p in samples:
     s = json.load(open(p))
     if s["device"] != "cuda" or not (isinstance(s["images_per_s"], float) and s["images_per_s"] > 0):
@@ -174,7 +180,7 @@ imp=$src/harness/scripts/gpu_import.py
 python3 "$imp" "$g" test-card --sweep "$tmp/imp/sweep" --images "$tmp/imp/images" >"$tmp/imp.log" 2>&1 ||
     fail "gpu_import: $(cat "$tmp/imp.log")"
 [ -f "$tmp/imp/sweep/test-card/figure1-gpu.json" ] || fail "gpu_import wrote no figure1-gpu.json"
-[ "$(ls "$tmp/imp/images/speed-gpu-test-card" | wc -l)" = 9 ] || fail "gpu_import: not 9 sample points"
+[ "$(ls "$tmp/imp/images/speed-gpu-test-card" | wc -l)" = 13 ] || fail "gpu_import: not 13 sample points"
 ! grep -rq -e "$p" -e 'attnbench-gpu/' "$tmp/imp" || fail "an imported document still names the pack's folder"
 grep -q '"command": "build/attnbench-emu ' "$tmp/imp/sweep/test-card/figure1-gpu.json" ||
     fail "the imported command is not relative: $(grep -m1 '"command"' "$tmp/imp/sweep/test-card/figure1-gpu.json")"
