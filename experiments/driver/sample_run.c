@@ -153,6 +153,9 @@ int sample_opts_check(const sample_opts *o) {
     if (o->estimate && o->complete > 0) return ab_fail(AB_EINVAL, "sample: --estimate and --complete exclude each other");
     if (o->traffic && (o->estimate || o->complete > 0))
         return ab_fail(AB_EINVAL, "sample: --traffic excludes --%s", o->estimate ? "estimate" : "complete");
+    if (o->graph && o->estimate) /* each timed step follows its own prefill: it would time the recording */
+        return ab_fail(AB_EINVAL, "sample: --graph excludes --estimate (each estimated step is the first after a "
+                                  "prefill, which records the graph)");
     return 0;
 }
 

@@ -95,7 +95,7 @@ typedef struct {
 } sample_result;
 
 /* The options' own checks, before any model: n a multiple of batch; an estimate, a
- * completion and a traffic count exclude each other. 0, or AB_EINVAL with one line
+ * completion and a traffic count exclude each other; a graph excludes an estimate. 0, or AB_EINVAL with one line
  * ("sample: ..."). */
 int sample_opts_check(const sample_opts *o);
 /* Loads the model (batch opts->batch) and checks the request against it: a task

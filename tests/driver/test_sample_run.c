@@ -388,6 +388,9 @@ Test(sample_run, graph_samples_the_same_rows) {
     rc = graph_run(ATTNBENCH_EMU_EXE, "recompute", true, "g-re", &err);
     cr_expect(tp_usage_error(rc, err, "--graph by recomputation", TP_ARGV("sample --graph", "recomputation", NULL)));
     free(err);
+    const sample_opts both = {.n = 4, .batch = 2, .estimate = 2, .graph = true};
+    cr_expect_eq(sample_opts_check(&both), AB_EINVAL, "--graph with --estimate");
+    cr_expect(strstr(ab_error(), "--graph excludes --estimate") != NULL, "%s", ab_error());
     cr_expect(!tp_exists(P("g-cpu/sample.json")) && !tp_exists(P("g-re/sample.json")), "a refused request wrote a document");
 }
 
