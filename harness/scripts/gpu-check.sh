@@ -65,6 +65,8 @@
 #   point that times out is measured again by --estimate 256, from what is left)  150
 #   a profile of MNIST linear's sampling (nsys, where the machine has it: kernels and
 #   CUDA calls by time)                                                             40
+#   a profile of the chunked linear kernels (ncu, where the machine has it and lets it
+#   read the counters: speed of light, stalls, memory)                              40
 #   MNIST linear at batch 1 with and without a CUDA graph of the step (sample --graph),
 #   and with it at the batches above: 15, 15, 15, 30; then linear's larger batches   75
 #   archive                                                                         ~5
@@ -106,7 +108,7 @@ cd "$root"
 # ---- budgets (seconds) ----
 B_PHASE1=${B_PHASE1:-110} B_INFO=${B_INFO:-30} B_LAB=${B_LAB:-60} LAB_EACH=${LAB_EACH:-20} B_BENCH=${B_BENCH:-100}
 B_TORCH=${B_TORCH:-80} B_RNN=${B_RNN:-60} B_MNIST=${B_MNIST:-15} B_CIFAR=${B_CIFAR:-30} B_FALLBACK=${B_FALLBACK:-15}
-B_PROFILE=${B_PROFILE:-40}
+B_PROFILE=${B_PROFILE:-40} B_NCU=${B_NCU:-40}
 TOTAL_BUDGET=${TOTAL_BUDGET:-460}
 
 rm -rf "$work"
@@ -425,6 +427,25 @@ else
         -o "$work/tmp/profile-mnist-linear" "$ab" --threads "$threads" sample --config experiments/images/mnist-linear.json \
         --set "task.path=$mnist_dir" --set eval_rows=0 --device cuda --n "$mb" --batch "$mb" --seed 1 \
         --out "$work/tmp/profile-mnist-linear-sample"
+fi
+# Why the chunked linear kernels run at 1.6-4.6 TFLOP/s (attention/lab/README.md): Nsight
+# Compute's speed of light, occupancy, warp stall reasons and memory tables of the first
+# launches of the fused path (state, scan, forward, then the backward's), where the
+# machine has ncu and lets it read the counters. Optional, like the profile above.
+ncu_bin=$(command -v ncu 2>/dev/null || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null |
+    head -n 1)
+lab_lc=$(find "$(dirname "$exe")" -type f -perm -u+x -name lab_linear_chunk 2>/dev/null | head -n 1)
+if [ "$dry" = 1 ]; then
+    skip_step profile-linear-chunk "dry run"
+elif [ -z "$ncu_bin" ]; then
+    skip_step profile-linear-chunk "no ncu on this machine"
+elif [ -z "$lab_lc" ]; then
+    skip_step profile-linear-chunk "no lab_linear_chunk in this build"
+else
+    b=$(budget $B_NCU)
+    step profile-linear-chunk "$b" bash -c 'profile_sample "$@"' _ "$b" env LD_LIBRARY_PATH="$libs" "$ncu_bin" \
+        --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
+        --section LaunchStats -k regex:lc_ -c 8 "$lab_lc" --shape 2,8,65536,64,64 --version 2 --reps 1
 fi
 # the steps' layers and head as one CUDA graph (sample --graph) beside the plain steps:
 # at batch 1, where a step is its launches, and at the batches above
