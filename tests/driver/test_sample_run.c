@@ -228,14 +228,20 @@ Test(sample_run, refusals_are_codes_with_one_line) {
  * positions read, one written), the batch's embedding rows and position row, the
  * values in and out, the weights but the embedding table; the draws stay on the device
  * (nothing copied to or from the host). Elsewhere the request is refused. */
-static json_t *traffic_of(const char *variant, int T, char **err) {
-    char cfg[1000], set[64], pos[16], dir[64];
+/* seq.json: a config of the sequences task (data in seq/): 2 layers of linear. */
+static void write_seq_config(void) {
+    char cfg[1000];
     snprintf(cfg, sizeof cfg,
              "{\"name\": \"seq\", \"task\": {\"name\": \"sequences\", \"path\": \"%s\"},"
              " \"model\": {\"d_model\": 16, \"heads\": 2, \"layers\": 2, \"d_ff\": 32,"
              "            \"attention\": {\"variant\": \"linear\"}}, \"seed\": 3}",
              P("seq"));
     tp_write_bytes(P("seq.json"), cfg, strlen(cfg));
+}
+
+static json_t *traffic_of(const char *variant, int T, char **err) {
+    char set[64], pos[16], dir[64];
+    write_seq_config();
     snprintf(set, sizeof set, "model.attention.variant=%s", variant);
     snprintf(pos, sizeof pos, "%d", T);
     snprintf(dir, sizeof dir, "t-%s", variant);
@@ -353,13 +359,7 @@ static int graph_run(const char *exe, const char *mode, bool graph, const char *
 
 Test(sample_run, graph_samples_the_same_rows) {
     td_write_sequences(P("seq"));
-    char cfg[1000];
-    snprintf(cfg, sizeof cfg,
-             "{\"name\": \"seq\", \"task\": {\"name\": \"sequences\", \"path\": \"%s\"},"
-             " \"model\": {\"d_model\": 16, \"heads\": 2, \"layers\": 2, \"d_ff\": 32,"
-             "            \"attention\": {\"variant\": \"linear\"}}, \"seed\": 3}",
-             P("seq"));
-    tp_write_bytes(P("seq.json"), cfg, strlen(cfg));
+    write_seq_config();
     char *err = NULL;
     for (int gr = 0; gr < 2; gr++) /* (tp_run frees the last err itself) */
         cr_assert_eq(graph_run(ATTNBENCH_EMU_EXE, "recurrent", gr, gr ? "g1" : "g0", &err), 0, "%s", err);
