@@ -40,6 +40,7 @@ struct tf_gen {
      * recordings and launches made, and why none is used (empty while one may be) */
     bool graph_on;
     void *graph;
+    unsigned long long graph_forwards; /* the model's forwards when it was recorded */
     long long graph_records, graph_launches;
     char graph_note[320];
 };
@@ -243,12 +244,14 @@ const char *tf_gen_graph_note(const tf_gen *g, long long *records, long long *la
 }
 
 /* The layers and head of a step, recorded once and launched (the caller embedded the
- * position). A recording that fails leaves the states' counts as they were, gives the
+ * position); recorded again when the model ran another forward since (it may have moved
+ * the attention's workspace). A recording that fails leaves the states' counts as they were, gives the
  * recorded step up (the note says why) and runs the step as usual. */
 static int graph_body(tf_gen *g) {
     tf_model *m = g->m;
     const int L = m->cfg.layers;
     int rc;
+    if (g->graph && g->graph_forwards != m->forwards) drop_graph(g); /* a forward since: record again */
     if (!g->graph) {
         if ((rc = ab_cuda_graph_begin())) return rc;
         const int rb = tf_step_body(m, g->B, g->seed, g->runs, NULL);
@@ -266,6 +269,7 @@ static int graph_body(tf_gen *g) {
             return tf_step_body(m, g->B, g->seed, g->runs, NULL);
         }
         g->graph_records++;
+        g->graph_forwards = m->forwards;
     }
     if ((rc = tf_step_body(m, g->B, g->seed, g->runs, g->graph))) return rc;
     g->graph_launches++;

@@ -708,6 +708,7 @@ static int forward_run(tf_model *m, const tf_in *in, int B, int N, int pos0, con
     m->have_forward = m->have_loss = false;
     m->out_B = m->out_N = 0;
     if (check_fit(m, B, N, pos0)) return AB_EINVAL;
+    m->forwards++;
     m->infer_forward = m->inference || runs != NULL;
     int rc = in->dev_tokens ? 0 : in->tokens ? put_tokens(m, in->tokens, B * N) : put_frames(m, in->frames, B * N);
     if (rc || (rc = input_forward(m, in->dev_tokens ? in->dev_tokens : m->tokens, B, N, pos0))) return rc;

@@ -334,8 +334,9 @@ int tf_gen_draws(const tf_gen *g, int *out);
 /* Positions in the state so far. */
 int tf_gen_position(const tf_gen *g);
 /* Asks for (or stops) steps fed by tf_gen_draw's values to run their layers and head as
- * one CUDA graph (generate.c): recorded at the first such step after each prefill,
- * launched at the steps after it; the same results, bit for bit. */
+ * one CUDA graph (generate.c): recorded at the first such step after each prefill (and
+ * after any other forward of the model), launched at the steps after it; the same
+ * results, bit for bit. */
 int tf_gen_set_graph(tf_gen *g, bool on);
 /* Why the steps run without a graph (the model on the CPU, a variant whose step depends
  * on its position, a failed recording, not asked for), or NULL while one is used or may

@@ -81,6 +81,8 @@ struct tf_model {
                            two sets used in turn, no saved buffer where the attention
                            can forward without one */
     bool infer_forward; /* the last forward ran in inference mode */
+    unsigned long long forwards; /* whole forwards run (forward_run): one may have grown the
+                                    attention's workspace, which a recorded step names */
     uint64_t seed;
     double weight_sum;
     bool has_weights;
