@@ -102,6 +102,9 @@ struct emu_state {
     unsigned long long launches = 0;
     unsigned long long ops = 0; /* launches, GEMMs, copies and memsets: what a GPU's stream queues */
     unsigned long long host_copies = 0; /* copies between host and device memory */
+    /* what the host hands the device: each operation queued directly, a graph's launch
+     * once (its operations are in ops, not here) */
+    unsigned long long submissions = 0;
 };
 
 emu_state &S() {
@@ -787,6 +790,7 @@ void record(cudaStream_t s, std::function<void()> op, void (*release)(void *) = 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
     if (no_device()) return set_error(cudaErrorNoDevice);
     if (const cudaError_t e = capture_refuses(cudaErrorStreamCaptureImplicit)) return e;
+    if (bytes) ab_emu::count_submission();
     return memcpy_now(dst, src, bytes, kind);
 }
 
@@ -818,7 +822,10 @@ cudaError_t memcpy_now(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
     if (no_device()) return set_error(cudaErrorNoDevice);
-    if (!ab_emu::capturing(s)) return memcpy_now(dst, src, bytes, kind);
+    if (!ab_emu::capturing(s)) {
+        if (bytes) ab_emu::count_submission();
+        return memcpy_now(dst, src, bytes, kind);
+    }
     /* captured: only copies within device memory (a copy from or to pageable host
      * memory cannot be part of a graph) */
     if (bytes == 0) return cudaSuccess;
@@ -832,6 +839,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
 cudaError_t cudaMemset(void *p, int value, size_t bytes) {
     if (no_device()) return set_error(cudaErrorNoDevice);
     if (const cudaError_t e = capture_refuses(cudaErrorStreamCaptureImplicit)) return e;
+    if (bytes) ab_emu::count_submission();
     return memset_now(p, value, bytes);
 }
 
@@ -854,7 +862,10 @@ cudaError_t memset_now(void *p, int value, size_t bytes) {
 
 cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s) {
     if (no_device()) return set_error(cudaErrorNoDevice);
-    if (!ab_emu::capturing(s)) return memset_now(p, value, bytes);
+    if (!ab_emu::capturing(s)) {
+        if (bytes) ab_emu::count_submission();
+        return memset_now(p, value, bytes);
+    }
     if (bytes == 0) return cudaSuccess;
     ab_emu::require_device(p, bytes, "cudaMemsetAsync");
     record(s, [=]() { memset_now(p, value, bytes); });
@@ -876,6 +887,8 @@ struct ab_emu_stream {
 };
 
 bool ab_emu::capturing(cudaStream_t s) { return s && s->capture; }
+
+void ab_emu::count_submission() { S().submissions++; }
 
 namespace {
 cudaError_t capture_refuses(cudaError_t e) {
@@ -952,6 +965,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
     if (!exec) return set_error(cudaErrorInvalidResourceHandle);
     if (ab_emu::capturing(s)) return capture_refuses(cudaErrorStreamCaptureUnsupported);
     cudaGetLastError(); /* the graph's own errors only */
+    ab_emu::count_submission();
     for (const emu_op &o : exec->ops) {
         o.run();
         if (const cudaError_t e = cudaPeekAtLastError()) return e;
@@ -1189,6 +1203,7 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
         gemm_recorded(h, ta, tb, m, n, k, *alpha, A, lda, 0, B, ldb, 0, *beta, C, ldc, 0, 1, "cublasSgemm"))
         return CUBLAS_STATUS_SUCCESS;
     std::lock_guard<std::recursive_mutex> lock(S().mu);
+    S().submissions++;
     const cublasStatus_t st = gemm("cublasSgemm", h, ta, tb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
     if (st == CUBLAS_STATUS_SUCCESS) S().ops++;
     return st;
@@ -1203,6 +1218,7 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
                       batchCount, "cublasSgemmStridedBatched"))
         return CUBLAS_STATUS_SUCCESS;
     std::lock_guard<std::recursive_mutex> lock(S().mu);
+    S().submissions++;
     const cublasStatus_t st = gemm("cublasSgemmStridedBatched", h, ta, tb, m, n, k, alpha, A, lda, strideA, B, ldb,
                                    strideB, beta, C, ldc, strideC, batchCount);
     if (st == CUBLAS_STATUS_SUCCESS) S().ops++;
@@ -1216,6 +1232,7 @@ extern "C" void ab_emu_set_device_memory(size_t bytes) { ab_emu::set_device_memo
 extern "C" unsigned long long ab_emu_launch_count(void) { return ab_emu::launch_count(); }
 extern "C" unsigned long long ab_emu_op_count(void) { return S().ops; }
 extern "C" unsigned long long ab_emu_host_copy_count(void) { return S().host_copies; }
+extern "C" unsigned long long ab_emu_submission_count(void) { return S().submissions; }
 extern "C" void ab_emu_spoil_next_capture(void) { g_spoil_capture = true; }
 extern "C" void ab_emu_set_strict(int on) {
     std::lock_guard<std::recursive_mutex> lock(S().mu);

@@ -284,6 +284,9 @@ void launch(const char *name, const void *func, dim3 grid, dim3 block, size_t sm
             void (*body)(void *), void *ctx);
 /* Whether work queued on stream s is being captured (cudaStreamBeginCapture). */
 bool capturing(cudaStream_t s);
+/* Counts one thing the host hands the device (ab_emu_submission_count(): each launch,
+ * copy, memset or GEMM queued directly, and a graph's launch once). */
+void count_submission();
 /* Records a launch into s's capture (after the checks of a launch): body(ctx) runs each
  * thread, ctx is kept alive by the record (release(ctx) when the graph goes). */
 void record_launch(const char *name, const void *func, dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t s,
@@ -298,6 +301,7 @@ inline void launch_fn(const char *name, const void *func, dim3 grid, dim3 block,
                       [](void *c) { delete static_cast<G *>(c); });
         return;
     }
+    count_submission();
     launch(name, func, grid, block, smem_bytes, stream, [](void *c) { (*static_cast<G *>(c))(); }, &f);
 }
 /* The dynamic shared memory of the running block (AB_DYN_SMEM). */

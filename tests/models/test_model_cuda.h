@@ -38,6 +38,8 @@ void ab_emu_set_device_memory(size_t bytes);
 unsigned long long ab_emu_op_count(void);
 /* Those of them that copy between host and device memory. */
 unsigned long long ab_emu_host_copy_count(void);
+/* What the host handed the device: operations queued directly, a graph's launch once. */
+unsigned long long ab_emu_submission_count(void);
 /* The next stream capture fails at its end, as a GPU's may (cuda_emu.cpp). */
 void ab_emu_spoil_next_capture(void);
 #endif

@@ -245,8 +245,8 @@ static void graph_case(const char *variant, const char *setting, ab_device dev, 
     tf_model *m = make(&c, B);
     const int prompt[B * P] = {1, 2, 3, 4};
     int tables[2][BATCHES][B * CAP];
-    unsigned long long ops[2] = {0, 0};
-    (void)ops, (void)spoil; /* the emulator's counts and failures only */
+    unsigned long long ops[2] = {0, 0}, subs[2] = {0, 0}, step_ops[2] = {0, 0};
+    (void)ops, (void)subs, (void)step_ops, (void)spoil; /* the emulator's counts and failures only */
     for (int w = 0; w < 2; w++) {
         tf_gen *g = NULL;
         cr_assert_eq(tf_gen_create(m, B, CAP, &g), 0, "%s", ab_error());
@@ -264,7 +264,14 @@ static void graph_case(const char *variant, const char *setting, ab_device dev, 
                 /* a forward of the model between two steps (it may grow the attention's
                  * workspace): the graph is recorded again */
                 if (bt == 1 && j == P + 1) cr_assert_eq(tf_last_logits(m, prompt, B, P, 0, NULL), 0, "%s", ab_error());
+#ifdef TEST_CUDA_EMU
+                const unsigned long long s0 = ab_emu_submission_count(), o0 = ab_emu_op_count();
+#endif
                 if (j + 1 < CAP) cr_assert_eq(tf_gen_step(g, NULL, NULL), 0, "%s %s: %s", variant, w ? "graph" : "", ab_error());
+#ifdef TEST_CUDA_EMU
+                if (bt == 0 && j == P) /* the second step after the prefill (the graph's first replay) */
+                    subs[w] = ab_emu_submission_count() - s0, step_ops[w] = ab_emu_op_count() - o0;
+#endif
             }
 #ifdef TEST_CUDA_EMU
             ops[w] += ab_emu_op_count() - ops0;
@@ -296,8 +303,16 @@ static void graph_case(const char *variant, const char *setting, ab_device dev, 
                      differ, bt);
     }
 #ifdef TEST_CUDA_EMU
-    if (dev == AB_DEV_CUDA)
+    if (dev == AB_DEV_CUDA) {
         cr_expect_eq(ops[1], ops[0], "%s: %llu device operations with the graph, %llu without", variant, ops[1], ops[0]);
+        /* from the host, a step is its operations one by one, or with the graph two: the
+         * position's embedding and the graph's launch (the same operations on the device) */
+        cr_expect_eq(step_ops[1], step_ops[0], "%s: a step's operations", variant);
+        cr_expect_eq(subs[0], step_ops[0], "%s: %llu submissions for %llu operations", variant, subs[0], step_ops[0]);
+        cr_expect_eq(subs[1], note_has ? subs[0] : 2u, "%s: %llu submissions for a step with the graph", variant,
+                     subs[1]);
+        cr_expect_gt(step_ops[0], 2u, "%s: %llu operations in a step", variant, step_ops[0]);
+    }
 #endif
     tf_destroy(m);
 }
