@@ -1181,9 +1181,12 @@ cublasStatus_t gemm(const char *call, cublasHandle_t h, cublasOperation_t ta, cu
  * they are now (the scalars are host values, read at the call). */
 bool gemm_recorded(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float al,
                    const float *A, int lda, long long sa, const float *B, int ldb, long long sb, float be, float *C,
-                   int ldc, long long sc, int batch, const char *call) {
+                   int ldc, long long sc, int batch, const char *call, cublasStatus_t *st) {
     if (!h || !ab_emu::capturing(h->stream)) return false;
     const ab_emu_cublas hc{nullptr, h->math};
+    /* the arguments' checks now, as the call's (a product of no entries checks them only) */
+    *st = gemm(call, h, ta, tb, m, n, k, &al, A, lda, sa, B, ldb, sb, &be, C, ldc, sc, batch < 0 ? batch : 0);
+    if (*st != CUBLAS_STATUS_SUCCESS) return true;
     record(h->stream, [=]() {
         ab_emu_cublas hh = hc;
         std::lock_guard<std::recursive_mutex> lock(S().mu);
@@ -1199,9 +1202,10 @@ bool gemm_recorded(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
 cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                            const float *alpha, const float *A, int lda, const float *B, int ldb, const float *beta,
                            float *C, int ldc) {
+    cublasStatus_t rst = CUBLAS_STATUS_SUCCESS;
     if (alpha && beta &&
-        gemm_recorded(h, ta, tb, m, n, k, *alpha, A, lda, 0, B, ldb, 0, *beta, C, ldc, 0, 1, "cublasSgemm"))
-        return CUBLAS_STATUS_SUCCESS;
+        gemm_recorded(h, ta, tb, m, n, k, *alpha, A, lda, 0, B, ldb, 0, *beta, C, ldc, 0, 1, "cublasSgemm", &rst))
+        return rst;
     std::lock_guard<std::recursive_mutex> lock(S().mu);
     S().submissions++;
     const cublasStatus_t st = gemm("cublasSgemm", h, ta, tb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
@@ -1213,10 +1217,11 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
                                          int k, const float *alpha, const float *A, int lda, long long strideA,
                                          const float *B, int ldb, long long strideB, const float *beta, float *C,
                                          int ldc, long long strideC, int batchCount) {
+    cublasStatus_t rst = CUBLAS_STATUS_SUCCESS;
     if (alpha && beta &&
         gemm_recorded(h, ta, tb, m, n, k, *alpha, A, lda, strideA, B, ldb, strideB, *beta, C, ldc, strideC,
-                      batchCount, "cublasSgemmStridedBatched"))
-        return CUBLAS_STATUS_SUCCESS;
+                      batchCount, "cublasSgemmStridedBatched", &rst))
+        return rst;
     std::lock_guard<std::recursive_mutex> lock(S().mu);
     S().submissions++;
     const cublasStatus_t st = gemm("cublasSgemmStridedBatched", h, ta, tb, m, n, k, alpha, A, lda, strideA, B, ldb,
