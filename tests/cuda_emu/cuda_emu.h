@@ -16,7 +16,8 @@
  *   cooperative fibers that switch only at barriers (__syncthreads, warp operations).
  * - runtime: cudaMalloc/Free (host memory, with an emulated capacity so out-of-memory
  *   paths can be tested: AB_EMU_DEVICE_MEMORY=bytes, default 4 GiB), cudaMemcpy(Async),
- *   cudaMemset(Async), streams and events (everything runs synchronously), device
+ *   cudaMemset(Async), streams and events (everything runs synchronously), stream
+ *   capture and graphs (recorded, then replayed in order: see cudaStreamBeginCapture), device
  *   queries (one emulated device, or none with AB_EMU_NO_DEVICE=1), the last-error
  *   protocol (cudaGetLastError returns and clears the last failure, as the real one).
  * - cuBLAS: cublasCreate/Destroy/SetStream/SetMathMode/GetStatusString, cublasSgemm and
