@@ -10,6 +10,10 @@
  * polynomial (C = 1 + D + D^2, c = 1, scale = 1/sqrt(D)):
  *   version 7: the earlier step
  *   version 8: the library's fused step
+ * both, timed as one CUDA graph of LS_GRAPH_STEPS (20) library steps, per step (the
+ * device's time for a step without the host's launch in between, as `sample --graph`
+ * runs them; each step checked like 2 and 8 from the same state before):
+ *   version 9: elu;  version 10: polynomial
  * Reference: the step in double on the host, from the same state (the state before the
  * step: 8 random positions, so that the denominators are those of a real sequence).
  * Rates: GB/s of the state read and written (8 B H C (M+1) bytes: the floor), flops
@@ -69,12 +73,16 @@ static int run_fused(const problem &p, int threads, int aim, int rows_override) 
     return ls_step_launch(a, p.kind, pl, threads);
 }
 
+#define LS_GRAPH_STEPS 20
+
 static int run(int v, const problem &p) {
     switch (v) {
     case 1:
     case 7: return fm_maps[p.kind].cuda->step(args_of(p));
     case 2:
-    case 8: return lin_step_cuda(args_of(p), p.kind, p.count, p.ws_bytes);
+    case 8:
+    case 9:
+    case 10: return lin_step_cuda(args_of(p), p.kind, p.count, p.ws_bytes);
     case 3: return run_fused(p, 256, 1, p.f.C);
     case 4: return run_fused(p, 1024, 1, p.f.C);
     case 5: return run_fused(p, 256, 2, 0);
@@ -104,9 +112,9 @@ int main(int argc, char **argv) {
     const int D = o.D, M = o.M, M1 = M + 1;
     int failed = 0;
     for (int kind = FM_ELU; kind <= FM_POLY; kind += FM_POLY - FM_ELU) {
-        const int first = kind == FM_ELU ? 1 : 7, last = kind == FM_ELU ? 6 : 8;
+        const std::vector<int> vers = kind == FM_ELU ? std::vector<int>{1, 2, 3, 4, 5, 6, 9} : std::vector<int>{7, 8, 10};
         bool any = false;
-        for (int ver = first; ver <= last; ver++) any |= lab_wants(&o, ver);
+        for (int ver : vers) any |= lab_wants(&o, ver);
         if (!any) continue;
         problem p;
         p.kind = kind;
@@ -160,23 +168,36 @@ int main(int argc, char **argv) {
         lin_step_plan(BH, C, M, attn_cuda_sm_count(), plan);
         printf("lab: %s C=%d: %d SMs: automatic plan %d tile(s) of %d columns, %d row split(s) of %d rows\n",
                kind == FM_ELU ? "elu" : "polynomial", C, attn_cuda_sm_count(), plan[0], plan[1], plan[2], plan[3]);
-        static const char *names[9] = {"",           "elu: update + divide (2)", "elu: fused (library)",
-                                       "elu: fused, 1 block/slice", "elu: fused, 1 block, 1024 thr",
-                                       "elu: fused, 2x blocks", "elu: fused, 128 threads",
-                                       "poly: update + divide (2)", "poly: fused (library)"};
+        static const char *names[11] = {"",           "elu: update + divide (2)", "elu: fused (library)",
+                                        "elu: fused, 1 block/slice", "elu: fused, 1 block, 1024 thr",
+                                        "elu: fused, 2x blocks", "elu: fused, 128 threads",
+                                        "poly: update + divide (2)", "poly: fused (library)",
+                                        "elu: library, graph of 20", "poly: library, graph of 20"};
         /* Sums over C rows in double (float for the update), divided once: a few float
          * roundings of S and of the ratio, ~1e-7; 1e-5 leaves room for the state's
          * accumulated magnitude. Measured on the emulator: <= 1.2e-7 (elu and polynomial,
          * D = 5, 8 and 64). */
         const double tol = 1e-5;
         const double bytes = 8.0 * ns, flops = 4.0 * ns;
-        for (int ver = first; ver <= last; ver++) {
+        for (int ver : vers) {
             if (!lab_wants(&o, ver)) continue;
             LAB_CHECK(ab_cuda_memcpy_h2d(S, S0.data(), sizeof(float) * ns));
             LAB_CHECK(ab_cuda_memset(p.out, 0xff, sizeof(float) * BH * M));
             LAB_CHECK(run(ver, p));
             const double err = lab_max_err(p.out, want.data(), want.size());
-            const double ms = o.check_only ? -1 : lab_time_ms(o.reps, [&] { return run(ver, p); });
+            double ms = -1;
+            if (!o.check_only && ver >= 9) { /* the steps recorded once, timed per step */
+                void *graph = NULL;
+                LAB_CHECK(ab_cuda_graph_begin());
+                int rc = 0;
+                for (int i = 0; i < LS_GRAPH_STEPS && !rc; i++) rc = run(ver, p);
+                const int re = ab_cuda_graph_end(&graph);
+                LAB_CHECK(rc ? rc : re);
+                ms = lab_time_ms(o.reps, [&] { return ab_cuda_graph_launch(graph); }) / LS_GRAPH_STEPS;
+                ab_cuda_graph_destroy(graph);
+            } else if (!o.check_only) {
+                ms = lab_time_ms(o.reps, [&] { return run(ver, p); });
+            }
             failed += lab_report(ver, names[ver], err, tol, ms, flops, bytes);
         }
         free(hq), free(hk), free(hv), free(hp);
