@@ -35,8 +35,8 @@ struct tf_gen {
     int *next;           /* (B) the last draws, the next step's input (model's device) */
     int *table;          /* (B, capacity) the draws by position, -1 where none (model's device) */
     bool drawn;          /* next holds draws from the last position's logits */
-    /* the recorded step (tf_gen_set_graph): asked for, the recording (valid until the next
-     * tf_gen_init or prefill: a forward between them may move the buffers it names),
+    /* the recorded step (tf_gen_set_graph): asked for, the recording (valid while the
+     * model runs no other forward, prefills included: one may move the buffers it names),
      * recordings and launches made, and why none is used (empty while one may be) */
     bool graph_on;
     void *graph;
@@ -124,7 +124,6 @@ static void drop_graph(tf_gen *g) {
 
 int tf_gen_init(tf_gen *g) {
     if (!g) return ab_fail(AB_EINVAL, "tf_gen_init: NULL generator");
-    drop_graph(g);
     for (int l = 0; l < g->m->cfg.layers; l++) {
         int rc = attn_state_reset(g->m->att, g->states[l]);
         if (rc) return rc;
@@ -208,7 +207,6 @@ int tf_gen_prefill(tf_gen *g, const int *tokens, int P, float *logits) {
     }
     tf_in in = {tokens, NULL, NULL};
     g->drawn = false;
-    drop_graph(g);
     rc = tf_forward_run(g->m, &in, g->B, P, 0, NULL, false, g->seed, g->runs);
     if (rc || (rc = copy_last(g->m, g->B, P, logits))) return rc;
     g->t = P;
