@@ -50,7 +50,7 @@ __device__ __forceinline__ int lc_rows(const lc_args &a, int ch) { return min(a.
 /* A segment's own key state (want_state; otherwise favor's key maximum only), written
  * to its record. Log-scaled maps keep the state at the running maximum m of the key
  * log-features so far, rescaling it when m grows (linear.c's k_features_running). */
-template <class Map, int P> __global__ void lc_state_kernel(lc_args a, int want_state) {
+template <class Map, int P, bool PF> __global__ void lc_state_kernel(lc_args a, int want_state) {
     AB_DYN_SMEM(float, sm);
     const lc_smem ly = lc_layout(a, LC_K_STATE, Map::log_scaled);
     float *Xk = sm + ly.Xk, *Kf = sm + ly.Kf, *V = sm + ly.V, *S = sm + ly.S, *z = sm + ly.z, *rw = sm + ly.rows;
@@ -60,12 +60,25 @@ template <class Map, int P> __global__ void lc_state_kernel(lc_args a, int want_
         const int seg = (int)(item % a.nseg), c0 = seg * a.cps, c1 = min(a.nchunks, c0 + a.cps);
         if (want_state) lc_state_in(a, NULL, S, z);
         float m = -INFINITY;
+        lc_stage sk = {}, sv = {}; /* PF: the rows of the next chunk, in flight */
+        auto fetch = [&](int ch) {
+            const long long r = sl * a.N + (long long)ch * a.T;
+            lc_fetch(sk, a.k + r * a.D, a.D, a.Dp, lc_rows(a, ch), a.T);
+            if (want_state) lc_fetch(sv, a.v + r * a.M, a.M, a.Mp, lc_rows(a, ch), a.T);
+        };
+        if (PF) fetch(c0);
         __syncthreads();
         for (int ch = c0; ch < c1; ch++) {
             const int rows = lc_rows(a, ch);
             const long long r = sl * a.N + (long long)ch * a.T;
-            lc_load(Xk, a.ldD, a.k + r * a.D, a.D, a.Dp, rows, a.T);
-            if (want_state) lc_load(V, a.ldM, a.v + r * a.M, a.M, a.Mp, rows, a.T);
+            if (PF) {
+                lc_put(sk, Xk, a.ldD, a.k + r * a.D, a.D, a.Dp, rows, a.T);
+                if (want_state) lc_put(sv, V, a.ldM, a.v + r * a.M, a.M, a.Mp, rows, a.T);
+                if (ch + 1 < c1) fetch(ch + 1);
+            } else {
+                lc_load(Xk, a.ldD, a.k + r * a.D, a.D, a.Dp, rows, a.T);
+                if (want_state) lc_load(V, a.ldM, a.v + r * a.M, a.M, a.Mp, rows, a.T);
+            }
             __syncthreads();
             if constexpr (Map::log_scaled) {
                 lc_favor::logits<P>(a, Xk, Kf, a.T, rows, rw);
@@ -179,7 +192,7 @@ __device__ __forceinline__ void lc_den(const lc_args &a, const float *A, const f
     }
 }
 
-template <class Map, int P> __global__ void lc_fwd_kernel(lc_args a) {
+template <class Map, int P, bool PF> __global__ void lc_fwd_kernel(lc_args a) {
     AB_DYN_SMEM(float, sm);
     const lc_smem ly = lc_layout(a, LC_K_FWD, Map::log_scaled);
     float *Xq = sm + ly.Xq, *Xk = sm + ly.Xk, *Qf = sm + ly.Qf, *Kf = sm + ly.Kf, *V = sm + ly.V, *O = sm + ly.O;
@@ -192,14 +205,33 @@ template <class Map, int P> __global__ void lc_fwd_kernel(lc_args a) {
         const int seg = (int)(item % a.nseg), c0 = seg * a.cps, c1 = min(a.nchunks, c0 + a.cps);
         const float ck = Map::log_scaled ? a.kc[sl] : 0.0f;
         lc_state_in(a, causal ? (a.nseg > 1 ? a.sst + item * a.E : NULL) : a.tot + sl * a.E, S, z);
+        lc_stage sq = {}, sk = {}, sv = {}; /* PF: the rows of the next chunk, in flight */
+        auto fetch = [&](int ch) {
+            const long long r = sl * a.N + (long long)ch * T;
+            lc_fetch(sq, a.q + r * a.D, a.D, a.Dp, lc_rows(a, ch), T);
+            if (causal) {
+                lc_fetch(sk, a.k + r * a.D, a.D, a.Dp, lc_rows(a, ch), T);
+                lc_fetch(sv, a.v + r * a.M, a.M, a.Mp, lc_rows(a, ch), T);
+            }
+        };
+        if (PF) fetch(c0);
         __syncthreads();
         for (int ch = c0; ch < c1; ch++) {
             const int rows = lc_rows(a, ch);
             const long long r = sl * a.N + (long long)ch * T;
-            lc_load(Xq, a.ldD, a.q + r * a.D, a.D, a.Dp, rows, T);
-            if (causal) {
-                lc_load(Xk, a.ldD, a.k + r * a.D, a.D, a.Dp, rows, T);
-                lc_load(V, a.ldM, a.v + r * a.M, a.M, a.Mp, rows, T);
+            if (PF) {
+                lc_put(sq, Xq, a.ldD, a.q + r * a.D, a.D, a.Dp, rows, T);
+                if (causal) {
+                    lc_put(sk, Xk, a.ldD, a.k + r * a.D, a.D, a.Dp, rows, T);
+                    lc_put(sv, V, a.ldM, a.v + r * a.M, a.M, a.Mp, rows, T);
+                }
+                if (ch + 1 < c1) fetch(ch + 1);
+            } else {
+                lc_load(Xq, a.ldD, a.q + r * a.D, a.D, a.Dp, rows, T);
+                if (causal) {
+                    lc_load(Xk, a.ldD, a.k + r * a.D, a.D, a.Dp, rows, T);
+                    lc_load(V, a.ldM, a.v + r * a.M, a.M, a.Mp, rows, T);
+                }
             }
             __syncthreads();
             lc_qk_features<Map, P>(a, Xq, Qf, rows, causal, ck, rw);
@@ -228,7 +260,7 @@ template <class Map, int P> __global__ void lc_fwd_kernel(lc_args a) {
  * G = dout inv (its augmented column -gd: GCOL), dphiQ = G S^T - gd z^T + B phiK with
  * B = (G V^T - gd 1^T) masked, dq; and (want_r) the segment's own R = sum phiQ^T G,
  * r = sum phiQ^T (-gd), into its record. */
-template <class Map, int P> __global__ void lc_dq_kernel(lc_args a, int want_r) {
+template <class Map, int P, bool PF> __global__ void lc_dq_kernel(lc_args a, int want_r) {
     AB_DYN_SMEM(float, sm);
     const lc_smem ly = lc_layout(a, LC_K_DQ, Map::log_scaled);
     float *Xq = sm + ly.Xq, *Xk = sm + ly.Xk, *Qf = sm + ly.Qf, *Kf = sm + ly.Kf, *dF = sm + ly.dF, *V = sm + ly.V;
@@ -243,15 +275,36 @@ template <class Map, int P> __global__ void lc_dq_kernel(lc_args a, int want_r) 
         const float ck = Map::log_scaled ? a.kc[sl] : 0.0f;
         lc_state_in(a, causal ? (a.nseg > 1 ? a.sst + item * a.E : NULL) : a.tot + sl * a.E, S, z);
         if (want_r) lc_state_in(a, NULL, R, rr);
+        lc_stage sq = {}, sg = {}, sk = {}, sv = {}; /* PF: the rows of the next chunk, in flight */
+        auto fetch = [&](int ch) {
+            const long long r = sl * a.N + (long long)ch * T;
+            lc_fetch(sq, a.q + r * a.D, a.D, a.Dp, lc_rows(a, ch), T);
+            lc_fetch(sg, a.dout + r * a.M, a.M, a.Mp, lc_rows(a, ch), T);
+            if (causal) {
+                lc_fetch(sk, a.k + r * a.D, a.D, a.Dp, lc_rows(a, ch), T);
+                lc_fetch(sv, a.v + r * a.M, a.M, a.Mp, lc_rows(a, ch), T);
+            }
+        };
+        if (PF) fetch(c0);
         __syncthreads();
         for (int ch = c0; ch < c1; ch++) {
             const int rows = lc_rows(a, ch);
             const long long r = sl * a.N + (long long)ch * T, pos = (long long)ch * T;
-            lc_load(Xq, a.ldD, a.q + r * a.D, a.D, a.Dp, rows, T);
-            lc_load(G, a.ldM, a.dout + r * a.M, a.M, a.Mp, rows, T);
-            if (causal) {
-                lc_load(Xk, a.ldD, a.k + r * a.D, a.D, a.Dp, rows, T);
-                lc_load(V, a.ldM, a.v + r * a.M, a.M, a.Mp, rows, T);
+            if (PF) {
+                lc_put(sq, Xq, a.ldD, a.q + r * a.D, a.D, a.Dp, rows, T);
+                lc_put(sg, G, a.ldM, a.dout + r * a.M, a.M, a.Mp, rows, T);
+                if (causal) {
+                    lc_put(sk, Xk, a.ldD, a.k + r * a.D, a.D, a.Dp, rows, T);
+                    lc_put(sv, V, a.ldM, a.v + r * a.M, a.M, a.Mp, rows, T);
+                }
+                if (ch + 1 < c1) fetch(ch + 1);
+            } else {
+                lc_load(Xq, a.ldD, a.q + r * a.D, a.D, a.Dp, rows, T);
+                lc_load(G, a.ldM, a.dout + r * a.M, a.M, a.Mp, rows, T);
+                if (causal) {
+                    lc_load(Xk, a.ldD, a.k + r * a.D, a.D, a.Dp, rows, T);
+                    lc_load(V, a.ldM, a.v + r * a.M, a.M, a.Mp, rows, T);
+                }
             }
             __syncthreads();
             lc_qk_features<Map, P>(a, Xq, Qf, rows, causal, ck, rw);
@@ -332,7 +385,7 @@ template <class Map, int P> __global__ void lc_dq_kernel(lc_args a, int want_r) 
 
 /* Backward pass 2: per chunk in reverse, R the sum of phiQ^T G over the later positions
  * (r for G's last column): dphiK = V R^T + 1 r^T + B^T phiQ, dV = phiK R + A^T G, dk. */
-template <class Map, int P> __global__ void lc_dkv_kernel(lc_args a) {
+template <class Map, int P, bool PF> __global__ void lc_dkv_kernel(lc_args a) {
     AB_DYN_SMEM(float, sm);
     const lc_smem ly = lc_layout(a, LC_K_DKV, Map::log_scaled);
     float *Xq = sm + ly.Xq, *Xk = sm + ly.Xk, *Qf = sm + ly.Qf, *Kf = sm + ly.Kf, *dF = sm + ly.dF, *V = sm + ly.V;
@@ -346,13 +399,43 @@ template <class Map, int P> __global__ void lc_dkv_kernel(lc_args a) {
         const int seg = (int)(item % a.nseg), c0 = seg * a.cps, c1 = min(a.nchunks, c0 + a.cps);
         const float ck = Map::log_scaled ? a.kc[sl] : 0.0f;
         lc_state_in(a, causal ? (a.nseg > 1 ? a.sst + item * a.E : NULL) : a.tot + sl * a.E, R, rr);
+        lc_stage sk = {}, sv = {}, sq = {}, sg = {}; /* PF: the rows of the next chunk (the one before), in flight */
+        float gdn = 0.0f;        /* PF: -gd of row threadIdx.x of that chunk (when blockDim.x >= T) */
+        auto fetch = [&](int ch) {
+            const long long r = sl * a.N + (long long)ch * T, pos = (long long)ch * T;
+            const int rows = lc_rows(a, ch);
+            lc_fetch(sk, a.k + r * a.D, a.D, a.Dp, rows, T);
+            lc_fetch(sv, a.v + r * a.M, a.M, a.Mp, rows, T);
+            if (causal) {
+                lc_fetch(sq, a.q + r * a.D, a.D, a.Dp, rows, T);
+                lc_fetch(sg, a.dout + r * a.M, a.M, a.Mp, rows, T, a.inv + sl * a.N + pos);
+                if ((int)threadIdx.x < rows) gdn = -a.gd[sl * a.N + pos + threadIdx.x];
+            }
+        };
+        if (PF) fetch(c1 - 1);
         __syncthreads();
         for (int ch = c1 - 1; ch >= c0; ch--) {
             const int rows = lc_rows(a, ch);
             const long long r = sl * a.N + (long long)ch * T, pos = (long long)ch * T;
-            lc_load(Xk, a.ldD, a.k + r * a.D, a.D, a.Dp, rows, T);
-            lc_load(V, a.ldM, a.v + r * a.M, a.M, a.Mp, rows, T);
-            if (causal) {
+            if (PF) {
+                lc_put(sk, Xk, a.ldD, a.k + r * a.D, a.D, a.Dp, rows, T);
+                lc_put(sv, V, a.ldM, a.v + r * a.M, a.M, a.Mp, rows, T);
+                if (causal) {
+                    lc_put(sq, Xq, a.ldD, a.q + r * a.D, a.D, a.Dp, rows, T);
+                    lc_put(sg, G, a.ldM, a.dout + r * a.M, a.M, a.Mp, rows, T, a.inv + sl * a.N + pos);
+                    if ((int)blockDim.x >= T) {
+                        if ((int)threadIdx.x < T) rw[LC_RW_GCOL * T + threadIdx.x] = (int)threadIdx.x < rows ? gdn : 0.0f;
+                    } else {
+                        for (int i = threadIdx.x; i < T; i += blockDim.x)
+                            rw[LC_RW_GCOL * T + i] = i < rows ? -a.gd[sl * a.N + pos + i] : 0.0f;
+                    }
+                }
+                if (ch > c0) fetch(ch - 1);
+            } else {
+                lc_load(Xk, a.ldD, a.k + r * a.D, a.D, a.Dp, rows, T);
+                lc_load(V, a.ldM, a.v + r * a.M, a.M, a.Mp, rows, T);
+            }
+            if (!PF && causal) {
                 lc_load(Xq, a.ldD, a.q + r * a.D, a.D, a.Dp, rows, T);
                 const float *dout = a.dout + r * a.M, *iv = a.inv + sl * a.N + pos;
                 for (int e = threadIdx.x; e < T * a.Mp; e += blockDim.x) {
@@ -417,6 +500,8 @@ struct lc_cfg {
     int D, M, C;
     double eps;
     const float *W, *WT; /* favor */
+    int prefetch;        /* 1: each block fetches the next chunk's rows into registers while it works on a
+                          * chunk (lc_stage; elu only, the other maps run without) */
 };
 
 /* The args of a run of ns slices of valid length L in tensors of N positions (tensor
@@ -505,7 +590,7 @@ static int lc_scan(const lc_args &a, long long n_e, int mode, bool favor) {
     return 0;
 }
 
-template <class Map, int P> struct lc_kernels {
+template <class Map, int P, bool PF = false> struct lc_kernels {
     static std::atomic<size_t> &allowed(int kind) {
         static std::atomic<size_t> lim[4] = {{48 * 1024}, {48 * 1024}, {48 * 1024}, {48 * 1024}};
         return lim[kind];
@@ -518,11 +603,11 @@ template <class Map, int P> struct lc_kernels {
         const bool fav = Map::log_scaled;
         if (!a.causal || a.nseg > 1 || a.state || fav) {
             const bool st = !a.causal || a.nseg > 1 || a.state;
-            AB_TRY(lc_launch(&lc_state_kernel<Map, P>, allowed(LC_K_STATE), items, threads, smem(a, LC_K_STATE), a,
+            AB_TRY(lc_launch(&lc_state_kernel<Map, P, PF>, allowed(LC_K_STATE), items, threads, smem(a, LC_K_STATE), a,
                              (int)st));
             AB_TRY(lc_scan(a, st ? n_e : 0, a.causal ? 0 : 2, fav));
         }
-        if (want_out) AB_TRY(lc_launch(&lc_fwd_kernel<Map, P>, allowed(LC_K_FWD), items, threads, smem(a, LC_K_FWD), a));
+        if (want_out) AB_TRY(lc_launch(&lc_fwd_kernel<Map, P, PF>, allowed(LC_K_FWD), items, threads, smem(a, LC_K_FWD), a));
         return 0;
     }
 
@@ -532,15 +617,18 @@ template <class Map, int P> struct lc_kernels {
         const long long items = a.ns * a.nseg, n_e = (long long)a.Cp * a.Mp + a.Cp;
         AB_TRY(forward(a, threads, false)); /* the segments' prefix states (or the total), favor's shift */
         const bool want_r = !a.causal || a.nseg > 1;
-        AB_TRY(lc_launch(&lc_dq_kernel<Map, P>, allowed(LC_K_DQ), items, threads, smem(a, LC_K_DQ), a, (int)want_r));
+        AB_TRY(lc_launch(&lc_dq_kernel<Map, P, PF>, allowed(LC_K_DQ), items, threads, smem(a, LC_K_DQ), a, (int)want_r));
         if (want_r) AB_TRY(lc_scan(a, n_e, a.causal ? 1 : 2, false));
-        AB_TRY(lc_launch(&lc_dkv_kernel<Map, P>, allowed(LC_K_DKV), items, threads, smem(a, LC_K_DKV), a));
+        AB_TRY(lc_launch(&lc_dkv_kernel<Map, P, PF>, allowed(LC_K_DKV), items, threads, smem(a, LC_K_DKV), a));
         return 0;
     }
 };
 
-/* Dispatch on the map and the precision. */
+/* Dispatch on the map and the precision (and prefetch, which only elu's kernels are
+ * built with: the other maps run without it). */
 template <class F> static int lc_dispatch(const lc_cfg &c, F &&f) {
+    if (c.prefetch && c.map == LC_MAP_ELU)
+        return c.prec == LC_FP32 ? f(lc_kernels<lc_elu, LC_FP32, true>()) : f(lc_kernels<lc_elu, LC_TF32, true>());
     switch (c.map * 2 + (c.prec == LC_FP32 ? 0 : 1)) {
     case LC_MAP_ELU * 2: return f(lc_kernels<lc_elu, LC_FP32>());
     case LC_MAP_ELU * 2 + 1: return f(lc_kernels<lc_elu, LC_TF32>());

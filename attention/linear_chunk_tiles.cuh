@@ -227,6 +227,73 @@ __device__ __forceinline__ void lc_load(float *dst, int ld, const float *src, in
     }
 }
 
+/* ---- a chunk's rows staged in registers (prefetch) ----
+ *
+ * lc_load's loop waits for each of a thread's loads before its store to shared memory,
+ * so a chunk's rows cost one trip to memory per float4 a thread loads, and nothing
+ * else runs meanwhile (the block is at a barrier). Staged instead: lc_fetch issues a
+ * thread's loads of a tile into registers and returns at once; lc_put stores them to
+ * shared memory later. A kernel fetches chunk ch + 1 before it works on chunk ch, so
+ * the loads are in flight during the chunk's products. A tile is staged when it is
+ * LC_STAGE_U float4 per thread or fewer (T = 32, 64 columns, 256 threads: 2) and its
+ * rows are float4 rows; otherwise lc_put falls back to lc_load (the same values). The
+ * optional row scale multiplies each row by scale[i] (the backward's dout / (den+eps)). */
+#define LC_STAGE_U 2
+
+struct lc_stage {
+    float4 x[LC_STAGE_U];
+    float sc[LC_STAGE_U];
+};
+
+/* Whether a tile of T rows of W floats (Wp with padding) at src goes through registers
+ * (the same answer on every thread of the block). */
+__device__ __forceinline__ bool lc_stageable(const float *src, int W, int Wp, int T) {
+    return (W & 3) == 0 && ((uintptr_t)src & 15) == 0 && T * (Wp >> 2) <= LC_STAGE_U * (int)blockDim.x;
+}
+
+/* Issues the loads of the tile (rows < `rows` valid; each row times scale[i] if given)
+ * into st; nothing when it is not stageable (lc_put then loads it). */
+__device__ __forceinline__ void lc_fetch(lc_stage &st, const float *src, int W, int Wp, int rows, int T,
+                                         const float *scale = NULL) {
+    if (!lc_stageable(src, W, Wp, T)) return;
+    const int W4 = W >> 2, Wp4 = Wp >> 2;
+    const float4 *s4 = reinterpret_cast<const float4 *>(src);
+    AB_UNROLL
+    for (int u = 0; u < LC_STAGE_U; u++) {
+        const int e = threadIdx.x + u * blockDim.x, i = e / Wp4, c4 = e - i * Wp4;
+        const bool in = e < T * Wp4 && i < rows && c4 < W4;
+        st.x[u] = in ? s4[(long long)i * W4 + c4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        st.sc[u] = in && scale ? scale[i] : 1.0f;
+    }
+}
+
+/* dst rows [0, T) x [0, Wp) (ld) = the tile lc_fetch fetched into st with the same
+ * arguments (zero past the valid rows and W), or loaded now when not stageable. */
+__device__ __forceinline__ void lc_put(const lc_stage &st, float *dst, int ld, const float *src, int W, int Wp,
+                                       int rows, int T, const float *scale = NULL) {
+    if (!lc_stageable(src, W, Wp, T)) {
+        if (!scale) {
+            lc_load(dst, ld, src, W, Wp, rows, T);
+            return;
+        }
+        for (int e = threadIdx.x; e < T * Wp; e += blockDim.x) {
+            const int i = e / Wp, c = e - i * Wp;
+            dst[i * ld + c] = i < rows && c < W ? src[(long long)i * W + c] * scale[i] : 0.0f;
+        }
+        return;
+    }
+    const int Wp4 = Wp >> 2;
+    AB_UNROLL
+    for (int u = 0; u < LC_STAGE_U; u++) {
+        const int e = threadIdx.x + u * blockDim.x, i = e / Wp4, c4 = e - i * Wp4;
+        if (e < T * Wp4) {
+            const float sc = st.sc[u];
+            float *d = dst + i * ld + 4 * c4;
+            d[0] = st.x[u].x * sc, d[1] = st.x[u].y * sc, d[2] = st.x[u].z * sc, d[3] = st.x[u].w * sc;
+        }
+    }
+}
+
 /* z[c] += sum over the T rows of F[:, c] (rows past the valid ones are zero). */
 __device__ __forceinline__ void lc_colsum(const lc_args &a, const float *F, float *z) {
     for (int c = threadIdx.x; c < a.Cp; c += blockDim.x) {

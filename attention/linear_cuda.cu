@@ -81,9 +81,23 @@
  * Compare versions 2-3 (the defaults) with 4-8 (chunk 16 / 64, 128 threads, 4 or 1
  * blocks per SM) and with 1 (the batched path); then, under Nsight Compute, the DRAM
  * throughput of lc_dq_kernel and lc_dkv_kernel: if they are latency-bound (loads not
- * overlapping compute), prefetch the next chunk's rows into registers while the tile
- * products run (the first change to make); if fp32 is shared-memory bound, 4 x 8 micro-
- * tiles with 128 threads.
+ * overlapping compute), prefetch; if fp32 is shared-memory bound, 4 x 8 micro-tiles
+ * with 128 threads.
+ * Prefetch is built, not yet timed: with lin_chunk_prefetch = 1 (lab versions 13, 14;
+ * gpu-check's step lab-linear-chunk-prefetch) elu's four kernels fetch the next
+ * chunk's rows into registers (lc_stage: two float4 per thread per tensor at T = 32,
+ * D = M = 64, 256 threads) before working on the current chunk, so a chunk's loads are
+ * in flight during the previous chunk's products instead of one trip to memory per
+ * float4 at the chunk's start with the block waiting at a barrier (lc_load issues a
+ * thread's loads one after the other: 6 trips a chunk forward, 8 in each backward
+ * pass). Why this first: tf32 cut the products' share (~4x fewer instructions than
+ * fp32's register tiles) but the H200's time a chunk only from 30 to 25 us (forward
+ * with its state kernel, B = 8, H = 8, N = 8192, 64 chunks a block: lab/runs/h200/
+ * 4-after.log), so most of a chunk is neither the products nor bandwidth.
+ * Registers (ptxas, sm_90, no spills) go up to 96-128 (forward fp32 56 -> 128, dq 72 ->
+ * 128, dkv 56 -> 128; tf32 forward 56 -> 96): two blocks of 256 threads per SM still
+ * fit, the number the segments aim for. The results are the plain kernels' bit for bit
+ * (test cuda_lchunk::prefetch_moves_the_same_values).
  *
  * ==== polynomial (poly_chunk.cuh) ====
  * The same blocks and passes; within a chunk A = (c + scale Q K^T)^2 directly (a T x T
@@ -131,6 +145,7 @@ extern "C" {
 int lin_cuda_path = 0;
 long long lin_chunk_blocks = 0;
 int lin_chunk_threads = 256;
+int lin_chunk_prefetch = 0;
 
 #define FUSED_AUTO_CHUNK 32
 #define FUSED_MAX_CHUNK 64
@@ -169,6 +184,7 @@ static bool fused_cfg(const attn *a, const attn_shape *s, lc_cfg *o) {
     else return false;
     o->prec = a->p.precision == AB_PREC_TF32 ? LC_TF32 : LC_FP32;
     o->threads = lin_chunk_threads;
+    o->prefetch = lin_chunk_prefetch;
     o->D = s->qk_dim, o->M = s->v_dim, o->C = sp.C;
     o->eps = a->p.eps;
     o->W = o->WT = NULL;

@@ -43,10 +43,13 @@ extern size_t lin_cuda_ws_floats;
  * their tiles fit (else the batched cuBLAS path), 1 = always the batched path (the
  * previous approach; polynomial always takes it); lin_chunk_blocks: the (slice, segment)
  * blocks a call aims for (0: twice the device's multiprocessors); lin_chunk_threads:
- * threads per block (a multiple of 32, default 256). */
+ * threads per block (a multiple of 32, default 256); lin_chunk_prefetch: 1 = elu's
+ * kernels fetch the next chunk's rows into registers while they work on a chunk
+ * (linear_chunk_tiles.cuh's lc_stage; default 0 until a GPU has timed it). */
 extern int lin_cuda_path;
 extern long long lin_chunk_blocks;
 extern int lin_chunk_threads;
+extern int lin_chunk_prefetch;
 
 #ifdef __cplusplus
 }

@@ -505,7 +505,7 @@ struct lp_cfg {
 };
 
 static inline lc_args lp_make_args(const lp_cfg &c, long long ns, int N, int L, bool causal) {
-    lc_cfg lc = {LC_MAP_ELU, c.prec, c.T, c.threads, c.target, c.D, c.M, 1 + c.D + c.D * c.D, c.eps, NULL, NULL};
+    lc_cfg lc = {LC_MAP_ELU, c.prec, c.T, c.threads, c.target, c.D, c.M, 1 + c.D + c.D * c.D, c.eps, NULL, NULL, 0};
     lc_args a = lc_make_args(lc, ns, N, L, causal);
     a.poly = 1;
     a.W0p = lc_round16(1 + c.D);

@@ -15,6 +15,9 @@
  *   version 9  fused fp32, chunk 16
  *   version 10 fused fp32, 128 threads per block
  *   version 11-12 fused tf32 / fp32, chunk 48, 1 block per SM (polynomial's defaults)
+ *   version 13-14 versions 2 and 3 with prefetch: each block fetches the next chunk's
+ *              rows into registers while it works on a chunk (lc_stage; elu only: with
+ *              another LAB_MAP they run as 2 and 3)
  * Each version prints three lines: forward, backward (alone: it recomputes what it
  * needs) and forward + backward, each with its error against a float64 reference (the
  * scan form, paper eqs. 13-15; computed for the first two slices only, to keep it
@@ -179,21 +182,24 @@ struct version {
     const char *name;
     bool batched;
     int prec, T, threads, per_sm;
+    int prefetch;
 };
 static const version VERSIONS[] = {
-    {"", false, 0, 0, 0, 0},
-    {"batched cuBLAS fp32", true, LC_FP32, 64, 0, 0},
-    {"fused fp32 T32 256t 2/SM", false, LC_FP32, 32, 256, 2},
-    {"fused tf32 T32 256t 2/SM", false, LC_TF32, 32, 256, 2},
-    {"fused tf32 T16 256t 2/SM", false, LC_TF32, 16, 256, 2},
-    {"fused tf32 T64 256t 2/SM", false, LC_TF32, 64, 256, 2},
-    {"fused tf32 T32 128t 2/SM", false, LC_TF32, 32, 128, 2},
-    {"fused tf32 T32 256t 4/SM", false, LC_TF32, 32, 256, 4},
-    {"fused tf32 T32 256t 1/SM", false, LC_TF32, 32, 256, 1},
-    {"fused fp32 T16 256t 2/SM", false, LC_FP32, 16, 256, 2},
-    {"fused fp32 T32 128t 2/SM", false, LC_FP32, 32, 128, 2},
-    {"fused tf32 T48 256t 1/SM", false, LC_TF32, 48, 256, 1},
-    {"fused fp32 T48 256t 1/SM", false, LC_FP32, 48, 256, 1},
+    {"", false, 0, 0, 0, 0, 0},
+    {"batched cuBLAS fp32", true, LC_FP32, 64, 0, 0, 0},
+    {"fused fp32 T32 256t 2/SM", false, LC_FP32, 32, 256, 2, 0},
+    {"fused tf32 T32 256t 2/SM", false, LC_TF32, 32, 256, 2, 0},
+    {"fused tf32 T16 256t 2/SM", false, LC_TF32, 16, 256, 2, 0},
+    {"fused tf32 T64 256t 2/SM", false, LC_TF32, 64, 256, 2, 0},
+    {"fused tf32 T32 128t 2/SM", false, LC_TF32, 32, 128, 2, 0},
+    {"fused tf32 T32 256t 4/SM", false, LC_TF32, 32, 256, 4, 0},
+    {"fused tf32 T32 256t 1/SM", false, LC_TF32, 32, 256, 1, 0},
+    {"fused fp32 T16 256t 2/SM", false, LC_FP32, 16, 256, 2, 0},
+    {"fused fp32 T32 128t 2/SM", false, LC_FP32, 32, 128, 2, 0},
+    {"fused tf32 T48 256t 1/SM", false, LC_TF32, 48, 256, 1, 0},
+    {"fused fp32 T48 256t 1/SM", false, LC_FP32, 48, 256, 1, 0},
+    {"fused fp32 T32 256t 2/SM pf", false, LC_FP32, 32, 256, 2, 1},
+    {"fused tf32 T32 256t 2/SM pf", false, LC_TF32, 32, 256, 2, 1},
 };
 static const int N_VERSIONS = (int)(sizeof VERSIONS / sizeof VERSIONS[0]) - 1;
 
@@ -263,7 +269,7 @@ int main(int argc, char **argv) {
         if (!lab_wants(&o, vi)) continue;
         const version &ver = VERSIONS[vi];
         lc_cfg c = {poly ? LC_MAP_ELU : map, ver.prec, ver.T, ver.threads, (long long)ver.per_sm * info.sm_count,
-                    D, M, C, eps, dW, dWT};
+                    D, M, C, eps, dW, dWT, ver.prefetch};
         float *ws = NULL;
         std::function<int()> fwd, bwd;
         if (ver.batched) {

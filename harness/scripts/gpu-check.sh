@@ -57,6 +57,8 @@
 #   correctness, side by side: each GPU suite 110, each cross-check part 110, machine
 #   facts 30                                                                      110
 #   the lab programs (each at most LAB_EACH 20)                                    60
+#   the chunked linear kernels with and without prefetch (lab versions 2, 13, 3, 14
+#   at B=2 H=8 N=65536)                                                             30
 #   figure1-gpu sweep (attnbench bench --device cuda)                             100
 #   compare-torch.sh cuda (both sides and the table)                               80
 #   rnn-family-gpu sweep (retention, gla, deltanet's two forms beside linear)       60
@@ -108,7 +110,7 @@ cd "$root"
 # ---- budgets (seconds) ----
 B_PHASE1=${B_PHASE1:-110} B_INFO=${B_INFO:-30} B_LAB=${B_LAB:-60} LAB_EACH=${LAB_EACH:-20} B_BENCH=${B_BENCH:-100}
 B_TORCH=${B_TORCH:-80} B_RNN=${B_RNN:-60} B_MNIST=${B_MNIST:-15} B_CIFAR=${B_CIFAR:-30} B_FALLBACK=${B_FALLBACK:-15}
-B_PROFILE=${B_PROFILE:-40} B_NCU=${B_NCU:-40}
+B_PROFILE=${B_PROFILE:-40} B_NCU=${B_NCU:-40} B_PF=${B_PF:-30}
 TOTAL_BUDGET=${TOTAL_BUDGET:-460}
 
 rm -rf "$work"
@@ -296,6 +298,22 @@ else
         b=$(budget $((left < LAB_EACH ? left : LAB_EACH)))
         step "lab-$(basename "$l")" "$b" env LD_LIBRARY_PATH="$libs" "$l" "${lab_args[@]}"
     done
+fi
+# The chunked linear kernels with and without prefetch (lab versions 2, 13 fp32; 3, 14
+# tf32) at the issue's shape B=2 H=8 N=65536, D=M=64: whether a chunk's loads were what
+# the 20-40 us a chunk went to (attention/linear_cuda.cu, the fused path's notes).
+lab_lc=$(find "$(dirname "$exe")" -type f -perm -u+x -name lab_linear_chunk 2>/dev/null | head -n 1)
+if [ "$dry" = 1 ]; then
+    lab_lc=$(find "$(dirname "$exe")" -type f -perm -u+x -name lab_linear_chunk_emu 2>/dev/null | head -n 1)
+    pf_args=(--check --shape 1,2,100,16,16)
+else
+    pf_args=(--shape 2,8,65536,64,64 --reps 10)
+fi
+if [ -z "$lab_lc" ]; then
+    skip_step lab-linear-chunk-prefetch "no lab_linear_chunk in this build"
+else
+    step lab-linear-chunk-prefetch "$(budget $B_PF)" env LD_LIBRARY_PATH="$libs" bash -c \
+        'l=$1; shift; rc=0; for v in 2 13 3 14; do "$l" "$@" --version $v || rc=1; done; exit $rc' _ "$lab_lc" "${pf_args[@]}"
 fi
 
 # ---- 3. speed, one at a time ----

@@ -3,8 +3,9 @@
  * causal and not, odd and wide heads, D != M, N = 1, one chunk and many, N not a
  * multiple of the chunk, lengths of 0, N and in between, one segment per slice and many
  * (the knob lin_chunk_blocks), chunk sizes 16..64, prefill and steps after it, a reseed
- * (favor's cached projection), the workspace's growth with N, and the batched cuBLAS
- * path (lin_cuda_path = 1) that polynomial and too-large shapes take. Built into the
+ * (favor's cached projection), the workspace's growth with N, prefetch (the same bits),
+ * and the batched cuBLAS path (lin_cuda_path = 1) that polynomial and too-large shapes
+ * take. Built into the
  * same two binaries as test_cuda.c, whose helpers it uses (test_cuda_util.h). */
 #include "attention.h"
 #include "cuda_device.h"
@@ -26,6 +27,7 @@
 extern int lin_cuda_path;
 extern long long lin_chunk_blocks;
 extern int lin_chunk_threads;
+extern int lin_chunk_prefetch;
 #endif
 
 static const cuda_variant ELU32 = {"linear", {NULL}, 0, true};
@@ -108,6 +110,66 @@ Test(cuda_lchunk, segments_and_chunk_sizes) {
                                        {"linear", {"feature_map=taylor", "chunk=1000"}, 2, true}};
     for (int i = 0; i < 4; i++)
         for (int causal = 0; causal < 2; causal++) check_parallel(&cs[i], 1, 2, 130, 5, 4, causal, NULL, 108, false);
+}
+
+/* Forward and backward of cv on p with lin_chunk_prefetch 0 and 1: the same bits. */
+static void expect_prefetch_same(const cuda_variant *cv, const tu_problem *p, const char *what) {
+    grads g0, g1;
+    grads_alloc(&g0, p);
+    grads_alloc(&g1, p);
+    lin_chunk_prefetch = 0;
+    run_cuda(cv, p, &g0, false);
+    lin_chunk_prefetch = 1;
+    run_cuda(cv, p, &g1, false);
+    lin_chunk_prefetch = 0;
+    char buf[128];
+    cr_assert(memcmp(g0.out, g1.out, p->nv * sizeof(float)) == 0, "%s %s: out differs with prefetch",
+              label(cv, buf, sizeof buf), what);
+    cr_assert(memcmp(g0.dq, g1.dq, p->nq * sizeof(float)) == 0 && memcmp(g0.dk, g1.dk, p->nq * sizeof(float)) == 0 &&
+                  memcmp(g0.dv, g1.dv, p->nv * sizeof(float)) == 0,
+              "%s %s: gradients differ with prefetch", label(cv, buf, sizeof buf), what);
+    grads_free(&g0);
+    grads_free(&g1);
+}
+
+Test(cuda_lchunk, prefetch_moves_the_same_values) {
+    /* lin_chunk_prefetch = 1: elu's kernels stage the next chunk's rows in registers
+     * (linear_chunk_tiles.cuh's lc_stage) while they work on a chunk. Only where the
+     * values travel changes, so out, dq, dk, dv equal the plain kernels' bit for bit:
+     * fp32 and tf32, causal and not, at D = M = 64 and 16 (float4 rows, two or fewer a
+     * thread at chunk 32 and 256 threads: the staged path), with odd sizes (not float4
+     * rows: lc_load's path), D != M, lengths 150 and 33 (a ragged last chunk, rows
+     * past the length), many segments (lin_chunk_blocks = 7: each block's first chunk
+     * is fetched before its loop), 128 threads (D = 64 no longer fits: lc_load; D = 16
+     * still staged), and a map built without prefetch (taylor). */
+    require_cuda();
+    const int len[2] = {150, 33};
+    const int shapes[4][2] = {{64, 64}, {16, 16}, {5, 7}, {64, 12}};
+    const long long saved_blocks = lin_chunk_blocks;
+    const int saved_threads = lin_chunk_threads;
+    for (int sh = 0; sh < 4; sh++)
+        for (int causal = 0; causal < 2; causal++) {
+            tu_problem p;
+            tu_problem_init(&p, 2, 3, 150, shapes[sh][0], shapes[sh][1], causal, len, 140 + sh);
+            char what[64];
+            snprintf(what, sizeof what, "D=%d M=%d causal=%d", shapes[sh][0], shapes[sh][1], causal);
+            expect_prefetch_same(&ELU32, &p, what);
+            expect_prefetch_same(&ELU_TF, &p, what);
+            if (sh < 2) {
+                lin_chunk_blocks = 7;
+                expect_prefetch_same(&ELU32, &p, what);
+                lin_chunk_blocks = saved_blocks;
+                lin_chunk_threads = 128;
+                expect_prefetch_same(&ELU_TF, &p, what);
+                lin_chunk_threads = saved_threads;
+            }
+            if (sh == 0) expect_prefetch_same(&TAY32, &p, what);
+            tu_problem_free(&p);
+        }
+    /* and against the CPU with prefetch on */
+    lin_chunk_prefetch = 1;
+    for (int causal = 0; causal < 2; causal++) check_parallel(&ELU32, 2, 2, 100, 16, 16, causal, NULL, 145, false);
+    lin_chunk_prefetch = 0;
 }
 
 Test(cuda_lchunk, threads_per_block) {

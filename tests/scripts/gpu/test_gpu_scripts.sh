@@ -138,6 +138,11 @@ labs=$(cd "$g/steps" && ls lab-* 2>/dev/null)
 for s in $labs; do
     [ "$(cut -f2 "$g/steps/$s")" = ok ] || fail "step $s: $(cut -f2 "$g/steps/$s")"
 done
+# linear's chunked kernels with and without prefetch: each of the four versions checked
+for v in 2 13 3 14; do
+    [ "$(grep -c "^version $v .*fwd+bwd .* ok" "$g/logs/lab-linear-chunk-prefetch.log" 2>/dev/null)" = 1 ] ||
+        fail "lab-linear-chunk-prefetch: no checked fwd+bwd line of version $v"
+done
 for s in bench-figure1-gpu bench-rnn-family-gpu sample-mnist-linear-b2 sample-cifar10-softmax-b2-e384; do
     [ "$(cut -f2 "$g/steps/$s")" = ok ] || fail "$s did not run"
 done
