@@ -68,7 +68,7 @@
 #   a profile of MNIST linear's sampling (nsys, where the machine has it: kernels and
 #   CUDA calls by time)                                                             40
 #   a profile of the chunked linear kernels (ncu, where the machine has it and lets it
-#   read the counters: speed of light, stalls, memory)                              40
+#   read the counters: speed of light, stalls, memory), without and with prefetch  40 + 40
 #   MNIST linear at batch 1 with and without a CUDA graph of the step (sample --graph),
 #   and with it at the batches above: 15, 15, 15, 30; then linear's larger batches   75
 #   archive                                                                         ~5
@@ -464,6 +464,12 @@ else
     step profile-linear-chunk "$b" bash -c 'profile_sample "$@"' _ "$b" env LD_LIBRARY_PATH="$libs" "$ncu_bin" \
         --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
         --section LaunchStats -k regex:lc_ -c 8 "$lab_lc" --shape 2,8,65536,64,64 --version 2 --reps 1
+    # the same with prefetch (lab version 13): what bounds a chunk once its loads overlap
+    b=$(budget $B_NCU)
+    step profile-linear-chunk-prefetch "$b" bash -c 'profile_sample "$@"' _ "$b" env LD_LIBRARY_PATH="$libs" \
+        "$ncu_bin" --section SpeedOfLight --section Occupancy --section WarpStateStats \
+        --section MemoryWorkloadAnalysis --section LaunchStats -k regex:lc_ -c 8 "$lab_lc" --shape 2,8,65536,64,64 \
+        --version 13 --reps 1
 fi
 # the steps' layers and head as one CUDA graph (sample --graph) beside the plain steps:
 # at batch 1, where a step is its launches, and at the batches above
