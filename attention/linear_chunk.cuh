@@ -192,6 +192,36 @@ __device__ __forceinline__ void lc_den(const lc_args &a, const float *A, const f
     }
 }
 
+/* A chunk's q rows and, with kv, its k and v rows (r: the chunk's first row in the
+ * tensors): lc_fetch_qkv stages them (PF); lc_chunk_qkv puts them into the shared tiles
+ * from the stage (PF) or loads them now. */
+__device__ __forceinline__ void lc_fetch_qkv(const lc_args &a, lc_stage &sq, lc_stage &sk, lc_stage &sv, long long r,
+                                             int rows, bool kv) {
+    lc_fetch(sq, a.q + r * a.D, a.D, a.Dp, rows, a.T);
+    if (kv) {
+        lc_fetch(sk, a.k + r * a.D, a.D, a.Dp, rows, a.T);
+        lc_fetch(sv, a.v + r * a.M, a.M, a.Mp, rows, a.T);
+    }
+}
+template <bool PF>
+__device__ __forceinline__ void lc_chunk_qkv(const lc_args &a, const lc_stage &sq, const lc_stage &sk,
+                                             const lc_stage &sv, float *Xq, float *Xk, float *V, long long r, int rows,
+                                             bool kv) {
+    if (PF) {
+        lc_put(sq, Xq, a.ldD, a.q + r * a.D, a.D, a.Dp, rows, a.T);
+        if (kv) {
+            lc_put(sk, Xk, a.ldD, a.k + r * a.D, a.D, a.Dp, rows, a.T);
+            lc_put(sv, V, a.ldM, a.v + r * a.M, a.M, a.Mp, rows, a.T);
+        }
+    } else {
+        lc_load(Xq, a.ldD, a.q + r * a.D, a.D, a.Dp, rows, a.T);
+        if (kv) {
+            lc_load(Xk, a.ldD, a.k + r * a.D, a.D, a.Dp, rows, a.T);
+            lc_load(V, a.ldM, a.v + r * a.M, a.M, a.Mp, rows, a.T);
+        }
+    }
+}
+
 template <class Map, int P, bool PF> __global__ void lc_fwd_kernel(lc_args a) {
     AB_DYN_SMEM(float, sm);
     const lc_smem ly = lc_layout(a, LC_K_FWD, Map::log_scaled);
@@ -206,33 +236,13 @@ template <class Map, int P, bool PF> __global__ void lc_fwd_kernel(lc_args a) {
         const float ck = Map::log_scaled ? a.kc[sl] : 0.0f;
         lc_state_in(a, causal ? (a.nseg > 1 ? a.sst + item * a.E : NULL) : a.tot + sl * a.E, S, z);
         lc_stage sq = {}, sk = {}, sv = {}; /* PF: the rows of the next chunk, in flight */
-        auto fetch = [&](int ch) {
-            const long long r = sl * a.N + (long long)ch * T;
-            lc_fetch(sq, a.q + r * a.D, a.D, a.Dp, lc_rows(a, ch), T);
-            if (causal) {
-                lc_fetch(sk, a.k + r * a.D, a.D, a.Dp, lc_rows(a, ch), T);
-                lc_fetch(sv, a.v + r * a.M, a.M, a.Mp, lc_rows(a, ch), T);
-            }
-        };
-        if (PF) fetch(c0);
+        if (PF) lc_fetch_qkv(a, sq, sk, sv, sl * a.N + (long long)c0 * T, lc_rows(a, c0), causal);
         __syncthreads();
         for (int ch = c0; ch < c1; ch++) {
             const int rows = lc_rows(a, ch);
             const long long r = sl * a.N + (long long)ch * T;
-            if (PF) {
-                lc_put(sq, Xq, a.ldD, a.q + r * a.D, a.D, a.Dp, rows, T);
-                if (causal) {
-                    lc_put(sk, Xk, a.ldD, a.k + r * a.D, a.D, a.Dp, rows, T);
-                    lc_put(sv, V, a.ldM, a.v + r * a.M, a.M, a.Mp, rows, T);
-                }
-                if (ch + 1 < c1) fetch(ch + 1);
-            } else {
-                lc_load(Xq, a.ldD, a.q + r * a.D, a.D, a.Dp, rows, T);
-                if (causal) {
-                    lc_load(Xk, a.ldD, a.k + r * a.D, a.D, a.Dp, rows, T);
-                    lc_load(V, a.ldM, a.v + r * a.M, a.M, a.Mp, rows, T);
-                }
-            }
+            lc_chunk_qkv<PF>(a, sq, sk, sv, Xq, Xk, V, r, rows, causal);
+            if (PF && ch + 1 < c1) lc_fetch_qkv(a, sq, sk, sv, r + T, lc_rows(a, ch + 1), causal);
             __syncthreads();
             lc_qk_features<Map, P>(a, Xq, Qf, rows, causal, ck, rw);
             if (causal) lc_mm<P, false, true>(T, T, a.Cp, Qf, a.ldC, Kf, a.ldC, A, a.ldT, false, true);
@@ -276,36 +286,19 @@ template <class Map, int P, bool PF> __global__ void lc_dq_kernel(lc_args a, int
         lc_state_in(a, causal ? (a.nseg > 1 ? a.sst + item * a.E : NULL) : a.tot + sl * a.E, S, z);
         if (want_r) lc_state_in(a, NULL, R, rr);
         lc_stage sq = {}, sg = {}, sk = {}, sv = {}; /* PF: the rows of the next chunk, in flight */
-        auto fetch = [&](int ch) {
-            const long long r = sl * a.N + (long long)ch * T;
-            lc_fetch(sq, a.q + r * a.D, a.D, a.Dp, lc_rows(a, ch), T);
-            lc_fetch(sg, a.dout + r * a.M, a.M, a.Mp, lc_rows(a, ch), T);
-            if (causal) {
-                lc_fetch(sk, a.k + r * a.D, a.D, a.Dp, lc_rows(a, ch), T);
-                lc_fetch(sv, a.v + r * a.M, a.M, a.Mp, lc_rows(a, ch), T);
-            }
+        auto fetch = [&](long long r, int rows) {
+            lc_fetch_qkv(a, sq, sk, sv, r, rows, causal);
+            lc_fetch(sg, a.dout + r * a.M, a.M, a.Mp, rows, T);
         };
-        if (PF) fetch(c0);
+        if (PF) fetch(sl * a.N + (long long)c0 * T, lc_rows(a, c0));
         __syncthreads();
         for (int ch = c0; ch < c1; ch++) {
             const int rows = lc_rows(a, ch);
             const long long r = sl * a.N + (long long)ch * T, pos = (long long)ch * T;
-            if (PF) {
-                lc_put(sq, Xq, a.ldD, a.q + r * a.D, a.D, a.Dp, rows, T);
-                lc_put(sg, G, a.ldM, a.dout + r * a.M, a.M, a.Mp, rows, T);
-                if (causal) {
-                    lc_put(sk, Xk, a.ldD, a.k + r * a.D, a.D, a.Dp, rows, T);
-                    lc_put(sv, V, a.ldM, a.v + r * a.M, a.M, a.Mp, rows, T);
-                }
-                if (ch + 1 < c1) fetch(ch + 1);
-            } else {
-                lc_load(Xq, a.ldD, a.q + r * a.D, a.D, a.Dp, rows, T);
-                lc_load(G, a.ldM, a.dout + r * a.M, a.M, a.Mp, rows, T);
-                if (causal) {
-                    lc_load(Xk, a.ldD, a.k + r * a.D, a.D, a.Dp, rows, T);
-                    lc_load(V, a.ldM, a.v + r * a.M, a.M, a.Mp, rows, T);
-                }
-            }
+            lc_chunk_qkv<PF>(a, sq, sk, sv, Xq, Xk, V, r, rows, causal);
+            if (PF) lc_put(sg, G, a.ldM, a.dout + r * a.M, a.M, a.Mp, rows, T);
+            else lc_load(G, a.ldM, a.dout + r * a.M, a.M, a.Mp, rows, T);
+            if (PF && ch + 1 < c1) fetch(r + T, lc_rows(a, ch + 1));
             __syncthreads();
             lc_qk_features<Map, P>(a, Xq, Qf, rows, causal, ck, rw);
             if (causal) lc_mm<P, false, true>(T, T, a.Cp, Qf, a.ldC, Kf, a.ldC, A, a.ldT, false, true);
