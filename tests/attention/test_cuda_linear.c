@@ -5,8 +5,8 @@
  * (the knob lin_chunk_blocks), chunk sizes 16..64, prefill and steps after it, a reseed
  * (favor's cached projection), the workspace's growth with N, prefetch (the same bits),
  * and the batched cuBLAS path (lin_cuda_path = 1) that polynomial and too-large shapes
- * take. Built into the
- * same two binaries as test_cuda.c, whose helpers it uses (test_cuda_util.h). */
+ * take. Built into the same two binaries as test_cuda.c, whose helpers it uses
+ * (test_cuda_util.h). */
 #include "attention.h"
 #include "cuda_device.h"
 #include "device.h"
