@@ -139,9 +139,10 @@ Test(cuda_lchunk, prefetch_moves_the_same_values) {
      * fp32 and tf32, causal and not, at D = M = 64 and 16 (float4 rows, two or fewer a
      * thread at chunk 32 and 256 threads: the staged path), with odd sizes (not float4
      * rows: lc_load's path), D != M, lengths 150 and 33 (a ragged last chunk, rows
-     * past the length), many segments (lin_chunk_blocks = 7: each block's first chunk
-     * is fetched before its loop), 128 threads (D = 64 no longer fits: lc_load; D = 16
-     * still staged), and a map built without prefetch (taylor). */
+     * past the length), several segments (lin_chunk_blocks = 18 over 6 slices: 3
+     * segments of 2, 2 and 1 chunks at length 150, 2 of 1 at 33; each block fetches its
+     * segment's first chunk before the loop), 128 threads (D = 64 no longer fits:
+     * lc_load; D = 16 still staged), and a map built without prefetch (taylor). */
     require_cuda();
     const int len[2] = {150, 33};
     const int shapes[4][2] = {{64, 64}, {16, 16}, {5, 7}, {64, 12}};
@@ -156,7 +157,7 @@ Test(cuda_lchunk, prefetch_moves_the_same_values) {
             expect_prefetch_same(&ELU32, &p, what);
             expect_prefetch_same(&ELU_TF, &p, what);
             if (sh < 2) {
-                lin_chunk_blocks = 7;
+                lin_chunk_blocks = 18;
                 expect_prefetch_same(&ELU32, &p, what);
                 lin_chunk_blocks = saved_blocks;
                 lin_chunk_threads = 128;
