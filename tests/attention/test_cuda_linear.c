@@ -80,14 +80,16 @@ Test(cuda_lchunk, maps_precisions_and_shapes) {
 
 #ifdef TEST_CUDA_BACKEND
 Test(cuda_lchunk, segments_and_chunk_sizes) {
-    /* N = 150 in chunks of 16 (10 chunks; chunk=16): 1 block per call (one segment per
-     * slice: the whole walk in one block), 3 (2 segments of 5 chunks), 7 (4 segments of
-     * 3, 3, 3, 1) and 1000 (one chunk per segment): the segment states, their scan and
-     * favor's shifts across segments; lengths 150, 70 and 33 make runs of other chunk
-     * counts. Then chunks of 48 and 64 and prefill + steps after a segmented prefill. */
+    /* N = 150 in chunks of 16 (10 chunks; chunk=16), each length a run of H = 2 slices
+     * (segments per slice: floor(blocks / 2), at most one per chunk): 1 block per call
+     * (one segment per slice: the whole walk in one block), 4 (2 segments of 5 chunks),
+     * 8 (4 segments of 3, 3, 3, 1) and 1000 (one chunk per segment): the segment states,
+     * their scan and favor's shifts across segments; lengths 150, 70 and 33 make runs
+     * of other chunk counts. Then chunks of 48 and 64 and prefill + steps after a
+     * segmented prefill. */
     require_cuda();
     const long long saved = lin_chunk_blocks;
-    const long long blocks[4] = {1, 3, 7, 1000};
+    const long long blocks[4] = {1, 4, 8, 1000};
     const int len[3] = {150, 70, 33};
     static const cuda_variant vs[4] = {{"linear", {"chunk=16"}, 1, true},
                                        {"linear", {"chunk=16", "precision=tf32"}, 2, true},
@@ -139,10 +141,11 @@ Test(cuda_lchunk, prefetch_moves_the_same_values) {
      * fp32 and tf32, causal and not, at D = M = 64 and 16 (float4 rows, two or fewer a
      * thread at chunk 32 and 256 threads: the staged path), with odd sizes (not float4
      * rows: lc_load's path), D != M, lengths 150 and 33 (a ragged last chunk, rows
-     * past the length), several segments (lin_chunk_blocks = 18 over 6 slices: 3
-     * segments of 2, 2 and 1 chunks at length 150, 2 of 1 at 33; each block fetches its
-     * segment's first chunk before the loop), 128 threads (D = 64 no longer fits:
-     * lc_load; D = 16 still staged), and a map built without prefetch (taylor). */
+     * past the length), several segments (lin_chunk_blocks = 6 over each run of 3
+     * slices of one length: 2 segments of 3 and 2 chunks at length 150, 2 of 1 at 33;
+     * each block fetches its segment's first chunk before the loop), 128 threads (D = 64
+     * no longer fits: lc_load; D = 16 still staged), and a map built without prefetch
+     * (taylor). */
     require_cuda();
     const int len[2] = {150, 33};
     const int shapes[4][2] = {{64, 64}, {16, 16}, {5, 7}, {64, 12}};
@@ -157,7 +160,7 @@ Test(cuda_lchunk, prefetch_moves_the_same_values) {
             expect_prefetch_same(&ELU32, &p, what);
             expect_prefetch_same(&ELU_TF, &p, what);
             if (sh < 2) {
-                lin_chunk_blocks = 18;
+                lin_chunk_blocks = 6;
                 expect_prefetch_same(&ELU32, &p, what);
                 lin_chunk_blocks = saved_blocks;
                 lin_chunk_threads = 128;
