@@ -303,17 +303,16 @@ fi
 # tf32) at the issue's shape B=2 H=8 N=65536, D=M=64: whether a chunk's loads were what
 # the 20-40 us a chunk went to (attention/linear_cuda.cu, the fused path's notes).
 lab_lc=$(find "$(dirname "$exe")" -type f -perm -u+x -name lab_linear_chunk 2>/dev/null | head -n 1)
+pf_lab=$lab_lc pf_args=(--shape 2,8,65536,64,64 --reps 10)
 if [ "$dry" = 1 ]; then
-    lab_lc=$(find "$(dirname "$exe")" -type f -perm -u+x -name lab_linear_chunk_emu 2>/dev/null | head -n 1)
+    pf_lab=$(find "$(dirname "$exe")" -type f -perm -u+x -name lab_linear_chunk_emu 2>/dev/null | head -n 1)
     pf_args=(--check --shape 1,2,100,16,16)
-else
-    pf_args=(--shape 2,8,65536,64,64 --reps 10)
 fi
-if [ -z "$lab_lc" ]; then
+if [ -z "$pf_lab" ]; then
     skip_step lab-linear-chunk-prefetch "no lab_linear_chunk in this build"
 else
     step lab-linear-chunk-prefetch "$(budget $B_PF)" env LD_LIBRARY_PATH="$libs" bash -c \
-        'l=$1; shift; rc=0; for v in 2 13 3 14; do "$l" "$@" --version $v || rc=1; done; exit $rc' _ "$lab_lc" "${pf_args[@]}"
+        'l=$1; shift; rc=0; for v in 2 13 3 14; do "$l" "$@" --version $v || rc=1; done; exit $rc' _ "$pf_lab" "${pf_args[@]}"
 fi
 
 # ---- 3. speed, one at a time ----
@@ -452,7 +451,6 @@ fi
 # machine has ncu and lets it read the counters. Optional, like the profile above.
 ncu_bin=$(command -v ncu 2>/dev/null || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null |
     head -n 1)
-lab_lc=$(find "$(dirname "$exe")" -type f -perm -u+x -name lab_linear_chunk 2>/dev/null | head -n 1)
 if [ "$dry" = 1 ]; then
     skip_step profile-linear-chunk "dry run"
 elif [ -z "$ncu_bin" ]; then
